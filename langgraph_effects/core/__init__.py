@@ -1,0 +1,1 @@
+"""Pure core: model, state machine, digests, ids. No I/O."""

@@ -1,0 +1,337 @@
+"""Value objects: operations, evidence, leases, events, contracts. Pure, no I/O."""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from datetime import UTC, datetime, timedelta
+from enum import StrEnum
+from functools import cache
+from typing import Any, Self
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+__all__ = [
+    "Decision",
+    "EventKind",
+    "Evidence",
+    "EvidenceKind",
+    "LeaseOwner",
+    "Operation",
+    "OperationDraft",
+    "OperationEvent",
+    "OperationStatus",
+    "Prepared",
+    "ProviderContract",
+    "Resolution",
+    "utcnow",
+]
+
+JSON = Any  # a JSON value: dict, list, str, int, float, bool or None
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class OperationStatus(StrEnum):
+    """Where an operation stands. ``confirmed`` and ``rejected`` are terminal."""
+
+    PREPARED = "prepared"
+    DISPATCHING = "dispatching"
+    CONFIRMED = "confirmed"
+    REJECTED = "rejected"
+    UNKNOWN = "unknown"
+
+    @property
+    def terminal(self) -> bool:
+        return self in (OperationStatus.CONFIRMED, OperationStatus.REJECTED)
+
+
+class EventKind(StrEnum):
+    """What an entry of the event log records. Each transition verb is one kind."""
+
+    PREPARE = "prepare"
+    APPROVE = "approve"
+    CLAIM = "claim"
+    RELEASE = "release"
+    CONFIRM = "confirm"
+    REJECT = "reject"
+    MARK_UNKNOWN = "mark_unknown"
+    RESOLVE = "resolve"
+    EVIDENCE = "evidence"
+
+
+class EvidenceKind(StrEnum):
+    CONFIRMED = "confirmed"
+    REJECTED = "rejected"
+    INCONCLUSIVE = "inconclusive"
+
+
+class Decision(StrEnum):
+    """A person's decision on an operation (review) or a proposed call (approval)."""
+
+    CONFIRM = "confirm"
+    REJECT = "reject"
+    RETRY = "retry"
+    APPROVE = "approve"
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Evidence(_Frozen):
+    """What a reconciliation (or a receipt) saw at the provider.
+
+    Only ``confirmed`` and ``rejected`` are conclusive. An empty search on an
+    eventually consistent index, or a target that merely looks done, is
+    ``inconclusive``: it never resolves an ``unknown`` operation.
+    """
+
+    kind: EvidenceKind
+    summary: str = ""
+    provider_result_id: str | None = None
+    provider_request_id: str | None = None
+    result: JSON = None
+    source: str = "reconciler"
+    observed_at: datetime = Field(default_factory=utcnow)
+
+    @property
+    def conclusive(self) -> bool:
+        return self.kind is not EvidenceKind.INCONCLUSIVE
+
+    @classmethod
+    def confirmed(
+        cls,
+        summary: str = "",
+        *,
+        provider_result_id: str | int | None = None,
+        provider_request_id: str | None = None,
+        result: JSON = None,
+        source: str = "reconciler",
+    ) -> Self:
+        """Conclusive: the provider applied exactly this operation."""
+        return cls(
+            kind=EvidenceKind.CONFIRMED,
+            summary=summary,
+            provider_result_id=None if provider_result_id is None else str(provider_result_id),
+            provider_request_id=provider_request_id,
+            result=result,
+            source=source,
+        )
+
+    @classmethod
+    def rejected(cls, summary: str, *, source: str = "reconciler", result: JSON = None) -> Self:
+        """Conclusive: the provider did not apply the operation and never will."""
+        return cls(kind=EvidenceKind.REJECTED, summary=summary, source=source, result=result)
+
+    @classmethod
+    def inconclusive(cls, summary: str, *, source: str = "reconciler") -> Self:
+        """Not enough to decide; the operation stays ``unknown``."""
+        return cls(kind=EvidenceKind.INCONCLUSIVE, summary=summary, source=source)
+
+
+class Resolution(_Frozen):
+    """A person's (or a reconciler's) resolution of an ``unknown`` operation."""
+
+    decision: Decision
+    by: str = Field(min_length=1, max_length=200)
+    reason: str = Field(default="", max_length=4000)
+    result: JSON = None
+    provider_result_id: str | None = None
+    evidence: Evidence | None = None
+
+
+class ProviderContract(_Frozen):
+    """What the provider promises about retries.
+
+    Args:
+        idempotency_window: how long the provider remembers an idempotency key
+            (Stripe: at least 24 h). ``None``: the provider honours no key.
+        safety_margin: retries under the key stop this long before the window
+            closes, so clock skew and slow requests never cross it.
+        status_lookup: the provider can be asked whether an operation happened
+            (a reconciler should then be given).
+        max_transient_retries: bounded in-process retries after a
+            ``TransientProviderError``.
+    """
+
+    idempotency_window: timedelta | None = None
+    safety_margin: timedelta = timedelta(minutes=5)
+    status_lookup: bool = False
+    max_transient_retries: int = Field(default=3, ge=0, le=20)
+    backoff_initial: float = Field(default=0.05, ge=0)
+    backoff_max: float = Field(default=2.0, ge=0)
+
+    @property
+    def honours_key(self) -> bool:
+        return self.idempotency_window is not None
+
+    def key_expires_at(self, first_dispatched_at: datetime | None) -> datetime | None:
+        """When a retry under the same key stops being safe; None without a key contract."""
+        if self.idempotency_window is None or first_dispatched_at is None:
+            return None
+        return first_dispatched_at + self.idempotency_window - self.safety_margin
+
+    def retry_is_safe(self, first_dispatched_at: datetime | None, now: datetime) -> bool:
+        """True while the provider still deduplicates a resend under the same key."""
+        if first_dispatched_at is None:
+            # Never dispatched: a first send is always safe.
+            return True
+        expires = self.key_expires_at(first_dispatched_at)
+        return expires is not None and now < expires
+
+
+@cache
+def _process_started_at(pid: int) -> float:
+    import psutil
+
+    return round(psutil.Process(pid).create_time(), 2)
+
+
+class LeaseOwner(_Frozen):
+    """Who holds a lease: enough to tell, on the same host, a dead owner from a live one.
+
+    The process start time excludes PID reuse: a new process with the same pid
+    has another start time. ``nonce`` tells two claims of one process apart.
+    """
+
+    host: str
+    pid: int
+    started_at: float
+    nonce: str
+
+    @classmethod
+    def current(cls) -> Self:
+        pid = os.getpid()
+        return cls(
+            host=socket.gethostname(),
+            pid=pid,
+            started_at=_process_started_at(pid),
+            nonce=uuid.uuid4().hex[:12],
+        )
+
+    def encode(self) -> str:
+        return f"{self.host}|{self.pid}|{self.started_at:.2f}|{self.nonce}"
+
+    @classmethod
+    def decode(cls, value: str) -> Self:
+        host, pid, started, nonce = value.rsplit("|", 3)
+        return cls(host=host, pid=int(pid), started_at=float(started), nonce=nonce)
+
+    def provably_dead(self) -> bool:
+        """True only when this owner ran on this host and its process is gone.
+
+        Another host can never be proven dead from here: its lease must expire.
+        """
+        import psutil
+
+        if self.host != socket.gethostname():
+            return False
+        try:
+            started = round(psutil.Process(self.pid).create_time(), 2)
+        except psutil.NoSuchProcess:
+            return True
+        except psutil.Error:
+            return False
+        if abs(started - self.started_at) > 0.05:
+            return True  # the pid was reused by another process
+        try:
+            return psutil.Process(self.pid).status() == psutil.STATUS_ZOMBIE
+        except psutil.Error:
+            return True
+
+
+class OperationDraft(_Frozen):
+    """What ``Ledger.prepare`` writes ahead of a dispatch."""
+
+    tenant_id: str = Field(min_length=1, max_length=200)
+    operation_id: str = Field(min_length=1, max_length=200)
+    workflow_id: str | None = Field(default=None, max_length=500)
+    action: str = Field(min_length=1, max_length=200)
+    action_version: int = Field(default=1, ge=1)
+    target: str | None = Field(default=None, max_length=1000)
+    payload_digest: str = Field(pattern=r"^[0-9a-f]{64}$")
+    payload: JSON = None
+    payload_stored: bool = True
+    authorization_ref: str | None = None
+    provider: str | None = None
+    idempotency_key: str | None = Field(default=None, max_length=255)
+    tool_call_id: str | None = None
+
+    @field_validator("tenant_id", "operation_id", "action")
+    @classmethod
+    def _no_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("must not be blank")
+        return value
+
+
+class Operation(_Frozen):
+    """The ledger's current record of one operation (one row)."""
+
+    tenant_id: str
+    operation_id: str
+    workflow_id: str | None = None
+    action: str
+    action_version: int = 1
+    target: str | None = None
+    payload_digest: str
+    payload: JSON = None
+    payload_stored: bool = True
+    authorization_ref: str | None = None
+    provider: str | None = None
+    tool_call_id: str | None = None
+    status: OperationStatus
+    idempotency_key: str | None = None
+    provider_request_id: str | None = None
+    provider_result_id: str | None = None
+    result: JSON = None
+    error: str | None = None
+    attempts: int = 0
+    lease_owner: str | None = None
+    lease_expires_at: datetime | None = None
+    fencing_token: int = 0
+    record_version: int = 1
+    evidence_checked_at: datetime | None = None
+    created_at: datetime
+    updated_at: datetime
+    first_dispatched_at: datetime | None = None
+    last_dispatched_at: datetime | None = None
+    resolved_at: datetime | None = None
+
+    def lease_alive(self, now: datetime) -> bool:
+        return (
+            self.status is OperationStatus.DISPATCHING
+            and self.lease_expires_at is not None
+            and now < self.lease_expires_at
+        )
+
+    @property
+    def owner(self) -> LeaseOwner | None:
+        return LeaseOwner.decode(self.lease_owner) if self.lease_owner else None
+
+
+class OperationEvent(_Frozen):
+    """One entry of the append-only event log: a transition, with who and why."""
+
+    tenant_id: str
+    operation_id: str
+    seq: int
+    kind: EventKind
+    from_status: OperationStatus | None
+    to_status: OperationStatus
+    actor: str
+    fencing_token: int | None = None
+    evidence: Evidence | None = None
+    detail: JSON = None
+    at: datetime
+
+
+class Prepared(_Frozen):
+    """What ``prepare`` returns: the record, and whether this call created it."""
+
+    operation: Operation
+    created: bool

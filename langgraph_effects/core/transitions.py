@@ -1,0 +1,77 @@
+"""The state machine of DESIGN.md, as data, and the one function that enforces it.
+
+::
+
+    prepared ──claim──▶ dispatching ──confirm──▶ confirmed
+        │                   │  ├──reject (definitive)──▶ rejected
+        │                   │  └──release (transient, provably not applied)──▶ prepared
+        │                   └──mark_unknown (timeout, lost response, dead lease)──▶ unknown
+        └──reject (authorization revoked, approval refused)──▶ rejected
+    unknown ──resolve (conclusive evidence or operator)──▶ confirmed | rejected
+    unknown ──claim (safe retry under the provider's key window)──▶ dispatching
+    unknown ──resolve (operator-authorized retry)──▶ prepared ──claim──▶ dispatching
+
+``confirmed`` and ``rejected`` never move. Nothing turns ``unknown`` into
+``rejected`` without conclusive evidence or an operator.
+"""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+
+from langgraph_effects.core.model import EventKind, Evidence, EvidenceKind, OperationStatus
+from langgraph_effects.errors import IllegalTransition
+
+__all__ = ["TRANSITIONS", "check_transition"]
+
+S = OperationStatus
+
+TRANSITIONS: MappingProxyType[tuple[OperationStatus, OperationStatus], EventKind] = (
+    MappingProxyType(
+        {
+            (S.PREPARED, S.DISPATCHING): EventKind.CLAIM,
+            (S.PREPARED, S.REJECTED): EventKind.REJECT,
+            (S.DISPATCHING, S.CONFIRMED): EventKind.CONFIRM,
+            (S.DISPATCHING, S.REJECTED): EventKind.REJECT,
+            (S.DISPATCHING, S.PREPARED): EventKind.RELEASE,
+            (S.DISPATCHING, S.UNKNOWN): EventKind.MARK_UNKNOWN,
+            (S.UNKNOWN, S.CONFIRMED): EventKind.RESOLVE,
+            (S.UNKNOWN, S.REJECTED): EventKind.RESOLVE,
+            (S.UNKNOWN, S.DISPATCHING): EventKind.CLAIM,
+            (S.UNKNOWN, S.PREPARED): EventKind.RESOLVE,
+        }
+    )
+)
+
+
+def check_transition(
+    operation_id: str,
+    current: OperationStatus,
+    target: OperationStatus,
+    *,
+    evidence: Evidence | None = None,
+    operator: str | None = None,
+) -> EventKind:
+    """Return the event kind of ``current -> target`` or raise ``IllegalTransition``.
+
+    ``unknown -> rejected`` additionally needs conclusive rejecting evidence or
+    an operator; ``unknown -> confirmed`` needs confirming evidence or an operator.
+    """
+    kind = TRANSITIONS.get((current, target))
+    if kind is None:
+        why = "terminal states never move" if current.terminal else "not in the transition table"
+        raise IllegalTransition(operation_id, status=current, target=target, why=why)
+    if kind is EventKind.RESOLVE and operator is None:
+        if target is S.PREPARED:
+            raise IllegalTransition(
+                operation_id, status=current, target=target, why="only an operator may order a retry"
+            )
+        wanted = EvidenceKind.CONFIRMED if target is S.CONFIRMED else EvidenceKind.REJECTED
+        if evidence is None or evidence.kind is not wanted:
+            raise IllegalTransition(
+                operation_id,
+                status=current,
+                target=target,
+                why=f"resolving unknown needs {wanted.value} evidence or an operator",
+            )
+    return kind

@@ -1,0 +1,167 @@
+"""Every exception langgraph-effects raises.
+
+The tree::
+
+    EffectsError
+    ├── InvalidInput (also ValueError)        bad ids, payloads, statuses, answers
+    │   └── PayloadMismatch                   same operation key, another payload digest
+    ├── IllegalTransition                     the state machine refuses the move
+    ├── LedgerError
+    │   ├── LedgerNotSetUp                    call ledger.setup() first
+    │   ├── LedgerUnavailable                 the database could not be reached or failed
+    │   ├── OperationNotFound                 no such operation for that tenant
+    │   ├── StaleFencingToken                 a newer lease owns the operation
+    │   ├── LeaseHeld                         a live lease owns the operation
+    │   └── ConcurrentUpdate                  the record changed under a conditional write
+    └── ProviderError                         raised by effect tools, read by the runner
+        ├── EffectRejected                    definitive: the provider said no, nothing applied
+        └── TransientProviderError            provably not applied, safe to retry later
+
+Everything else a tool raises is *ambiguous*: the provider may or may not have
+acted, and the operation becomes ``unknown``. Exceptions carry typed attributes
+so callers never parse messages.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "ConcurrentUpdate",
+    "EffectRejected",
+    "EffectsError",
+    "IllegalTransition",
+    "InvalidInput",
+    "LeaseHeld",
+    "LedgerError",
+    "LedgerNotSetUp",
+    "LedgerUnavailable",
+    "OperationNotFound",
+    "PayloadMismatch",
+    "ProviderError",
+    "StaleFencingToken",
+    "TransientProviderError",
+]
+
+
+class EffectsError(Exception):
+    """Root of every exception raised by langgraph-effects."""
+
+
+class InvalidInput(EffectsError, ValueError):
+    """An argument is malformed; nothing was written."""
+
+
+class PayloadMismatch(InvalidInput):
+    """The operation exists with a different payload digest; nothing was overwritten."""
+
+    def __init__(self, operation_id: str, *, expected: str, actual: str) -> None:
+        self.operation_id = operation_id
+        self.expected = expected
+        self.actual = actual
+        super().__init__(
+            f"operation {operation_id!r} was prepared with payload digest {expected[:12]}…, "
+            f"this call has {actual[:12]}…: the same intent key cannot carry another payload"
+        )
+
+
+class IllegalTransition(EffectsError):
+    """The state machine does not allow moving ``operation_id`` from ``status`` to ``target``."""
+
+    def __init__(self, operation_id: str, *, status: str, target: str, why: str = "") -> None:
+        self.operation_id = operation_id
+        self.status = status
+        self.target = target
+        msg = f"operation {operation_id!r} cannot move from {status!r} to {target!r}"
+        super().__init__(f"{msg}: {why}" if why else msg)
+
+
+class LedgerError(EffectsError):
+    """A ledger could not do what was asked."""
+
+
+class LedgerNotSetUp(LedgerError):
+    """The ledger's tables do not exist (or are older than this code)."""
+
+    def __init__(self, detail: str = "") -> None:
+        msg = "the ledger is not set up: call ledger.setup() once before using it"
+        super().__init__(f"{msg} ({detail})" if detail else msg)
+
+
+class LedgerUnavailable(LedgerError):
+    """The database behind the ledger failed or cannot be reached."""
+
+
+class OperationNotFound(LedgerError):
+    """No operation with that id exists for that tenant."""
+
+    def __init__(self, tenant_id: str, operation_id: str) -> None:
+        self.tenant_id = tenant_id
+        self.operation_id = operation_id
+        super().__init__(f"no operation {operation_id!r} for tenant {tenant_id!r}")
+
+
+class StaleFencingToken(LedgerError):
+    """A write carried a fencing token older than the operation's current one."""
+
+    def __init__(self, operation_id: str, *, token: int, current: int) -> None:
+        self.operation_id = operation_id
+        self.token = token
+        self.current = current
+        super().__init__(
+            f"operation {operation_id!r}: fencing token {token} is stale (current is {current}); "
+            "another worker took the lease over and nothing was changed"
+        )
+
+
+class LeaseHeld(LedgerError):
+    """Another owner holds a lease on the operation."""
+
+    def __init__(self, operation_id: str, *, owner: str | None, expires_at: Any) -> None:
+        self.operation_id = operation_id
+        self.owner = owner
+        self.expires_at = expires_at
+        super().__init__(
+            f"operation {operation_id!r} is leased by {owner!r} until {expires_at}: not claimed"
+        )
+
+
+class ConcurrentUpdate(LedgerError):
+    """The record's version or status changed between read and conditional write."""
+
+    def __init__(self, operation_id: str, *, expected: str, status: str) -> None:
+        self.operation_id = operation_id
+        self.expected = expected
+        self.status = status
+        super().__init__(
+            f"operation {operation_id!r} changed concurrently: expected {expected}, found {status}"
+        )
+
+
+class ProviderError(EffectsError):
+    """Base for the errors an effect tool raises to classify a provider's answer."""
+
+
+class EffectRejected(ProviderError):
+    """The provider definitively refused and did not act (validation, permission, conflict).
+
+    The operation becomes ``rejected`` and is never retried.
+    """
+
+    def __init__(self, reason: str, *, code: str | None = None, detail: Any = None) -> None:
+        self.reason = reason
+        self.code = code
+        self.detail = detail
+        super().__init__(reason)
+
+
+class TransientProviderError(ProviderError):
+    """The provider refused before processing (429, 503): provably not applied.
+
+    The call is retried with bounded backoff; ``retry_after`` (seconds) is honoured.
+    """
+
+    def __init__(self, reason: str, *, retry_after: float | None = None) -> None:
+        self.reason = reason
+        self.retry_after = retry_after
+        super().__init__(reason)

@@ -1,0 +1,1 @@
+"""Ledgers: the protocol, the in-memory reference, SQLite (default) and PostgreSQL."""

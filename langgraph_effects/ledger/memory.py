@@ -1,0 +1,480 @@
+"""``InMemoryLedger``: the reference implementation, for tests and notebooks.
+
+It keeps everything in a dict under one lock, so every transition is trivially
+atomic. It is the executable specification the SQL backends are tested against
+(the contract suite in ``langgraph_effects.testing``); it survives nothing.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from langgraph_effects.core.model import (
+    Decision,
+    EventKind,
+    Evidence,
+    EvidenceKind,
+    LeaseOwner,
+    Operation,
+    OperationDraft,
+    OperationEvent,
+    OperationStatus,
+    Prepared,
+    Resolution,
+    utcnow,
+)
+from langgraph_effects.core.transitions import check_transition
+from langgraph_effects.errors import (
+    InvalidInput,
+    LeaseHeld,
+    LedgerNotSetUp,
+    OperationNotFound,
+    PayloadMismatch,
+    StaleFencingToken,
+)
+from langgraph_effects.ledger.base import DEFAULT_LEASE, LedgerStats
+
+__all__ = ["InMemoryLedger"]
+
+S = OperationStatus
+_Key = tuple[str, str]
+
+
+def coerce_status(status: OperationStatus | str | None) -> OperationStatus | None:
+    """Turn a status string into the enum, with an error that lists the valid ones."""
+    if status is None or isinstance(status, OperationStatus):
+        return status
+    try:
+        return OperationStatus(status)
+    except ValueError:
+        valid = ", ".join(s.value for s in OperationStatus)
+        raise InvalidInput(f"unknown status {status!r}; expected one of: {valid}") from None
+
+
+class InMemoryLedger:
+    """A ledger in process memory. Same contract as ``SQLiteLedger``, no durability."""
+
+    def __init__(self, *, clock: Callable[[], datetime] = utcnow) -> None:
+        self._clock = clock
+        self._lock = threading.RLock()
+        self._rows: dict[_Key, Operation] = {}
+        self._events: dict[_Key, list[OperationEvent]] = {}
+        self._ready = False
+        self._stale_refusals = 0
+
+    def setup(self) -> None:
+        self._ready = True
+
+    # -- helpers -------------------------------------------------------------
+
+    def _require_setup(self) -> None:
+        if not self._ready:
+            raise LedgerNotSetUp("InMemoryLedger")
+
+    def _row(self, tenant_id: str, operation_id: str) -> Operation:
+        row = self._rows.get((tenant_id, operation_id))
+        if row is None:
+            raise OperationNotFound(tenant_id, operation_id)
+        return row
+
+    def _fence(self, row: Operation, token: int) -> None:
+        if token != row.fencing_token:
+            self._stale_refusals += 1
+            raise StaleFencingToken(row.operation_id, token=token, current=row.fencing_token)
+
+    def _commit(
+        self,
+        old: Operation | None,
+        new: Operation,
+        kind: EventKind,
+        *,
+        actor: str,
+        evidence: Evidence | None = None,
+        detail: Any = None,
+    ) -> Operation:
+        key = (new.tenant_id, new.operation_id)
+        log = self._events.setdefault(key, [])
+        log.append(
+            OperationEvent(
+                tenant_id=new.tenant_id,
+                operation_id=new.operation_id,
+                seq=len(log) + 1,
+                kind=kind,
+                from_status=None if old is None else old.status,
+                to_status=new.status,
+                actor=actor,
+                fencing_token=new.fencing_token,
+                evidence=evidence,
+                detail=detail,
+                at=new.updated_at,
+            )
+        )
+        self._rows[key] = new
+        return new
+
+    def _move(
+        self,
+        row: Operation,
+        target: OperationStatus,
+        *,
+        actor: str,
+        evidence: Evidence | None = None,
+        operator: str | None = None,
+        detail: Any = None,
+        **changes: Any,
+    ) -> Operation:
+        kind = check_transition(
+            row.operation_id, row.status, target, evidence=evidence, operator=operator
+        )
+        now = self._clock()
+        if target.terminal:
+            changes.setdefault("resolved_at", now)
+        if target is not S.DISPATCHING:
+            changes.setdefault("lease_owner", None)
+            changes.setdefault("lease_expires_at", None)
+        if evidence is not None:
+            changes.setdefault("evidence_checked_at", now)
+        new = row.model_copy(
+            update={
+                "status": target,
+                "record_version": row.record_version + 1,
+                "updated_at": now,
+                **changes,
+            }
+        )
+        return self._commit(row, new, kind, actor=actor, evidence=evidence, detail=detail)
+
+    # -- writes --------------------------------------------------------------
+
+    def prepare(
+        self,
+        draft: OperationDraft,
+        *,
+        owner: LeaseOwner | None = None,
+        lease_for: timedelta = DEFAULT_LEASE,
+    ) -> Prepared:
+        return self.prepare_many([draft], owner=owner, lease_for=lease_for)[0]
+
+    def prepare_many(
+        self,
+        drafts: Sequence[OperationDraft],
+        *,
+        owner: LeaseOwner | None = None,
+        lease_for: timedelta = DEFAULT_LEASE,
+    ) -> list[Prepared]:
+        with self._lock:
+            self._require_setup()
+            # Check every draft before writing any: all or nothing.
+            for draft in drafts:
+                existing = self._rows.get((draft.tenant_id, draft.operation_id))
+                if existing is not None and existing.payload_digest != draft.payload_digest:
+                    raise PayloadMismatch(
+                        draft.operation_id,
+                        expected=existing.payload_digest,
+                        actual=draft.payload_digest,
+                    )
+            out: list[Prepared] = []
+            for draft in drafts:
+                key = (draft.tenant_id, draft.operation_id)
+                existing = self._rows.get(key)
+                if existing is not None:
+                    out.append(Prepared(operation=existing, created=False))
+                    continue
+                now = self._clock()
+                row = Operation(
+                    **draft.model_dump(),
+                    status=S.PREPARED,
+                    created_at=now,
+                    updated_at=now,
+                )
+                self._commit(None, row, EventKind.PREPARE, actor="ledger")
+                if owner is not None:
+                    row = self._claimed(row, owner, lease_for, actor=owner.encode())
+                out.append(Prepared(operation=row, created=True))
+            return out
+
+    def approve(
+        self, tenant_id: str, operation_id: str, *, payload_digest: str, by: str, reason: str = ""
+    ) -> Operation:
+        if not by.strip():
+            raise InvalidInput("an approval needs the approver's identity (by)")
+        with self._lock:
+            self._require_setup()
+            row = self._row(tenant_id, operation_id)
+            if row.payload_digest != payload_digest:
+                raise PayloadMismatch(operation_id, expected=row.payload_digest, actual=payload_digest)
+            if row.status is not S.PREPARED:
+                check_transition(operation_id, row.status, S.DISPATCHING)  # raises if terminal
+                return row  # already past approval: idempotent
+            new = row.model_copy(
+                update={
+                    "authorization_ref": f"approved-by:{by}",
+                    "record_version": row.record_version + 1,
+                    "updated_at": self._clock(),
+                }
+            )
+            return self._commit(
+                row, new, EventKind.APPROVE, actor=by, detail={"reason": reason}
+            )
+
+    def _claimed(
+        self, row: Operation, owner: LeaseOwner, lease_for: timedelta, *, actor: str
+    ) -> Operation:
+        now = self._clock()
+        return self._move(
+            row,
+            S.DISPATCHING,
+            actor=actor,
+            lease_owner=owner.encode(),
+            lease_expires_at=now + lease_for,
+            fencing_token=row.fencing_token + 1,
+            attempts=row.attempts + 1,
+            first_dispatched_at=row.first_dispatched_at or now,
+            last_dispatched_at=now,
+        )
+
+    def claim(
+        self,
+        tenant_id: str,
+        operation_id: str,
+        *,
+        owner: LeaseOwner,
+        lease_for: timedelta = DEFAULT_LEASE,
+        actor: str | None = None,
+    ) -> Operation:
+        with self._lock:
+            self._require_setup()
+            row = self._row(tenant_id, operation_id)
+            if row.status is S.DISPATCHING:
+                raise LeaseHeld(
+                    operation_id, owner=row.lease_owner, expires_at=row.lease_expires_at
+                )
+            return self._claimed(row, owner, lease_for, actor=actor or owner.encode())
+
+    def renew(
+        self, tenant_id: str, operation_id: str, *, token: int, lease_for: timedelta = DEFAULT_LEASE
+    ) -> Operation:
+        with self._lock:
+            self._require_setup()
+            row = self._row(tenant_id, operation_id)
+            self._fence(row, token)
+            if row.status is not S.DISPATCHING:
+                check_transition(operation_id, row.status, S.DISPATCHING)
+            new = row.model_copy(update={"lease_expires_at": self._clock() + lease_for})
+            self._rows[(tenant_id, operation_id)] = new
+            return new
+
+    def _fenced_move(
+        self, tenant_id: str, operation_id: str, token: int, target: OperationStatus, **kw: Any
+    ) -> Operation:
+        with self._lock:
+            self._require_setup()
+            row = self._row(tenant_id, operation_id)
+            self._fence(row, token)
+            return self._move(row, target, **kw)
+
+    def confirm(
+        self,
+        tenant_id: str,
+        operation_id: str,
+        *,
+        token: int,
+        result: Any = None,
+        provider_result_id: str | None = None,
+        provider_request_id: str | None = None,
+        evidence: Evidence | None = None,
+    ) -> Operation:
+        return self._fenced_move(
+            tenant_id,
+            operation_id,
+            token,
+            S.CONFIRMED,
+            actor="receipt" if evidence is None else evidence.source,
+            evidence=evidence,
+            result=result,
+            provider_result_id=provider_result_id,
+            provider_request_id=provider_request_id,
+        )
+
+    def reject(
+        self,
+        tenant_id: str,
+        operation_id: str,
+        *,
+        token: int | None,
+        reason: str,
+        evidence: Evidence | None = None,
+        actor: str | None = None,
+    ) -> Operation:
+        if token is None:
+            with self._lock:
+                self._require_setup()
+                row = self._row(tenant_id, operation_id)
+                if row.status is not S.PREPARED:
+                    raise StaleFencingToken(operation_id, token=0, current=row.fencing_token)
+                return self._move(
+                    row, S.REJECTED, actor=actor or "ledger", evidence=evidence, error=reason
+                )
+        return self._fenced_move(
+            tenant_id,
+            operation_id,
+            token,
+            S.REJECTED,
+            actor=actor or "provider",
+            evidence=evidence,
+            error=reason,
+        )
+
+    def release(self, tenant_id: str, operation_id: str, *, token: int, reason: str) -> Operation:
+        return self._fenced_move(
+            tenant_id, operation_id, token, S.PREPARED, actor="provider", detail={"reason": reason}
+        )
+
+    def mark_unknown(
+        self,
+        tenant_id: str,
+        operation_id: str,
+        *,
+        token: int,
+        reason: str,
+        evidence: Evidence | None = None,
+        actor: str | None = None,
+    ) -> Operation:
+        return self._fenced_move(
+            tenant_id,
+            operation_id,
+            token,
+            S.UNKNOWN,
+            actor=actor or "runner",
+            evidence=evidence,
+            detail={"reason": reason},
+            error=reason,
+            fencing_token=token + 1,
+        )
+
+    def resolve(self, tenant_id: str, operation_id: str, resolution: Resolution) -> Operation:
+        target = {
+            Decision.CONFIRM: S.CONFIRMED,
+            Decision.REJECT: S.REJECTED,
+            Decision.RETRY: S.PREPARED,
+        }.get(resolution.decision)
+        if target is None:
+            raise InvalidInput(f"resolve takes confirm, reject or retry, not {resolution.decision}")
+        # An operator is a person; a reconciler resolves by evidence alone.
+        is_operator = resolution.evidence is None or resolution.evidence.source == "operator"
+        evidence = resolution.evidence or Evidence(
+            kind={
+                S.CONFIRMED: EvidenceKind.CONFIRMED,
+                S.REJECTED: EvidenceKind.REJECTED,
+                S.PREPARED: EvidenceKind.INCONCLUSIVE,
+            }[target],
+            summary=resolution.reason,
+            result=resolution.result,
+            provider_result_id=resolution.provider_result_id,
+            source="operator",
+        )
+        changes: dict[str, Any] = {}
+        if target is S.CONFIRMED:
+            changes = {
+                "result": resolution.result if resolution.result is not None else evidence.result,
+                "provider_result_id": resolution.provider_result_id
+                or evidence.provider_result_id,
+            }
+        elif target is S.REJECTED:
+            changes = {"error": resolution.reason or evidence.summary}
+        with self._lock:
+            self._require_setup()
+            row = self._row(tenant_id, operation_id)
+            return self._move(
+                row,
+                target,
+                actor=resolution.by,
+                evidence=evidence,
+                operator=resolution.by if is_operator else None,
+                detail={"decision": resolution.decision.value, "reason": resolution.reason},
+                **changes,
+            )
+
+    def record_evidence(self, tenant_id: str, operation_id: str, evidence: Evidence) -> Operation:
+        with self._lock:
+            self._require_setup()
+            row = self._row(tenant_id, operation_id)
+            now = self._clock()
+            new = row.model_copy(
+                update={
+                    "evidence_checked_at": now,
+                    "record_version": row.record_version + 1,
+                    "updated_at": now,
+                }
+            )
+            return self._commit(row, new, EventKind.EVIDENCE, actor=evidence.source, evidence=evidence)
+
+    # -- queries -------------------------------------------------------------
+
+    def get(self, tenant_id: str, operation_id: str) -> Operation | None:
+        with self._lock:
+            self._require_setup()
+            return self._rows.get((tenant_id, operation_id))
+
+    def list(
+        self,
+        *,
+        tenant_id: str | None = None,
+        status: OperationStatus | str | None = None,
+        action: str | None = None,
+        updated_before: datetime | None = None,
+        limit: int = 100,
+    ) -> list[Operation]:
+        wanted = coerce_status(status)
+        with self._lock:
+            self._require_setup()
+            rows = [
+                r
+                for r in self._rows.values()
+                if (tenant_id is None or r.tenant_id == tenant_id)
+                and (wanted is None or r.status is wanted)
+                and (action is None or r.action == action)
+                and (updated_before is None or r.updated_at < updated_before)
+            ]
+        rows.sort(key=lambda r: (r.updated_at, r.operation_id))
+        return rows[:limit]
+
+    def events(self, tenant_id: str, operation_id: str) -> list[OperationEvent]:
+        with self._lock:
+            self._require_setup()
+            return list(self._events.get((tenant_id, operation_id), []))
+
+    def stats(self, *, tenant_id: str | None = None) -> LedgerStats:
+        with self._lock:
+            self._require_setup()
+            rows = [r for r in self._rows.values() if tenant_id in (None, r.tenant_id)]
+            events = [
+                e
+                for (t, _), log in self._events.items()
+                if tenant_id in (None, t)
+                for e in log
+            ]
+        counts = dict.fromkeys(OperationStatus, 0)
+        for r in rows:
+            counts[r.status] += 1
+
+        def oldest(status: OperationStatus) -> datetime | None:
+            return min((r.updated_at for r in rows if r.status is status), default=None)
+
+        reconciliation: dict[str, int] = {}
+        for e in events:
+            if e.evidence is not None and e.evidence.source not in ("operator", "receipt"):
+                reconciliation[e.evidence.kind.value] = reconciliation.get(e.evidence.kind.value, 0) + 1
+        return LedgerStats(
+            counts=counts,
+            oldest_unknown_at=oldest(S.UNKNOWN),
+            oldest_dispatching_at=oldest(S.DISPATCHING),
+            reconciliation=reconciliation,
+            operator_resolutions=sum(
+                1 for e in events if e.kind is EventKind.RESOLVE and e.evidence and e.evidence.source == "operator"
+            ),
+            stale_token_refusals=self._stale_refusals,
+        )
