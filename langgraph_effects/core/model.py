@@ -328,6 +328,8 @@ class OperationEvent(_Frozen):
     evidence: Evidence | None = None
     detail: JSON = None
     at: datetime
+    event_id: int | None = None
+    """Ledger-wide, increasing: ``Ledger.feed(after_id=...)`` follows the log."""
 
 
 class Prepared(_Frozen):

@@ -46,6 +46,8 @@ Method contracts (the async twins have the same names and are coroutines):
     beside millions of terminal rows.
 ``events(tenant_id, operation_id) -> list[OperationEvent]``
     The transitions in order.
+``feed(*, after_id=0, tenant_id=None, limit=100) -> list[OperationEvent]``
+    Events of all operations with ``event_id > after_id``, in order (``events --follow``).
 ``stats(*, tenant_id=None) -> LedgerStats``
 """
 
@@ -190,6 +192,10 @@ class Ledger(Protocol):
 
     def events(self, tenant_id: str, operation_id: str) -> list[OperationEvent]: ...
 
+    def feed(
+        self, *, after_id: int = 0, tenant_id: str | None = None, limit: int = 100
+    ) -> list[OperationEvent]: ...
+
     def stats(self, *, tenant_id: str | None = None) -> LedgerStats: ...
 
 
@@ -292,5 +298,9 @@ class AsyncLedger(Protocol):
     ) -> list[Operation]: ...
 
     async def events(self, tenant_id: str, operation_id: str) -> list[OperationEvent]: ...
+
+    async def feed(
+        self, *, after_id: int = 0, tenant_id: str | None = None, limit: int = 100
+    ) -> list[OperationEvent]: ...
 
     async def stats(self, *, tenant_id: str | None = None) -> LedgerStats: ...

@@ -36,6 +36,7 @@ from langgraph_effects.errors import (
     StaleFencingToken,
 )
 from langgraph_effects.ledger.base import DEFAULT_LEASE, LedgerStats
+from langgraph_effects.observe import log_transition
 
 __all__ = ["InMemoryLedger"]
 
@@ -64,6 +65,7 @@ class InMemoryLedger:
         self._events: dict[_Key, list[OperationEvent]] = {}
         self._ready = False
         self._stale_refusals = 0
+        self._feed: list[OperationEvent] = []
 
     def setup(self) -> None:
         self._ready = True
@@ -97,22 +99,24 @@ class InMemoryLedger:
     ) -> Operation:
         key = (new.tenant_id, new.operation_id)
         log = self._events.setdefault(key, [])
-        log.append(
-            OperationEvent(
-                tenant_id=new.tenant_id,
-                operation_id=new.operation_id,
-                seq=len(log) + 1,
-                kind=kind,
-                from_status=None if old is None else old.status,
-                to_status=new.status,
-                actor=actor,
-                fencing_token=new.fencing_token,
-                evidence=evidence,
-                detail=detail,
-                at=new.updated_at,
-            )
+        event = OperationEvent(
+            tenant_id=new.tenant_id,
+            operation_id=new.operation_id,
+            seq=new.record_version,
+            kind=kind,
+            from_status=None if old is None else old.status,
+            to_status=new.status,
+            actor=actor,
+            fencing_token=new.fencing_token,
+            evidence=evidence,
+            detail=detail,
+            at=new.updated_at,
+            event_id=len(self._feed) + 1,
         )
+        log.append(event)
+        self._feed.append(event)
         self._rows[key] = new
+        log_transition(new, event)
         return new
 
     def _move(
@@ -446,6 +450,13 @@ class InMemoryLedger:
         with self._lock:
             self._require_setup()
             return list(self._events.get((tenant_id, operation_id), []))
+
+    def feed(
+        self, *, after_id: int = 0, tenant_id: str | None = None, limit: int = 100
+    ) -> list[OperationEvent]:
+        with self._lock:
+            self._require_setup()
+            return [e for e in self._feed[after_id:] if tenant_id in (None, e.tenant_id)][:limit]
 
     def stats(self, *, tenant_id: str | None = None) -> LedgerStats:
         with self._lock:
