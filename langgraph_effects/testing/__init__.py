@@ -1,0 +1,47 @@
+"""The public test harness: fake providers that count effects, and crash points.
+
+* :mod:`langgraph_effects.testing.providers`: ``FakeCRM``, ``FakeMail``,
+  ``FakeTicketing`` (state in a SQLite file, so counts survive process kills),
+  scripted ``Fault``s, a ``FakeClock``.
+* :mod:`langgraph_effects.testing.faults`: ``CrashPoint``s at every boundary
+  of the runner, armed in-process (``InjectedCrash``) or as a real process
+  kill, and ``run_in_child`` to run to a crash and resume in a fresh process.
+
+Names load on first use, so library code importing ``testing.faults`` for its
+``crash_point`` hook stays cheap.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS: dict[str, str] = {
+    # fake providers
+    "AppliedEffect": "langgraph_effects.testing.providers",
+    "Clock": "langgraph_effects.testing.providers",
+    "FakeCRM": "langgraph_effects.testing.providers",
+    "FakeClock": "langgraph_effects.testing.providers",
+    "FakeMail": "langgraph_effects.testing.providers",
+    "FakeTicketing": "langgraph_effects.testing.providers",
+    "Fault": "langgraph_effects.testing.providers",
+    "FaultQueue": "langgraph_effects.testing.providers",
+    "ProviderStats": "langgraph_effects.testing.providers",
+    "ProviderTimeout": "langgraph_effects.testing.providers",
+    "SystemClock": "langgraph_effects.testing.providers",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'langgraph_effects.testing' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__
