@@ -1,0 +1,953 @@
+"""``langgraph-effects``: the operator's command line over a ledger.
+
+The commands an operator needs at 3 a.m.: see what is stuck (``list``,
+``stats``), look at one operation with its evidence and what a retry would
+risk (``show``), decide it (``resolve``, ``retry``) and watch the event log
+(``events --follow``). Every decision goes through ``Ledger.resolve``, so the
+state machine refuses what it must and the event log records who decided and why.
+
+The ledger: ``--db sqlite:///relative/effects.db``, ``--db sqlite:////abs/effects.db``
+(SQLAlchemy's convention), a plain path to an existing SQLite file, or
+``--db postgresql://user@host/db``; or the environment variable ``LGE_DB``.
+The CLI never creates or migrates a ledger: a path with no file or a database
+without the tables is an error, not a fresh empty ledger.
+
+Exit codes (stable; scripts may rely on them)::
+
+    0  done
+    1  not found: no such operation for that tenant (another tenant's
+       operation is reported exactly like a missing one)
+    2  usage or connection: bad arguments, malformed URL or JSON, no operator
+       identity, a ledger that cannot be opened, reached or is not set up
+    3  refused: the state machine (or a live lease) does not allow the decision;
+       nothing was changed
+    4  forbidden: the resolve policy did not allow this operator; nothing was changed
+
+``--json`` prints one JSON document (``events``: one JSON object per line) with
+the keys documented on each command; errors go to stderr (a JSON object
+``{"error": KIND, "message": ..., "exit_code": N}`` under ``--json``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import json
+import os
+import re
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from enum import IntEnum
+from pathlib import Path
+from typing import Annotated, Any, NoReturn
+from urllib.parse import urlsplit
+
+import pydantic
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from langgraph_effects.core.model import (
+    Decision,
+    Evidence,
+    EvidenceKind,
+    Operation,
+    OperationEvent,
+    OperationStatus,
+    Resolution,
+    utcnow,
+)
+from langgraph_effects.errors import (
+    ConcurrentUpdate,
+    EffectsError,
+    IllegalTransition,
+    InvalidInput,
+    LeaseHeld,
+    LedgerError,
+    OperationNotFound,
+    StaleFencingToken,
+)
+from langgraph_effects.ledger.base import Ledger, LedgerStats
+
+__all__ = ["ExitCode", "ResolvePolicy", "app", "main", "open_ledger", "parse_duration"]
+
+S = OperationStatus
+
+ResolvePolicy = Callable[[str, Operation, Decision], bool]
+"""``policy(operator, operation, decision) -> bool``: may this person decide this?
+
+Return ``True`` to allow. ``False`` or any exception (``PermissionError("why")``
+reads best) forbids; a broken policy therefore fails closed.
+"""
+
+
+class ExitCode(IntEnum):
+    """The process exit codes of every command (see the module docstring)."""
+
+    OK = 0
+    NOT_FOUND = 1
+    USAGE = 2
+    REFUSED = 3
+    FORBIDDEN = 4
+
+
+class _Failure(Exception):
+    """An error to report and exit with; raised inside commands, never escapes ``main``."""
+
+    def __init__(self, code: ExitCode, kind: str, message: str) -> None:
+        self.code = code
+        self.kind = kind
+        super().__init__(message)
+
+
+# Most urgent first: what needs a person, then what is in flight, then what waits.
+_OPEN = (S.UNKNOWN, S.DISPATCHING, S.PREPARED)
+_ORDER = (*_OPEN, S.REJECTED, S.CONFIRMED)
+
+app = typer.Typer(
+    name="langgraph-effects",
+    help="Inspect and resolve the operations of a langgraph-effects ledger.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+# -- options shared by the commands -------------------------------------------
+
+DbOption = Annotated[
+    str | None,
+    typer.Option(
+        "--db",
+        envvar="LGE_DB",
+        help="Ledger URL: sqlite:///file.db, sqlite:////abs/file.db or postgresql://... "
+        "[env LGE_DB]",
+        show_default=False,
+    ),
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="Machine-readable output (stable keys).")]
+TenantRequired = Annotated[str, typer.Option("--tenant", "-t", help="The operation's tenant.")]
+ByOption = Annotated[
+    str | None,
+    typer.Option("--by", envvar="LGE_OPERATOR", help="Who decides (required) [env LGE_OPERATOR]."),
+]
+ReasonOption = Annotated[
+    str, typer.Option("--reason", help="Why: recorded in the event log (required).")
+]
+PolicyOption = Annotated[
+    str | None,
+    typer.Option(
+        "--policy",
+        envvar="LGE_RESOLVE_POLICY",
+        help="module:function deciding who may resolve what [env LGE_RESOLVE_POLICY].",
+    ),
+]
+
+
+# -- opening a ledger -----------------------------------------------------------
+
+
+@contextlib.contextmanager
+def open_ledger(url: str) -> Iterator[Ledger]:
+    """Open the ledger a URL names, for the duration of the ``with`` block.
+
+    Never creates anything: a SQLite path with no file raises ``InvalidInput``.
+
+    Raises:
+        InvalidInput: the URL is malformed, names an unsupported scheme or a
+            missing SQLite file.
+        LedgerError: the backend could not be opened or reached.
+    """
+    scheme = urlsplit(url).scheme.lower() if "://" in url else ""
+    if scheme in ("postgresql", "postgres") or scheme.startswith("postgresql+"):
+        from langgraph_effects.ledger.postgres import PostgresLedger
+
+        conn_string = re.sub(r"^postgresql\+\w+://", "postgresql://", url)
+        with PostgresLedger.from_conn_string(conn_string) as ledger:
+            yield ledger
+        return
+    if scheme == "sqlite":
+        # SQLAlchemy's convention: sqlite:///rel/path, sqlite:////abs/path.
+        path = Path(url[len("sqlite:///") :]) if url.lower().startswith("sqlite:///") else None
+        if path is None or not str(path):
+            raise InvalidInput(f"malformed SQLite URL {url!r}: use sqlite:///path/to/effects.db")
+    elif scheme == "" and url.strip():
+        path = Path(url)
+    else:
+        raise InvalidInput(
+            f"unsupported ledger URL {url!r}: use sqlite:///path/to/effects.db "
+            "or postgresql://user@host:5432/db"
+        )
+    if not path.is_file():
+        hint = " (an absolute path takes four slashes: sqlite:////abs/path)" if scheme else ""
+        raise InvalidInput(f"no SQLite ledger at {path.resolve()}: the file does not exist{hint}")
+    from langgraph_effects.ledger.sqlite import SQLiteLedger
+
+    with SQLiteLedger.from_conn_string(str(path)) as ledger:
+        yield ledger
+
+
+@contextlib.contextmanager
+def _ledger(ctx: typer.Context, db: str | None) -> Iterator[Ledger]:
+    """The ledger for this invocation: an injected object (tests, embedding) or ``--db``."""
+    injected = ctx.find_root().obj
+    if isinstance(injected, Ledger):
+        yield injected
+        return
+    if not db:
+        raise _Failure(ExitCode.USAGE, "usage", "no ledger given: pass --db URL or set LGE_DB")
+    stack = contextlib.ExitStack()
+    try:
+        ledger = stack.enter_context(open_ledger(db))
+    except EffectsError as exc:
+        raise _Failure(ExitCode.USAGE, "unavailable", f"cannot open the ledger: {exc}") from exc
+    except Exception as exc:
+        # Driver errors (connection refused, bad credentials, unreadable file)
+        # all mean "cannot open" to an operator; the message says which.
+        raise _Failure(
+            ExitCode.USAGE, "unavailable", f"cannot open the ledger at {_redact(db)}: {exc}"
+        ) from exc
+    with stack:
+        yield ledger
+
+
+def _redact(url: str) -> str:
+    """The URL without a password, for error messages."""
+    return re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", url)
+
+
+# -- error reporting ---------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _reporting(as_json: bool) -> Iterator[None]:
+    """Turn failures into one message on stderr and the documented exit code."""
+    try:
+        yield
+    except _Failure as exc:
+        _fail(exc, as_json)
+    except OperationNotFound as exc:
+        _fail(_Failure(ExitCode.NOT_FOUND, "not_found", str(exc)), as_json)
+    except (IllegalTransition, LeaseHeld, ConcurrentUpdate, StaleFencingToken) as exc:
+        _fail(_Failure(ExitCode.REFUSED, "refused", f"{exc}; nothing was changed"), as_json)
+    except (InvalidInput, pydantic.ValidationError) as exc:
+        _fail(_Failure(ExitCode.USAGE, "usage", str(exc)), as_json)
+    except LedgerError as exc:
+        _fail(_Failure(ExitCode.USAGE, "unavailable", str(exc)), as_json)
+
+
+def _fail(failure: _Failure, as_json: bool) -> NoReturn:
+    if as_json:
+        error = {"error": failure.kind, "message": str(failure), "exit_code": int(failure.code)}
+        typer.echo(json.dumps(error), err=True)
+    else:
+        Console(stderr=True, highlight=False, soft_wrap=True).print(
+            f"[bold red]error:[/] {failure}", markup=True
+        )
+    raise typer.Exit(int(failure.code))
+
+
+def _echo_json(value: Any) -> None:
+    typer.echo(json.dumps(value, indent=2, ensure_ascii=False))
+
+
+def _console() -> Console:
+    # Created per command: CliRunner swaps sys.stdout between invocations. A
+    # pipe gets a wide console so ids are never cut.
+    return Console(highlight=False, width=None if sys.stdout.isatty() else 200)
+
+
+# -- parsing -------------------------------------------------------------------------
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def parse_duration(text: str) -> timedelta:
+    """Parse ``90s``, ``10m``, ``1h30m``, ``2d`` into a ``timedelta``.
+
+    Raises:
+        InvalidInput: anything else.
+    """
+    compact = text.strip().lower().replace(" ", "")
+    parts: list[tuple[str, str]] = _DURATION.findall(compact)
+    if not compact or "".join(n + u for n, u in parts) != compact:
+        raise InvalidInput(f"cannot read duration {text!r}: use e.g. 90s, 10m, 1h30m, 2d")
+    return timedelta(seconds=sum(float(n) * _UNIT_SECONDS[u] for n, u in parts))
+
+
+def _parse_json(option: str, text: str | None) -> Any:
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InvalidInput(f"{option} is not valid JSON: {exc}") from None
+
+
+def _statuses(values: list[str] | None, include_terminal: bool) -> list[OperationStatus]:
+    if not values:
+        return list(_ORDER if include_terminal else _OPEN)
+    out: list[OperationStatus] = []
+    for value in values:
+        try:
+            out.append(OperationStatus(value.lower()))
+        except ValueError:
+            valid = ", ".join(s.value for s in OperationStatus)
+            raise InvalidInput(f"unknown status {value!r}; expected one of: {valid}") from None
+    return out
+
+
+# -- presentation --------------------------------------------------------------------
+
+
+def _iso(value: datetime | None) -> str | None:
+    return None if value is None else value.isoformat()
+
+
+def _seconds(value: timedelta | None) -> float | None:
+    return None if value is None else round(value.total_seconds(), 3)
+
+
+def _age(delta: timedelta | None) -> str:
+    """``3d 4h``, ``12m 5s``: two units are enough for a person."""
+    if delta is None:
+        return "-"
+    seconds = max(0, int(delta.total_seconds()))
+    units = (("d", 86400), ("h", 3600), ("m", 60), ("s", 1))
+    parts = []
+    for name, size in units:
+        if seconds >= size or (name == "s" and not parts):
+            parts.append(f"{seconds // size}{name}")
+            seconds %= size
+        if len(parts) == 2:
+            break
+    return " ".join(parts)
+
+
+_STATUS_STYLE = {
+    S.UNKNOWN: "bold red",
+    S.DISPATCHING: "yellow",
+    S.PREPARED: "cyan",
+    S.CONFIRMED: "green",
+    S.REJECTED: "magenta",
+}
+
+
+def _status(status: OperationStatus) -> str:
+    return f"[{_STATUS_STYLE[status]}]{status.value}[/]"
+
+
+def _summary(op: Operation, now: datetime) -> dict[str, Any]:
+    """The ``list`` keys: the record without payload or result."""
+    return {
+        "tenant_id": op.tenant_id,
+        "operation_id": op.operation_id,
+        "workflow_id": op.workflow_id,
+        "action": op.action,
+        "action_version": op.action_version,
+        "target": op.target,
+        "provider": op.provider,
+        "status": op.status.value,
+        "attempts": op.attempts,
+        "idempotency_key": op.idempotency_key,
+        "created_at": _iso(op.created_at),
+        "updated_at": _iso(op.updated_at),
+        "first_dispatched_at": _iso(op.first_dispatched_at),
+        "age_seconds": _seconds(now - op.updated_at),
+        "error": op.error,
+    }
+
+
+def _event_json(event: OperationEvent) -> dict[str, Any]:
+    data = event.model_dump(mode="json")
+    return {
+        "event_id": data["event_id"],
+        "tenant_id": data["tenant_id"],
+        "operation_id": data["operation_id"],
+        "seq": data["seq"],
+        "kind": data["kind"],
+        "from_status": data["from_status"],
+        "to_status": data["to_status"],
+        "actor": data["actor"],
+        "fencing_token": data["fencing_token"],
+        "at": data["at"],
+        "evidence": data["evidence"],
+        "detail": data["detail"],
+    }
+
+
+def _event_line(event: OperationEvent) -> str:
+    source = event.from_status.value if event.from_status else "-"
+    line = (
+        f"#{event.event_id} {event.at:%Y-%m-%d %H:%M:%S} {event.tenant_id} {event.operation_id} "
+        f"{event.kind.value}: {source} -> {event.to_status.value} by {event.actor}"
+    )
+    if event.evidence is not None:
+        line += f" [{event.evidence.kind.value}: {event.evidence.summary}]"
+    return line
+
+
+# -- what a retry would risk ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Outlook:
+    """What an operator may decide now, and what a resend would risk."""
+
+    decisions: list[Decision]
+    next_run: str
+    risk: str
+
+    def as_json(self, op: Operation, now: datetime) -> dict[str, Any]:
+        return {
+            "decisions": [d.value for d in self.decisions],
+            "next_run": self.next_run,
+            "risk": self.risk,
+            "attempts": op.attempts,
+            "idempotency_key": op.idempotency_key,
+            "first_dispatched_at": _iso(op.first_dispatched_at),
+            "key_age_seconds": (
+                _seconds(now - op.first_dispatched_at) if op.first_dispatched_at else None
+            ),
+            # The provider's retention window lives in the effect's contract,
+            # not in the ledger row: whether the key is still honoured cannot
+            # be decided from here.
+            "key_window_known": False,
+        }
+
+
+def _outlook(op: Operation, now: datetime) -> _Outlook:
+    """Say, from the record alone, what can be decided and what a retry would risk."""
+    if op.status is S.CONFIRMED:
+        return _Outlook(
+            [],
+            "replays the recorded result; the provider is not called",
+            "none: confirmed is final. A retry would be a second effect, so none is offered.",
+        )
+    if op.status is S.REJECTED:
+        return _Outlook(
+            [],
+            "returns the recorded rejection to the model",
+            "none: rejected is final. Doing it anyway is a new operation with its own "
+            "authorization.",
+        )
+    if op.status is S.DISPATCHING:
+        if op.lease_alive(now):
+            return _Outlook(
+                [],
+                f"waits: {op.lease_owner} holds the lease until {_iso(op.lease_expires_at)}",
+                "a call is in flight; wait for its receipt or for the lease to lapse.",
+            )
+        return _Outlook(
+            [],
+            "marks it unknown (the lease lapsed), then reconciles",
+            "the last attempt may have reached the provider; wait for reconciliation.",
+        )
+    if op.status is S.PREPARED:
+        first = op.first_dispatched_at is None
+        return _Outlook(
+            [],
+            "dispatches it" + (" for the first time" if first else " again, under the same key"),
+            "none yet: never sent."
+            if first
+            else "it was sent before and a retry was ordered; the resend reuses the same key.",
+        )
+    # unknown
+    sent = f"sent {op.attempts} time(s), first at {_iso(op.first_dispatched_at)}"
+    if op.first_dispatched_at is not None:
+        sent += f" ({_age(now - op.first_dispatched_at)} ago)"
+    if op.idempotency_key:
+        risk = (
+            f"{sent} under idempotency key {op.idempotency_key!r}. A retry resends the same "
+            "key and pinned payload: the provider deduplicates it only while it still "
+            "remembers the key (its retention window, e.g. at least 24 h for Stripe, is not "
+            "recorded in the ledger: check it before retrying)."
+        )
+    else:
+        risk = (
+            f"{sent} with no idempotency key: the provider cannot deduplicate. If the earlier "
+            "attempt was applied, a retry applies the effect twice. Check the provider first; "
+            "confirm or reject if you can tell."
+        )
+    return _Outlook(
+        [Decision.CONFIRM, Decision.REJECT, Decision.RETRY],
+        "reconciles with the provider; if that is inconclusive, asks a person (review)",
+        risk,
+    )
+
+
+# -- policy ---------------------------------------------------------------------------
+
+
+def _load_policy(spec: str | None) -> ResolvePolicy | None:
+    if not spec:
+        return None
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise _Failure(ExitCode.USAGE, "usage", f"--policy {spec!r}: expected module:function")
+    # Like ``python -m``: the operator's working directory is importable.
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        policy = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
+        raise _Failure(ExitCode.USAGE, "usage", f"cannot load policy {spec!r}: {exc}") from exc
+    if not callable(policy):
+        raise _Failure(ExitCode.USAGE, "usage", f"policy {spec!r} is not callable")
+    return policy  # type: ignore[no-any-return]
+
+
+def _check_policy(
+    policy: ResolvePolicy | None, operator: str, op: Operation, decision: Decision
+) -> None:
+    if policy is None:
+        return
+    try:
+        allowed = policy(operator, op, decision) is True
+        why = "the policy said no"
+    except Exception as exc:  # fail closed: a broken policy allows nothing
+        allowed, why = False, str(exc) or type(exc).__name__
+    if not allowed:
+        raise _Failure(
+            ExitCode.FORBIDDEN,
+            "forbidden",
+            f"{operator!r} may not {decision.value} {op.action} operations of tenant "
+            f"{op.tenant_id!r}: {why}",
+        )
+
+
+def _operator(by: str | None) -> str:
+    if by is None or not by.strip():
+        raise _Failure(
+            ExitCode.USAGE,
+            "usage",
+            "a decision needs an operator identity: pass --by NAME or set LGE_OPERATOR",
+        )
+    return by.strip()
+
+
+def _require(ledger: Ledger, tenant: str, operation_id: str) -> Operation:
+    op = ledger.get(tenant, operation_id)
+    if op is None:
+        raise OperationNotFound(tenant, operation_id)
+    return op
+
+
+# -- commands -----------------------------------------------------------------------
+
+
+@app.command("list")
+def list_operations(
+    ctx: typer.Context,
+    db: DbOption = None,
+    tenant: Annotated[str | None, typer.Option("--tenant", "-t", help="Only this tenant.")] = None,
+    status: Annotated[
+        list[str] | None,
+        typer.Option("--status", "-s", help="Only these statuses (repeatable)."),
+    ] = None,
+    action: Annotated[str | None, typer.Option("--action", "-a", help="Only this action.")] = None,
+    older_than: Annotated[
+        str | None,
+        typer.Option("--older-than", help="Unchanged for at least this long (10m, 2h, 1d)."),
+    ] = None,
+    include_terminal: Annotated[
+        bool, typer.Option("--all", help="Also confirmed and rejected operations.")
+    ] = False,
+    limit: Annotated[int, typer.Option("--limit", min=1, help="At most this many rows.")] = 100,
+    as_json: JsonOption = False,
+) -> None:
+    """List operations: by default the open ones, unknown first, oldest first.
+
+    JSON: {"operations": [{tenant_id, operation_id, workflow_id, action,
+    action_version, target, provider, status, attempts, idempotency_key,
+    created_at, updated_at, first_dispatched_at, age_seconds, error}], "count": N}
+    """
+    with _reporting(as_json), _ledger(ctx, db) as ledger:
+        now = utcnow()
+        before = now - parse_duration(older_than) if older_than else None
+        rows: list[Operation] = []
+        for wanted in _statuses(status, include_terminal):
+            if len(rows) >= limit:
+                break
+            rows += ledger.list(
+                tenant_id=tenant,
+                status=wanted,
+                action=action,
+                updated_before=before,
+                limit=limit - len(rows),
+            )
+        if as_json:
+            _echo_json({"operations": [_summary(op, now) for op in rows], "count": len(rows)})
+            return
+        console = _console()
+        if not rows:
+            console.print("no operations match")
+            return
+        table = Table(show_edge=False, pad_edge=False)
+        for column in ("tenant", "operation", "action", "target", "status", "tries", "age"):
+            table.add_column(column, no_wrap=column in ("operation", "status"))
+        for op in rows:
+            table.add_row(
+                op.tenant_id,
+                op.operation_id,
+                op.action,
+                op.target or "-",
+                _status(op.status),
+                str(op.attempts),
+                _age(now - op.updated_at),
+            )
+        console.print(table)
+        if len(rows) == limit:
+            console.print(f"(first {limit}; raise --limit for more)")
+
+
+@app.command()
+def show(
+    ctx: typer.Context,
+    operation_id: Annotated[str, typer.Argument(help="The operation id.")],
+    tenant: TenantRequired,
+    db: DbOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Show one operation: its record, events, evidence and what a retry would risk.
+
+    JSON: {"operation": {every record field}, "events": [event...],
+    "outlook": {decisions, next_run, risk, attempts, idempotency_key,
+    first_dispatched_at, key_age_seconds, key_window_known}}
+    """
+    with _reporting(as_json), _ledger(ctx, db) as ledger:
+        op = _require(ledger, tenant, operation_id)
+        events = ledger.events(tenant, operation_id)
+        now = utcnow()
+        outlook = _outlook(op, now)
+        if as_json:
+            _echo_json(
+                {
+                    "operation": op.model_dump(mode="json"),
+                    "events": [_event_json(e) for e in events],
+                    "outlook": outlook.as_json(op, now),
+                }
+            )
+            return
+        console = _console()
+        record = Table.grid(padding=(0, 2))
+        record.add_column(style="bold")
+        record.add_column()
+        fields: list[tuple[str, str]] = [
+            ("operation", op.operation_id),
+            ("tenant", op.tenant_id),
+            ("workflow", op.workflow_id or "-"),
+            ("action", f"{op.action} v{op.action_version}"),
+            ("target", op.target or "-"),
+            ("provider", op.provider or "-"),
+            ("status", _status(op.status)),
+            ("attempts", str(op.attempts)),
+            ("idempotency key", op.idempotency_key or "- (none: the provider cannot deduplicate)"),
+            ("provider request", op.provider_request_id or "-"),
+            ("provider result", op.provider_result_id or "-"),
+            ("payload digest", op.payload_digest),
+            ("payload", json.dumps(op.payload) if op.payload_stored else "(digest only)"),
+            ("authorization", op.authorization_ref or "-"),
+            ("created", f"{_iso(op.created_at)} ({_age(now - op.created_at)} ago)"),
+            ("first dispatched", _iso(op.first_dispatched_at) or "-"),
+            ("last dispatched", _iso(op.last_dispatched_at) or "-"),
+            ("evidence checked", _iso(op.evidence_checked_at) or "-"),
+        ]
+        if op.lease_owner:
+            fields.append(("lease", f"{op.lease_owner} until {_iso(op.lease_expires_at)}"))
+        if op.error:
+            fields.append(("error", op.error))
+        if op.status is S.CONFIRMED:
+            fields.append(("result", json.dumps(op.result)))
+        for name, value in fields:
+            record.add_row(name, value)
+        console.print(record)
+        console.print()
+        log = Table(title="events", show_edge=False, pad_edge=False, title_justify="left")
+        for column in ("#", "at", "event", "from -> to", "by", "token", "evidence / reason"):
+            log.add_column(column)
+        for e in events:
+            note = ""
+            if e.evidence is not None:
+                note = f"{e.evidence.kind.value} ({e.evidence.source}): {e.evidence.summary}"
+            elif isinstance(e.detail, dict) and e.detail.get("reason"):
+                note = str(e.detail["reason"])
+            log.add_row(
+                str(e.seq),
+                f"{e.at:%Y-%m-%d %H:%M:%S}",
+                e.kind.value,
+                f"{e.from_status.value if e.from_status else '-'} -> {e.to_status.value}",
+                e.actor,
+                "-" if e.fencing_token is None else str(e.fencing_token),
+                note,
+            )
+        console.print(log)
+        console.print()
+        console.print(f"[bold]next run:[/] {outlook.next_run}")
+        console.print(f"[bold]retry risk:[/] {outlook.risk}")
+        if outlook.decisions:
+            choices = ", ".join(d.value for d in outlook.decisions)
+            console.print(f"[bold]you may:[/] {choices} (langgraph-effects resolve / retry)")
+
+
+def _decide(ledger: Ledger, op: Operation, resolution: Resolution) -> Operation:
+    """Resolve through the ledger, which enforces the state machine (policy checked before)."""
+    operation_id = op.operation_id
+    if op.status is not S.UNKNOWN:
+        # The ledger would refuse too; saying what the operation is doing
+        # instead helps more than the bare transition error.
+        raise IllegalTransition(
+            operation_id,
+            status=op.status.value,
+            target=resolution.decision.value,
+            why=f"only an unknown operation can be decided. Now: {_outlook(op, utcnow()).next_run}",
+        )
+    return ledger.resolve(op.tenant_id, operation_id, resolution)
+
+
+def _report_decision(op: Operation, as_json: bool) -> None:
+    if as_json:
+        _echo_json({"operation": op.model_dump(mode="json")})
+        return
+    _console().print(f"{op.operation_id} is now {_status(op.status)} (record v{op.record_version})")
+
+
+@app.command()
+def resolve(
+    ctx: typer.Context,
+    operation_id: Annotated[str, typer.Argument(help="The operation id.")],
+    tenant: TenantRequired,
+    reason: ReasonOption,
+    confirm: Annotated[
+        bool, typer.Option("--confirm", help="The effect happened: record it as confirmed.")
+    ] = False,
+    reject: Annotated[
+        bool, typer.Option("--reject", help="The effect did not happen and never will.")
+    ] = False,
+    by: ByOption = None,
+    evidence: Annotated[
+        str | None,
+        typer.Option(
+            "--evidence",
+            help='JSON: what you saw, e.g. {"summary": "...", "provider_result_id": "..."}.',
+        ),
+    ] = None,
+    result: Annotated[
+        str | None,
+        typer.Option("--result", help="JSON result to replay to the model (with --confirm)."),
+    ] = None,
+    policy: PolicyOption = None,
+    db: DbOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Decide an unknown operation: --confirm (it happened) or --reject (it did not).
+
+    JSON: {"operation": {every record field, after the decision}}
+    """
+    with _reporting(as_json):
+        if confirm == reject:
+            raise _Failure(ExitCode.USAGE, "usage", "give exactly one of --confirm or --reject")
+        if reject and result is not None:
+            raise _Failure(ExitCode.USAGE, "usage", "--result goes with --confirm only")
+        if not reason.strip():
+            raise _Failure(ExitCode.USAGE, "usage", "--reason must say why")
+        operator = _operator(by)
+        decision = Decision.CONFIRM if confirm else Decision.REJECT
+        seen = _parse_json("--evidence", evidence)
+        if seen is not None and not isinstance(seen, dict):
+            raise InvalidInput("--evidence must be a JSON object")
+        replay = _parse_json("--result", result)
+        proof = None
+        if seen is not None:
+            kind = EvidenceKind.CONFIRMED if confirm else EvidenceKind.REJECTED
+            if seen.get("kind", kind.value) != kind.value or seen.get("source", "operator") != (
+                "operator"
+            ):
+                raise InvalidInput(
+                    f"--evidence kind/source contradict the decision (expected {kind.value}, "
+                    "operator)"
+                )
+            # An operator's evidence is always the operator's: the ledger tells
+            # a person from a reconciler by the evidence source.
+            proof = Evidence(**{"summary": reason, **seen, "kind": kind, "source": "operator"})
+        resolution = Resolution(
+            decision=decision,
+            by=operator,
+            reason=reason,
+            result=replay,
+            provider_result_id=proof.provider_result_id if proof else None,
+            evidence=proof,
+        )
+        loaded = _load_policy(policy)
+        with _ledger(ctx, db) as ledger:
+            op = _require(ledger, tenant, operation_id)
+            _check_policy(loaded, operator, op, decision)
+            _report_decision(_decide(ledger, op, resolution), as_json)
+
+
+@app.command()
+def retry(
+    ctx: typer.Context,
+    operation_id: Annotated[str, typer.Argument(help="The operation id.")],
+    tenant: TenantRequired,
+    reason: ReasonOption,
+    by: ByOption = None,
+    accept_duplicate_risk: Annotated[
+        bool,
+        typer.Option(
+            "--accept-duplicate-risk",
+            help="Retry even though the provider got no idempotency key "
+            "(you checked that the first attempt did not apply).",
+        ),
+    ] = False,
+    policy: PolicyOption = None,
+    db: DbOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Authorize a retry of an unknown operation: the next run dispatches it again.
+
+    The resend reuses the operation's idempotency key and pinned payload.
+    Without a key the provider cannot deduplicate, so the retry is refused
+    unless --accept-duplicate-risk says you checked.
+
+    JSON: {"operation": {every record field, after the decision}}
+    """
+    with _reporting(as_json):
+        if not reason.strip():
+            raise _Failure(ExitCode.USAGE, "usage", "--reason must say why")
+        operator = _operator(by)
+        loaded = _load_policy(policy)
+        with _ledger(ctx, db) as ledger:
+            op = _require(ledger, tenant, operation_id)
+            _check_policy(loaded, operator, op, Decision.RETRY)
+            if op.status is S.UNKNOWN and not op.idempotency_key and not accept_duplicate_risk:
+                raise IllegalTransition(
+                    operation_id,
+                    status=op.status.value,
+                    target="retry",
+                    why="the provider got no idempotency key, so a resend is not deduplicated: "
+                    "if the first attempt applied, a retry applies it twice. Check the provider "
+                    "and resolve --confirm/--reject, or pass --accept-duplicate-risk",
+                )
+            order = Resolution(decision=Decision.RETRY, by=operator, reason=reason)
+            _report_decision(_decide(ledger, op, order), as_json)
+
+
+def _stats_json(stats: LedgerStats, now: datetime) -> dict[str, Any]:
+    oldest = stats.oldest_unknown_at
+    return {
+        "counts": {s.value: stats.counts.get(s, 0) for s in _ORDER},
+        "total": stats.total,
+        "oldest_unknown_at": _iso(oldest),
+        "oldest_unknown_age_seconds": _seconds(now - oldest) if oldest else None,
+        "oldest_dispatching_at": _iso(stats.oldest_dispatching_at),
+        "reconciliation": {k.value: stats.reconciliation.get(k.value, 0) for k in EvidenceKind},
+        "operator_resolutions": stats.operator_resolutions,
+        # Replays happen in the workers and are not stored in the ledger
+        # (see observe.count_replay); null until a ledger records them.
+        "duplicates_prevented": getattr(stats, "duplicates_prevented", None),
+    }
+
+
+@app.command()
+def stats(
+    ctx: typer.Context,
+    db: DbOption = None,
+    tenant: Annotated[str | None, typer.Option("--tenant", "-t", help="Only this tenant.")] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Counts per status, age of the oldest unknown, reconciliation outcomes, resolutions.
+
+    JSON: {counts: {status: n}, total, oldest_unknown_at, oldest_unknown_age_seconds,
+    oldest_dispatching_at, reconciliation: {confirmed, rejected, inconclusive},
+    operator_resolutions, duplicates_prevented (null: not recorded by the ledger)}
+    """
+    with _reporting(as_json), _ledger(ctx, db) as ledger:
+        figures = _stats_json(ledger.stats(tenant_id=tenant), utcnow())
+        if as_json:
+            _echo_json(figures)
+            return
+        console = _console()
+        table = Table(show_header=False, show_edge=False, pad_edge=False)
+        table.add_column(style="bold")
+        table.add_column(justify="right")
+        for name, count in figures["counts"].items():
+            table.add_row(_status(S(name)), str(count))
+        table.add_row("total", str(figures["total"]))
+        console.print(table)
+        age = figures["oldest_unknown_age_seconds"]
+        console.print(
+            "oldest unknown: " + ("-" if age is None else f"{_age(timedelta(seconds=age))} ago")
+        )
+        outcomes = ", ".join(f"{k} {v}" for k, v in figures["reconciliation"].items())
+        console.print(f"reconciliation: {outcomes}")
+        console.print(f"operator resolutions: {figures['operator_resolutions']}")
+        prevented = figures["duplicates_prevented"]
+        console.print(
+            "duplicates prevented: "
+            + (
+                "not recorded in the ledger (metric lge.duplicates_prevented)"
+                if prevented is None
+                else str(prevented)
+            )
+        )
+
+
+@app.command()
+def events(
+    ctx: typer.Context,
+    db: DbOption = None,
+    tenant: Annotated[str | None, typer.Option("--tenant", "-t", help="Only this tenant.")] = None,
+    after: Annotated[int, typer.Option("--after", min=0, help="Start after this event id.")] = 0,
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="Keep polling for new events.")
+    ] = False,
+    interval: Annotated[
+        float, typer.Option("--interval", min=0.01, help="Seconds between polls.")
+    ] = 1.0,
+    count: Annotated[
+        int | None, typer.Option("--count", min=1, help="Stop after this many events.")
+    ] = None,
+    limit: Annotated[
+        int, typer.Option("--limit", min=1, help="Without --follow: at most this many.")
+    ] = 100,
+    as_json: JsonOption = False,
+) -> None:
+    """Print the event log after --after; with --follow, keep polling (Ctrl-C stops).
+
+    JSON: one object per line: {event_id, tenant_id, operation_id, seq, kind,
+    from_status, to_status, actor, fencing_token, at, evidence, detail}.
+    Resume later with --after <last event_id>.
+    """
+    with _reporting(as_json), _ledger(ctx, db) as ledger:
+        cursor, shown = after, 0
+        budget = count if follow else min(limit, count or limit)
+        console = None if as_json else _console()
+        try:
+            while True:
+                page = ledger.feed(after_id=cursor, tenant_id=tenant, limit=100)
+                for event in page:
+                    if as_json:
+                        typer.echo(json.dumps(_event_json(event), ensure_ascii=False))
+                    else:
+                        assert console is not None
+                        console.print(_event_line(event), markup=False)
+                    cursor = event.event_id or cursor
+                    shown += 1
+                    if budget is not None and shown >= budget:
+                        return
+                sys.stdout.flush()
+                if not page and not follow:
+                    return
+                if not page:
+                    time.sleep(interval)
+        except KeyboardInterrupt:
+            return
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()
