@@ -88,7 +88,7 @@ def test_every_committed_transition_is_logged_with_structured_fields(
         ("unknown", "confirmed", "resolve"),
     ]
     for record in records:
-        assert TRANSITION_FIELDS <= set(vars(record))
+        assert set(vars(record)) >= TRANSITION_FIELDS
         assert record.lge_operation_id == "op-1"  # type: ignore[attr-defined]
         assert record.lge_tenant_id == "acme"  # type: ignore[attr-defined]
         assert record.lge_action == "crm.close_case"  # type: ignore[attr-defined]
@@ -172,7 +172,7 @@ def test_replays_and_stale_tokens_are_reported(caplog: pytest.LogCaptureFixture)
 def test_without_opentelemetry_only_logging_remains(
     ledger: InMemoryLedger, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """With opentelemetry not importable, configure says so and logging, spans, gauges still work."""
+    """Without opentelemetry, configure says so; logging, spans and gauges still work."""
     caplog.set_level(logging.INFO, logger="langgraph_effects")
     try:
         with pytest.MonkeyPatch.context() as patch:
