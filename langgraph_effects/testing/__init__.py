@@ -29,6 +29,15 @@ _EXPORTS: dict[str, str] = {
     "ProviderStats": "langgraph_effects.testing.providers",
     "ProviderTimeout": "langgraph_effects.testing.providers",
     "SystemClock": "langgraph_effects.testing.providers",
+    # crash points
+    "ChildExit": "langgraph_effects.testing.faults",
+    "CrashMode": "langgraph_effects.testing.faults",
+    "CrashPlan": "langgraph_effects.testing.faults",
+    "CrashPoint": "langgraph_effects.testing.faults",
+    "InjectedCrash": "langgraph_effects.testing.faults",
+    "crash_env": "langgraph_effects.testing.faults",
+    "crash_point": "langgraph_effects.testing.faults",
+    "run_in_child": "langgraph_effects.testing.faults",
 }
 
 __all__ = sorted(_EXPORTS)

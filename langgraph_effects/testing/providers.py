@@ -349,8 +349,13 @@ class FaultQueue:
             )
 
     def script(self, faults: Iterable[Fault | None], *, on: str | None = None) -> None:
-        """Replace the pending faults with ``faults``, one per call (``None``: behave)."""
-        self.clear()
+        """Replace the pending faults aimed like ``on`` with ``faults``, one per call.
+
+        ``None`` in ``faults`` means "behave normally" for that call. Faults aimed
+        elsewhere (another ``on``) are kept.
+        """
+        with self._db.transaction() as conn:
+            conn.execute("DELETE FROM faults WHERE consumed = 0 AND on_method IS ?", (on,))
         for fault in faults:
             self.push(Fault.NONE if fault is None else fault, on=on)
 
