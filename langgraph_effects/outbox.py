@@ -1,0 +1,926 @@
+"""Notifications through a transactional outbox (DESIGN.md, "Notifications and business state").
+
+Where the application owns its database, the business change and the
+intention to notify commit together, in the application's own transaction::
+
+    with conn:                                    # the application's transaction
+        conn.execute("UPDATE cases SET status = 'closed' WHERE id = ?", (case_id,))
+        outbox.enqueue(conn, topic="case.closed", key=case_id, payload={...})
+    # rolled back -> no notification; committed -> exactly one, later
+
+``Outbox.enqueue`` only executes an INSERT on the caller's connection: it
+never commits, never opens a second transaction, never touches the ledger.
+
+A relay (``OutboxRelay``) delivers the entries later, from its own connection.
+Each entry becomes an operation of its own in the ledger (operation id
+derived from the entry id, its own idempotency key, its own evidence), and the
+same rules as any effect apply (``core.plan``): a receipt is saved at once; a
+lost receipt makes the operation ``unknown``, then it is reconciled, retried
+under the provider's idempotency key while that is safe, or left for review.
+Accepted by the provider is not delivered: the record keeps which one it knows.
+
+Two fences, two purposes::
+
+    relay A  claim entry (token 4) ─ prepare+claim op (fence 1) ─ send ─ confirm ─ settle(4)
+    relay B      claim entry after A's entry lease expired (token 5) ─ op dispatching,
+                 its lease alive -> wait, never send
+
+The entry lease keeps relays from working on the same entry (efficiency);
+the ledger's lease and fencing token decide who may dispatch (correctness).
+A relay that lost its entry lease cannot settle the entry (token mismatch);
+the next relay reads the ledger and settles it from there.
+
+Entry states: ``pending`` (work to do), ``review`` (its operation is
+``unknown`` and nothing resolved it: reconciled again every
+``review_recheck``, and an operator's resolution in the ledger is picked up
+there), ``sent`` (the provider acknowledged it: ``receipt_state`` says
+``accepted`` or ``delivered``), ``dead`` (a definitive rejection, conclusive
+evidence that it was not sent, or ``max_failures`` failures that provably did
+not deliver). Nothing is compensated automatically: a dead entry stays dead
+until a person enqueues something else.
+
+Ordering (``ordered=True`` at enqueue): an entry is not claimed while an
+earlier entry (lower ``seq``) of the same tenant, topic and key is still
+``pending`` or ``review``; ``sent`` and ``dead`` entries do not block. ``seq``
+is allocation order: when two transactions enqueue for one key concurrently
+without a lock in common, PostgreSQL may commit them out of ``seq`` order.
+Lock the business row (the usual case: both update the same case) to keep
+commit order and ``seq`` order the same.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import sqlite3
+import threading
+import uuid
+from collections.abc import Callable, Generator, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict
+
+from langgraph_effects import _outbox_sql as sql
+from langgraph_effects.core.digest import canonical_json, payload_digest
+from langgraph_effects.core.ids import idempotency_key, intent_operation_id
+from langgraph_effects.core.model import (
+    Decision,
+    Evidence,
+    EvidenceKind,
+    LeaseOwner,
+    Operation,
+    OperationDraft,
+    OperationStatus,
+    ProviderContract,
+    Resolution,
+    utcnow,
+)
+from langgraph_effects.core.plan import Outcome, Step, classify, plan
+from langgraph_effects.errors import (
+    InvalidInput,
+    LeaseHeld,
+    LedgerNotSetUp,
+    PayloadMismatch,
+    StaleFencingToken,
+)
+from langgraph_effects.ledger.base import Ledger
+
+__all__ = [
+    "Delivery",
+    "Outbox",
+    "OutboxEntry",
+    "OutboxRelay",
+    "OutboxStatus",
+    "Receipt",
+    "RelayReport",
+]
+
+logger = logging.getLogger("langgraph_effects.outbox")
+
+JSON = Any
+_T = TypeVar("_T")
+Dialect = Literal["sqlite", "postgres"]
+
+
+class OutboxStatus(StrEnum):
+    """Where an outbox entry stands (the ledger's operation holds the evidence)."""
+
+    PENDING = "pending"
+    REVIEW = "review"
+    SENT = "sent"
+    DEAD = "dead"
+
+
+class OutboxEntry(BaseModel):
+    """One row of ``lge_outbox``."""
+
+    model_config = ConfigDict(frozen=True)
+
+    seq: int
+    entry_id: str
+    tenant_id: str
+    topic: str
+    key: str | None
+    ordered: bool
+    payload: JSON
+    payload_digest: str
+    operation_id: str
+    status: OutboxStatus
+    failures: int
+    available_at: datetime
+    lease_owner: str | None
+    lease_expires_at: datetime | None
+    fencing_token: int
+    receipt_state: str | None
+    """``accepted`` or ``delivered``: what the provider's receipt (or evidence) said."""
+    provider_message_id: str | None
+    last_error: str | None
+    created_at: datetime
+    updated_at: datetime
+    resolved_at: datetime | None
+
+    @property
+    def action(self) -> str:
+        return f"outbox.{self.topic}"
+
+
+class Receipt(BaseModel):
+    """What a delivery function returns: the provider's acknowledgement.
+
+    ``delivered=False`` (the default) means *accepted*: the provider took the
+    message, which does not prove it reached an inbox.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    message_id: str
+    delivered: bool = False
+    detail: JSON = None
+
+    @property
+    def state(self) -> str:
+        return "delivered" if self.delivered else "accepted"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Delivery:
+    """What the delivery function is given: the entry and the stable key to send with it."""
+
+    entry: OutboxEntry
+    operation_id: str
+    idempotency_key: str
+    """Send this to the provider: stable across retries, relays and processes."""
+    attempt: int
+
+
+@dataclass(slots=True)
+class RelayReport:
+    """What one relay pass did (counts of entries)."""
+
+    claimed: int = 0
+    sent: int = 0
+    review: int = 0
+    dead: int = 0
+    deferred: int = 0
+    """Left pending: another live relay is dispatching it, or a transient failure backs off."""
+    lost_lease: int = 0
+    """Settles refused because another relay took the entry over (the ledger still decides)."""
+
+    def add(self, other: RelayReport) -> None:
+        for name in self.__slots__:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+
+# --------------------------------------------------------------------------- drivers
+
+_Stmt = tuple[str, dict[str, Any]]
+_Rows = list[dict[str, Any]]
+
+
+def _dialect(conn: Any) -> Dialect:
+    if isinstance(conn, sqlite3.Connection):
+        return "sqlite"
+    if type(conn).__module__.startswith("psycopg"):
+        return "postgres"
+    raise InvalidInput(
+        f"unsupported connection {type(conn).__name__}: "
+        "pass a sqlite3.Connection or a psycopg (Async)Connection"
+    )
+
+
+def _ts(value: datetime | None, dialect: Dialect) -> Any:
+    # SQLite keeps one fixed ISO format so text order is time order.
+    if value is None or dialect == "postgres":
+        return value
+    return value.astimezone(UTC).isoformat(timespec="microseconds")
+
+
+def _bind(stmt: _Stmt, dialect: Dialect) -> _Stmt:
+    text, params = stmt
+    params = {k: _ts(v, dialect) if isinstance(v, datetime) else v for k, v in params.items()}
+    return (sql.for_postgres(text) if dialect == "postgres" else text), params
+
+
+def _dicts(cursor: Any, rows: list[Any]) -> _Rows:
+    if not rows:
+        return []
+    if isinstance(rows[0], dict):
+        return [dict(r) for r in rows]
+    names = [d[0] for d in cursor.description]
+    return [dict(zip(names, tuple(r), strict=True)) for r in rows]
+
+
+def _run_sync(conn: Any, dialect: Dialect, steps: Generator[_Stmt, _Rows, _T]) -> _T:
+    """Drive a statement generator on a sync connection (no commit: the caller's business)."""
+    rows: _Rows | None = None  # a generator's first send must be None
+    try:
+        while True:
+            text, params = _bind(steps.send(rows), dialect)  # type: ignore[arg-type]
+            cur = conn.execute(text, params)
+            rows = _dicts(cur, cur.fetchall()) if cur.description else []
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+
+
+async def _run_async(conn: Any, steps: Generator[_Stmt, _Rows, _T]) -> _T:
+    """Drive a statement generator on a psycopg AsyncConnection."""
+    rows: _Rows | None = None  # a generator's first send must be None
+    try:
+        while True:
+            text, params = _bind(steps.send(rows), "postgres")  # type: ignore[arg-type]
+            cur = await conn.execute(text, params)
+            rows = _dicts(cur, await cur.fetchall()) if cur.description else []
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+
+
+def _setup_steps(dialect: Dialect, now: datetime) -> Generator[_Stmt, _Rows, None]:
+    if dialect == "postgres":
+        yield sql.PG_SETUP_LOCK_SQL, {}
+        yield sql.VERSION_TABLE_PG, {}
+        migrations = sql.MIGRATIONS_PG
+    else:
+        yield sql.VERSION_TABLE_SQLITE, {}
+        migrations = sql.MIGRATIONS_SQLITE
+    rows = yield sql.SELECT_VERSION_SQL, {}
+    current = int(next(iter(rows[0].values())))
+    for version, statements in enumerate(migrations, start=1):
+        if version <= current:
+            continue
+        for statement in statements:
+            yield statement, {}
+        yield sql.INSERT_VERSION_SQL, {"version": version, "now": now}
+
+
+def _require_open_transaction(conn: Any, dialect: Dialect) -> None:
+    """Refuse to enqueue on a connection that would commit the INSERT on its own."""
+    if dialect == "sqlite":
+        autocommit = getattr(conn, "autocommit", None) is True or conn.isolation_level is None
+        if autocommit and not conn.in_transaction:
+            raise InvalidInput(
+                "enqueue needs the application's open transaction: this sqlite3 connection "
+                "is in autocommit mode and no transaction is open (execute BEGIN first)"
+            )
+        return
+    from psycopg.pq import TransactionStatus
+
+    if conn.autocommit and conn.info.transaction_status == TransactionStatus.IDLE:
+        raise InvalidInput(
+            "enqueue needs the application's open transaction: this psycopg connection is in "
+            "autocommit mode outside a transaction (use `with conn.transaction():`)"
+        )
+
+
+# --------------------------------------------------------------------------- Outbox
+
+
+class Outbox:
+    """The write side: enqueue notifications inside the application's transaction.
+
+    Args:
+        tenant_id: the default tenant of entries (the ledger scopes operations by it).
+        clock: where ``created_at`` comes from (tests inject one).
+    """
+
+    def __init__(self, *, tenant_id: str = "default", clock: Callable[[], datetime] = utcnow):
+        self.tenant_id = tenant_id
+        self._clock = clock
+
+    # -- setup ----------------------------------------------------------------
+
+    def setup(self, conn: Any) -> None:
+        """Create or migrate ``lge_outbox`` (idempotent, safe to run concurrently).
+
+        Commits on ``conn``: call it outside your own transaction (sqlite3), or
+        on a connection without an open transaction block (psycopg).
+        """
+        dialect = _dialect(conn)
+        if dialect == "postgres":
+            with conn.transaction():
+                _run_sync(conn, dialect, _setup_steps(dialect, self._clock()))
+            return
+        if conn.in_transaction:
+            raise InvalidInput("Outbox.setup commits: call it outside an open transaction")
+        conn.execute("BEGIN IMMEDIATE")  # one writer migrates at a time
+        try:
+            _run_sync(conn, dialect, _setup_steps(dialect, self._clock()))
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+
+    async def asetup(self, conn: Any) -> None:
+        """``setup`` on a psycopg ``AsyncConnection``."""
+        async with conn.transaction():
+            await _run_async(conn, _setup_steps("postgres", self._clock()))
+
+    # -- enqueue --------------------------------------------------------------
+
+    def _enqueue_steps(
+        self,
+        *,
+        topic: str,
+        payload: JSON,
+        key: str | None,
+        dedupe_key: str | None,
+        ordered: bool,
+        tenant_id: str | None,
+    ) -> Generator[_Stmt, _Rows, str]:
+        tenant = tenant_id or self.tenant_id
+        if not topic.strip():
+            raise InvalidInput("an outbox entry needs a topic")
+        if ordered and key is None:
+            raise InvalidInput("ordered=True needs a key: ordering is per key")
+        if dedupe_key is None:
+            entry_id = f"ob-{uuid.uuid4().hex}"
+        else:
+            # The same (tenant, topic, dedupe key) is the same entry, in any process.
+            raw = hashlib.sha256(canonical_json([tenant, topic, dedupe_key])).hexdigest()
+            entry_id = f"ob-{raw[:32]}"
+        action = f"outbox.{topic}"
+        digest = payload_digest(action, 1, key, payload)
+        rows = yield (
+            sql.INSERT_ENTRY_SQL,
+            {
+                "entry_id": entry_id,
+                "tenant_id": tenant,
+                "topic": topic,
+                "key": key,
+                "ordered": ordered,
+                "payload": json.dumps(payload),
+                "payload_digest": digest,
+                "operation_id": intent_operation_id(
+                    tenant_id=tenant, action=action, intent_key=entry_id
+                ),
+                "now": self._clock(),
+            },
+        )
+        if not rows:
+            existing = yield sql.GET_ENTRY_SQL, {"entry_id": entry_id}
+            if existing[0]["payload_digest"] != digest:
+                raise PayloadMismatch(
+                    entry_id, expected=existing[0]["payload_digest"], actual=digest
+                )
+        return entry_id
+
+    def enqueue(
+        self,
+        conn: Any,
+        *,
+        topic: str,
+        payload: JSON,
+        key: str | None = None,
+        dedupe_key: str | None = None,
+        ordered: bool = False,
+        tenant_id: str | None = None,
+    ) -> str:
+        """Add a notification inside the caller's open transaction; return its entry id.
+
+        Executes one INSERT (plus a SELECT on a repeated ``dedupe_key``) on
+        ``conn`` and never commits: the entry exists exactly when the caller's
+        transaction commits.
+
+        Args:
+            conn: the application's ``sqlite3.Connection`` or ``psycopg.Connection``,
+                inside the transaction that carries the business change.
+            topic: what kind of notification (the operation's action is ``outbox.<topic>``).
+            payload: JSON value given to the delivery function.
+            key: the ordering key and the operation's target (the case, the recipient).
+            dedupe_key: the same (tenant, topic, dedupe_key) enqueued again is the
+                same entry; with another payload ``PayloadMismatch`` is raised.
+            ordered: deliver after every earlier open entry of the same topic and key.
+            tenant_id: overrides the outbox's default tenant.
+
+        Raises:
+            InvalidInput: the connection would commit the INSERT on its own
+                (autocommit outside a transaction), or bad arguments.
+            PayloadMismatch: ``dedupe_key`` reused with another payload.
+        """
+        dialect = _dialect(conn)
+        _require_open_transaction(conn, dialect)
+        steps = self._enqueue_steps(
+            topic=topic,
+            payload=payload,
+            key=key,
+            dedupe_key=dedupe_key,
+            ordered=ordered,
+            tenant_id=tenant_id,
+        )
+        return _run_sync(conn, dialect, steps)
+
+    async def aenqueue(
+        self,
+        conn: Any,
+        *,
+        topic: str,
+        payload: JSON,
+        key: str | None = None,
+        dedupe_key: str | None = None,
+        ordered: bool = False,
+        tenant_id: str | None = None,
+    ) -> str:
+        """``enqueue`` on a psycopg ``AsyncConnection`` (inside its open transaction)."""
+        _require_open_transaction(conn, "postgres")
+        steps = self._enqueue_steps(
+            topic=topic,
+            payload=payload,
+            key=key,
+            dedupe_key=dedupe_key,
+            ordered=ordered,
+            tenant_id=tenant_id,
+        )
+        return await _run_async(conn, steps)
+
+    # -- queries --------------------------------------------------------------
+
+    @staticmethod
+    def get(conn: Any, entry_id: str) -> OutboxEntry | None:
+        """Read one entry (any connection; no commit)."""
+        rows = _run_sync(conn, _dialect(conn), _one(sql.GET_ENTRY_SQL, {"entry_id": entry_id}))
+        return _entry(rows[0]) if rows else None
+
+    @staticmethod
+    def list(
+        conn: Any,
+        *,
+        status: OutboxStatus | str | None = None,
+        tenant_id: str | None = None,
+        limit: int = 100,
+    ) -> list[OutboxEntry]:
+        """Entries in ``seq`` order, optionally of one status or tenant."""
+        params = {
+            "status": None if status is None else OutboxStatus(status).value,
+            "tenant_id": tenant_id,
+            "limit": limit,
+        }
+        rows = _run_sync(conn, _dialect(conn), _one(sql.LIST_ENTRIES_SQL, params))
+        return [_entry(r) for r in rows]
+
+
+def _one(text: str, params: dict[str, Any]) -> Generator[_Stmt, _Rows, _Rows]:
+    rows = yield text, params
+    return rows
+
+
+def _entry(row: dict[str, Any]) -> OutboxEntry:
+    return OutboxEntry.model_validate(
+        {**row, "payload": json.loads(row["payload"]), "ordered": bool(row["ordered"])}
+    )
+
+
+def _is_missing_table(exc: Exception) -> bool:
+    text = str(exc).lower()
+    return "no such table" in text or ("lge_outbox" in text and "does not exist" in text)
+
+
+# --------------------------------------------------------------------------- relay
+
+Deliver = Callable[[Delivery], "Receipt | str"]
+Reconcile = Callable[[Operation], Evidence]
+
+_MAX_STEPS = 8  # plan steps per entry per pass; each step moves the record forward
+
+
+class OutboxRelay:
+    """Deliver outbox entries, each as its own ledger operation. Run once, in a loop or a thread.
+
+    Args:
+        conn: a connection to the application's database that this relay owns
+            (``sqlite3`` in autocommit mode, ``isolation_level=None``, or psycopg
+            with ``autocommit=True``); each claim and settle is one statement,
+            committed at once. ``from_conn_string`` opens one.
+        ledger: where delivery operations are recorded (may live elsewhere).
+        deliver: the provider call. Given a ``Delivery``; returns a ``Receipt``
+            (or a message id, read as *accepted*). Raise ``EffectRejected`` for a
+            definitive refusal, ``TransientProviderError`` when provably nothing
+            was sent; anything else is ambiguous and makes the operation unknown.
+        reconcile: given the ``Operation``, return conclusive or inconclusive
+            ``Evidence`` of what the provider did (look the idempotency key up).
+        contract: the provider's idempotency contract: while its window is open
+            an unknown delivery is resent under the same key.
+        tenant_id: only this tenant's entries (None: all).
+        provider: recorded on each operation.
+        lease_for: entry lease and ledger lease length.
+        batch_size: entries claimed per pass.
+        max_failures: failures that provably did not deliver (transient
+            refusals) before an entry goes to ``dead``.
+        review_recheck: how often an entry under review is reconciled again.
+        clock: the time source (tests inject one).
+    """
+
+    def __init__(
+        self,
+        conn: Any,
+        *,
+        ledger: Ledger,
+        deliver: Deliver,
+        reconcile: Reconcile | None = None,
+        contract: ProviderContract | None = None,
+        tenant_id: str | None = None,
+        provider: str | None = None,
+        lease_for: timedelta = timedelta(seconds=30),
+        batch_size: int = 20,
+        max_failures: int = 5,
+        review_recheck: timedelta = timedelta(minutes=1),
+        clock: Callable[[], datetime] = utcnow,
+    ) -> None:
+        if max_failures < 1:
+            raise InvalidInput("max_failures must be at least 1")
+        self.conn = conn
+        self.dialect = _dialect(conn)
+        self.ledger = ledger
+        self.deliver = deliver
+        self.reconcile = reconcile
+        self.contract = contract
+        self.tenant_id = tenant_id
+        self.provider = provider
+        self.lease_for = lease_for
+        self.batch_size = batch_size
+        self.max_failures = max_failures
+        self.review_recheck = review_recheck
+        self.clock = clock
+        self.owner = LeaseOwner.current()
+        self.totals = RelayReport()
+
+    @classmethod
+    @contextmanager
+    def from_conn_string(cls, conn_string: str | Path, **kwargs: Any) -> Iterator[OutboxRelay]:
+        """Open the relay's own connection: a SQLite path, or a ``postgresql://`` URL."""
+        text = str(conn_string)
+        if text.startswith(("postgres://", "postgresql://")):
+            import psycopg
+
+            with psycopg.connect(text, autocommit=True) as pg:
+                yield cls(pg, **kwargs)
+            return
+        conn = sqlite3.connect(text, isolation_level=None, timeout=30.0, check_same_thread=False)
+        try:
+            conn.execute("PRAGMA busy_timeout = 30000")
+            yield cls(conn, **kwargs)
+        finally:
+            conn.close()
+
+    # -- database -------------------------------------------------------------
+
+    def _exec(self, text: str, params: dict[str, Any]) -> _Rows:
+        try:
+            rows = _run_sync(self.conn, self.dialect, _one(text, params))
+        except Exception as exc:
+            self._rollback()
+            if _is_missing_table(exc):
+                raise LedgerNotSetUp("lge_outbox is missing: call Outbox().setup(conn)") from exc
+            raise
+        self.conn.commit()  # a no-op in autocommit mode; ends a legacy implicit transaction
+        return rows
+
+    def _rollback(self) -> None:
+        try:
+            self.conn.rollback()
+        except Exception:  # the connection may be gone; the error that led here matters more
+            logger.debug("rollback after a failed outbox statement failed", exc_info=True)
+
+    def _claim(self, now: datetime) -> list[OutboxEntry]:
+        text = sql.CLAIM_SQL_PG if self.dialect == "postgres" else sql.CLAIM_SQL_SQLITE
+        rows = self._exec(
+            text,
+            {
+                "owner": self.owner.encode(),
+                "lease_expires_at": now + self.lease_for,
+                "now": now,
+                "tenant_id": self.tenant_id,
+                "limit": self.batch_size,
+            },
+        )
+        return sorted((_entry(r) for r in rows), key=lambda e: e.seq)
+
+    def _settle(
+        self,
+        entry: OutboxEntry,
+        status: OutboxStatus,
+        report: RelayReport,
+        *,
+        failures: int | None = None,
+        available_at: datetime | None = None,
+        error: str | None = None,
+        op: Operation | None = None,
+    ) -> None:
+        now = self.clock()
+        receipt_state = message_id = None
+        if status is OutboxStatus.SENT and op is not None:
+            result = op.result if isinstance(op.result, dict) else {}
+            receipt_state = str(result.get("state") or "accepted")
+            message_id = op.provider_result_id
+        rows = self._exec(
+            sql.SETTLE_SQL,
+            {
+                "status": status.value,
+                "failures": entry.failures if failures is None else failures,
+                "available_at": available_at or now,
+                "receipt_state": receipt_state,
+                "provider_message_id": message_id,
+                "last_error": error if error is not None else (op.error if op else None),
+                "now": now,
+                "resolved_at": now if status in (OutboxStatus.SENT, OutboxStatus.DEAD) else None,
+                "seq": entry.seq,
+                "token": entry.fencing_token,
+            },
+        )
+        if not rows:
+            report.lost_lease += 1
+            return
+        match status:
+            case OutboxStatus.SENT:
+                report.sent += 1
+            case OutboxStatus.DEAD:
+                report.dead += 1
+            case OutboxStatus.REVIEW:
+                report.review += 1
+            case OutboxStatus.PENDING:
+                report.deferred += 1
+
+    # -- one pass -------------------------------------------------------------
+
+    def run_once(self) -> RelayReport:
+        """Claim a batch of due entries and take each as far as it can go now."""
+        report = RelayReport()
+        entries = self._claim(self.clock())
+        report.claimed = len(entries)
+        for entry in entries:
+            self._work(entry, report)
+        self.totals.add(report)
+        return report
+
+    def run_until_idle(self, *, max_passes: int = 1000) -> RelayReport:
+        """Run passes until one claims nothing (entries backing off are not due)."""
+        total = RelayReport()
+        for _ in range(max_passes):
+            report = self.run_once()
+            total.add(report)
+            if report.claimed == 0:
+                break
+        return total
+
+    def run(self, stop: threading.Event, *, interval: float = 1.0) -> None:
+        """Loop until ``stop`` is set, sleeping ``interval`` s when idle (run it in a thread)."""
+        while not stop.is_set():
+            if self.run_once().claimed == 0:
+                stop.wait(interval)
+
+    def _draft(self, entry: OutboxEntry) -> OperationDraft:
+        return OperationDraft(
+            tenant_id=entry.tenant_id,
+            operation_id=entry.operation_id,
+            workflow_id=f"outbox:{entry.entry_id}",
+            action=entry.action,
+            target=entry.key,
+            payload_digest=entry.payload_digest,
+            payload=entry.payload,
+            provider=self.provider,
+            idempotency_key=idempotency_key(entry.operation_id),
+        )
+
+    def _work(self, entry: OutboxEntry, report: RelayReport) -> None:
+        """Follow ``core.plan`` for the entry's operation until it settles or must wait."""
+        ledger, tenant = self.ledger, entry.tenant_id
+        prepared = ledger.prepare(self._draft(entry), owner=self.owner, lease_for=self.lease_for)
+        op, claimed = prepared.operation, prepared.created
+        reconciled = retried = False
+        for _ in range(_MAX_STEPS):
+            now = self.clock()
+            owner = op.owner
+            step = plan(
+                op,
+                now=now,
+                contract=self.contract,
+                has_reconciler=self.reconcile is not None,
+                claimed_by_us=claimed,
+                owner_dead=owner is not None and owner != self.owner and owner.provably_dead(),
+                reconciled=reconciled,
+                retried=retried,
+            )
+            claimed = False
+            match step:
+                case Step.REPLAY_CONFIRMED:
+                    self._settle(entry, OutboxStatus.SENT, report, op=op)
+                    return
+                case Step.REPLAY_REJECTED:
+                    self._settle(entry, OutboxStatus.DEAD, report, op=op)
+                    return
+                case Step.AUTHORIZE_AND_CLAIM | Step.RETRY_SAFE:
+                    retried = retried or step is Step.RETRY_SAFE
+                    try:
+                        op = ledger.claim(
+                            tenant, op.operation_id, owner=self.owner, lease_for=self.lease_for
+                        )
+                    except LeaseHeld:
+                        op = self._reload(op)
+                        continue
+                    claimed = True
+                case Step.DISPATCH_CLAIMED:
+                    outcome = self._dispatch(entry, op)
+                    if isinstance(outcome, Operation):
+                        op = outcome
+                        continue
+                    self._after_refusal(entry, op, outcome, report)
+                    return
+                case Step.WAIT_PENDING:
+                    # Another relay's live lease: never send; look again after it ends.
+                    until = op.lease_expires_at or now + self.lease_for
+                    self._settle(entry, OutboxStatus.PENDING, report, available_at=until)
+                    return
+                case Step.TAKE_OVER:
+                    try:
+                        op = ledger.mark_unknown(
+                            tenant,
+                            op.operation_id,
+                            token=op.fencing_token,
+                            reason="the relay holding the delivery lease died or its lease expired",
+                            actor="outbox-relay",
+                        )
+                    except StaleFencingToken:
+                        op = self._reload(op)
+                case Step.RECONCILE:
+                    reconciled = True
+                    op = self._reconcile(op)
+                case Step.REVIEW:
+                    self._settle(
+                        entry,
+                        OutboxStatus.REVIEW,
+                        report,
+                        available_at=now + self.review_recheck,
+                        error=op.error,
+                    )
+                    return
+                case _:  # approval steps: outbox operations are prepared already approved
+                    raise AssertionError(f"unexpected step {step} for outbox entry")
+        # Out of steps: leave it pending for the next pass rather than loop here.
+        self._settle(entry, OutboxStatus.PENDING, report)
+
+    def _reload(self, op: Operation) -> Operation:
+        fresh = self.ledger.get(op.tenant_id, op.operation_id)
+        assert fresh is not None, "operations are never deleted"
+        return fresh
+
+    def _dispatch(
+        self, entry: OutboxEntry, op: Operation
+    ) -> Operation | tuple[Outcome, BaseException]:
+        """Send once under our lease; save the receipt at once, or classify the failure."""
+        key = op.idempotency_key or idempotency_key(op.operation_id)
+        delivery = Delivery(
+            entry=entry, operation_id=op.operation_id, idempotency_key=key, attempt=op.attempts
+        )
+        try:
+            answer = self.deliver(delivery)
+        except Exception as exc:
+            outcome = classify(exc)
+            if outcome is not Outcome.AMBIGUOUS:
+                return outcome, exc
+            reason = f"delivery outcome unknown: {type(exc).__name__}: {exc}"
+            return self._fenced(
+                op,
+                lambda: self.ledger.mark_unknown(
+                    op.tenant_id,
+                    op.operation_id,
+                    token=op.fencing_token,
+                    reason=reason,
+                    actor="outbox-relay",
+                ),
+            )
+        receipt = answer if isinstance(answer, Receipt) else Receipt(message_id=str(answer))
+        result = {
+            "message_id": receipt.message_id,
+            "state": receipt.state,
+            "detail": receipt.detail,
+        }
+        try:
+            return self.ledger.confirm(
+                op.tenant_id,
+                op.operation_id,
+                token=op.fencing_token,
+                result=result,
+                provider_result_id=receipt.message_id,
+            )
+        except StaleFencingToken:
+            # Our lease was taken over (marked unknown) while we sent. The
+            # receipt is still conclusive evidence: record it rather than lose it.
+            current = self._reload(op)
+            if current.status is OperationStatus.UNKNOWN:
+                evidence = Evidence.confirmed(
+                    "receipt arrived after the lease was taken over",
+                    provider_result_id=receipt.message_id,
+                    result=result,
+                    source="receipt",
+                )
+                return self.ledger.resolve(
+                    op.tenant_id,
+                    op.operation_id,
+                    Resolution(decision=Decision.CONFIRM, by="outbox-relay", evidence=evidence),
+                )
+            return current
+
+    def _fenced(self, op: Operation, write: Callable[[], Operation]) -> Operation:
+        try:
+            return write()
+        except StaleFencingToken:
+            return self._reload(op)
+
+    def _after_refusal(
+        self,
+        entry: OutboxEntry,
+        op: Operation,
+        outcome: tuple[Outcome, BaseException],
+        report: RelayReport,
+    ) -> None:
+        """A refusal that provably sent nothing: rejected -> dead; transient -> back off or dead."""
+        kind, exc = outcome
+        token = op.fencing_token
+        reason = f"{type(exc).__name__}: {exc}"
+        if kind is Outcome.REJECTED:
+            op = self._fenced(
+                op,
+                lambda: self.ledger.reject(
+                    op.tenant_id, op.operation_id, token=token, reason=reason, actor="outbox-relay"
+                ),
+            )
+            self._settle(entry, OutboxStatus.DEAD, report, failures=entry.failures + 1, op=op)
+            return
+        failures = entry.failures + 1
+        op = self._fenced(
+            op,
+            lambda: self.ledger.release(op.tenant_id, op.operation_id, token=token, reason=reason),
+        )
+        if failures >= self.max_failures and op.status is OperationStatus.PREPARED:
+            op = self.ledger.reject(
+                op.tenant_id,
+                op.operation_id,
+                token=None,
+                reason=f"dead-lettered after {failures} failures that provably sent nothing "
+                f"(last: {reason})",
+                actor="outbox-relay",
+            )
+            self._settle(entry, OutboxStatus.DEAD, report, failures=failures, op=op)
+            return
+        retry_after = getattr(exc, "retry_after", None)
+        delay = self._backoff(failures, retry_after)
+        self._settle(
+            entry,
+            OutboxStatus.PENDING,
+            report,
+            failures=failures,
+            available_at=self.clock() + timedelta(seconds=delay),
+            error=reason,
+        )
+
+    def _backoff(self, failures: int, retry_after: float | None) -> float:
+        policy = self.contract or ProviderContract()
+        initial, cap = policy.backoff_initial, policy.backoff_max
+        delay: float = min(initial * 2.0 ** (failures - 1), cap)
+        return max(delay, retry_after or 0.0)
+
+    def _reconcile(self, op: Operation) -> Operation:
+        """Ask the reconciler; conclusive evidence resolves, anything else is logged."""
+        assert self.reconcile is not None
+        try:
+            evidence = self.reconcile(op)
+        except Exception as exc:  # a failed lookup is no evidence either way
+            evidence = Evidence.inconclusive(f"reconciler failed: {type(exc).__name__}: {exc}")
+        if evidence.kind is EvidenceKind.INCONCLUSIVE:
+            return self.ledger.record_evidence(op.tenant_id, op.operation_id, evidence)
+        decision = Decision.CONFIRM if evidence.kind is EvidenceKind.CONFIRMED else Decision.REJECT
+        return self.ledger.resolve(
+            op.tenant_id,
+            op.operation_id,
+            Resolution(
+                decision=decision,
+                by="outbox-reconciler",
+                reason=evidence.summary,
+                evidence=evidence,
+                provider_result_id=evidence.provider_result_id,
+            ),
+        )

@@ -1,0 +1,484 @@
+"""Transactional outbox and relay, on SQLite files and PostgreSQL.
+
+Notifications are counted at the fake mail provider (``FakeMail``, a SQLite
+file shared across processes); entry and operation states are read from the
+outbox table and the ledger.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from langgraph_effects.core.model import Evidence, OperationStatus, ProviderContract
+from langgraph_effects.errors import InvalidInput, PayloadMismatch
+from langgraph_effects.ledger.memory import InMemoryLedger
+from langgraph_effects.outbox import (
+    Delivery,
+    Outbox,
+    OutboxRelay,
+    OutboxStatus,
+    Receipt,
+)
+from langgraph_effects.testing.providers import FakeClock, FakeMail, Fault
+
+BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+
+
+class App:
+    """The application's own database: a ``cases`` table plus the outbox."""
+
+    def __init__(self, backend: str, target: str) -> None:
+        self.backend = backend
+        self.target = target  # a SQLite path or a PostgreSQL URL
+
+    def connect(self) -> Any:
+        if self.backend == "sqlite":
+            return sqlite3.connect(self.target, timeout=30)
+        import psycopg
+
+        return psycopg.connect(self.target)
+
+    def relay(self, **kwargs: Any) -> AbstractContextManager[OutboxRelay]:
+        return OutboxRelay.from_conn_string(self.target, **kwargs)
+
+
+@pytest.fixture(params=BACKENDS)
+def app(request: pytest.FixtureRequest, tmp_path: Path) -> App:
+    if request.param == "sqlite":
+        target = str(tmp_path / "app.db")
+    else:
+        target = request.getfixturevalue("pg_url")
+    application = App(request.param, target)
+    conn = application.connect()
+    try:
+        Outbox().setup(conn)
+        conn.execute("CREATE TABLE cases (id TEXT PRIMARY KEY, status TEXT NOT NULL)")
+        conn.commit()
+    finally:
+        conn.close()
+    return application
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def mail(tmp_path: Path, clock: FakeClock) -> Iterator[FakeMail]:
+    with FakeMail(tmp_path / "mail.db", clock=clock) as provider:
+        yield provider
+
+
+@pytest.fixture
+def ledger(clock: FakeClock) -> InMemoryLedger:
+    led = InMemoryLedger(clock=clock.now)  # key windows compare ledger and relay times
+    led.setup()
+    return led
+
+
+def sender(mail: FakeMail) -> Callable[[Delivery], Receipt]:
+    def deliver(delivery: Delivery) -> Receipt:
+        p = delivery.entry.payload
+        answer = mail.send(
+            p["to"], p["subject"], p["body"], idempotency_key=delivery.idempotency_key
+        )
+        return Receipt(message_id=answer["message_id"])
+
+    return deliver
+
+
+def sent_search(mail: FakeMail) -> Callable[[Any], Evidence]:
+    """Reconciler: look the idempotency key up in the (eventually consistent) Sent folder."""
+
+    def reconcile(op: Any) -> Evidence:
+        found = mail.search(idempotency_key=op.idempotency_key)
+        if found:
+            return Evidence.confirmed(
+                "found in Sent by idempotency key",
+                provider_result_id=found[0]["message_id"],
+                result={"message_id": found[0]["message_id"], "state": found[0]["status"]},
+            )
+        return Evidence.inconclusive("not (yet) in Sent: the search lags")
+
+    return reconcile
+
+
+def business(app: App, case_id: str, *, commit: bool = True, **kw: Any) -> str:
+    """Close ``case_id`` and enqueue its notification in one transaction; commit or roll back."""
+    outbox = Outbox()
+    conn = app.connect()
+    mark = "?" if app.backend == "sqlite" else "%s"
+    try:
+        conn.execute(f"INSERT INTO cases (id, status) VALUES ({mark}, 'closed')", (case_id,))
+        payload = kw.pop(
+            "payload", {"to": f"owner-{case_id}@example.com", "subject": case_id, "body": "closed"}
+        )
+        entry_id = outbox.enqueue(conn, topic="case.closed", key=case_id, payload=payload, **kw)
+        if commit:
+            conn.commit()
+        else:
+            conn.rollback()
+        return entry_id
+    finally:
+        conn.close()
+
+
+def entries(app: App) -> list[Any]:
+    conn = app.connect()
+    try:
+        return Outbox.list(conn)
+    finally:
+        conn.close()
+
+
+def test_rolled_back_business_change_sends_nothing(
+    app: App, mail: FakeMail, ledger: InMemoryLedger, clock: FakeClock
+) -> None:
+    """A business transaction that rolls back leaves no entry and no notification."""
+    business(app, "case-1", commit=False)
+    with app.relay(ledger=ledger, deliver=sender(mail), clock=clock.now) as relay:
+        report = relay.run_until_idle()
+    assert report.claimed == 0
+    assert entries(app) == []
+    assert mail.effects == 0
+
+
+def test_committed_then_killed_before_relay_sends_exactly_once(
+    app: App, mail: FakeMail, ledger: InMemoryLedger, clock: FakeClock
+) -> None:
+    """A child commits business + entry and is killed before any relay; a later relay sends once."""
+    script = textwrap.dedent(
+        """
+        import os, signal, sqlite3, sys
+        from langgraph_effects.outbox import Outbox
+        backend, target = sys.argv[1], sys.argv[2]
+        if backend == "sqlite":
+            conn = sqlite3.connect(target, timeout=30); mark = "?"
+        else:
+            import psycopg
+            conn = psycopg.connect(target); mark = "%s"
+        conn.execute(f"INSERT INTO cases (id, status) VALUES ({mark}, 'closed')", ("case-7",))
+        Outbox().enqueue(conn, topic="case.closed", key="case-7",
+                         payload={"to": "o@example.com", "subject": "case-7", "body": "closed"})
+        conn.commit()
+        os.kill(os.getpid(), signal.SIGKILL)
+        """
+    )
+    child = subprocess.run(
+        [sys.executable, "-c", script, app.backend, app.target], check=False, timeout=60
+    )
+    assert child.returncode == -9
+    assert [e.status for e in entries(app)] == [OutboxStatus.PENDING]
+    assert mail.effects == 0
+    with app.relay(ledger=ledger, deliver=sender(mail), clock=clock.now) as relay:
+        relay.run_until_idle()
+        relay.run_until_idle()
+    with app.relay(ledger=ledger, deliver=sender(mail), clock=clock.now) as second:
+        assert second.run_until_idle().claimed == 0
+    assert mail.effects == 1
+    (entry,) = entries(app)
+    assert entry.status is OutboxStatus.SENT
+    assert entry.receipt_state == "accepted"
+    op = ledger.get(entry.tenant_id, entry.operation_id)
+    assert op is not None
+    assert op.status is OperationStatus.CONFIRMED
+    assert op.provider_result_id == entry.provider_message_id
+
+
+def test_three_relay_threads_deliver_each_entry_once(
+    app: App, mail: FakeMail, ledger: InMemoryLedger, clock: FakeClock
+) -> None:
+    """Three relays racing in threads (own connections, one ledger) send each entry once."""
+    for i in range(24):
+        business(app, f"case-{i}")
+    start = threading.Barrier(3)
+    errors: list[BaseException] = []
+
+    def worker() -> None:
+        try:
+            with app.relay(
+                ledger=ledger, deliver=sender(mail), clock=clock.now, batch_size=3
+            ) as relay:
+                start.wait()
+                relay.run_until_idle()
+        except BaseException as exc:  # surfaced below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert errors == []
+    assert mail.effects == 24
+    assert mail.duplicates == 0
+    assert {e.status for e in entries(app)} == {OutboxStatus.SENT}
+
+
+@pytest.mark.postgres
+def test_three_relay_processes_on_postgres_deliver_each_entry_once(
+    pg_url: str, tmp_path: Path
+) -> None:
+    """Three relay processes racing on one PostgreSQL outbox send every entry exactly once."""
+    app = App("postgres", pg_url)
+    conn = app.connect()
+    Outbox().setup(conn)
+    conn.execute("CREATE TABLE cases (id TEXT PRIMARY KEY, status TEXT NOT NULL)")
+    conn.commit()
+    conn.close()
+    for i in range(30):
+        business(app, f"case-{i}")
+    mail_path = tmp_path / "mail.db"
+    FakeMail(mail_path).close()
+    script = textwrap.dedent(
+        """
+        import sys
+        from langgraph_effects.ledger.memory import InMemoryLedger
+        from langgraph_effects.outbox import OutboxRelay, Receipt
+        from langgraph_effects.testing.providers import FakeMail
+        mail = FakeMail(sys.argv[2])
+        def deliver(d):
+            p = d.entry.payload
+            m = mail.send(p["to"], p["subject"], p["body"], idempotency_key=d.idempotency_key)
+            return Receipt(message_id=m["message_id"])
+        ledger = InMemoryLedger(); ledger.setup()
+        with OutboxRelay.from_conn_string(sys.argv[1], ledger=ledger, deliver=deliver,
+                                          batch_size=2) as relay:
+            relay.run_until_idle()
+        """
+    )
+    children = [
+        subprocess.Popen([sys.executable, "-c", script, pg_url, str(mail_path)]) for _ in range(3)
+    ]
+    assert [c.wait(timeout=120) for c in children] == [0, 0, 0]
+    with FakeMail(mail_path) as mail:
+        assert mail.effects == 30
+        assert mail.duplicates == 0
+    assert {e.status for e in entries(app)} == {OutboxStatus.SENT}
+
+
+def test_lost_receipt_is_unknown_then_reconciled(
+    app: App, tmp_path: Path, ledger: InMemoryLedger, clock: FakeClock
+) -> None:
+    """A lost receipt stays unknown (under review) until the lagging search confirms it."""
+    with FakeMail(tmp_path / "lag.db", clock=clock, search_delay=timedelta(minutes=5)) as mail:
+        mail.faults.push(Fault.LOSE_RESPONSE)
+        entry_id = business(app, "case-1")
+        with app.relay(
+            ledger=ledger,
+            deliver=sender(mail),
+            reconcile=sent_search(mail),
+            clock=clock.now,
+            review_recheck=timedelta(minutes=1),
+        ) as relay:
+            first = relay.run_until_idle()
+            (entry,) = entries(app)
+            op = ledger.get(entry.tenant_id, entry.operation_id)
+            assert first.review == 1
+            assert entry.status is OutboxStatus.REVIEW
+            assert op is not None
+            assert op.status is OperationStatus.UNKNOWN
+            clock.advance(timedelta(minutes=6))
+            relay.run_until_idle()
+        assert mail.effects == 1
+        (entry,) = entries(app)
+        assert entry.entry_id == entry_id
+        assert entry.status is OutboxStatus.SENT
+        op = ledger.get(entry.tenant_id, entry.operation_id)
+        assert op is not None
+        assert op.status is OperationStatus.CONFIRMED
+        kinds = [
+            e.evidence.kind.value for e in ledger.events("default", op.operation_id) if e.evidence
+        ]
+        assert kinds == ["inconclusive", "confirmed"]
+
+
+def test_lost_receipt_without_evidence_or_key_is_left_for_review(
+    app: App, mail: FakeMail, ledger: InMemoryLedger, clock: FakeClock
+) -> None:
+    """With no reconciler and no key contract a lost receipt stays unknown: never resent."""
+    mail.faults.push(Fault.LOSE_RESPONSE)
+    business(app, "case-1")
+    with app.relay(ledger=ledger, deliver=sender(mail), clock=clock.now) as relay:
+        relay.run_until_idle()
+        clock.advance(timedelta(hours=1))
+        relay.run_until_idle()
+    (entry,) = entries(app)
+    op = ledger.get(entry.tenant_id, entry.operation_id)
+    assert entry.status is OutboxStatus.REVIEW
+    assert op is not None
+    assert op.status is OperationStatus.UNKNOWN
+    assert mail.effects == 1
+
+
+def test_lost_receipt_is_resent_under_the_same_key_inside_the_window(
+    app: App, mail: FakeMail, ledger: InMemoryLedger, clock: FakeClock
+) -> None:
+    """A provider that honours keys gets one resend under the same key and applies nothing twice."""
+    mail.faults.push(Fault.LOSE_RESPONSE)
+    business(app, "case-1")
+    contract = ProviderContract(idempotency_window=timedelta(hours=24))
+    with app.relay(ledger=ledger, deliver=sender(mail), contract=contract, clock=clock.now) as r:
+        r.run_until_idle()
+    (entry,) = entries(app)
+    assert entry.status is OutboxStatus.SENT
+    assert mail.effects == 1
+    assert mail.stats().replays == 1
+    op = ledger.get(entry.tenant_id, entry.operation_id)
+    assert op is not None
+    assert op.attempts == 2
+
+
+def test_transient_failures_back_off_then_dead_letter(
+    app: App, mail: FakeMail, ledger: InMemoryLedger, clock: FakeClock
+) -> None:
+    """Failures that provably sent nothing are retried later, then dead-lettered."""
+    mail.faults.push(Fault.TRANSIENT, times=3, retry_after=10)
+    business(app, "case-1")
+    with app.relay(ledger=ledger, deliver=sender(mail), clock=clock.now, max_failures=3) as relay:
+        for _ in range(3):
+            relay.run_until_idle()
+            assert relay.run_once().claimed == 0  # backing off: not due yet
+            clock.advance(timedelta(seconds=11))
+    (entry,) = entries(app)
+    op = ledger.get(entry.tenant_id, entry.operation_id)
+    assert entry.status is OutboxStatus.DEAD
+    assert entry.failures == 3
+    assert op is not None
+    assert op.status is OperationStatus.REJECTED
+    assert mail.effects == 0
+
+
+def test_definitive_rejection_is_dead_at_once(
+    app: App, mail: FakeMail, ledger: InMemoryLedger, clock: FakeClock
+) -> None:
+    """A definitive refusal dead-letters the entry on the first try and is never retried."""
+    mail.faults.push(Fault.REJECT, reason="mailbox does not exist")
+    business(app, "case-1")
+    with app.relay(ledger=ledger, deliver=sender(mail), clock=clock.now) as relay:
+        relay.run_until_idle()
+        clock.advance(timedelta(hours=1))
+        assert relay.run_until_idle().claimed == 0
+    (entry,) = entries(app)
+    assert entry.status is OutboxStatus.DEAD
+    assert "mailbox does not exist" in (entry.last_error or "")
+    assert mail.stats().requests == 1
+
+
+def test_ordered_entries_wait_for_the_earlier_one_of_their_key(
+    app: App, mail: FakeMail, ledger: InMemoryLedger, clock: FakeClock
+) -> None:
+    """An ordered entry is not sent while an earlier entry of the same key is still pending."""
+    mail.faults.push(Fault.TRANSIENT, retry_after=30)
+    outbox = Outbox(clock=clock.now)
+    conn = app.connect()
+    for step in ("opened", "closed"):
+        outbox.enqueue(
+            conn,
+            topic="case",
+            key="case-9",
+            ordered=True,
+            payload={"to": "o@example.com", "subject": step, "body": step},
+        )
+    conn.commit()
+    conn.close()
+    business(app, "case-other")  # another key is not held up
+    with app.relay(ledger=ledger, deliver=sender(mail), clock=clock.now) as relay:
+        relay.run_until_idle()
+        assert [m.target for m in mail.effect_log()] == ["owner-case-other@example.com"]
+        clock.advance(timedelta(seconds=31))
+        relay.run_until_idle()
+    subjects = [m["subject"] for m in mail.search(to="o@example.com")]
+    assert subjects == ["opened", "closed"]
+
+
+def test_dedupe_key_makes_one_entry_and_refuses_another_payload(app: App) -> None:
+    """The same dedupe key is one entry; reused with another payload it is refused."""
+    outbox = Outbox()
+    conn = app.connect()
+    first = outbox.enqueue(conn, topic="t", payload={"n": 1}, dedupe_key="d-1")
+    again = outbox.enqueue(conn, topic="t", payload={"n": 1}, dedupe_key="d-1")
+    with pytest.raises(PayloadMismatch):
+        outbox.enqueue(conn, topic="t", payload={"n": 2}, dedupe_key="d-1")
+    conn.rollback() if app.backend == "postgres" else conn.commit()
+    conn.close()
+    assert first == again
+    if app.backend == "sqlite":
+        assert [e.entry_id for e in entries(app)] == [first]
+
+
+def test_enqueue_refuses_a_connection_that_would_commit_on_its_own(app: App) -> None:
+    """An autocommit connection outside a transaction is refused: the entry would commit alone."""
+    if app.backend == "sqlite":
+        conn: Any = sqlite3.connect(app.target, isolation_level=None)
+    else:
+        import psycopg
+
+        conn = psycopg.connect(app.target, autocommit=True)
+    try:
+        with pytest.raises(InvalidInput, match="transaction"):
+            Outbox().enqueue(conn, topic="t", payload={})
+    finally:
+        conn.close()
+    assert entries(app) == []
+
+
+@pytest.mark.postgres
+def test_async_enqueue_commits_with_the_business_change(pg_url: str) -> None:
+    """``aenqueue`` on an AsyncConnection commits and rolls back with the caller's transaction."""
+    import asyncio
+
+    import psycopg
+
+    async def scenario() -> None:
+        async with await psycopg.AsyncConnection.connect(pg_url) as conn:
+            await Outbox().asetup(conn)
+            await Outbox().asetup(conn)
+            async with conn.transaction():
+                await Outbox().aenqueue(conn, topic="t", payload={"kept": True})
+            try:
+                async with conn.transaction():
+                    await Outbox().aenqueue(conn, topic="t", payload={"kept": False})
+                    raise RuntimeError("business failed")
+            except RuntimeError:
+                pass  # the business change failed: its transaction rolled back
+
+    asyncio.run(scenario())
+    with psycopg.connect(pg_url) as sync:
+        assert [e.payload for e in Outbox.list(sync)] == [{"kept": True}]
+
+
+def test_relay_before_setup_says_so(tmp_path: Path, ledger: InMemoryLedger) -> None:
+    """A relay on a database without the outbox table raises an error naming setup()."""
+    from langgraph_effects.errors import LedgerNotSetUp
+
+    with (
+        OutboxRelay.from_conn_string(
+            tmp_path / "empty.db", ledger=ledger, deliver=lambda d: "x"
+        ) as relay,
+        pytest.raises(LedgerNotSetUp, match="setup"),
+    ):
+        relay.run_once()
+
+
+def test_setup_is_idempotent_on_a_fresh_file(tmp_path: Path) -> None:
+    """Running setup twice leaves one schema version row and a usable table."""
+    conn = sqlite3.connect(tmp_path / "x.db")
+    Outbox().setup(conn)
+    Outbox().setup(conn)
+    assert conn.execute("SELECT version FROM lge_outbox_schema_version").fetchall() == [(1,)]
+    conn.close()
+    assert os.path.exists(tmp_path / "x.db")
