@@ -1,0 +1,548 @@
+"""The operator CLI: listing, showing, deciding and following operations, with stable exit codes."""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import uuid
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner, Result
+
+from langgraph_effects.cli import ExitCode, app, parse_duration
+from langgraph_effects.core.digest import payload_digest
+from langgraph_effects.core.model import (
+    EventKind,
+    LeaseOwner,
+    Operation,
+    OperationDraft,
+    OperationStatus,
+    utcnow,
+)
+from langgraph_effects.errors import InvalidInput
+from langgraph_effects.ledger.memory import InMemoryLedger
+
+S = OperationStatus
+
+
+class Clock:
+    """A settable ledger clock that ticks one second per reading, so order is deterministic."""
+
+    def __init__(self) -> None:
+        self.now = utcnow() - timedelta(minutes=5)
+
+    def __call__(self) -> datetime:
+        self.now += timedelta(seconds=1)
+        return self.now
+
+
+def draft(tenant: str, operation_id: str, *, key: bool = True, action: str = "crm.close_case"):  # type: ignore[no-untyped-def]
+    payload = {"case": operation_id}
+    return OperationDraft(
+        tenant_id=tenant,
+        operation_id=operation_id,
+        workflow_id="onboarding-42",
+        action=action,
+        target="case-318",
+        payload_digest=payload_digest(action, 1, "case-318", payload),
+        payload=payload,
+        idempotency_key=f"lge-{operation_id}" if key else None,
+    )
+
+
+def make_unknown(ledger: Any, tenant: str, operation_id: str, **kw: Any) -> Operation:
+    """Prepare and claim an operation, then lose its response (it becomes unknown)."""
+    claimed = ledger.prepare(draft(tenant, operation_id, **kw), owner=LeaseOwner.current())
+    return ledger.mark_unknown(  # type: ignore[no-any-return]
+        tenant, operation_id, token=claimed.operation.fencing_token, reason="timeout"
+    )
+
+
+def populate(ledger: Any, clock: Clock | None = None) -> None:
+    """A small ledger: old and fresh unknowns, one without a key, one in flight, one done.
+
+    acme:   op-old (unknown, 2 h old), op-nokey (unknown, no idempotency key),
+            op-new (unknown), op-flight (dispatching, live lease), op-done (confirmed)
+    globex: op-g (unknown), op-mail (prepared, action mail.send)
+    """
+    if clock is not None:
+        clock.now -= timedelta(hours=2)
+    make_unknown(ledger, "acme", "op-old")
+    if clock is not None:
+        clock.now += timedelta(hours=2)
+    make_unknown(ledger, "acme", "op-nokey", key=False)
+    make_unknown(ledger, "acme", "op-new")
+    ledger.prepare(
+        draft("acme", "op-flight"), owner=LeaseOwner.current(), lease_for=timedelta(hours=1)
+    )
+    done = ledger.prepare(draft("acme", "op-done"), owner=LeaseOwner.current()).operation
+    ledger.confirm("acme", "op-done", token=done.fencing_token, result={"closed": True})
+    make_unknown(ledger, "globex", "op-g")
+    ledger.prepare(draft("globex", "op-mail", action="mail.send"))
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def ledger(clock: Clock) -> InMemoryLedger:
+    ledger = InMemoryLedger(clock=clock)
+    ledger.setup()
+    populate(ledger, clock)
+    return ledger
+
+
+Invoke = Callable[..., Result]
+
+
+@pytest.fixture
+def cli(ledger: InMemoryLedger) -> Invoke:
+    """Run a command against the fixture ledger (injected as the root context object)."""
+
+    def invoke(*args: str, env: dict[str, str | None] | None = None) -> Result:
+        base: dict[str, str | None] = {
+            "LGE_DB": None,
+            "LGE_OPERATOR": None,
+            "LGE_RESOLVE_POLICY": None,
+        }
+        return CliRunner().invoke(app, list(args), obj=ledger, env={**base, **(env or {})})
+
+    return invoke
+
+
+def as_json(result: Result) -> Any:
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def error(result: Result) -> dict[str, Any]:
+    """The JSON error a --json command wrote to stderr."""
+    return json.loads(result.stderr)  # type: ignore[no-any-return]
+
+
+# -- list ------------------------------------------------------------------------
+
+
+def test_list_shows_open_operations_unknown_first_oldest_first(cli: Invoke) -> None:
+    """By default: open operations only, unknowns oldest first, then in flight, then prepared."""
+    rows = as_json(cli("list", "--json"))["operations"]
+    assert [(r["operation_id"], r["status"]) for r in rows] == [
+        ("op-old", "unknown"),
+        ("op-nokey", "unknown"),
+        ("op-new", "unknown"),
+        ("op-g", "unknown"),
+        ("op-flight", "dispatching"),
+        ("op-mail", "prepared"),
+    ]
+    assert "payload" not in rows[0]
+    assert rows[0]["idempotency_key"] == "lge-op-old"
+
+
+def test_list_filters_by_tenant_status_action_and_age(cli: Invoke) -> None:
+    """--tenant, --status, --action and --older-than narrow the rows; --all adds terminal ones."""
+
+    def ids(*args: str) -> list[str]:
+        return [r["operation_id"] for r in as_json(cli("list", "--json", *args))["operations"]]
+
+    assert ids("--tenant", "globex") == ["op-g", "op-mail"]
+    assert ids("--status", "dispatching", "--status", "prepared") == ["op-flight", "op-mail"]
+    assert ids("--action", "mail.send") == ["op-mail"]
+    assert ids("--older-than", "1h") == ["op-old"]
+    assert "op-done" in ids("--all", "--tenant", "acme")
+    assert ids("--limit", "2") == ["op-old", "op-nokey"]
+
+
+def test_list_table_names_each_operation(cli: Invoke) -> None:
+    """The human table shows every open operation's id, tenant and status."""
+    result = cli("list")
+    assert result.exit_code == 0
+    for op_id in ("op-old", "op-nokey", "op-new", "op-g", "op-flight", "op-mail"):
+        assert op_id in result.stdout
+    assert "op-done" not in result.stdout
+
+
+def test_list_rejects_an_unknown_status_as_usage(cli: Invoke) -> None:
+    """A status that does not exist is a usage error (exit 2) naming the valid ones."""
+    result = cli("list", "--status", "stuck", "--json")
+    assert result.exit_code == ExitCode.USAGE
+    assert "prepared, dispatching" in error(result)["message"]
+
+
+# -- show ------------------------------------------------------------------------
+
+
+def test_show_gives_record_events_and_retry_outlook(cli: Invoke) -> None:
+    """show --json carries the full record, its events and what may be decided and risked."""
+    data = as_json(cli("show", "op-old", "--tenant", "acme", "--json"))
+    assert data["operation"]["status"] == "unknown"
+    assert data["operation"]["payload"] == {"case": "op-old"}
+    assert [e["kind"] for e in data["events"]] == ["prepare", "claim", "mark_unknown"]
+    outlook = data["outlook"]
+    assert outlook["decisions"] == ["confirm", "reject", "retry"]
+    assert outlook["idempotency_key"] == "lge-op-old"
+    assert outlook["attempts"] == 1
+    assert outlook["key_age_seconds"] >= 7200
+    assert outlook["key_window_known"] is False
+
+
+def test_show_warns_that_a_keyless_retry_may_duplicate(cli: Invoke) -> None:
+    """Without an idempotency key, the human view says a retry may apply the effect twice."""
+    result = cli("show", "op-nokey", "--tenant", "acme")
+    assert result.exit_code == 0
+    assert "no idempotency key" in result.stdout
+    assert "twice" in result.stdout
+
+
+def test_show_offers_no_decision_on_a_confirmed_operation(cli: Invoke) -> None:
+    """A confirmed operation offers no decision and says its result is replayed."""
+    outlook = as_json(cli("show", "op-done", "--tenant", "acme", "--json"))["outlook"]
+    assert outlook["decisions"] == []
+    assert "replays" in outlook["next_run"]
+
+
+def test_another_tenants_operation_is_indistinguishable_from_a_missing_one(cli: Invoke) -> None:
+    """Asking for globex's operation as acme fails exactly like a made-up id: exit 1, same words."""
+    theirs = cli("show", "op-g", "--tenant", "acme", "--json")
+    missing = cli("show", "op-zzzz", "--tenant", "acme", "--json")
+    assert theirs.exit_code == missing.exit_code == ExitCode.NOT_FOUND
+    assert error(theirs)["error"] == error(missing)["error"] == "not_found"
+    assert error(theirs)["message"].replace("op-g", "X") == error(missing)["message"].replace(
+        "op-zzzz", "X"
+    )
+
+
+# -- resolve ---------------------------------------------------------------------
+
+
+def test_resolve_confirm_records_the_operator_evidence_and_result(
+    cli: Invoke, ledger: InMemoryLedger
+) -> None:
+    """resolve --confirm moves unknown to confirmed, stores the result and logs who and why."""
+    result = cli(
+        "resolve", "op-old", "--tenant", "acme", "--confirm", "--by", "ana",
+        "--reason", "case closed in the CRM UI",
+        "--evidence", '{"provider_result_id": "case-318", "summary": "CRM history shows close"}',
+        "--result", '{"closed": true}', "--json",
+    )  # fmt: skip
+    assert as_json(result)["operation"]["status"] == "confirmed"
+    op = ledger.get("acme", "op-old")
+    assert op is not None
+    assert (op.status, op.result, op.provider_result_id) == (
+        S.CONFIRMED,
+        {"closed": True},
+        "case-318",
+    )
+    last = ledger.events("acme", "op-old")[-1]
+    assert (last.kind, last.actor) == (EventKind.RESOLVE, "ana")
+    assert last.evidence is not None
+    assert (last.evidence.source, last.evidence.summary) == ("operator", "CRM history shows close")
+    assert last.detail == {"decision": "confirm", "reason": "case closed in the CRM UI"}
+
+
+def test_resolve_reject_with_operator_from_environment(cli: Invoke, ledger: InMemoryLedger) -> None:
+    """resolve --reject takes the operator from LGE_OPERATOR and rejects the operation."""
+    result = cli(
+        "resolve", "op-new", "-t", "acme", "--reject", "--reason", "CRM says no such close",
+        env={"LGE_OPERATOR": "night-shift"},
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    op = ledger.get("acme", "op-new")
+    assert op is not None
+    assert op.status is S.REJECTED
+    assert ledger.events("acme", "op-new")[-1].actor == "night-shift"
+
+
+def test_resolve_without_operator_identity_changes_nothing(
+    cli: Invoke, ledger: InMemoryLedger
+) -> None:
+    """No --by and no LGE_OPERATOR: usage error (exit 2), the operation stays unknown."""
+    result = cli("resolve", "op-old", "-t", "acme", "--confirm", "--reason", "x", "--json")
+    assert result.exit_code == ExitCode.USAGE
+    assert "LGE_OPERATOR" in error(result)["message"]
+    assert ledger.get("acme", "op-old").status is S.UNKNOWN  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("--reason", "x"),  # neither --confirm nor --reject
+        ("--confirm", "--reject", "--reason", "x"),
+        ("--confirm", "--reason", "x", "--evidence", "{not json"),
+        ("--confirm", "--reason", "x", "--evidence", "[1, 2]"),
+        ("--confirm", "--reason", "x", "--evidence", '{"kind": "rejected"}'),
+        ("--confirm", "--reason", "x", "--evidence", '{"colour": "red"}'),
+        ("--reject", "--reason", "x", "--result", "{}"),
+        ("--confirm", "--reason", "  "),
+    ],
+)
+def test_malformed_resolutions_are_usage_errors(
+    cli: Invoke, ledger: InMemoryLedger, args: tuple[str, ...]
+) -> None:
+    """Contradictory flags, bad JSON or contradicting evidence: exit 2, nothing changed."""
+    result = cli("resolve", "op-old", "-t", "acme", "--by", "ana", *args)
+    assert result.exit_code == ExitCode.USAGE, result.output
+    assert ledger.get("acme", "op-old").record_version == 3  # type: ignore[union-attr]
+
+
+def test_resolving_a_confirmed_operation_is_refused(cli: Invoke, ledger: InMemoryLedger) -> None:
+    """The state machine refuses to decide a terminal operation: exit 3, record unchanged."""
+    before = ledger.get("acme", "op-done")
+    result = cli(
+        "resolve", "op-done", "-t", "acme", "--reject", "--by", "ana", "--reason", "x", "--json"
+    )
+    assert result.exit_code == ExitCode.REFUSED
+    assert error(result)["error"] == "refused"
+    assert "nothing was changed" in error(result)["message"]
+    assert ledger.get("acme", "op-done") == before
+
+
+def test_resolving_another_tenants_operation_is_not_found(
+    cli: Invoke, ledger: InMemoryLedger
+) -> None:
+    """Deciding globex's operation under tenant acme is 'not found' and changes nothing."""
+    result = cli("resolve", "op-g", "-t", "acme", "--confirm", "--by", "ana", "--reason", "x")
+    assert result.exit_code == ExitCode.NOT_FOUND
+    assert ledger.get("globex", "op-g").status is S.UNKNOWN  # type: ignore[union-attr]
+
+
+# -- retry -----------------------------------------------------------------------
+
+
+def test_retry_moves_unknown_to_prepared_keeping_the_key(
+    cli: Invoke, ledger: InMemoryLedger
+) -> None:
+    """An operator-authorized retry makes the operation prepared again, same key, same payload."""
+    before = ledger.get("acme", "op-old")
+    result = cli("retry", "op-old", "-t", "acme", "--by", "ana", "--reason", "inside Stripe's 24 h")
+    assert result.exit_code == 0, result.output
+    after = ledger.get("acme", "op-old")
+    assert before is not None
+    assert after is not None
+    assert after.status is S.PREPARED
+    assert (after.idempotency_key, after.payload_digest) == (
+        before.idempotency_key,
+        before.payload_digest,
+    )
+    assert ledger.events("acme", "op-old")[-1].detail == {
+        "decision": "retry",
+        "reason": "inside Stripe's 24 h",
+    }
+
+
+def test_retry_without_idempotency_key_needs_explicit_acceptance(
+    cli: Invoke, ledger: InMemoryLedger
+) -> None:
+    """A keyless retry is refused (exit 3) with the duplicate risk explained, unless accepted."""
+    refused = cli("retry", "op-nokey", "-t", "acme", "--by", "ana", "--reason", "x", "--json")
+    assert refused.exit_code == ExitCode.REFUSED
+    assert "no idempotency key" in error(refused)["message"]
+    assert ledger.get("acme", "op-nokey").status is S.UNKNOWN  # type: ignore[union-attr]
+
+    accepted = cli(
+        "retry", "op-nokey", "-t", "acme", "--by", "ana", "--reason", "checked: not in the CRM",
+        "--accept-duplicate-risk",
+    )  # fmt: skip
+    assert accepted.exit_code == 0, accepted.output
+    assert ledger.get("acme", "op-nokey").status is S.PREPARED  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("operation_id", "tenant", "explains"),
+    [
+        ("op-flight", "acme", "holds the lease"),
+        ("op-done", "acme", "replays the recorded result"),
+        ("op-mail", "globex", "dispatches it for the first time"),
+    ],
+)
+def test_retry_is_refused_outside_unknown_with_the_reason(
+    cli: Invoke, ledger: InMemoryLedger, operation_id: str, tenant: str, explains: str
+) -> None:
+    """Retry applies to unknown operations only; elsewhere exit 3 says what is happening."""
+    before = ledger.get(tenant, operation_id)
+    result = cli("retry", operation_id, "-t", tenant, "--by", "ana", "--reason", "x", "--json")
+    assert result.exit_code == ExitCode.REFUSED
+    assert explains in error(result)["message"]
+    assert ledger.get(tenant, operation_id) == before
+
+
+# -- policy ----------------------------------------------------------------------
+
+POLICY = '''
+def only_own_tenant(operator, operation, decision):
+    """ana decides acme only; nobody retries mail."""
+    if operation.action == "mail.send" and decision.value == "retry":
+        raise PermissionError("mail is never retried by hand")
+    return operator == "ana" and operation.tenant_id == "acme"
+
+def broken(operator, operation, decision):
+    raise RuntimeError("policy backend down")
+'''
+
+
+@pytest.fixture
+def policy_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A policy module in the working directory, under a fresh name."""
+    name = f"lge_policy_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{name}.py").write_text(POLICY)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))  # the CLI adds the cwd; undo it
+    return name
+
+
+def test_policy_decides_who_may_resolve_what(
+    cli: Invoke, ledger: InMemoryLedger, policy_module: str
+) -> None:
+    """The policy hook forbids (exit 4, nothing changed) or allows each operator's decision."""
+    spec = f"{policy_module}:only_own_tenant"
+    forbidden = cli(
+        "resolve", "op-g", "-t", "globex", "--confirm", "--by", "ana", "--reason", "x",
+        "--policy", spec, "--json",
+    )  # fmt: skip
+    assert forbidden.exit_code == ExitCode.FORBIDDEN
+    assert error(forbidden)["error"] == "forbidden"
+    assert ledger.get("globex", "op-g").status is S.UNKNOWN  # type: ignore[union-attr]
+
+    allowed = cli(
+        "resolve", "op-old", "-t", "acme", "--confirm", "--by", "ana", "--reason", "x",
+        env={"LGE_RESOLVE_POLICY": spec},
+    )  # fmt: skip
+    assert allowed.exit_code == 0, allowed.output
+    assert ledger.get("acme", "op-old").status is S.CONFIRMED  # type: ignore[union-attr]
+
+
+def test_a_failing_policy_forbids(cli: Invoke, ledger: InMemoryLedger, policy_module: str) -> None:
+    """A policy that raises fails closed: exit 4 with its message, the operation unchanged."""
+    result = cli(
+        "retry", "op-old", "-t", "acme", "--by", "ana", "--reason", "x",
+        "--policy", f"{policy_module}:broken", "--json",
+    )  # fmt: skip
+    assert result.exit_code == ExitCode.FORBIDDEN
+    assert "policy backend down" in error(result)["message"]
+    assert ledger.get("acme", "op-old").status is S.UNKNOWN  # type: ignore[union-attr]
+
+
+def test_an_unloadable_policy_is_a_usage_error(cli: Invoke, policy_module: str) -> None:
+    """A policy spec that names nothing importable is a usage error (exit 2)."""
+    for spec in ("no_such_module_xyz:f", f"{policy_module}:missing", "nocolon"):
+        result = cli(
+            "resolve",
+            "op-old",
+            "-t",
+            "acme",
+            "--confirm",
+            "--by",
+            "a",
+            "--reason",
+            "x",
+            "--policy",
+            spec,
+        )
+        assert result.exit_code == ExitCode.USAGE, (spec, result.output)
+
+
+# -- stats and events ------------------------------------------------------------
+
+
+def test_stats_counts_statuses_unknown_age_and_resolutions(cli: Invoke) -> None:
+    """stats reports counts per status, the oldest unknown's age and operator resolutions."""
+    assert (
+        cli("resolve", "op-new", "-t", "acme", "--reject", "--by", "ana", "--reason", "x").exit_code
+        == 0
+    )
+    data = as_json(cli("stats", "--json"))
+    assert data["counts"] == {
+        "unknown": 3,
+        "dispatching": 1,
+        "prepared": 1,
+        "rejected": 1,
+        "confirmed": 1,
+    }
+    assert data["total"] == 7
+    assert data["oldest_unknown_age_seconds"] >= 7200
+    assert data["operator_resolutions"] == 1
+    assert set(data["reconciliation"]) == {"confirmed", "rejected", "inconclusive"}
+    assert "duplicates_prevented" in data
+    assert as_json(cli("stats", "--json", "--tenant", "globex"))["counts"]["unknown"] == 1
+
+
+def test_events_print_the_feed_as_json_lines(cli: Invoke, ledger: InMemoryLedger) -> None:
+    """events --json prints one object per event, in order, honouring --after and --tenant."""
+    lines = cli("events", "--json", "--limit", "1000").stdout.splitlines()
+    events = [json.loads(line) for line in lines]
+    assert [e["event_id"] for e in events] == list(range(1, len(ledger.feed(limit=1000)) + 1))
+    later = [json.loads(x) for x in cli("events", "--json", "--after", "5").stdout.splitlines()]
+    assert later[0]["event_id"] == 6
+    globex = [json.loads(x) for x in cli("events", "--json", "-t", "globex").stdout.splitlines()]
+    assert {e["tenant_id"] for e in globex} == {"globex"}
+    assert len(globex) == 4
+
+
+def test_events_follow_prints_new_events_as_they_commit(
+    cli: Invoke, ledger: InMemoryLedger
+) -> None:
+    """events --follow waits for events committed after it starts and stops after --count."""
+    last = ledger.feed(limit=1000)[-1].event_id
+    assert last is not None
+    writer = threading.Thread(target=make_unknown, args=(ledger, "acme", "op-later"))
+    writer.start()
+    result = cli(
+        "events", "--follow", "--after", str(last), "--count", "3", "--interval", "0.01", "--json"
+    )
+    writer.join()
+    kinds = [json.loads(line)["kind"] for line in result.stdout.splitlines()]
+    assert kinds == ["prepare", "claim", "mark_unknown"]
+
+
+# -- connection errors -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "mysql://root@localhost/x",
+        "sqlite:///does/not/exist.db",
+        "sqlite:",
+        "postgresql://nobody@127.0.0.1:1/none",
+    ],
+)
+def test_an_unusable_ledger_url_is_exit_2(
+    url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A wrong scheme, a missing SQLite file or an unreachable server: exit 2, nothing created."""
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(app, ["list", "--json"], env={"LGE_DB": url})
+    assert result.exit_code == ExitCode.USAGE, result.output
+    assert error(result)["error"] in ("usage", "unavailable")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_no_ledger_given_is_exit_2() -> None:
+    """Without --db or LGE_DB the CLI says how to name a ledger (exit 2)."""
+    result = CliRunner().invoke(app, ["stats"], env={"LGE_DB": None})
+    assert result.exit_code == ExitCode.USAGE
+    assert "LGE_DB" in result.stderr
+
+
+def test_a_password_never_appears_in_the_error() -> None:
+    """A connection failure names the URL without its password."""
+    url = "postgresql://op:hunter2@127.0.0.1:1/none"
+    result = CliRunner().invoke(app, ["list"], env={"LGE_DB": url})
+    assert result.exit_code == ExitCode.USAGE
+    assert "hunter2" not in result.output
+
+
+def test_parse_duration_reads_compound_units() -> None:
+    """Durations like 90s, 10m, 1h30m and 2d parse; anything else is InvalidInput."""
+    assert parse_duration("90s") == timedelta(seconds=90)
+    assert parse_duration("1h30m") == timedelta(minutes=90)
+    assert parse_duration("2d") == timedelta(days=2)
+    for bad in ("", "10", "ten minutes", "5x", "1h-3m"):
+        with pytest.raises(InvalidInput):
+            parse_duration(bad)
