@@ -80,6 +80,13 @@ def test_keys_dedupe_inside_the_retention_window_and_not_after(clock: FakeClock)
 
     assert second["version"] == 2
     assert (crm.effects, crm.duplicates, crm.effects_for("case-1")) == (2, 1, 2)
+    assert (
+        crm.effects_for(idempotency_key="k1"),
+        crm.effects_for("case-2", idempotency_key="k1"),
+    ) == (
+        2,
+        0,
+    )
 
 
 def test_transient_fault_refuses_before_acting_with_retry_after(crm: FakeCRM) -> None:

@@ -26,8 +26,9 @@ Counting (the harness view, never touched by faults):
 
 * ``effects``: effects the provider applied (a replayed idempotent resend,
   a rejected, refused or dropped call applies nothing).
-* ``effects_for(target)``: the same, for one target (CRM: the case or record
-  id; mail: the recipient; ticketing: the ticket title).
+* ``effects_for(target, idempotency_key=...)``: the same, for one target
+  (CRM: the case or record id; mail: the recipient; ticketing: the ticket
+  title) and/or one idempotency key.
 * ``duplicates``: applied effects beyond the first per *logical intent*,
   where an intent is ``(method, target, payload)`` (the payload compared by a
   canonical-JSON digest; the idempotency key is deliberately not part of it:
@@ -513,11 +514,13 @@ class _FakeProvider:
         """Applied effects beyond the first per (method, target, payload digest)."""
         return self.stats().duplicates
 
-    def effects_for(self, target: str) -> int:
-        """Effects applied to ``target``."""
+    def effects_for(self, target: str | None = None, *, idempotency_key: str | None = None) -> int:
+        """Effects applied to ``target`` and/or under ``idempotency_key`` (all given must match)."""
         with self._session() as (conn, _):
             (n,) = conn.execute(
-                "SELECT COUNT(*) FROM effects WHERE target = ?", (target,)
+                "SELECT COUNT(*) FROM effects WHERE (? IS NULL OR target = ?)"
+                " AND (? IS NULL OR idempotency_key = ?)",
+                (target, target, idempotency_key, idempotency_key),
             ).fetchone()
         return int(n)
 
@@ -641,36 +644,62 @@ class _FakeProvider:
         """Apply one effect to the provider's records; return the response body."""
         raise NotImplementedError
 
-    def _fail(self, conn: sqlite3.Connection, method: str, scripted: _Scripted) -> Exception | None:
-        """The exception a refusing fault raises after commit (counted), or None."""
+    def _admit(
+        self, conn: sqlite3.Connection, method: str, *, effect: bool
+    ) -> tuple[_Scripted, Exception | None]:
+        """Check authorization, take the next scripted fault; return it and any refusal.
+
+        The refusal is raised only after commit, so the consumed fault and the
+        counters persist.
+        """
+        if conn.execute("SELECT 1 FROM settings WHERE name = 'revoked'").fetchone():
+            self._bump(conn, "rejections")
+            reason = f"{self.name}: the authorization was revoked"
+            return _NO_FAULT, EffectRejected(reason, code="authorization_revoked")
+        scripted = FaultQueue._pop(conn, method, effect=effect)
         p = scripted.params
         if scripted.fault is Fault.TRANSIENT:
             self._bump(conn, "transient_errors")
-            return TransientProviderError(
-                f"{self.name}.{method}: service unavailable", retry_after=p["retry_after"]
-            )
+            reason = f"{self.name}.{method}: service unavailable"
+            return scripted, TransientProviderError(reason, retry_after=p["retry_after"])
         if scripted.fault is Fault.REJECT:
             self._bump(conn, "rejections")
-            return EffectRejected(p["reason"], code=p["code"])
-        if scripted.fault in (Fault.LOSE_REQUEST, Fault.LATE):
+            return scripted, EffectRejected(p["reason"], code=p["code"])
+        if scripted.fault in (Fault.LOSE_REQUEST, Fault.LATE, Fault.LOSE_RESPONSE):
+            # LOSE_RESPONSE still acts; the timeout is raised after commit (_answer).
             self._bump(conn, "timeouts")
-            return ProviderTimeout(self.name, method)
-        return None
+        if scripted.fault in (Fault.LOSE_REQUEST, Fault.LATE):
+            return scripted, ProviderTimeout(self.name, method)
+        return scripted, None
 
-    def _refused(self, conn: sqlite3.Connection) -> Exception | None:
-        if conn.execute("SELECT 1 FROM settings WHERE name = 'revoked'").fetchone() is None:
-            return None
-        self._bump(conn, "rejections")
-        return EffectRejected(
-            f"{self.name}: the authorization was revoked", code="authorization_revoked"
-        )
+    def _check_key(
+        self, conn: sqlite3.Connection, method: str, key: str, digest: str, now: int
+    ) -> tuple[dict[str, Any] | None, Exception | None]:
+        """Stripe's rules: replay the stored response, refuse another payload, or 409."""
+        stored = self._stored(conn, key, now)
+        if stored is not None and stored[0] != digest:
+            self._bump(conn, "rejections")
+            reason = f"{self.name}.{method}: idempotency key {key!r} was used with another payload"
+            return None, EffectRejected(
+                reason, code="idempotency_key_reused", detail={"status": 422}
+            )
+        if stored is not None:
+            self._bump(conn, "replays")
+            return json.loads(stored[1]), None
+        if conn.execute("SELECT 1 FROM in_flight WHERE idempotency_key = ?", (key,)).fetchone():
+            self._bump(conn, "transient_errors")
+            reason = f"{self.name}.{method}: a request with this key is still in progress (409)"
+            return None, TransientProviderError(reason, retry_after=1.0)
+        return None, None
 
-    def _after_commit(self, method: str, scripted: _Scripted) -> None:
-        """Faults that strike once the work is committed: lose the response, or die."""
+    def _answer(self, method: str, scripted: _Scripted, error: Exception | None) -> None:
+        """After commit: kill the process, lose the response (whatever it was), or refuse."""
         if scripted.fault is Fault.CRASH:
             os._exit(int(scripted.params["exit_code"]))
         if scripted.fault is Fault.LOSE_RESPONSE:
             raise ProviderTimeout(self.name, method)
+        if error is not None:
+            raise error
 
     def _effect_call(
         self,
@@ -680,44 +709,14 @@ class _FakeProvider:
         payload: dict[str, Any],
         idempotency_key: str | None,
     ) -> dict[str, Any]:
-        """Run one effect call: authorization, fault, key, apply; commit; then answer."""
+        """One effect call: admit, late or key check, apply; commit; then answer."""
         digest = hashlib.sha256(canonical_json([method, target, payload])).hexdigest()
-        error: Exception | None = None
         response: dict[str, Any] | None = None
         with self._session() as (conn, now):
             self._bump(conn, "requests")
-            scripted = _NO_FAULT
-            error = self._refused(conn)
-            if error is None:
-                scripted = FaultQueue._pop(conn, method, effect=True)
-                error = self._fail(conn, method, scripted)
-            if error is None and idempotency_key is not None:
-                stored = self._stored(conn, idempotency_key, now)
-                if stored is not None and stored[0] != digest:
-                    self._bump(conn, "rejections")
-                    error = EffectRejected(
-                        f"{self.name}.{method}: idempotency key {idempotency_key!r} was used"
-                        " with another payload",
-                        code="idempotency_key_reused",
-                        detail={"status": 422},
-                    )
-                elif stored is not None:
-                    self._bump(conn, "replays")
-                    response = json.loads(stored[1])
-                elif conn.execute(
-                    "SELECT 1 FROM in_flight WHERE idempotency_key = ?", (idempotency_key,)
-                ).fetchone():
-                    self._bump(conn, "transient_errors")
-                    error = TransientProviderError(
-                        f"{self.name}.{method}: a request with this idempotency key is"
-                        " still being processed (409)",
-                        retry_after=1.0,
-                    )
-            if (
-                scripted.fault is Fault.LATE
-                and response is None
-                and isinstance(error, ProviderTimeout)
-            ):
+            scripted, error = self._admit(conn, method, effect=True)
+            if scripted.fault is Fault.LATE:
+                # Received but not processed yet: it lands when the clock reaches due_at.
                 conn.execute(
                     "INSERT INTO in_flight"
                     " (method, target, payload, payload_digest, idempotency_key, due_at)"
@@ -731,7 +730,9 @@ class _FakeProvider:
                         now + scripted.params["delay_us"],
                     ),
                 )
-            elif error is None and response is None:
+            if error is None and idempotency_key is not None:
+                response, error = self._check_key(conn, method, idempotency_key, digest, now)
+            if error is None and response is None:
                 response = self._apply(
                     conn,
                     method,
@@ -742,29 +743,17 @@ class _FakeProvider:
                     now,
                     fault=scripted.fault,
                 )
-            if error is None and scripted.fault is Fault.LOSE_RESPONSE:
-                self._bump(conn, "timeouts")
-        if error is not None:
-            raise error
-        self._after_commit(method, scripted)
+        self._answer(method, scripted, error)
         assert response is not None
         return response
 
     def _lookup(self, method: str, read: Callable[[sqlite3.Connection, int], Any]) -> Any:
-        """Run one read-only call: authorization and faults aimed at ``method`` apply."""
+        """One read-only call: authorization and the faults aimed at ``method`` apply."""
         with self._session() as (conn, now):
             self._bump(conn, "requests")
-            scripted = _NO_FAULT
-            error = self._refused(conn)
-            if error is None:
-                scripted = FaultQueue._pop(conn, method, effect=False)
-                error = self._fail(conn, method, scripted)
+            scripted, error = self._admit(conn, method, effect=False)
             result = read(conn, now) if error is None else None
-            if error is None and scripted.fault is Fault.LOSE_RESPONSE:
-                self._bump(conn, "timeouts")
-        if error is not None:
-            raise error
-        self._after_commit(method, scripted)
+        self._answer(method, scripted, error)
         return result
 
     def _unknown_method(self, method: str) -> AssertionError:
@@ -839,7 +828,8 @@ class FakeCRM(_FakeProvider):
 
         Returns ``{"case_id", "status": "open" | "closed", "resolution", "version",
         "closed_by" (the idempotency key of the last close, or None), "closed_at"
-        (datetime or None), "fields"}``. A case never touched is open at version 0.
+        (ISO 8601 or None), "fields"}``: JSON values only, so it can serve as evidence.
+        A case never touched is open at version 0.
         """
 
         def read(conn: sqlite3.Connection, now: int) -> dict[str, Any]:
@@ -856,7 +846,7 @@ class FakeCRM(_FakeProvider):
                 "resolution": row[1],
                 "version": row[3],
                 "closed_by": row[4],
-                "closed_at": None if row[5] is None else _from_us(row[5]),
+                "closed_at": None if row[5] is None else _from_us(row[5]).isoformat(),
                 "fields": json.loads(row[2]),
             }
 
