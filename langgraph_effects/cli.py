@@ -15,13 +15,15 @@ without the tables is an error, not a fresh empty ledger.
 Exit codes (stable; scripts may rely on them)::
 
     0  done
-    1  not found: no such operation for that tenant (another tenant's
-       operation is reported exactly like a missing one)
+    1  unexpected failure (a bug, or interrupted): what Python and click
+       exit with, so it never means anything specific here
     2  usage or connection: bad arguments, malformed URL or JSON, no operator
        identity, a ledger that cannot be opened, reached or is not set up
-    3  refused: the state machine (or a live lease) does not allow the decision;
+    3  not found: no such operation for that tenant (another tenant's
+       operation is reported exactly like a missing one)
+    4  refused: the state machine (or a live lease) does not allow the decision;
        nothing was changed
-    4  forbidden: the resolve policy did not allow this operator; nothing was changed
+    5  forbidden: the resolve policy did not allow this operator; nothing was changed
 
 ``--json`` prints one JSON document (``events``: one JSON object per line) with
 the keys documented on each command; errors go to stderr (a JSON object
@@ -88,10 +90,11 @@ class ExitCode(IntEnum):
     """The process exit codes of every command (see the module docstring)."""
 
     OK = 0
-    NOT_FOUND = 1
+    FAILURE = 1
     USAGE = 2
-    REFUSED = 3
-    FORBIDDEN = 4
+    NOT_FOUND = 3
+    REFUSED = 4
+    FORBIDDEN = 5
 
 
 class _Failure(Exception):
@@ -110,6 +113,8 @@ _ORDER = (*_OPEN, S.REJECTED, S.CONFIRMED)
 app = typer.Typer(
     name="langgraph-effects",
     help="Inspect and resolve the operations of a langgraph-effects ledger.",
+    epilog="Exit codes: 0 done, 1 unexpected failure, 2 usage or connection, 3 not found, "
+    "4 refused by the state machine, 5 forbidden by the resolve policy.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -122,8 +127,7 @@ DbOption = Annotated[
     typer.Option(
         "--db",
         envvar="LGE_DB",
-        help="Ledger URL: sqlite:///file.db, sqlite:////abs/file.db or postgresql://... "
-        "[env LGE_DB]",
+        help="Ledger URL: sqlite:///file.db, sqlite:////abs/file.db or postgresql://...",
         show_default=False,
     ),
 ]
@@ -131,7 +135,7 @@ JsonOption = Annotated[bool, typer.Option("--json", help="Machine-readable outpu
 TenantRequired = Annotated[str, typer.Option("--tenant", "-t", help="The operation's tenant.")]
 ByOption = Annotated[
     str | None,
-    typer.Option("--by", envvar="LGE_OPERATOR", help="Who decides (required) [env LGE_OPERATOR]."),
+    typer.Option("--by", envvar="LGE_OPERATOR", help="Who decides (required)."),
 ]
 ReasonOption = Annotated[
     str, typer.Option("--reason", help="Why: recorded in the event log (required).")
@@ -141,7 +145,7 @@ PolicyOption = Annotated[
     typer.Option(
         "--policy",
         envvar="LGE_RESOLVE_POLICY",
-        help="module:function deciding who may resolve what [env LGE_RESOLVE_POLICY].",
+        help="module:function deciding who may resolve what.",
     ),
 ]
 

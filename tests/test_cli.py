@@ -208,7 +208,7 @@ def test_show_offers_no_decision_on_a_confirmed_operation(cli: Invoke) -> None:
 
 
 def test_another_tenants_operation_is_indistinguishable_from_a_missing_one(cli: Invoke) -> None:
-    """Asking for globex's operation as acme fails exactly like a made-up id: exit 1, same words."""
+    """Asking for globex's operation as acme fails exactly like a made-up id: exit 3, same words."""
     theirs = cli("show", "op-g", "--tenant", "acme", "--json")
     missing = cli("show", "op-zzzz", "--tenant", "acme", "--json")
     assert theirs.exit_code == missing.exit_code == ExitCode.NOT_FOUND
@@ -292,7 +292,7 @@ def test_malformed_resolutions_are_usage_errors(
 
 
 def test_resolving_a_confirmed_operation_is_refused(cli: Invoke, ledger: InMemoryLedger) -> None:
-    """The state machine refuses to decide a terminal operation: exit 3, record unchanged."""
+    """The state machine refuses to decide a terminal operation: exit 4, record unchanged."""
     before = ledger.get("acme", "op-done")
     result = cli(
         "resolve", "op-done", "-t", "acme", "--reject", "--by", "ana", "--reason", "x", "--json"
@@ -339,7 +339,7 @@ def test_retry_moves_unknown_to_prepared_keeping_the_key(
 def test_retry_without_idempotency_key_needs_explicit_acceptance(
     cli: Invoke, ledger: InMemoryLedger
 ) -> None:
-    """A keyless retry is refused (exit 3) with the duplicate risk explained, unless accepted."""
+    """A keyless retry is refused (exit 4) with the duplicate risk explained, unless accepted."""
     refused = cli("retry", "op-nokey", "-t", "acme", "--by", "ana", "--reason", "x", "--json")
     assert refused.exit_code == ExitCode.REFUSED
     assert "no idempotency key" in error(refused)["message"]
@@ -364,7 +364,7 @@ def test_retry_without_idempotency_key_needs_explicit_acceptance(
 def test_retry_is_refused_outside_unknown_with_the_reason(
     cli: Invoke, ledger: InMemoryLedger, operation_id: str, tenant: str, explains: str
 ) -> None:
-    """Retry applies to unknown operations only; elsewhere exit 3 says what is happening."""
+    """Retry applies to unknown operations only; elsewhere exit 4 says what is happening."""
     before = ledger.get(tenant, operation_id)
     result = cli("retry", operation_id, "-t", tenant, "--by", "ana", "--reason", "x", "--json")
     assert result.exit_code == ExitCode.REFUSED
@@ -399,7 +399,7 @@ def policy_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
 def test_policy_decides_who_may_resolve_what(
     cli: Invoke, ledger: InMemoryLedger, policy_module: str
 ) -> None:
-    """The policy hook forbids (exit 4, nothing changed) or allows each operator's decision."""
+    """The policy hook forbids (exit 5, nothing changed) or allows each operator's decision."""
     spec = f"{policy_module}:only_own_tenant"
     forbidden = cli(
         "resolve", "op-g", "-t", "globex", "--confirm", "--by", "ana", "--reason", "x",
@@ -418,7 +418,7 @@ def test_policy_decides_who_may_resolve_what(
 
 
 def test_a_failing_policy_forbids(cli: Invoke, ledger: InMemoryLedger, policy_module: str) -> None:
-    """A policy that raises fails closed: exit 4 with its message, the operation unchanged."""
+    """A policy that raises fails closed: exit 5 with its message, the operation unchanged."""
     result = cli(
         "retry", "op-old", "-t", "acme", "--by", "ana", "--reason", "x",
         "--policy", f"{policy_module}:broken", "--json",
