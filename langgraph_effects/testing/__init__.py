@@ -7,6 +7,19 @@
   of the runner, armed in-process (``InjectedCrash``) or as a real process
   kill, and ``run_in_child`` to run to a crash and resume in a fresh process.
 
+A crash test, end to end::
+
+    from langgraph_effects.testing import FakeCRM, Fault, run_in_child
+
+    def close(crm):  # module level: it runs in a spawned child
+        return crm.close_case("case-1", "refunded", idempotency_key="k1")
+
+    crm = FakeCRM(tmp_path / "crm.db")      # state in a file: counts cross processes
+    crm.faults.push(Fault.CRASH)            # apply, commit, then os._exit(137)
+    assert run_in_child(close, crm).crashed
+    assert run_in_child(close, crm).ok      # resume in a fresh process
+    assert (crm.effects, crm.duplicates) == (1, 0)
+
 Names load on first use, so library code importing ``testing.faults`` for its
 ``crash_point`` hook stays cheap.
 """

@@ -113,10 +113,11 @@ class SystemClock:
 class FakeClock:
     """A clock that moves only when a test advances it.
 
-    Share one instance between providers and the code under test. With a
-    ``path`` the current time lives in a SQLite file, so a child process that
-    opens ``FakeClock(path=...)`` (or unpickles this one) sees the same time and
-    the parent can advance it.
+    Share one instance between providers and the code under test (the
+    runner too, so it judges idempotency windows and leases on the same time).
+    With a ``path`` the current time lives in a SQLite file, so a child process
+    that opens ``FakeClock(path=...)`` (or unpickles this one) sees the same time
+    and the parent can advance it. An in-memory clock pickles as a *copy*.
 
     Args:
         start: the initial time (aware). Ignored when ``path`` already holds a time.
@@ -128,6 +129,7 @@ class FakeClock:
     def __init__(self, start: datetime | None = None, *, path: str | Path | None = None) -> None:
         self.path = Path(path) if path is not None else None
         self._us = _to_us(start or self.DEFAULT_START)
+        self._lock = threading.Lock()
         self._db = _Database(self.path) if self.path is not None else None
         if self._db is not None:
             with self._db.transaction() as conn:
@@ -149,8 +151,9 @@ class FakeClock:
         if step < 0:
             raise ValueError("a clock does not go backwards")
         if self._db is None:
-            self._us += step
-            return _from_us(self._us)
+            with self._lock:
+                self._us += step
+                return _from_us(self._us)
         with self._db.transaction() as conn:
             conn.execute("UPDATE clock SET us = us + ? WHERE id = 1", (step,))
             (us,) = conn.execute("SELECT us FROM clock WHERE id = 1").fetchone()
