@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from langgraph_effects.errors import EffectRejected, ProviderError, TransientProviderError
-from langgraph_effects.testing.faults import CRASH_EXIT_CODE, run_in_child
+from langgraph_effects.testing.faults import CRASH_EXIT_CODE, ChildExit, run_in_child
 from langgraph_effects.testing.providers import (
     FakeClock,
     FakeCRM,
@@ -351,3 +351,28 @@ def test_file_clock_is_shared_across_processes(tmp_path: Path) -> None:
     assert clock.now() == start + timedelta(seconds=90)
     assert result.value == clock.now().isoformat()
     clock.close()
+
+
+def _create_many(tickets: FakeTicketing, prefix: str, n: int) -> int:
+    for i in range(n):
+        tickets.create_ticket(f"{prefix}-{i}", "body")
+    return n
+
+
+def test_two_processes_writing_at_once_lose_no_effect(tmp_path: Path) -> None:
+    """Two child processes creating tickets concurrently on one file are all counted."""
+    tickets = FakeTicketing(tmp_path / "tickets.db")
+    results: list[ChildExit] = []
+    threads = [
+        threading.Thread(
+            target=lambda p=prefix: results.append(run_in_child(_create_many, tickets, p, 25))
+        )
+        for prefix in ("a", "b")
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert [(r.ok, r.value) for r in results] == [(True, 25), (True, 25)]
+    assert (tickets.effects, tickets.duplicates) == (50, 0)
+    tickets.close()
