@@ -1,0 +1,117 @@
+"""Run the benchmarks: ``python -m benchmarks [--quick] [--only NAME ...]``.
+
+Full (< 10 minutes): per tool call, lifecycle vs floor, concurrency, recovery,
+memory, the DBOS peer. ``--quick`` (< 2 minutes): per tool call, lifecycle (it
+gives the floor ratio and our cost per effect) and the DBOS peer, at smaller
+sizes. Each benchmark prints its table and writes its own JSON; this runner
+also writes ``results/latest.json`` with every ratio, the targets of issue 7
+and whether each was met.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from benchmarks import concurrency, dbos_peer, lifecycle, memory, recovery, tool_call
+from benchmarks._common import Report, machine, write_json
+
+# mode -> benchmark -> how to run it at that mode's size. "quick" skips the slow
+# ones; "smoke" is the tiny run tests/test_benchmarks_smoke.py makes so the
+# scripts never rot (its figures mean nothing).
+PLAN: dict[str, dict[str, Callable[[], Report]]] = {
+    "full": {
+        "tool_call": lambda: tool_call.run(threads=200),
+        "lifecycle": lambda: lifecycle.run(rounds=300),
+        "dbos_peer": lambda: dbos_peer.run(rounds=100),
+        "concurrency": lambda: concurrency.run(seconds=3.0, rounds=30),
+        "recovery": lambda: recovery.run(sizes=(10_000, 100_000, 1_000_000)),
+        "memory": lambda: memory.run(effects=100_000),
+    },
+    "quick": {
+        "tool_call": lambda: tool_call.run(threads=200),
+        "lifecycle": lambda: lifecycle.run(rounds=100),
+        "dbos_peer": lambda: dbos_peer.run(rounds=60),
+    },
+    "smoke": {
+        "tool_call": lambda: tool_call.run(threads=2, calls=(1, 10), warmup=1),
+        "lifecycle": lambda: lifecycle.run(rounds=2),
+        "dbos_peer": lambda: dbos_peer.run(rounds=2),
+        "concurrency": lambda: concurrency.run(workers=(2,), seconds=0.2, rounds=2),
+        "recovery": lambda: recovery.run(sizes=(100, 300), repeat=2),
+        "memory": lambda: memory.run(effects=100),
+    },
+}
+
+# ratio name -> (bound, "le" | "ge"): the targets of issue 7.
+TARGETS: dict[str, tuple[float, str]] = {
+    "postgres_n1": (1.10, "le"),
+    "postgres_n10": (1.15, "le"),
+    "sqlite_n1": (1.10, "le"),
+    "sqlite_n10": (1.15, "le"),
+    "ledger_vs_floor_postgres": (1.2, "le"),
+    "ledger_vs_floor_sqlite": (1.2, "le"),
+    "ledger_vs_dbos_step": (0.33, "le"),
+    "effects_per_s_8": (2500.0, "ge"),
+    "list_unknown_ms_1000000": (5.0, "le"),
+}
+
+
+def targets(ratios: dict[str, float]) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for name, (bound, how) in TARGETS.items():
+        value = ratios.get(name)
+        met = None if value is None else (value <= bound if how == "le" else value >= bound)
+        out[name] = {
+            "value": value,
+            "target": f"{'<=' if how == 'le' else '>='} {bound}",
+            "met": met,
+        }
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="per tool call, lifecycle, DBOS")
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes, for the smoke test")
+    parser.add_argument("--only", nargs="*", choices=list(PLAN["full"]), help="run only these")
+    args = parser.parse_args(argv)
+    mode = "smoke" if args.smoke else "quick" if args.quick else "full"
+
+    info = machine()
+    started = time.perf_counter()
+    reports: dict[str, Any] = {}
+    ratios: dict[str, float] = {}
+    for name, job in PLAN[mode].items():
+        if args.only and name not in args.only:
+            continue
+        t0 = time.perf_counter()
+        report = job()
+        report.data["seconds"] = time.perf_counter() - t0
+        print(report.table(), f"({report.data['seconds']:.1f} s)\n", sep="\n", flush=True)
+        write_json(f"{name}.json", report.as_dict())
+        reports[name] = report.as_dict()
+        ratios.update(report.ratios)
+    checked = targets(ratios)
+    print("== targets (issue 7) ==")
+    for name, t in checked.items():
+        value = "-" if t["value"] is None else f"{t['value']:.3f}"
+        verdict = {True: "met", False: "MISSED", None: "not measured"}[t["met"]]
+        print(f"{name:28} {value:>10}  {t['target']:>10}  {verdict}")
+    summary = {
+        "mode": mode,
+        "machine": info,
+        "seconds": time.perf_counter() - started,
+        "ratios": ratios,
+        "targets": checked,
+        "reports": reports,
+    }
+    path = write_json("latest.json", summary)
+    print(f"\nwrote {path} in {summary['seconds']:.0f} s")
+    return summary
+
+
+if __name__ == "__main__":
+    main()

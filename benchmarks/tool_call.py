@@ -1,0 +1,296 @@
+"""Benchmark 1: the cost of safety per tool call, EffectToolNode vs a plain ToolNode.
+
+The same graph (a scripted chat model -> tools -> model -> end) runs once per
+thread with a plain ``ToolNode`` and with ``EffectToolNode`` over the same
+tool, on the same checkpointer, the two interleaved thread by thread:
+
+- SQLite: ``SqliteSaver`` and ``SQLiteLedger`` on separate connections to one
+  WAL file, ``synchronous=FULL`` on both;
+- PostgreSQL: ``PostgresSaver`` and ``PostgresLedger`` sharing one pool.
+
+N = 1 and N = 10 tool calls per AIMessage; every invoke uses
+``durability="sync"`` (the AIMessage, and so its tool-call ids, is saved
+before the tools run: the setting the package tells its users to use).
+Reported: median wall time per invoke and the ratio EffectToolNode / ToolNode.
+
+Run: ``python -m benchmarks.tool_call [--threads 200]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sqlite3
+import statistics
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from typing import Any
+
+from langchain_core.callbacks import CallbackManagerForLLMRun
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.tools import tool
+from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.prebuilt import ToolNode, tools_condition
+
+from benchmarks._common import (
+    Report,
+    interleaved,
+    median_ms,
+    pg_schema,
+    pool_kwargs,
+    postgres_available,
+    sqlite_dir,
+    write_json,
+)
+
+__all__ = ["ScriptedChatModel", "main", "run"]
+
+
+class ScriptedChatModel(BaseChatModel):
+    """A chat model that asks for ``calls`` tool calls, then answers "done".
+
+    The call ids derive from the human message, so every thread gets its own
+    and a rerun of the same thread gets the same ones (as a checkpointed
+    AIMessage would).
+    """
+
+    calls: int = 1
+
+    @property
+    def _llm_type(self) -> str:
+        return "scripted"
+
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        last = messages[-1]
+        if isinstance(last, ToolMessage):
+            message = AIMessage(content="done")
+        else:
+            key = str(last.content)
+            message = AIMessage(
+                content="",
+                tool_calls=[
+                    {
+                        "name": "create_ticket",
+                        "args": {"title": f"{key} #{i}", "priority": "high"},
+                        "id": f"call-{key}-{i}",
+                        "type": "tool_call",
+                    }
+                    for i in range(self.calls)
+                ],
+            )
+        return ChatResult(generations=[ChatGeneration(message=message)])
+
+
+class FakeTicketing:
+    """The third-party provider: counts the tickets it creates."""
+
+    def __init__(self) -> None:
+        self.created = 0
+
+    def create(self, title: str, priority: str) -> dict[str, Any]:
+        self.created += 1
+        return {"ticket_id": f"T-{self.created}", "title": title, "priority": priority}
+
+
+def _tools(provider: FakeTicketing) -> tuple[Any, Any]:
+    """The same function as a plain tool and as an effect tool."""
+    from langgraph_effects import EffectContext, effect
+
+    def create_ticket(title: str, priority: str) -> dict[str, Any]:
+        """Create a support ticket."""
+        return provider.create(title, priority)
+
+    def create_ticket_effect(title: str, priority: str, ctx: EffectContext) -> dict[str, Any]:
+        """Create a support ticket."""
+        return provider.create(title, priority)
+
+    create_ticket_effect.__name__ = "create_ticket"
+    plain = tool(create_ticket)
+    guarded = effect("ticketing.create", target="ticketing")(create_ticket_effect)
+    return plain, guarded
+
+
+def _graph(tool_node: Any, calls: int, saver: Any) -> Any:
+    model = ScriptedChatModel(calls=calls)
+
+    def agent(state: MessagesState) -> dict[str, list[BaseMessage]]:
+        return {"messages": [model.invoke(state["messages"])]}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("agent", agent)
+    builder.add_node("tools", tool_node)
+    builder.add_edge(START, "agent")
+    builder.add_conditional_edges("agent", tools_condition, ["tools", END])
+    builder.add_edge("tools", "agent")
+    return builder.compile(checkpointer=saver)
+
+
+def _invoker(graph: Any, label: str, calls: int) -> Callable[[int], object]:
+    def invoke(i: int) -> object:
+        key = f"{label}-n{calls}-{i}"
+        out = graph.invoke(
+            {"messages": [HumanMessage(content=key)]},
+            {"configurable": {"thread_id": key}},
+            durability="sync",
+        )
+        if len(out["messages"]) != calls + 3:  # human, ai, calls x tool, ai
+            raise AssertionError(f"unexpected run: {out['messages']!r}")
+        return out
+
+    return invoke
+
+
+# -- backends -------------------------------------------------------------------
+
+
+@contextmanager
+def _sqlite() -> Iterator[tuple[Any, Any]]:
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    from langgraph_effects import SQLiteLedger
+
+    with sqlite_dir() as directory, ExitStack() as stack:
+        path = directory / "graph.db"
+        conn = sqlite3.connect(path, check_same_thread=False)
+        stack.callback(conn.close)
+        saver = SqliteSaver(conn)
+        saver.setup()  # turns on WAL
+        conn.execute("PRAGMA synchronous=FULL")
+        ledger = stack.enter_context(SQLiteLedger.from_conn_string(str(path)))
+        ledger.setup()
+        yield saver, ledger
+
+
+@contextmanager
+def _postgres() -> Iterator[tuple[Any, Any]]:
+    from langgraph.checkpoint.postgres import PostgresSaver
+    from psycopg_pool import ConnectionPool
+
+    from langgraph_effects import PostgresLedger
+
+    with (
+        pg_schema() as url,
+        ConnectionPool(url, min_size=4, max_size=16, kwargs=pool_kwargs()) as pool,
+    ):
+        saver = PostgresSaver(pool)
+        saver.setup()
+        ledger = PostgresLedger(pool)
+        ledger.setup()
+        yield saver, ledger
+
+
+BACKENDS: dict[str, Callable[[], Any]] = {"sqlite": _sqlite, "postgres": _postgres}
+
+
+def measure(backend: str, calls: int, threads: int, warmup: int = 3) -> dict[str, Any]:
+    """Time ``threads`` invokes per variant (interleaved) on one backend."""
+    from langgraph_effects import EffectToolNode
+
+    with BACKENDS[backend]() as (saver, ledger):
+        provider = FakeTicketing()
+        plain, guarded = _tools(provider)
+        variants = {
+            "ToolNode": _invoker(_graph(ToolNode([plain]), calls, saver), "plain", calls),
+            "EffectToolNode": _invoker(
+                _graph(EffectToolNode([guarded], ledger=ledger), calls, saver), "effect", calls
+            ),
+        }
+        for fn in variants.values():
+            for i in range(warmup):
+                fn(-1 - i)
+        samples = interleaved(variants, threads)
+        expected = (threads + warmup) * calls * 2
+        if provider.created != expected:
+            raise AssertionError(f"provider saw {provider.created} effects, expected {expected}")
+    plain_ms = median_ms(samples["ToolNode"])
+    effect_ms = median_ms(samples["EffectToolNode"])
+    # The ratio of medians can hide a shift in the tails; the median of paired
+    # ratios (same round, adjacent in time) is the noise-robust companion.
+    paired = statistics.median(
+        e / p for e, p in zip(samples["EffectToolNode"], samples["ToolNode"], strict=True)
+    )
+    return {
+        "backend": backend,
+        "calls": calls,
+        "threads": threads,
+        "toolnode_ms": plain_ms,
+        "effect_ms": effect_ms,
+        "ratio": effect_ms / plain_ms,
+        "paired_ratio": paired,
+        "overhead_per_effect_ms": (effect_ms - plain_ms) / calls,
+        "toolnode_p90_ms": _p90(samples["ToolNode"]),
+        "effect_p90_ms": _p90(samples["EffectToolNode"]),
+    }
+
+
+def _p90(samples: Sequence[float]) -> float:
+    return statistics.quantiles(samples, n=10)[-1] * 1000.0
+
+
+def run(
+    *,
+    threads: int = 200,
+    calls: Sequence[int] = (1, 10),
+    backends: Sequence[str] | None = None,
+    warmup: int = 3,
+) -> Report:
+    """Measure every backend x N; PostgreSQL is skipped (and said so) when unreachable."""
+    report = Report(
+        name="per tool call: EffectToolNode / ToolNode (same checkpointer, interleaved)",
+        columns=[
+            "backend",
+            "N",
+            "threads",
+            "ToolNode ms",
+            "Effect ms",
+            "ratio",
+            "paired",
+            "+ms/effect",
+        ],
+    )
+    chosen = list(backends or BACKENDS)
+    if "postgres" in chosen and (problem := postgres_available()):
+        chosen.remove("postgres")
+        report.notes.append(f"postgres skipped: {problem}")
+    results = []
+    for backend in chosen:
+        for n in calls:
+            row = measure(backend, n, threads, warmup)
+            results.append(row)
+            report.add(
+                backend,
+                n,
+                threads,
+                row["toolnode_ms"],
+                row["effect_ms"],
+                row["ratio"],
+                row["paired_ratio"],
+                row["overhead_per_effect_ms"],
+            )
+            report.ratios[f"{backend}_n{n}"] = row["ratio"]
+    report.data["results"] = results
+    report.notes.append(
+        'durability="sync"; router tools_condition (all calls of a message in one task)'
+    )
+    return report
+
+
+def main(argv: Sequence[str] | None = None) -> Report:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=int, default=200)
+    args = parser.parse_args(argv)
+    report = run(threads=args.threads)
+    print(report.table())
+    write_json("tool_call.json", report.as_dict())
+    return report
+
+
+if __name__ == "__main__":
+    main()
