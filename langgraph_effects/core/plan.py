@@ -1,0 +1,170 @@
+"""What a (re)run of an effect tool call does next: DESIGN.md's table as pure functions.
+
+``plan`` reads the ledger's record (and facts the runner gathered: is the
+lease ours, is its owner provably dead, did reconciliation already run in this
+pass) and names the next step. ``classify`` sorts what a tool raised into the
+three outcomes of the error policy; ``backoff`` says how long to wait before a
+transient retry, or that the retries are spent. No I/O here: the runner
+(``langgraph_effects.runner``) acts and records.
+
+==========================  =================================================
+ledger says                 step
+==========================  =================================================
+nothing yet                 ``DISPATCH_NEW`` (or ``PREPARE_FOR_APPROVAL``)
+prepared, approval due      ``ASK_APPROVAL``
+prepared                    ``AUTHORIZE_AND_CLAIM``
+dispatching, our lease      ``DISPATCH_CLAIMED``
+dispatching, owner alive    ``WAIT_PENDING`` (never dispatch, never review)
+dispatching, lease dead     ``TAKE_OVER`` (mark unknown, then as unknown)
+unknown                     ``RECONCILE`` -> ``RETRY_SAFE`` -> ``REVIEW``
+confirmed                   ``REPLAY_CONFIRMED``
+rejected                    ``REPLAY_REJECTED``
+==========================  =================================================
+
+A lease that merely expired is ``TAKE_OVER``, which leads to ``unknown`` and
+reconciliation: an expired lease never by itself permits a second dispatch.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+
+from langgraph_effects.core.model import Operation, OperationStatus, ProviderContract
+from langgraph_effects.errors import EffectRejected, TransientProviderError
+
+__all__ = ["Outcome", "Step", "backoff", "classify", "plan", "retry_allowed"]
+
+S = OperationStatus
+
+
+class Step(StrEnum):
+    """The next thing the runner does for one tool call."""
+
+    DISPATCH_NEW = "dispatch_new"
+    """No record: authorize, write it already claimed (one commit), dispatch."""
+    PREPARE_FOR_APPROVAL = "prepare_for_approval"
+    """No record and approval required: write it unclaimed, then ask."""
+    ASK_APPROVAL = "ask_approval"
+    """Prepared, never dispatched, not yet approved: ``interrupt()`` for a person."""
+    AUTHORIZE_AND_CLAIM = "authorize_and_claim"
+    """Prepared (approved if needed): authorize, claim, dispatch."""
+    DISPATCH_CLAIMED = "dispatch_claimed"
+    """Dispatching under a lease this very call holds: dispatch."""
+    WAIT_PENDING = "wait_pending"
+    """Another live owner is dispatching: wait for its outcome, never dispatch."""
+    TAKE_OVER = "take_over"
+    """Dispatching under a dead lease: mark unknown (bumps the fence), then as unknown."""
+    RECONCILE = "reconcile"
+    """Unknown: ask the reconciler for evidence."""
+    RETRY_SAFE = "retry_safe"
+    """Unknown, no conclusive evidence, the provider's key window is open: resend."""
+    REVIEW = "review"
+    """Unknown and nothing else resolves it: ``interrupt()`` for a person."""
+    REPLAY_CONFIRMED = "replay_confirmed"
+    REPLAY_REJECTED = "replay_rejected"
+
+
+def retry_allowed(op: Operation, contract: ProviderContract | None, now: datetime) -> bool:
+    """True when a resend is deduplicated by the provider: key contract, window still open."""
+    return (
+        contract is not None
+        and contract.honours_key
+        and contract.retry_is_safe(op.first_dispatched_at, now)
+    )
+
+
+def plan(
+    op: Operation | None,
+    *,
+    now: datetime,
+    contract: ProviderContract | None = None,
+    has_reconciler: bool = False,
+    require_approval: bool = False,
+    claimed_by_us: bool = False,
+    owner_dead: bool = False,
+    reconciled: bool = False,
+    retried: bool = False,
+) -> Step:
+    """Name the next step for a tool call whose ledger record is ``op``.
+
+    Args:
+        op: the record, or None when the ledger has none yet.
+        now: the current time (lease expiry and key windows are computed from it).
+        contract: the provider's idempotency contract, if any.
+        has_reconciler: the effect declares a reconciler.
+        require_approval: the effect needs a person's approval before its first dispatch.
+        claimed_by_us: this call holds the record's current lease (it just claimed it).
+        owner_dead: the lease owner is provably dead (same host, process gone).
+        reconciled: reconciliation already ran in this pass and was inconclusive.
+        retried: a safe retry already ran in this pass and ended unknown again;
+            a second one would only loop, so a person decides.
+    """
+    if op is None:
+        return Step.PREPARE_FOR_APPROVAL if require_approval else Step.DISPATCH_NEW
+    match op.status:
+        case S.CONFIRMED:
+            return Step.REPLAY_CONFIRMED
+        case S.REJECTED:
+            return Step.REPLAY_REJECTED
+        case S.PREPARED:
+            # Approval binds to the first dispatch only; an operator-ordered retry
+            # (attempts > 0) is itself a person's decision.
+            if require_approval and op.authorization_ref is None and op.attempts == 0:
+                return Step.ASK_APPROVAL
+            return Step.AUTHORIZE_AND_CLAIM
+        case S.DISPATCHING:
+            if claimed_by_us:
+                return Step.DISPATCH_CLAIMED
+            if owner_dead or not op.lease_alive(now):
+                return Step.TAKE_OVER
+            return Step.WAIT_PENDING
+        case S.UNKNOWN:
+            if has_reconciler and not reconciled:
+                return Step.RECONCILE
+            if not retried and retry_allowed(op, contract, now):
+                return Step.RETRY_SAFE
+            return Step.REVIEW
+    raise AssertionError(f"unhandled status {op.status!r}")  # pragma: no cover
+
+
+class Outcome(StrEnum):
+    """How a tool's exception is read (DESIGN.md, "Errors are classified")."""
+
+    REJECTED = "rejected"
+    """Definitive: the provider said no before acting. Never retried."""
+    TRANSIENT = "transient"
+    """Provably not applied (429, 503 before processing): retry with backoff."""
+    AMBIGUOUS = "ambiguous"
+    """Anything else: the provider may have acted. The operation becomes unknown."""
+
+
+def classify(exc: BaseException) -> Outcome:
+    """Sort an exception raised by an effect tool into one of the three outcomes."""
+    if isinstance(exc, EffectRejected):
+        return Outcome.REJECTED
+    if isinstance(exc, TransientProviderError):
+        return Outcome.TRANSIENT
+    return Outcome.AMBIGUOUS
+
+
+def backoff(
+    contract: ProviderContract | None, retries_done: int, retry_after: float | None
+) -> float | None:
+    """Seconds to wait before transient retry number ``retries_done + 1``, or None when spent.
+
+    Exponential from ``backoff_initial``, capped at ``backoff_max``. A provider's
+    ``retry_after`` is honoured: never retried sooner; a ``retry_after`` above
+    ``backoff_max`` is too long to hold a worker, so the retries stop (the
+    runner releases the operation to ``prepared`` and a later run sends it).
+    Without a contract the defaults of ``ProviderContract()`` apply.
+    """
+    policy = contract or ProviderContract()
+    if retries_done >= policy.max_transient_retries:
+        return None
+    delay = min(policy.backoff_initial * (2**retries_done), policy.backoff_max)
+    if retry_after is not None:
+        if retry_after > policy.backoff_max:
+            return None
+        delay = max(delay, retry_after)
+    return delay

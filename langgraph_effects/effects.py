@@ -1,0 +1,401 @@
+"""Declaring an effect: ``@effect(...)`` turns a function or a LangChain tool into an effect tool.
+
+An effect tool is still a LangChain ``BaseTool`` the model sees as usual (same
+name, description and argument schema), plus an ``EffectSpec``: the action
+name, how to find the target, the provider contract, the reconciler, approval
+and authorization hooks, the intent key and the payload policy.
+
+An effect tool only runs under the decision core (``EffectToolNode``,
+``EffectMiddleware``): called anywhere else it raises instead of acting
+unguarded. The core hands the call its ``EffectContext`` through a context
+variable; a parameter annotated ``EffectContext`` receives it and is hidden
+from the model's schema.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import inspect
+import typing
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeAlias, overload
+
+from langchain_core.tools import BaseTool, StructuredTool
+from langchain_core.tools.base import create_schema_from_function
+
+from langgraph_effects.core.model import Evidence, Operation, ProviderContract
+from langgraph_effects.errors import EffectsError, InvalidInput
+
+__all__ = [
+    "Authorizer",
+    "EffectContext",
+    "EffectSpec",
+    "EffectTool",
+    "Reconciler",
+    "effect",
+    "effect_spec",
+]
+
+Reconciler: TypeAlias = Callable[[Operation], "Evidence | Awaitable[Evidence]"]
+"""Given the operation record, return what the provider shows (sync or async)."""
+
+Authorizer: TypeAlias = Callable[["EffectContext"], "bool | Awaitable[bool]"]
+"""Asked before every new dispatch; False (or raising ``EffectRejected``) refuses."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EffectContext:
+    """What an effect tool (and an ``authorize`` hook) knows about its operation.
+
+    ``idempotency_key`` is stable for the operation across crashes, resumes and
+    retries: pass it to the provider so a resend is deduplicated there.
+    ``attempt`` counts dispatches (1 for the first).
+    """
+
+    operation_id: str
+    idempotency_key: str
+    attempt: int
+    tenant_id: str
+    action: str
+    target: str | None = None
+    workflow_id: str | None = None
+    tool_call_id: str | None = None
+    payload_digest: str = ""
+    payload: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EffectSpec:
+    """The effect metadata of a tool (see ``effect`` for each field)."""
+
+    action: str
+    version: int = 1
+    target: str | Callable[[dict[str, Any]], str] | None = None
+    contract: ProviderContract | None = None
+    reconcile: Reconciler | None = None
+    require_approval: bool = False
+    authorize: Authorizer | None = None
+    intent_key: str | Callable[[dict[str, Any]], str] | None = None
+    store_payload: bool = True
+
+    def target_of(self, args: dict[str, Any]) -> str | None:
+        """The target for these call arguments (a string, or computed from them)."""
+        value = self.target(args) if callable(self.target) else self.target
+        return None if value is None else str(value)
+
+    def intent_of(self, args: dict[str, Any]) -> str | None:
+        """The application's intent key for these arguments, if it declared one."""
+        value = self.intent_key(args) if callable(self.intent_key) else self.intent_key
+        return None if value is None else str(value)
+
+
+class _Call:
+    """The running call's slot: its context in, the tool's raw outcome out.
+
+    The core sets it before handing the call to ToolNode's ``execute`` (which
+    injects state, validates arguments and may turn exceptions into error
+    messages); the tool body records here whether it started and what it
+    returned or raised, so the core classifies the real outcome.
+    """
+
+    __slots__ = ("context", "error", "started", "value")
+
+    def __init__(self, context: EffectContext) -> None:
+        self.context = context
+        self.started = False
+        self.value: Any = None
+        self.error: BaseException | None = None
+
+
+_CURRENT: contextvars.ContextVar[_Call | None] = contextvars.ContextVar(
+    "langgraph_effects_call", default=None
+)
+
+
+def _enter(action: str) -> _Call:
+    call = _CURRENT.get()
+    if call is None or call.context.action != action:
+        raise EffectsError(
+            f"effect tool {action!r} ran outside EffectToolNode / EffectMiddleware: "
+            "refused, because nothing would record or deduplicate its side effect"
+        )
+    call.started = True
+    return call
+
+
+class EffectTool(StructuredTool):
+    """A ``StructuredTool`` carrying an ``EffectSpec``; built by ``effect``."""
+
+    effect_spec: EffectSpec
+
+
+def effect_spec(tool: object) -> EffectSpec | None:
+    """The effect metadata of ``tool``, or None for a plain tool."""
+    spec = getattr(tool, "effect_spec", None)
+    return spec if isinstance(spec, EffectSpec) else None
+
+
+def _context_param(func: Callable[..., Any]) -> tuple[str | None, dict[str, Any]]:
+    """Find the parameter annotated ``EffectContext``; return it and the resolved hints."""
+    try:
+        hints = typing.get_type_hints(func, include_extras=True)
+    except Exception:  # unresolvable forward references: fall back to the raw text
+        hints = {}
+        raw = getattr(func, "__annotations__", {})
+        for name, ann in raw.items():
+            if ann == "EffectContext" or ann is EffectContext:
+                return name, {k: v for k, v in raw.items() if k != name}
+        return None, dict(raw)
+
+    def is_ctx(ann: Any) -> bool:
+        if ann is EffectContext:
+            return True
+        return any(is_ctx(a) for a in typing.get_args(ann))
+
+    for name, ann in hints.items():
+        if name != "return" and is_ctx(ann):
+            return name, {k: v for k, v in hints.items() if k != name}
+    return None, hints
+
+
+def _without_param(func: Callable[..., Any], name: str | None) -> inspect.Signature:
+    sig = inspect.signature(func)
+    if name is None:
+        return sig
+    return sig.replace(parameters=[p for p in sig.parameters.values() if p.name != name])
+
+
+def _bind_sync(func: Callable[..., Any], action: str, ctx_param: str | None) -> Callable[..., Any]:
+    def run(*args: Any, **kwargs: Any) -> Any:
+        call = _enter(action)
+        if ctx_param is not None:
+            kwargs[ctx_param] = call.context
+        try:
+            call.value = func(*args, **kwargs)
+        except BaseException as exc:
+            call.error = exc
+            raise
+        return call.value
+
+    return run
+
+
+def _bind_async(
+    func: Callable[..., Awaitable[Any]], action: str, ctx_param: str | None
+) -> Callable[..., Awaitable[Any]]:
+    async def arun(*args: Any, **kwargs: Any) -> Any:
+        call = _enter(action)
+        if ctx_param is not None:
+            kwargs[ctx_param] = call.context
+        try:
+            call.value = await func(*args, **kwargs)
+        except BaseException as exc:
+            call.error = exc
+            raise
+        return call.value
+
+    return arun
+
+
+def _dress(
+    wrapper: Callable[..., Any],
+    like: Callable[..., Any],
+    sig: inspect.Signature,
+    hints: dict[str, Any],
+) -> None:
+    # The wrapper must look like the user's function minus the context
+    # parameter: LangChain builds the schema from the signature, and ToolNode
+    # finds InjectedState/ToolRuntime parameters through the type hints.
+    wrapper.__signature__ = sig  # type: ignore[attr-defined]
+    wrapper.__annotations__ = dict(hints)
+    wrapper.__name__ = getattr(like, "__name__", "effect")
+    wrapper.__qualname__ = getattr(like, "__qualname__", wrapper.__name__)
+    wrapper.__doc__ = like.__doc__
+    wrapper.__module__ = like.__module__
+
+
+def _from_function(
+    func: Callable[..., Any],
+    spec: EffectSpec,
+    *,
+    name: str | None,
+    description: str | None,
+    args_schema: Any = None,
+    coroutine: Callable[..., Awaitable[Any]] | None = None,
+    return_direct: bool = False,
+) -> EffectTool:
+    is_async = inspect.iscoroutinefunction(func)
+    sync_fn = None if is_async else func
+    async_fn = func if is_async else coroutine
+    source = sync_fn or async_fn
+    assert source is not None
+    ctx_param, hints = _context_param(source)
+    sig = _without_param(source, ctx_param)
+    run = arun = None
+    if sync_fn is not None:
+        run = _bind_sync(sync_fn, spec.action, ctx_param)
+        _dress(run, sync_fn, sig, hints)
+    if async_fn is not None:
+        async_ctx, async_hints = _context_param(async_fn)
+        arun = _bind_async(async_fn, spec.action, async_ctx)
+        _dress(arun, async_fn, _without_param(async_fn, async_ctx), async_hints)
+    tool_name = name or source.__name__
+    desc = description if description is not None else inspect.getdoc(source)
+    if not desc:
+        raise InvalidInput(
+            f"effect {spec.action!r}: the function needs a docstring or description="
+        )
+    if args_schema is None:
+        filtered = [a for a in ("run_manager", "callbacks") if a in sig.parameters]
+        args_schema = create_schema_from_function(tool_name, run or arun, filter_args=filtered)  # type: ignore[arg-type]
+    return EffectTool(
+        name=tool_name,
+        description=desc,
+        args_schema=args_schema,
+        func=run,
+        coroutine=arun,
+        return_direct=return_direct,
+        effect_spec=spec,
+    )
+
+
+def _from_tool(tool: BaseTool, spec: EffectSpec) -> EffectTool:
+    if isinstance(tool, StructuredTool) and (tool.func or tool.coroutine):
+        fn = tool.func or tool.coroutine
+        assert fn is not None
+        return _from_function(
+            fn,
+            spec,
+            name=tool.name,
+            description=tool.description,
+            args_schema=tool.args_schema,
+            coroutine=tool.coroutine if tool.func else None,
+            return_direct=tool.return_direct,
+        )
+
+    # Any other BaseTool: run it through its public invoke / ainvoke.
+    def run(**kwargs: Any) -> Any:
+        call = _enter(spec.action)
+        try:
+            call.value = tool.invoke(kwargs)
+        except BaseException as exc:
+            call.error = exc
+            raise
+        return call.value
+
+    async def arun(**kwargs: Any) -> Any:
+        call = _enter(spec.action)
+        try:
+            call.value = await tool.ainvoke(kwargs)
+        except BaseException as exc:
+            call.error = exc
+            raise
+        return call.value
+
+    return EffectTool(
+        name=tool.name,
+        description=tool.description,
+        args_schema=tool.args_schema,  # type: ignore[arg-type]
+        func=run,
+        coroutine=arun,
+        return_direct=tool.return_direct,
+        effect_spec=spec,
+    )
+
+
+@overload
+def effect(
+    action: str,
+    *,
+    version: int = ...,
+    target: str | Callable[[dict[str, Any]], str] | None = ...,
+    contract: ProviderContract | None = ...,
+    reconcile: Reconciler | None = ...,
+    require_approval: bool = ...,
+    authorize: Authorizer | None = ...,
+    intent_key: str | Callable[[dict[str, Any]], str] | None = ...,
+    store_payload: bool = ...,
+    name: str | None = ...,
+    description: str | None = ...,
+) -> Callable[[Callable[..., Any] | BaseTool], EffectTool]: ...
+
+
+@overload
+def effect(action: Callable[..., Any] | BaseTool) -> EffectTool: ...
+
+
+def effect(
+    action: str | Callable[..., Any] | BaseTool,
+    *,
+    version: int = 1,
+    target: str | Callable[[dict[str, Any]], str] | None = None,
+    contract: ProviderContract | None = None,
+    reconcile: Reconciler | None = None,
+    require_approval: bool = False,
+    authorize: Authorizer | None = None,
+    intent_key: str | Callable[[dict[str, Any]], str] | None = None,
+    store_payload: bool = True,
+    name: str | None = None,
+    description: str | None = None,
+) -> Callable[[Callable[..., Any] | BaseTool], EffectTool] | EffectTool:
+    """Declare a side-effecting tool.
+
+    Usage: ``@effect("crm.close_case", target=lambda a: a["case_id"], reconcile=find)``
+    over a function with a docstring, or ``effect("mail.send")(existing_tool)``.
+
+    Args:
+        action: a stable action name (``"crm.close_case"``); part of the payload
+            digest and of the default operation id.
+        version: bump when the meaning of the payload changes.
+        target: what the effect acts on, as a string or a function of the call's
+            arguments (a case id, a recipient).
+        contract: the provider's idempotency contract. With a key window, an
+            ``unknown`` operation is resent under the same key while
+            ``first dispatch + window - safety margin`` has not passed.
+        reconcile: a function (sync or async) given the ``Operation`` that returns
+            ``Evidence.confirmed(...)``, ``Evidence.rejected(...)`` or
+            ``Evidence.inconclusive(...)``.
+        require_approval: ask a person (``interrupt()``) before the first dispatch;
+            the approval binds to the operation id and the payload digest.
+        authorize: asked with the ``EffectContext`` before every new dispatch
+            (first, retry, recovery); False or ``EffectRejected`` refuses, and a
+            refusal rejects the operation with its evidence kept.
+        intent_key: an application business key (a string or a function of the
+            arguments). The operation id then derives from tenant, action and
+            key only, so a re-proposed call maps to the same operation, and the
+            same key with another payload raises ``PayloadMismatch``.
+        store_payload: False keeps only the payload digest in the ledger.
+        name, description: override the tool's name and description.
+
+    Returns:
+        An ``EffectTool`` (a LangChain ``StructuredTool``).
+    """
+    if not isinstance(action, str):
+        # Bare ``@effect``: the function's name is the action.
+        return effect(getattr(action, "name", None) or action.__name__)(action)
+    if not action.strip():
+        raise InvalidInput("an effect needs a non-blank action name")
+    spec = EffectSpec(
+        action=action,
+        version=version,
+        target=target,
+        contract=contract,
+        reconcile=reconcile,
+        require_approval=require_approval,
+        authorize=authorize,
+        intent_key=intent_key,
+        store_payload=store_payload,
+    )
+
+    def decorate(obj: Callable[..., Any] | BaseTool) -> EffectTool:
+        if isinstance(obj, BaseTool):
+            return _from_tool(obj, spec)
+        return _from_function(obj, spec, name=name, description=description)
+
+    return decorate
+
+
+def current_call() -> _Call | None:
+    """The slot of the effect call running in this context (for the runner)."""
+    return _CURRENT.get()

@@ -1,0 +1,331 @@
+"""``EffectToolNode``: a ``ToolNode`` whose effect tools go through the decision core.
+
+Built on ToolNode's public ``wrap_tool_call`` / ``awrap_tool_call``: a tool
+without effect metadata runs exactly as in ``ToolNode``; an effect tool's call
+is decided by ``EffectRunner`` (replay, reconcile, safe retry, review) and
+answered with a ToolMessage built from the ledger's record.
+
+Also here: ``route_tool_calls``, a router replacing ``tools_condition`` that
+sends one task per tool call (so an interrupt or a crash in one call never
+re-runs its finished siblings), and ``EffectState``, the state mixin whose
+``effect_operations`` channel lists the operation ids a thread owns.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Annotated, Any, Literal
+
+from langchain_core.messages import AIMessage, AnyMessage, ToolCall, ToolMessage
+from langchain_core.runnables import RunnableConfig
+from langchain_core.tools import BaseTool
+from langgraph.prebuilt import ToolNode
+from langgraph.prebuilt.tool_node import ToolCallRequest
+from langgraph.runtime import Runtime
+from langgraph.types import Command, Send
+from typing_extensions import TypedDict
+
+from langgraph_effects.core.model import LeaseOwner, Operation, Prepared, utcnow
+from langgraph_effects.effects import effect_spec
+from langgraph_effects.errors import EffectsError
+from langgraph_effects.ledger.base import DEFAULT_LEASE
+from langgraph_effects.runner import (
+    OPERATIONS_KEY,
+    EffectCall,
+    EffectRunner,
+    tool_message,
+    warn_durability,
+)
+
+__all__ = [
+    "OPERATIONS_KEY",
+    "EffectState",
+    "EffectToolNode",
+    "add_operations",
+    "build_call",
+    "effect_result",
+    "route_tool_calls",
+]
+
+DEFAULT_TENANT = "default"
+NO_THREAD = "no-thread"
+
+
+def add_operations(left: list[str] | None, right: list[str] | None) -> list[str]:
+    """Reducer of ``effect_operations``: append new ids, keep order, no duplicates."""
+    out = list(left or [])
+    seen = set(out)
+    for op_id in right or []:
+        if op_id not in seen:
+            seen.add(op_id)
+            out.append(op_id)
+    return out
+
+
+class EffectState(TypedDict, total=False):
+    """State mixin: ``class State(MessagesState, EffectState)``.
+
+    ``effect_operations`` lists the operation ids this thread owns (written by
+    ``EffectToolNode`` / ``EffectMiddleware`` only when the state has the key).
+    The ledger, not this list, decides what happened.
+    """
+
+    effect_operations: Annotated[list[str], add_operations]
+
+
+def route_tool_calls(
+    state: list[AnyMessage] | dict[str, Any] | Any,
+    *,
+    node: str = "tools",
+    messages_key: str = "messages",
+) -> list[Send] | Literal["__end__"]:
+    """Route each unanswered tool call of the last AIMessage to its own task.
+
+    Use instead of ``tools_condition``:
+    ``builder.add_conditional_edges("agent", route_tool_calls, ["tools", END])``.
+    One task per call means LangGraph keeps a finished call's result as a
+    pending write while a sibling interrupts or crashes, and an interrupt
+    answer can only meet its own call.
+    """
+    if isinstance(state, list):
+        messages = state
+    elif isinstance(state, dict):
+        messages = state.get(messages_key, [])
+    else:
+        messages = getattr(state, messages_key, [])
+    if not messages or not isinstance(messages[-1], AIMessage):
+        return "__end__"
+    answered = {m.tool_call_id for m in messages if isinstance(m, ToolMessage)}
+    sends = [Send(node, [tc]) for tc in messages[-1].tool_calls if tc["id"] not in answered]
+    return sends or "__end__"
+
+
+@dataclass(frozen=True, slots=True)
+class _Task:
+    """What the node learned about its task before ToolNode fanned the calls out."""
+
+    effect_calls: int
+    handoff: dict[str, Prepared]
+
+
+_TASK: contextvars.ContextVar[_Task | None] = contextvars.ContextVar(
+    "langgraph_effects_task", default=None
+)
+
+
+def _configurable(config: RunnableConfig | None) -> dict[str, Any]:
+    return dict((config or {}).get("configurable") or {})
+
+
+def build_call(
+    tool: BaseTool,
+    tool_call: ToolCall,
+    config: RunnableConfig | None,
+    *,
+    tenant_id: str | None,
+    single: bool = True,
+) -> EffectCall:
+    """The ``EffectCall`` of a tool call: tenant from the face or the config, thread id."""
+    spec = effect_spec(tool)
+    if spec is None:
+        raise EffectsError(f"tool {tool.name!r} is not an effect")
+    conf = _configurable(config)
+    return EffectCall.build(
+        spec,
+        tool_name=tool_call["name"],
+        tool_call_id=tool_call["id"] or "",
+        args=tool_call["args"],
+        tenant_id=tenant_id or conf.get("tenant_id") or DEFAULT_TENANT,
+        workflow_id=str(conf.get("thread_id") or NO_THREAD),
+        single=single,
+    )
+
+
+def effect_result(
+    request: ToolCallRequest, call: EffectCall, op: Operation, *, messages_key: str = "messages"
+) -> ToolMessage | Command:
+    """The call's answer: the ToolMessage, plus the operation id when the state tracks them."""
+    message = tool_message(op, tool_name=call.tool_name, tool_call_id=request.tool_call["id"] or "")
+    state = request.state
+    if isinstance(state, dict) and OPERATIONS_KEY in state:
+        # An edited call ends in another operation: the thread owns both.
+        owned = list(dict.fromkeys([call.operation_id, op.operation_id]))
+        return Command(update={messages_key: [message], OPERATIONS_KEY: owned})
+    return message
+
+
+def _execute_with(
+    request: ToolCallRequest, execute: Callable[[ToolCallRequest], Any]
+) -> Callable[[dict[str, Any]], Any]:
+    """``execute`` for the runner: the request, with other arguments after an edit."""
+
+    def run(args: dict[str, Any]) -> Any:
+        if args == request.tool_call["args"]:
+            return execute(request)
+        return execute(request.override(tool_call={**request.tool_call, "args": args}))
+
+    return run
+
+
+class EffectToolNode(ToolNode):
+    """A drop-in ``ToolNode`` that runs effect tools through the ledger.
+
+    Args:
+        tools: effect tools (``@effect``) and plain tools, as for ``ToolNode``.
+        ledger: a sync ``Ledger`` (``invoke``/``stream``) or ``AsyncLedger``
+            (``ainvoke``/``astream``; a sync ledger works there too).
+        tenant_id: the tenant; default ``config["configurable"]["tenant_id"]``,
+            else ``"default"``.
+        lease_for: lease length while a dispatch is in flight (renewed).
+        clock: time source, shared with the ledger in tests.
+        interrupt_on_unknown: ``interrupt()`` for review when nothing resolves an
+            unknown operation (default); False answers with an error ToolMessage
+            ("could not confirm") and leaves the operation for an operator.
+        name, tags, handle_tool_errors, messages_key: as for ``ToolNode``.
+    """
+
+    def __init__(
+        self,
+        tools: Sequence[BaseTool | Callable[..., Any]],
+        *,
+        ledger: Any,
+        tenant_id: str | None = None,
+        lease_for: timedelta = DEFAULT_LEASE,
+        clock: Callable[[], datetime] = utcnow,
+        interrupt_on_unknown: bool = True,
+        name: str = "tools",
+        tags: list[str] | None = None,
+        handle_tool_errors: Any = None,
+        messages_key: str = "messages",
+    ) -> None:
+        self.runner = EffectRunner(
+            ledger, lease_for=lease_for, clock=clock, interrupt_on_unknown=interrupt_on_unknown
+        )
+        self.tenant_id = tenant_id
+        extra: dict[str, Any] = {}
+        if handle_tool_errors is not None:
+            extra["handle_tool_errors"] = handle_tool_errors
+        super().__init__(
+            tools,
+            name=name,
+            tags=tags,
+            messages_key=messages_key,
+            wrap_tool_call=self._wrap,
+            awrap_tool_call=self._awrap,
+            **extra,
+        )
+
+    @property
+    def ledger(self) -> Any:
+        return self.runner.ledger
+
+    # -- batching: one prepare_many for the parallel effect calls of a task ----
+
+    def _effect_calls(self, input: Any, config: RunnableConfig) -> list[EffectCall]:
+        try:
+            tool_calls, _ = self._parse_input(input)
+        except ValueError:
+            return []
+        effect_tool_calls = [
+            (self.tools_by_name[tc["name"]], tc)
+            for tc in tool_calls
+            if tc["name"] in self.tools_by_name and effect_spec(self.tools_by_name[tc["name"]])
+        ]
+        single = len(effect_tool_calls) <= 1
+        calls = []
+        for tool, tc in effect_tool_calls:
+            try:
+                calls.append(build_call(tool, tc, config, tenant_id=self.tenant_id, single=single))
+            except Exception:
+                continue  # the call's own run reports it
+        return calls
+
+    def _batchable(self, calls: list[EffectCall]) -> list[EffectCall]:
+        return [
+            c
+            for c in calls
+            if not c.spec.require_approval and c.spec.authorize is None and not c.single
+        ]
+
+    def _func(self, input: Any, config: RunnableConfig, runtime: Runtime[Any]) -> Any:
+        calls = self._effect_calls(input, config)
+        handoff: dict[str, Prepared] = {}
+        batch = self._batchable(calls)
+        if len(batch) > 1 and not self.runner.is_async:
+            try:
+                prepared = self.runner.ledger.prepare_many(
+                    [c.draft() for c in batch],
+                    owner=LeaseOwner.current(),
+                    lease_for=self.runner.lease_for,
+                )
+                handoff = {p.operation.operation_id: p for p in prepared}
+            except Exception:
+                handoff = {}  # e.g. PayloadMismatch: each call meets it on its own
+        token = _TASK.set(_Task(effect_calls=len(calls), handoff=handoff))
+        try:
+            return super()._func(input, config, runtime)
+        finally:
+            _TASK.reset(token)
+
+    async def _afunc(self, input: Any, config: RunnableConfig, runtime: Runtime[Any]) -> Any:
+        calls = self._effect_calls(input, config)
+        handoff: dict[str, Prepared] = {}
+        batch = self._batchable(calls)
+        if len(batch) > 1:
+            try:
+                prepared = await self.runner._ledger_call(
+                    "prepare_many",
+                    [c.draft() for c in batch],
+                    owner=LeaseOwner.current(),
+                    lease_for=self.runner.lease_for,
+                )
+                handoff = {p.operation.operation_id: p for p in prepared}
+            except Exception:
+                handoff = {}
+        token = _TASK.set(_Task(effect_calls=len(calls), handoff=handoff))
+        try:
+            return await super()._afunc(input, config, runtime)
+        finally:
+            _TASK.reset(token)
+
+    # -- the wrappers ------------------------------------------------------------
+
+    def _call(self, request: ToolCallRequest) -> EffectCall | None:
+        if request.tool is None or effect_spec(request.tool) is None:
+            return None
+        config = request.runtime.config if request.runtime is not None else None
+        warn_durability(config)
+        task = _TASK.get()
+        single = task is None or task.effect_calls <= 1
+        return build_call(
+            request.tool, request.tool_call, config, tenant_id=self.tenant_id, single=single
+        )
+
+    def _handoff(self, call: EffectCall) -> Prepared | None:
+        task = _TASK.get()
+        return None if task is None else task.handoff.pop(call.operation_id, None)
+
+    def _wrap(
+        self, request: ToolCallRequest, execute: Callable[[ToolCallRequest], Any]
+    ) -> ToolMessage | Command:
+        call = self._call(request)
+        if call is None:
+            result: ToolMessage | Command = execute(request)
+            return result
+        op = self.runner.run(call, _execute_with(request, execute), handoff=self._handoff(call))
+        return effect_result(request, call, op, messages_key=self._messages_key)
+
+    async def _awrap(
+        self, request: ToolCallRequest, execute: Callable[[ToolCallRequest], Any]
+    ) -> ToolMessage | Command:
+        call = self._call(request)
+        if call is None:
+            result: ToolMessage | Command = await execute(request)
+            return result
+        op = await self.runner.arun(
+            call, _execute_with(request, execute), handoff=self._handoff(call)
+        )
+        return effect_result(request, call, op, messages_key=self._messages_key)

@@ -1,0 +1,1143 @@
+"""The one decision core: plan -> act -> record, for one effect tool call, sync and async.
+
+Every face (``EffectToolNode``, ``EffectMiddleware``) hands a tool call to
+``EffectRunner.run`` / ``arun`` with an ``execute`` callable (ToolNode's or the
+middleware chain's). The runner reads the ledger, asks ``core.plan`` what to
+do, does it, records the outcome, and returns the ToolMessage built from what
+the ledger recorded, so a first run and every replay answer identically.
+
+The decision loop is written once, as a generator (``_decide``) that yields
+actions (a ledger call, a hook, the dispatch, a sleep, an interrupt) and
+receives their results; ``run`` and ``arun`` are small drivers (the
+checkpoint-postgres pattern). The loop never copies between sync and async.
+
+A first-time effect costs two ledger commits: ``prepare`` inserts the record
+already claimed (write-ahead and lease in one), ``confirm`` records the
+receipt. Effects with an approval or an ``authorize`` hook prepare unclaimed
+first, so a refusal is recorded on a record that never claimed a dispatch.
+
+Crash windows (``crash_point`` names them; the ledger makes each safe)::
+
+    prepare+claim ─▶ provider acts ─▶ confirm
+         │                │              │
+      dead owner:      dead owner:    confirmed:
+      take over,       take over,     replay, never
+      reconcile        reconcile      call again
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import inspect
+import itertools
+import threading
+import time
+import warnings
+from collections.abc import Awaitable, Callable, Generator, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from langchain_core.messages import ToolMessage
+from langgraph.errors import GraphBubbleUp
+from langgraph.prebuilt.tool_node import msg_content_output
+from langgraph.types import Command, interrupt
+
+from langgraph_effects.core.digest import canonical_json, payload_digest
+from langgraph_effects.core.ids import idempotency_key, intent_operation_id, operation_id
+from langgraph_effects.core.model import (
+    Decision,
+    Evidence,
+    EvidenceKind,
+    LeaseOwner,
+    Operation,
+    OperationDraft,
+    OperationStatus,
+    Prepared,
+    Resolution,
+    utcnow,
+)
+from langgraph_effects.core.plan import Outcome, Step, backoff, classify, plan
+from langgraph_effects.effects import _CURRENT, EffectContext, EffectSpec, _Call
+from langgraph_effects.errors import (
+    ConcurrentUpdate,
+    EffectRejected,
+    EffectsError,
+    IllegalTransition,
+    LeaseHeld,
+    StaleFencingToken,
+    TransientProviderError,
+)
+from langgraph_effects.ledger.base import DEFAULT_LEASE
+from langgraph_effects.review import (
+    Answer,
+    InvalidAnswer,
+    approval_request,
+    parse_answer,
+    review_request,
+)
+from langgraph_effects.testing.faults import CrashPoint, crash_point
+
+__all__ = [
+    "OPERATIONS_KEY",
+    "DurabilityWarning",
+    "EffectCall",
+    "EffectRunner",
+    "tool_message",
+]
+
+S = OperationStatus
+OPERATIONS_KEY = "effect_operations"
+"""The state key (a reducer channel) listing the operation ids a thread owns."""
+
+_MAX_STEPS = 64
+_REPLACED = "replaced by "  # rejection reason of a call a reviewer edited
+
+
+class DurabilityWarning(UserWarning):
+    """A graph runs effects with ``durability`` other than ``"sync"``."""
+
+
+_durability_warned = False
+
+
+def warn_durability(config: Mapping[str, Any] | None) -> None:
+    """Warn once per process when the graph's durability lets tool-call ids change."""
+    global _durability_warned
+    if _durability_warned or config is None:
+        return
+    mode = config.get("configurable", {}).get("__pregel_durability", "sync")
+    if mode == "sync":
+        return
+    _durability_warned = True
+    warnings.warn(
+        f"langgraph-effects: this graph runs with durability={mode!r}. A crash before the "
+        "AIMessage is checkpointed can make the model mint new tool-call ids, and so new "
+        "operations. Use durability='sync', or give effects an intent_key, which maps a "
+        "re-proposed call to the same operation.",
+        DurabilityWarning,
+        stacklevel=3,
+    )
+
+
+# --------------------------------------------------------------------------- the call
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EffectCall:
+    """One tool call of an effect tool, with its identity derived (see ``build``)."""
+
+    spec: EffectSpec
+    tool_name: str
+    tool_call_id: str
+    args: dict[str, Any]
+    tenant_id: str
+    workflow_id: str
+    target: str | None
+    payload_digest: str
+    operation_id: str
+    idempotency_key: str
+    single: bool = True
+    """The only effect call of its task: an answer without operation_id applies to it."""
+
+    @classmethod
+    def build(
+        cls,
+        spec: EffectSpec,
+        *,
+        tool_name: str,
+        tool_call_id: str,
+        args: Mapping[str, Any],
+        tenant_id: str,
+        workflow_id: str,
+        single: bool = True,
+    ) -> EffectCall:
+        """Derive target, digest and ids. Default id: tenant, thread, call id, action, digest."""
+        args = dict(args)
+        target = spec.target_of(args)
+        digest = payload_digest(spec.action, spec.version, target, args)
+        intent = spec.intent_of(args)
+        if intent is not None:
+            op_id = intent_operation_id(tenant_id=tenant_id, action=spec.action, intent_key=intent)
+        else:
+            op_id = operation_id(
+                tenant_id=tenant_id,
+                workflow_id=workflow_id,
+                tool_call_id=tool_call_id,
+                action=spec.action,
+                payload_digest=digest,
+            )
+        return cls(
+            spec=spec,
+            tool_name=tool_name,
+            tool_call_id=tool_call_id,
+            args=args,
+            tenant_id=tenant_id,
+            workflow_id=workflow_id,
+            target=target,
+            payload_digest=digest,
+            operation_id=op_id,
+            idempotency_key=idempotency_key(op_id),
+            single=single,
+        )
+
+    def with_args(self, args: Mapping[str, Any]) -> EffectCall:
+        """The same tool call with other arguments: another digest, another operation."""
+        return EffectCall.build(
+            self.spec,
+            tool_name=self.tool_name,
+            tool_call_id=self.tool_call_id,
+            args=args,
+            tenant_id=self.tenant_id,
+            workflow_id=self.workflow_id,
+            single=self.single,
+        )
+
+    def draft(self) -> OperationDraft:
+        return OperationDraft(
+            tenant_id=self.tenant_id,
+            operation_id=self.operation_id,
+            workflow_id=self.workflow_id,
+            action=self.spec.action,
+            action_version=self.spec.version,
+            target=self.target,
+            payload_digest=self.payload_digest,
+            payload=self.args if self.spec.store_payload else None,
+            payload_stored=self.spec.store_payload,
+            idempotency_key=self.idempotency_key,
+            tool_call_id=self.tool_call_id,
+        )
+
+    def context(self, op: Operation | None) -> EffectContext:
+        return EffectContext(
+            operation_id=self.operation_id,
+            idempotency_key=(op.idempotency_key if op else None) or self.idempotency_key,
+            attempt=op.attempts if op else 0,
+            tenant_id=self.tenant_id,
+            action=self.spec.action,
+            target=self.target,
+            workflow_id=self.workflow_id,
+            tool_call_id=self.tool_call_id,
+            payload_digest=self.payload_digest,
+            payload=self.args,
+        )
+
+
+# --------------------------------------------------------------------------- messages
+
+
+def _describe(op: Operation) -> str:
+    return f"{op.action}" + (f" on {op.target!r}" if op.target else "")
+
+
+def tool_message(op: Operation, *, tool_name: str, tool_call_id: str) -> ToolMessage:
+    """The ToolMessage for an operation, built only from what the ledger recorded.
+
+    confirmed: the recorded result (replayed identically); rejected: an error
+    saying it was refused and not carried out; unknown: an error saying it
+    could not be confirmed (which is not "was not done"); prepared after
+    transient refusals: an error saying nothing was applied yet.
+    """
+    status = "error"
+    if op.status is S.CONFIRMED:
+        status = "success"
+        content: str | list[Any] = (
+            f"{_describe(op)} was carried out (operation {op.operation_id})."
+            if op.result is None
+            else msg_content_output(op.result)
+        )
+    elif op.status is S.REJECTED:
+        content = (
+            f"Error: {_describe(op)} was refused and NOT carried out "
+            f"(operation {op.operation_id}): {op.error or 'rejected'}"
+        )
+    elif op.status is S.UNKNOWN:
+        content = (
+            f"Error: could not confirm whether {_describe(op)} happened (operation "
+            f"{op.operation_id} is unresolved and awaits review). It may have been carried "
+            "out: do not assume it was not, and do not repeat it."
+        )
+    elif op.status is S.PREPARED:
+        content = (
+            f"Error: {_describe(op)} was not carried out yet: the provider refused temporarily "
+            f"before acting ({op.error or 'try later'}); nothing was applied. It will be sent "
+            f"again when this step runs again (operation {op.operation_id})."
+        )
+    else:
+        content = (
+            f"Error: {_describe(op)} is being carried out by another worker (operation "
+            f"{op.operation_id}); its outcome is not known yet."
+        )
+    return ToolMessage(
+        content=content,
+        name=tool_name,
+        tool_call_id=tool_call_id,
+        status=status,  # type: ignore[arg-type]
+    )
+
+
+def _recordable(value: Any) -> Any:
+    """The JSON value to record for a tool's return value (content text otherwise)."""
+    if isinstance(value, ToolMessage):
+        value = value.content
+    try:
+        canonical_json(value)
+    except EffectsError:
+        return msg_content_output(value)
+    return value
+
+
+# --------------------------------------------------------------------------- actions
+
+
+@dataclass(frozen=True, slots=True)
+class _Ledger:
+    method: str
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class _Hook:
+    fn: Callable[[Any], Any]
+    arg: Any
+
+
+@dataclass(frozen=True, slots=True)
+class _Dispatch:
+    op: Operation
+    context: EffectContext
+    args: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class _Sleep:
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class _Interrupt:
+    value: dict[str, Any]
+
+
+@dataclass(slots=True)
+class _Outcome:
+    """What one dispatch did: the tool's raw outcome, and ToolNode's message."""
+
+    call: _Call
+    message: ToolMessage | Command | None = None
+    error: BaseException | None = None
+    bubble: GraphBubbleUp | None = None
+
+
+_Action = _Ledger | _Hook | _Dispatch | _Sleep | _Interrupt
+
+
+def _L(method: str, *args: Any, **kwargs: Any) -> _Ledger:
+    return _Ledger(method, args, kwargs)
+
+
+# --------------------------------------------------------------------------- lease renewal
+
+
+class _Renewer:
+    """One daemon thread renewing the leases of in-flight sync dispatches.
+
+    Cheaper than a thread per dispatch: most dispatches end long before their
+    first renewal is due, and then cost one heap push and one removal.
+    """
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._heap: list[tuple[float, int]] = []
+        self._jobs: dict[int, tuple[float, Callable[[], None]]] = {}
+        self._ids = itertools.count()
+        self._thread: threading.Thread | None = None
+
+    def hold(self, fn: Callable[[], None], interval: float) -> int:
+        with self._cond:
+            job = next(self._ids)
+            self._jobs[job] = (interval, fn)
+            heapq.heappush(self._heap, (time.monotonic() + interval, job))
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._loop, name="langgraph-effects-lease-renewer", daemon=True
+                )
+                self._thread.start()
+            self._cond.notify()
+            return job
+
+    def drop(self, job: int) -> None:
+        with self._cond:
+            self._jobs.pop(job, None)
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                while not self._heap or self._heap[0][0] > time.monotonic():
+                    timeout = self._heap[0][0] - time.monotonic() if self._heap else None
+                    self._cond.wait(timeout)
+                _, job = heapq.heappop(self._heap)
+                entry = self._jobs.get(job)
+            if entry is None:
+                continue
+            interval, fn = entry
+            try:
+                fn()
+            except Exception:
+                # Taken over or the ledger failed: the dispatch's own write will
+                # find out through its fencing token. Stop renewing.
+                self.drop(job)
+                continue
+            with self._cond:
+                if job in self._jobs:
+                    heapq.heappush(self._heap, (time.monotonic() + interval, job))
+
+
+_renewer = _Renewer()
+
+
+def _run_coroutine_sync(awaitable: Awaitable[Any]) -> Any:
+    """Run a hook's coroutine from sync code, even when a loop runs in this thread."""
+
+    async def wrap() -> Any:
+        return await awaitable
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(wrap())
+    result: list[Any] = []
+    errors: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            result.append(asyncio.run(wrap()))
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=target)
+    thread.start()
+    thread.join()
+    if errors:
+        raise errors[0]
+    return result[0]
+
+
+# --------------------------------------------------------------------------- the runner
+
+
+Execute = Callable[[dict[str, Any]], Any]
+"""Run the tool with these arguments (through ToolNode / the middleware chain)."""
+
+
+@dataclass(slots=True)
+class _Pass:
+    """What one run of the decision loop has learned so far."""
+
+    call: EffectCall
+    claimed: bool = False
+    reconciled: bool = False
+    retried: bool = False
+    retry_forbidden: bool = False
+    transient_retries: int = 0
+    evidence: list[Evidence] = field(default_factory=list)
+    late_receipt: Evidence | None = None
+
+
+class EffectRunner:
+    """Decides and records one effect tool call against a ledger.
+
+    Args:
+        ledger: a sync ``Ledger`` or an ``AsyncLedger``. ``run`` needs a sync one;
+            ``arun`` takes either.
+        lease_for: lease length; renewed every third of it while a dispatch runs.
+        clock: the time source (the ledger should use the same one).
+        interrupt_on_unknown: ``interrupt()`` for review when nothing resolves an
+            unknown operation (default). False: return an error ToolMessage that
+            says the outcome could not be confirmed, and leave the operation
+            ``unknown`` for an operator.
+    """
+
+    def __init__(
+        self,
+        ledger: Any,
+        *,
+        lease_for: timedelta = DEFAULT_LEASE,
+        clock: Callable[[], datetime] = utcnow,
+        interrupt_on_unknown: bool = True,
+    ) -> None:
+        self.ledger = ledger
+        self.lease_for = lease_for
+        self.clock = clock
+        self.interrupt_on_unknown = interrupt_on_unknown
+        self.is_async = inspect.iscoroutinefunction(getattr(ledger, "prepare", None))
+
+    # -- the decision loop ---------------------------------------------------
+
+    def _decide(
+        self, call: EffectCall, handoff: Prepared | None, owner: LeaseOwner
+    ) -> Generator[_Action, Any, Operation]:
+        spec = call.spec
+        p = _Pass(call=call)
+        if handoff is not None and handoff.operation.operation_id == call.operation_id:
+            op = handoff.operation
+            p.claimed = handoff.created and op.status is S.DISPATCHING
+        else:
+            # Write-ahead. Fused with the claim unless a person or a hook must
+            # speak before the first dispatch.
+            fused = not (spec.require_approval or spec.authorize is not None)
+            crash_point(CrashPoint.BEFORE_PREPARE)
+            prepared: Prepared = yield _L(
+                "prepare", call.draft(), owner=owner if fused else None, lease_for=self.lease_for
+            )
+            op = prepared.operation
+            p.claimed = fused and prepared.created
+            if not p.claimed and prepared.created:
+                crash_point(CrashPoint.AFTER_PREPARE)
+
+        for _ in range(_MAX_STEPS):
+            now = self.clock()
+            owner_dead = False
+            if op.status is S.DISPATCHING and not p.claimed and op.lease_alive(now):
+                owner_dead = _provably_dead(op)
+            step = plan(
+                op,
+                now=now,
+                contract=spec.contract,
+                has_reconciler=spec.reconcile is not None or p.late_receipt is not None,
+                require_approval=spec.require_approval,
+                claimed_by_us=p.claimed,
+                owner_dead=owner_dead,
+                reconciled=p.reconciled,
+                retried=p.retried or p.retry_forbidden,
+            )
+            match step:
+                case Step.REPLAY_CONFIRMED:
+                    return op
+                case Step.REPLAY_REJECTED:
+                    if op.error and op.error.startswith(_REPLACED):
+                        # A reviewer edited this call: follow it to its replacement.
+                        nxt = yield from self._follow_edit(p, op)
+                        if nxt is not None:
+                            op = nxt
+                            continue
+                    return op
+                case Step.ASK_APPROVAL:
+                    op = yield from self._ask(p, op, kind="approval")
+                case Step.AUTHORIZE_AND_CLAIM | Step.RETRY_SAFE:
+                    op = yield from self._authorize_and_claim(p, op, owner, step)
+                case Step.DISPATCH_CLAIMED:
+                    op = yield from self._dispatch(p, op, owner)
+                    if op.status is S.PREPARED:
+                        return op  # transient refusals outlasted the retries
+                case Step.WAIT_PENDING:
+                    op = yield from self._wait(p, op)
+                case Step.TAKE_OVER:
+                    reason = (
+                        "the lease owner's process is gone"
+                        if owner_dead
+                        else "the lease expired without a receipt"
+                    )
+                    op = yield from self._guarded(
+                        p,
+                        op,
+                        _L(
+                            "mark_unknown",
+                            op.tenant_id,
+                            op.operation_id,
+                            token=op.fencing_token,
+                            reason=reason,
+                            actor=f"takeover:{owner.encode()}",
+                        ),
+                    )
+                case Step.RECONCILE:
+                    op = yield from self._reconcile(p, op)
+                case Step.REVIEW:
+                    if not self.interrupt_on_unknown:
+                        return op
+                    op = yield from self._ask(p, op, kind="review")
+            call = p.call
+        raise EffectsError(
+            f"operation {op.operation_id!r} made no progress in {_MAX_STEPS} steps (status "
+            f"{op.status.value}); leaving it for an operator"
+        )
+
+    def _guarded(
+        self, p: _Pass, op: Operation, action: _Ledger
+    ) -> Generator[_Action, Any, Operation]:
+        """Run a conditional write; if the record moved under us, re-read it instead."""
+        try:
+            result: Operation = yield action
+            return result
+        except (StaleFencingToken, IllegalTransition, ConcurrentUpdate, LeaseHeld):
+            p.claimed = False
+            fresh: Operation | None = yield _L("get", op.tenant_id, op.operation_id)
+            assert fresh is not None
+            return fresh
+
+    def _authorize_and_claim(
+        self, p: _Pass, op: Operation, owner: LeaseOwner, step: Step
+    ) -> Generator[_Action, Any, Operation]:
+        spec = p.call.spec
+        if spec.authorize is not None:
+            refusal: str | None = None
+            try:
+                allowed = yield _Hook(spec.authorize, p.call.context(op))
+                if not allowed:
+                    refusal = "authorization refused"
+            except EffectRejected as exc:
+                refusal = f"authorization refused: {exc.reason}"
+            if refusal is not None:
+                if op.status is S.PREPARED:
+                    return (
+                        yield from self._guarded(
+                            p,
+                            op,
+                            _L(
+                                "reject",
+                                op.tenant_id,
+                                op.operation_id,
+                                token=None,
+                                reason=refusal,
+                                evidence=Evidence.rejected(refusal, source="authorize"),
+                                actor="authorize",
+                            ),
+                        )
+                    )
+                # unknown: a refusal forbids resending but proves nothing about the
+                # earlier attempt, so a person decides (without a retry option).
+                p.retry_forbidden = True
+                p.evidence.append(Evidence.inconclusive(refusal, source="authorize"))
+                return op
+        op = yield from self._guarded(
+            p,
+            op,
+            _L(
+                "claim",
+                op.tenant_id,
+                op.operation_id,
+                owner=owner,
+                lease_for=self.lease_for,
+                actor=owner.encode(),
+            ),
+        )
+        if op.status is S.DISPATCHING and op.lease_owner == owner.encode():
+            p.claimed = True
+            if step is Step.RETRY_SAFE:
+                p.retried = True
+        return op
+
+    def _dispatch(
+        self, p: _Pass, op: Operation, owner: LeaseOwner
+    ) -> Generator[_Action, Any, Operation]:
+        call = p.call
+        token = op.fencing_token
+        crash_point(CrashPoint.AFTER_CLAIM)
+        out: _Outcome = yield _Dispatch(op, call.context(op), call.args)
+        crash_point(CrashPoint.AFTER_PROVIDER)
+        p.claimed = False
+        if out.bubble is not None:
+            # The tool itself interrupted: never leave a live lease behind it.
+            if out.call.started:
+                yield from self._guarded(
+                    p,
+                    op,
+                    _L(
+                        "mark_unknown",
+                        op.tenant_id,
+                        op.operation_id,
+                        token=token,
+                        reason="the tool interrupted mid-dispatch",
+                    ),
+                )
+            else:
+                yield from self._guarded(
+                    p,
+                    op,
+                    _L("release", op.tenant_id, op.operation_id, token=token, reason="interrupted"),
+                )
+            raise out.bubble
+        error = out.call.error or out.error
+        if error is None and not out.call.started:
+            # ToolNode answered without running the tool: invalid arguments. The
+            # provider heard nothing, and the same arguments always fail.
+            text = _message_text(out.message) or "the tool did not run"
+            new = yield from self._guarded(
+                p,
+                op,
+                _L(
+                    "reject",
+                    op.tenant_id,
+                    op.operation_id,
+                    token=token,
+                    reason=f"invalid call, not sent: {text}",
+                    evidence=Evidence.rejected(text, source="validation"),
+                    actor="validation",
+                ),
+            )
+            crash_point(CrashPoint.AFTER_RECEIPT)
+            return new
+        if error is None:
+            value = _recordable(out.call.value)
+            try:
+                new = yield _L("confirm", op.tenant_id, op.operation_id, token=token, result=value)
+            except (StaleFencingToken, IllegalTransition, ConcurrentUpdate):
+                # Taken over while we were in flight: the record is not ours to
+                # write. Our receipt is still conclusive evidence for whoever
+                # resolves the operation next (this loop included).
+                p.late_receipt = Evidence.confirmed(
+                    "receipt of a worker whose lease was taken over", result=value, source="receipt"
+                )
+                p.reconciled = False
+                fresh: Operation | None = yield _L("get", op.tenant_id, op.operation_id)
+                assert fresh is not None
+                return fresh
+            crash_point(CrashPoint.AFTER_RECEIPT)
+            return new
+        match classify(error):
+            case Outcome.REJECTED:
+                assert isinstance(error, EffectRejected)
+                new = yield from self._guarded(
+                    p,
+                    op,
+                    _L(
+                        "reject",
+                        op.tenant_id,
+                        op.operation_id,
+                        token=token,
+                        reason=error.reason,
+                        evidence=Evidence.rejected(error.reason, source="provider"),
+                        actor="provider",
+                    ),
+                )
+                crash_point(CrashPoint.AFTER_RECEIPT)
+                return new
+            case Outcome.TRANSIENT:
+                assert isinstance(error, TransientProviderError)
+                delay = backoff(call.spec.contract, p.transient_retries, error.retry_after)
+                if delay is None:
+                    return (
+                        yield from self._guarded(
+                            p,
+                            op,
+                            _L(
+                                "release",
+                                op.tenant_id,
+                                op.operation_id,
+                                token=token,
+                                reason=f"transient refusal: {error.reason}",
+                            ),
+                        )
+                    )
+                p.transient_retries += 1
+                yield _Sleep(delay)
+                # Provably not applied: resend under the lease we still hold.
+                p.claimed = True
+                return op
+            case _:
+                reason = f"ambiguous failure: {type(error).__name__}: {error}"
+                return (
+                    yield from self._guarded(
+                        p,
+                        op,
+                        _L(
+                            "mark_unknown",
+                            op.tenant_id,
+                            op.operation_id,
+                            token=token,
+                            reason=reason[:2000],
+                            actor=owner.encode(),
+                        ),
+                    )
+                )
+
+    def _wait(self, p: _Pass, op: Operation) -> Generator[_Action, Any, Operation]:
+        """Wait for a live owner's outcome, up to the lease expiry seen now.
+
+        A live owner is not an unknown: no dispatch, no review. If its lease is
+        still being renewed when the wait ends, the work is in flight:
+        ``LeaseHeld`` tells the caller to come back later.
+        """
+        deadline = op.lease_expires_at
+        assert deadline is not None
+        give_up = time.monotonic() + self.lease_for.total_seconds()
+        delay = 0.005
+        while True:
+            yield _Sleep(delay)
+            delay = min(delay * 2, 0.25)
+            cur: Operation | None = yield _L("get", op.tenant_id, op.operation_id)
+            assert cur is not None
+            if cur.status is not S.DISPATCHING or cur.fencing_token != op.fencing_token:
+                return cur
+            now = self.clock()
+            if not cur.lease_alive(now) or _provably_dead(cur):
+                return cur
+            if now >= deadline or time.monotonic() >= give_up:
+                raise LeaseHeld(
+                    cur.operation_id, owner=cur.lease_owner, expires_at=cur.lease_expires_at
+                )
+
+    def _reconcile(self, p: _Pass, op: Operation) -> Generator[_Action, Any, Operation]:
+        p.reconciled = True
+        evidence = p.late_receipt
+        p.late_receipt = None
+        if evidence is None:
+            reconcile = p.call.spec.reconcile
+            assert reconcile is not None
+            try:
+                evidence = yield _Hook(reconcile, op)
+            except Exception as exc:
+                evidence = Evidence.inconclusive(f"reconciler failed: {type(exc).__name__}: {exc}")
+            if not isinstance(evidence, Evidence):
+                evidence = Evidence.inconclusive(
+                    f"reconciler returned {type(evidence).__name__}, not Evidence"
+                )
+        crash_point(CrashPoint.DURING_RECONCILE)
+        p.evidence.append(evidence)
+        if evidence.kind is EvidenceKind.INCONCLUSIVE:
+            return (
+                yield from self._guarded(
+                    p, op, _L("record_evidence", op.tenant_id, op.operation_id, evidence)
+                )
+            )
+        decision = Decision.CONFIRM if evidence.kind is EvidenceKind.CONFIRMED else Decision.REJECT
+        resolution = Resolution(
+            decision=decision,
+            by=evidence.source or "reconciler",
+            reason=evidence.summary,
+            result=evidence.result,
+            provider_result_id=evidence.provider_result_id,
+            evidence=evidence,
+        )
+        return (
+            yield from self._guarded(
+                p, op, _L("resolve", op.tenant_id, op.operation_id, resolution)
+            )
+        )
+
+    def _ask(self, p: _Pass, op: Operation, *, kind: str) -> Generator[_Action, Any, Operation]:
+        """Interrupt for a person and apply the answer to the operation it names."""
+        call = p.call
+        if kind == "approval":
+            request = approval_request(op, tool_name=call.tool_name, args=call.args)
+        else:
+            request = review_request(
+                op,
+                tool_name=call.tool_name,
+                evidence=p.evidence,
+                contract=call.spec.contract,
+                now=self.clock(),
+                allow_retry=not p.retry_forbidden,
+            )
+        value = yield _Interrupt(request)
+        crash_point(CrashPoint.DURING_REVIEW_RESUME)
+        answer = parse_answer(value, tool_name=call.tool_name)
+        named = answer.operation_id
+        if named is None:
+            if not call.single:
+                raise InvalidAnswer(
+                    f"several effect calls of this step await a person: the answer must name "
+                    f"its operation_id (this request is about {op.operation_id!r})"
+                )
+            named = op.operation_id
+        if named != op.operation_id:
+            # Answers are matched by position within a task, and position is not
+            # identity: apply it to the operation it names, then ask again for ours.
+            yield from self._apply_elsewhere(p, named, answer)
+            fresh: Operation | None = yield _L("get", op.tenant_id, op.operation_id)
+            assert fresh is not None
+            return fresh
+        return (yield from self._apply(p, op, answer))
+
+    def _apply(self, p: _Pass, op: Operation, answer: Answer) -> Generator[_Action, Any, Operation]:
+        tenant, op_id = op.tenant_id, op.operation_id
+        _check_decision(op, answer, retry_forbidden=p.retry_forbidden)
+        if op.status is S.PREPARED:
+            if answer.edited_args is not None:
+                return (yield from self._edit(p, op, answer))
+            if answer.decision is Decision.APPROVE:
+                action = _L(
+                    "approve",
+                    tenant,
+                    op_id,
+                    payload_digest=op.payload_digest,
+                    by=answer.by,
+                    reason=answer.reason,
+                )
+            else:
+                reason = f"approval refused by {answer.by}" + (
+                    f": {answer.reason}" if answer.reason else ""
+                )
+                action = _L(
+                    "reject",
+                    tenant,
+                    op_id,
+                    token=None,
+                    reason=reason,
+                    evidence=Evidence.rejected(reason, source="operator"),
+                    actor=answer.by,
+                )
+            return (yield from self._guarded(p, op, action))
+        resolution = Resolution(
+            decision=answer.decision, by=answer.by, reason=answer.reason, result=answer.result
+        )
+        new = yield from self._guarded(p, op, _L("resolve", tenant, op_id, resolution))
+        if answer.decision is Decision.RETRY:
+            p.retried = False
+        return new
+
+    def _edit(self, p: _Pass, op: Operation, answer: Answer) -> Generator[_Action, Any, Operation]:
+        """A reviewer's edit is a new call: a new operation, approved by that reviewer."""
+        assert answer.edited_args is not None
+        new_call = p.call.with_args(answer.edited_args)
+        prepared: Prepared = yield _L("prepare", new_call.draft(), lease_for=self.lease_for)
+        new_op = prepared.operation
+        if new_op.status is S.PREPARED and new_op.authorization_ref is None:
+            new_op = yield from self._guarded(
+                p,
+                new_op,
+                _L(
+                    "approve",
+                    new_op.tenant_id,
+                    new_op.operation_id,
+                    payload_digest=new_op.payload_digest,
+                    by=answer.by,
+                    reason="edited by the reviewer",
+                ),
+            )
+        yield from self._guarded(
+            p,
+            op,
+            _L(
+                "reject",
+                op.tenant_id,
+                op.operation_id,
+                token=None,
+                reason=f"{_REPLACED}{new_op.operation_id} (edited by {answer.by})",
+                evidence=Evidence.rejected("edited by the reviewer", source="operator"),
+                actor=answer.by,
+            ),
+        )
+        p.call = new_call
+        return new_op
+
+    def _follow_edit(self, p: _Pass, op: Operation) -> Generator[_Action, Any, Operation | None]:
+        assert op.error is not None
+        new_id = op.error[len(_REPLACED) :].split(" ", 1)[0]
+        new_op: Operation | None = yield _L("get", op.tenant_id, new_id)
+        if new_op is None or not new_op.payload_stored or not isinstance(new_op.payload, dict):
+            return None
+        p.call = p.call.with_args(new_op.payload)
+        return new_op
+
+    def _apply_elsewhere(
+        self, p: _Pass, named: str, answer: Answer
+    ) -> Generator[_Action, Any, None]:
+        other: Operation | None = yield _L("get", p.call.tenant_id, named)
+        if other is None or other.workflow_id != p.call.workflow_id:
+            raise InvalidAnswer(
+                f"the answer names operation {named!r}, which this thread does not own",
+                operation_id=named,
+            )
+        awaiting = (other.status is S.PREPARED and other.authorization_ref is None) or (
+            other.status is S.UNKNOWN
+        )
+        if not awaiting:
+            return None  # already decided (by its own call or out of band)
+        if answer.edited_args is not None:
+            raise InvalidAnswer(
+                f"an edit for operation {named!r} reached another call; answer each "
+                "interrupt by its id",
+                operation_id=named,
+            )
+        _check_decision(other, answer, retry_forbidden=False)
+        yield from self._apply(_Pass(call=p.call), other, answer)
+        return None
+
+    # -- drivers ---------------------------------------------------------------
+
+    def run(
+        self,
+        call: EffectCall,
+        execute: Execute,
+        *,
+        handoff: Prepared | None = None,
+    ) -> Operation:
+        """Decide and record ``call`` synchronously; return the final record.
+
+        ``execute(args)`` runs the tool (it may raise). ``handoff`` is a record
+        this node already prepared for the call (batched ``prepare_many``).
+        """
+        if self.is_async:
+            raise EffectsError(
+                "this ledger is async: run the graph with ainvoke/astream, or give "
+                "EffectToolNode a sync ledger"
+            )
+        owner = LeaseOwner.current()
+        gen = self._decide(call, handoff, owner)
+        value: Any = None
+        error: BaseException | None = None
+        while True:
+            try:
+                action = gen.throw(error) if error is not None else gen.send(value)
+            except StopIteration as stop:
+                result: Operation = stop.value
+                return result
+            value, error = None, None
+            if isinstance(action, _Interrupt):
+                value = interrupt(action.value)
+                continue
+            try:
+                value = self._do_sync(action, execute, call)
+            except GraphBubbleUp:
+                raise
+            except Exception as exc:
+                error = exc
+
+    def _do_sync(self, action: _Action, execute: Execute, call: EffectCall) -> Any:
+        match action:
+            case _Ledger(method, args, kwargs):
+                return getattr(self.ledger, method)(*args, **kwargs)
+            case _Hook(fn, arg):
+                result = fn(arg)
+                return _run_coroutine_sync(result) if inspect.isawaitable(result) else result
+            case _Sleep(seconds):
+                time.sleep(seconds)
+                return None
+            case _Dispatch(op, context, args):
+                slot = _Call(context)
+                ledger, lease_for = self.ledger, self.lease_for
+                job = _renewer.hold(
+                    lambda: ledger.renew(
+                        op.tenant_id, op.operation_id, token=op.fencing_token, lease_for=lease_for
+                    ),
+                    lease_for.total_seconds() / 3,
+                )
+                reset = _CURRENT.set(slot)
+                out = _Outcome(call=slot)
+                try:
+                    out.message = execute(args)
+                except GraphBubbleUp as exc:
+                    out.bubble = exc
+                except Exception as exc:
+                    out.error = exc
+                finally:
+                    _CURRENT.reset(reset)
+                    _renewer.drop(job)
+                return out
+        raise AssertionError(f"unknown action {action!r}")  # pragma: no cover
+
+    async def arun(
+        self,
+        call: EffectCall,
+        execute: Callable[[dict[str, Any]], Awaitable[Any]],
+        *,
+        handoff: Prepared | None = None,
+    ) -> Operation:
+        """The async twin of ``run``; the ledger may be sync or async."""
+        owner = LeaseOwner.current()
+        gen = self._decide(call, handoff, owner)
+        value: Any = None
+        error: BaseException | None = None
+        while True:
+            try:
+                action = gen.throw(error) if error is not None else gen.send(value)
+            except StopIteration as stop:
+                result: Operation = stop.value
+                return result
+            value, error = None, None
+            if isinstance(action, _Interrupt):
+                value = interrupt(action.value)
+                continue
+            try:
+                value = await self._do_async(action, execute)
+            except GraphBubbleUp:
+                raise
+            except Exception as exc:
+                error = exc
+
+    async def _ledger_call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        result = getattr(self.ledger, method)(*args, **kwargs)
+        return await result if inspect.isawaitable(result) else result
+
+    async def _do_async(
+        self, action: _Action, execute: Callable[[dict[str, Any]], Awaitable[Any]]
+    ) -> Any:
+        match action:
+            case _Ledger(method, args, kwargs):
+                return await self._ledger_call(method, *args, **kwargs)
+            case _Hook(fn, arg):
+                result = fn(arg)
+                return await result if inspect.isawaitable(result) else result
+            case _Sleep(seconds):
+                await asyncio.sleep(seconds)
+                return None
+            case _Dispatch(op, context, args):
+                slot = _Call(context)
+                renewing = asyncio.create_task(self._renew_loop(op))
+                reset = _CURRENT.set(slot)
+                out = _Outcome(call=slot)
+                try:
+                    out.message = await execute(args)
+                except GraphBubbleUp as exc:
+                    out.bubble = exc
+                except Exception as exc:
+                    out.error = exc
+                finally:
+                    _CURRENT.reset(reset)
+                    renewing.cancel()
+                return out
+        raise AssertionError(f"unknown action {action!r}")  # pragma: no cover
+
+    async def _renew_loop(self, op: Operation) -> None:
+        interval = self.lease_for.total_seconds() / 3
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self._ledger_call(
+                    "renew",
+                    op.tenant_id,
+                    op.operation_id,
+                    token=op.fencing_token,
+                    lease_for=self.lease_for,
+                )
+            except Exception:
+                return  # taken over: the dispatch's own fenced write will say so
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _provably_dead(op: Operation) -> bool:
+    try:
+        owner = op.owner
+    except (ValueError, TypeError):
+        return False
+    return owner is not None and owner.provably_dead()
+
+
+def _message_text(message: Any) -> str:
+    if isinstance(message, ToolMessage):
+        return message.text if hasattr(message, "text") else str(message.content)
+    return ""
+
+
+def _check_decision(op: Operation, answer: Answer, *, retry_forbidden: bool) -> None:
+    """Refuse a decision that does not fit the operation's state; nothing is recorded."""
+    if op.status is S.PREPARED:
+        allowed = {Decision.APPROVE, Decision.REJECT}
+    elif op.status is S.UNKNOWN:
+        allowed = {Decision.CONFIRM, Decision.REJECT}
+        if not retry_forbidden:
+            allowed.add(Decision.RETRY)
+    else:
+        allowed = set()
+    if answer.decision not in allowed:
+        names = ", ".join(sorted(d.value for d in allowed)) or "none (already decided)"
+        raise InvalidAnswer(
+            f"decision {answer.decision.value!r} does not apply to operation "
+            f"{op.operation_id!r} ({op.status.value}); allowed: {names}",
+            operation_id=op.operation_id,
+        )
