@@ -61,6 +61,7 @@ from typing import Any, ClassVar, Protocol, Self
 
 from langgraph_effects.core.digest import canonical_json
 from langgraph_effects.errors import EffectRejected, TransientProviderError
+from langgraph_effects.testing.faults import CRASH_EXIT_CODE
 
 __all__ = [
     "AppliedEffect",
@@ -292,9 +293,6 @@ class Fault(StrEnum):
     LATE = "late"
     CRASH = "crash"
     NEVER_DELIVER = "never_deliver"
-
-
-CRASH_EXIT_CODE = 137  # what a SIGKILLed process reports through a shell
 
 
 @dataclass(frozen=True, slots=True)
