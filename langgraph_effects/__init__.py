@@ -40,6 +40,7 @@ _EXPORTS: dict[str, str] = {
     "OperationNotFound": "langgraph_effects.errors",
     "PayloadMismatch": "langgraph_effects.errors",
     "StaleFencingToken": "langgraph_effects.errors",
+    "StaleVersion": "langgraph_effects.errors",
     "TransientProviderError": "langgraph_effects.errors",
     # ledgers
     "AsyncLedger": "langgraph_effects.ledger.base",
@@ -59,8 +60,12 @@ _EXPORTS: dict[str, str] = {
     # notifications and run snapshots
     "Outbox": "langgraph_effects.outbox",
     "OutboxRelay": "langgraph_effects.outbox",
+    "Receipt": "langgraph_effects.outbox",
     "RunJournal": "langgraph_effects.journal",
     "RunMachine": "langgraph_effects.journal",
+    "RunEvent": "langgraph_effects.journal",
+    "RunState": "langgraph_effects.journal",
+    "Transition": "langgraph_effects.journal",
 }
 
 __all__ = sorted(_EXPORTS)  # noqa: PLE0605

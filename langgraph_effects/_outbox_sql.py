@@ -9,7 +9,7 @@ format, so text order is time order), ``timestamptz`` on PostgreSQL.
 
 from __future__ import annotations
 
-import re
+from langgraph_effects._sqlrun import for_postgres
 
 # Parameters that may be NULL are wrapped in CAST(... AS TEXT): PostgreSQL
 # cannot infer the type of a bare ``$1 IS NULL``.
@@ -26,14 +26,6 @@ __all__ = [
     "SETTLE_SQL",
     "for_postgres",
 ]
-
-_NAMED = re.compile(r"(?<!:):([a-z_]+)")
-
-
-def for_postgres(sql: str) -> str:
-    """Rewrite ``:name`` placeholders as psycopg's ``%(name)s``."""
-    return _NAMED.sub(r"%(\1)s", sql)
-
 
 # Append-only: a new schema change is a new tuple entry, never an edit.
 MIGRATIONS_SQLITE: tuple[tuple[str, ...], ...] = (

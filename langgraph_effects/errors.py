@@ -12,7 +12,8 @@ The tree::
     │   ├── OperationNotFound                 no such operation for that tenant
     │   ├── StaleFencingToken                 a newer lease owns the operation
     │   ├── LeaseHeld                         a live lease owns the operation
-    │   └── ConcurrentUpdate                  the record changed under a conditional write
+    │   ├── ConcurrentUpdate                  the record changed under a conditional write
+    │   └── StaleVersion                      a run journal append expected an older version
     └── ProviderError                         raised by effect tools, read by the runner
         ├── EffectRejected                    definitive: the provider said no, nothing applied
         └── TransientProviderError            provably not applied, safe to retry later
@@ -40,6 +41,7 @@ __all__ = [
     "PayloadMismatch",
     "ProviderError",
     "StaleFencingToken",
+    "StaleVersion",
     "TransientProviderError",
 ]
 
@@ -135,6 +137,23 @@ class ConcurrentUpdate(LedgerError):
         self.status = status
         super().__init__(
             f"operation {operation_id!r} changed concurrently: expected {expected}, found {status}"
+        )
+
+
+class StaleVersion(LedgerError):
+    """A run journal append expected a version the run has already moved past.
+
+    Nothing was written: another worker appended first. Re-read the snapshot
+    and decide again from its ``next_action``.
+    """
+
+    def __init__(self, run_id: str, *, expected: int, current: int) -> None:
+        self.run_id = run_id
+        self.expected = expected
+        self.current = current
+        super().__init__(
+            f"run {run_id!r}: append expected version {expected}, the run is at {current}; "
+            "another worker moved it first and nothing was written"
         )
 
 

@@ -59,14 +59,23 @@ import uuid
 from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
 from langgraph_effects import _outbox_sql as sql
+from langgraph_effects._sqlrun import (
+    Dialect,
+    Rows,
+    Stmt,
+    dialect_of,
+    one,
+    run_async,
+    run_sync,
+)
 from langgraph_effects.core.digest import canonical_json, payload_digest
 from langgraph_effects.core.ids import idempotency_key, intent_operation_id
 from langgraph_effects.core.model import (
@@ -104,8 +113,6 @@ __all__ = [
 logger = logging.getLogger("langgraph_effects.outbox")
 
 JSON = Any
-_T = TypeVar("_T")
-Dialect = Literal["sqlite", "postgres"]
 
 
 class OutboxStatus(StrEnum):
@@ -199,68 +206,8 @@ class RelayReport:
 
 # --------------------------------------------------------------------------- drivers
 
-_Stmt = tuple[str, dict[str, Any]]
-_Rows = list[dict[str, Any]]
 
-
-def _dialect(conn: Any) -> Dialect:
-    if isinstance(conn, sqlite3.Connection):
-        return "sqlite"
-    if type(conn).__module__.startswith("psycopg"):
-        return "postgres"
-    raise InvalidInput(
-        f"unsupported connection {type(conn).__name__}: "
-        "pass a sqlite3.Connection or a psycopg (Async)Connection"
-    )
-
-
-def _ts(value: datetime | None, dialect: Dialect) -> Any:
-    # SQLite keeps one fixed ISO format so text order is time order.
-    if value is None or dialect == "postgres":
-        return value
-    return value.astimezone(UTC).isoformat(timespec="microseconds")
-
-
-def _bind(stmt: _Stmt, dialect: Dialect) -> _Stmt:
-    text, params = stmt
-    params = {k: _ts(v, dialect) if isinstance(v, datetime) else v for k, v in params.items()}
-    return (sql.for_postgres(text) if dialect == "postgres" else text), params
-
-
-def _dicts(cursor: Any, rows: list[Any]) -> _Rows:
-    if not rows:
-        return []
-    if isinstance(rows[0], dict):
-        return [dict(r) for r in rows]
-    names = [d[0] for d in cursor.description]
-    return [dict(zip(names, tuple(r), strict=True)) for r in rows]
-
-
-def _run_sync(conn: Any, dialect: Dialect, steps: Generator[_Stmt, _Rows, _T]) -> _T:
-    """Drive a statement generator on a sync connection (no commit: the caller's business)."""
-    rows: _Rows | None = None  # a generator's first send must be None
-    try:
-        while True:
-            text, params = _bind(steps.send(rows), dialect)  # type: ignore[arg-type]
-            cur = conn.execute(text, params)
-            rows = _dicts(cur, cur.fetchall()) if cur.description else []
-    except StopIteration as done:
-        return done.value  # type: ignore[no-any-return]
-
-
-async def _run_async(conn: Any, steps: Generator[_Stmt, _Rows, _T]) -> _T:
-    """Drive a statement generator on a psycopg AsyncConnection."""
-    rows: _Rows | None = None  # a generator's first send must be None
-    try:
-        while True:
-            text, params = _bind(steps.send(rows), "postgres")  # type: ignore[arg-type]
-            cur = await conn.execute(text, params)
-            rows = _dicts(cur, await cur.fetchall()) if cur.description else []
-    except StopIteration as done:
-        return done.value  # type: ignore[no-any-return]
-
-
-def _setup_steps(dialect: Dialect, now: datetime) -> Generator[_Stmt, _Rows, None]:
+def _setup_steps(dialect: Dialect, now: datetime) -> Generator[Stmt, Rows, None]:
     if dialect == "postgres":
         yield sql.PG_SETUP_LOCK_SQL, {}
         yield sql.VERSION_TABLE_PG, {}
@@ -320,16 +267,16 @@ class Outbox:
         Commits on ``conn``: call it outside your own transaction (sqlite3), or
         on a connection without an open transaction block (psycopg).
         """
-        dialect = _dialect(conn)
+        dialect = dialect_of(conn)
         if dialect == "postgres":
             with conn.transaction():
-                _run_sync(conn, dialect, _setup_steps(dialect, self._clock()))
+                run_sync(conn, dialect, _setup_steps(dialect, self._clock()))
             return
         if conn.in_transaction:
             raise InvalidInput("Outbox.setup commits: call it outside an open transaction")
         conn.execute("BEGIN IMMEDIATE")  # one writer migrates at a time
         try:
-            _run_sync(conn, dialect, _setup_steps(dialect, self._clock()))
+            run_sync(conn, dialect, _setup_steps(dialect, self._clock()))
         except BaseException:
             conn.execute("ROLLBACK")
             raise
@@ -338,7 +285,7 @@ class Outbox:
     async def asetup(self, conn: Any) -> None:
         """``setup`` on a psycopg ``AsyncConnection``."""
         async with conn.transaction():
-            await _run_async(conn, _setup_steps("postgres", self._clock()))
+            await run_async(conn, _setup_steps("postgres", self._clock()))
 
     # -- enqueue --------------------------------------------------------------
 
@@ -351,7 +298,7 @@ class Outbox:
         dedupe_key: str | None,
         ordered: bool,
         tenant_id: str | None,
-    ) -> Generator[_Stmt, _Rows, str]:
+    ) -> Generator[Stmt, Rows, str]:
         tenant = tenant_id or self.tenant_id
         if not topic.strip():
             raise InvalidInput("an outbox entry needs a topic")
@@ -422,7 +369,7 @@ class Outbox:
                 (autocommit outside a transaction), or bad arguments.
             PayloadMismatch: ``dedupe_key`` reused with another payload.
         """
-        dialect = _dialect(conn)
+        dialect = dialect_of(conn)
         _require_open_transaction(conn, dialect)
         steps = self._enqueue_steps(
             topic=topic,
@@ -432,7 +379,7 @@ class Outbox:
             ordered=ordered,
             tenant_id=tenant_id,
         )
-        return _run_sync(conn, dialect, steps)
+        return run_sync(conn, dialect, steps)
 
     async def aenqueue(
         self,
@@ -455,14 +402,14 @@ class Outbox:
             ordered=ordered,
             tenant_id=tenant_id,
         )
-        return await _run_async(conn, steps)
+        return await run_async(conn, steps)
 
     # -- queries --------------------------------------------------------------
 
     @staticmethod
     def get(conn: Any, entry_id: str) -> OutboxEntry | None:
         """Read one entry (any connection; no commit)."""
-        rows = _run_sync(conn, _dialect(conn), _one(sql.GET_ENTRY_SQL, {"entry_id": entry_id}))
+        rows = run_sync(conn, dialect_of(conn), one(sql.GET_ENTRY_SQL, {"entry_id": entry_id}))
         return _entry(rows[0]) if rows else None
 
     @staticmethod
@@ -479,13 +426,8 @@ class Outbox:
             "tenant_id": tenant_id,
             "limit": limit,
         }
-        rows = _run_sync(conn, _dialect(conn), _one(sql.LIST_ENTRIES_SQL, params))
+        rows = run_sync(conn, dialect_of(conn), one(sql.LIST_ENTRIES_SQL, params))
         return [_entry(r) for r in rows]
-
-
-def _one(text: str, params: dict[str, Any]) -> Generator[_Stmt, _Rows, _Rows]:
-    rows = yield text, params
-    return rows
 
 
 def _entry(row: dict[str, Any]) -> OutboxEntry:
@@ -553,7 +495,7 @@ class OutboxRelay:
         if max_failures < 1:
             raise InvalidInput("max_failures must be at least 1")
         self.conn = conn
-        self.dialect = _dialect(conn)
+        self.dialect = dialect_of(conn)
         self.ledger = ledger
         self.deliver = deliver
         self.reconcile = reconcile
@@ -588,9 +530,9 @@ class OutboxRelay:
 
     # -- database -------------------------------------------------------------
 
-    def _exec(self, text: str, params: dict[str, Any]) -> _Rows:
+    def _exec(self, text: str, params: dict[str, Any]) -> Rows:
         try:
-            rows = _run_sync(self.conn, self.dialect, _one(text, params))
+            rows = run_sync(self.conn, self.dialect, one(text, params))
         except Exception as exc:
             self._rollback()
             if _is_missing_table(exc):
