@@ -1,0 +1,247 @@
+"""Run snapshots: versioned appends, idempotent repeats, declared machines, the e-mail example."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from langgraph_effects.errors import IllegalTransition, InvalidInput, StaleVersion
+from langgraph_effects.journal import (
+    AsyncRunJournal,
+    RunEvent,
+    RunJournal,
+    RunMachine,
+    RunState,
+    Transition,
+)
+from langgraph_effects.testing.providers import FakeClock
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "email_verification.py"
+
+
+def _load_example() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("email_verification_example", EXAMPLE)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+ex = _load_example()
+MACHINE: RunMachine = ex.EMAIL_VERIFICATION
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def target(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return str(tmp_path / "runs.db")
+    return str(request.getfixturevalue("pg_url"))
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def journal(target: str, clock: FakeClock) -> Iterator[RunJournal]:
+    with RunJournal.from_conn_string(target, [MACHINE], clock=clock.now) as j:
+        j.setup()
+        j.setup()
+        yield j
+
+
+def requested(journal: RunJournal, run_id: str = "r1") -> Any:
+    journal.start(run_id, MACHINE.name, resource="box@x", attempts=2, lease_for=timedelta(hours=1))
+    return journal.append(
+        run_id, 1, RunEvent(event_id="request", type="message_requested", evidence_id="req-1")
+    )
+
+
+def test_snapshot_names_the_next_action(journal: RunJournal) -> None:
+    """Each append moves the snapshot and its single next action as the machine declares."""
+    snap = journal.start("r1", MACHINE.name, resource="box@x", attempts=2)
+    assert (snap.state, snap.next_action, snap.version) == ("leased", "request_message", 1)
+    snap = requested(journal, "r2")
+    assert (snap.state, snap.next_action, snap.evidence_ids) == (
+        "requested",
+        "poll_inbox",
+        ("req-1",),
+    )
+    snap = journal.append("r2", 2, RunEvent(event_id="p1", type="inbox_polled"))
+    assert (snap.state, snap.attempts_left, snap.version) == ("waiting", 1, 3)
+    assert journal.get("r2") == snap
+
+
+def test_stale_version_is_refused_and_counted(journal: RunJournal) -> None:
+    """An append with an old expected version raises StaleVersion, writes nothing, is counted."""
+    requested(journal)
+    with pytest.raises(StaleVersion) as info:
+        journal.append("r1", 1, RunEvent(event_id="p1", type="inbox_polled"))
+    assert (info.value.expected, info.value.current) == (1, 2)
+    snap = journal.get("r1")
+    assert snap is not None
+    assert snap.version == 2
+    assert [e.type for e in journal.events("r1")] == ["started", "message_requested"]
+    assert journal.stats().stale_version_rejections == 1
+    metrics = journal.metrics("r1")
+    assert metrics is not None
+    assert metrics.stale_version_rejections == 1
+
+
+def test_repeating_the_same_append_returns_the_same_result(journal: RunJournal) -> None:
+    """The same event id appended again returns the first snapshot and consumes nothing twice."""
+    requested(journal)
+    first = journal.append("r1", 2, RunEvent(event_id="p1", type="inbox_polled"))
+    again = journal.append("r1", 2, RunEvent(event_id="p1", type="inbox_polled"))
+    assert again == first
+    snap = journal.get("r1")
+    assert snap is not None
+    assert (snap.version, snap.attempts_left) == (3, 1)
+    with pytest.raises(InvalidInput, match="other content"):
+        journal.append("r1", 3, RunEvent(event_id="p1", type="message_discarded"))
+
+
+def test_machine_refuses_undeclared_transitions(journal: RunJournal) -> None:
+    """An event the state does not allow, or a poll without attempts left, is refused."""
+    requested(journal)
+    with pytest.raises(IllegalTransition, match="not allowed"):
+        journal.append("r1", 2, RunEvent(event_id="v", type="code_verified"))
+    journal.append("r1", 2, RunEvent(event_id="p1", type="inbox_polled"))
+    journal.append("r1", 3, RunEvent(event_id="p2", type="inbox_polled"))
+    with pytest.raises(IllegalTransition, match="no attempts left"):
+        journal.append("r1", 4, RunEvent(event_id="p3", type="inbox_polled"))
+    assert journal.next_action("r1") == "expire"
+    snap = journal.append("r1", 4, RunEvent(event_id="x", type="expire"))
+    assert (snap.state, snap.next_action) == ("expired", None)
+
+
+def test_expiry_needs_its_observable_condition(journal: RunJournal, clock: FakeClock) -> None:
+    """EXPIRED is refused while the lease is alive with attempts left, allowed once it lapses."""
+    requested(journal)
+    with pytest.raises(IllegalTransition, match="condition not met"):
+        journal.append("r1", 2, RunEvent(event_id="x", type="expire"))
+    clock.advance(timedelta(hours=2))
+    assert journal.next_action("r1") == "expire"
+    assert journal.append("r1", 2, RunEvent(event_id="x", type="expire")).state == "expired"
+
+
+def test_the_same_evidence_is_never_accepted_twice(journal: RunJournal) -> None:
+    """An evidence id already accepted cannot be accepted again by another event."""
+    journal.start("r1", MACHINE.name, attempts=2)
+    journal.append("r1", 1, RunEvent(event_id="a", type="message_requested", evidence_id="m-1"))
+    with pytest.raises(IllegalTransition, match="already accepted"):
+        journal.append("r1", 2, RunEvent(event_id="b", type="message_received", evidence_id="m-1"))
+
+
+def test_two_workers_cannot_accept_different_messages_for_one_step(
+    target: str, journal: RunJournal, clock: FakeClock
+) -> None:
+    """Two workers (own connections) waking at the same version: one message accepted, one stale."""
+    requested(journal)
+    gate = threading.Barrier(2)
+    outcomes: dict[str, Any] = {}
+
+    def worker(message_id: str) -> None:
+        with RunJournal.from_conn_string(target, [MACHINE], clock=clock.now) as mine:
+            snap = mine.get("r1")
+            assert snap is not None
+            gate.wait()
+            try:
+                outcomes[message_id] = mine.append(
+                    "r1",
+                    snap.version,
+                    RunEvent(
+                        event_id=f"receive:{message_id}",
+                        type="message_received",
+                        evidence_id=message_id,
+                    ),
+                )
+            except (StaleVersion, IllegalTransition) as exc:
+                outcomes[message_id] = exc
+
+    threads = [threading.Thread(target=worker, args=(m,)) for m in ("m-1", "m-2")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    won = [m for m, v in outcomes.items() if not isinstance(v, Exception)]
+    assert len(won) == 1
+    assert [type(v) for v in outcomes.values() if isinstance(v, Exception)] == [StaleVersion]
+    snap = journal.get("r1")
+    assert snap is not None
+    assert snap.evidence_ids == ("req-1", won[0])
+    assert journal.stats().stale_version_rejections == 1
+
+
+def test_machine_declaration_is_checked() -> None:
+    """A machine naming an unknown state or lacking a next action is refused at declaration."""
+    with pytest.raises(InvalidInput, match="unknown"):
+        RunMachine(
+            "m",
+            initial="a",
+            states=[RunState(name="a", next_action="go")],
+            transitions=[Transition(event="go", sources=("a",), target="b", condition="-")],
+        )
+    with pytest.raises(InvalidInput, match="next_action"):
+        RunMachine("m", initial="a", states=[RunState(name="a")], transitions=[])
+
+
+def test_event_data_refuses_bodies() -> None:
+    """Event data over 4 KiB (a message body) is refused: ids and hashes only."""
+    with pytest.raises(ValueError, match="not bodies"):
+        RunEvent(event_id="e", type="message_received", data={"body": "x" * 5000})
+
+
+@pytest.mark.parametrize("crash_at", ["after_request", "waiting", "after_receive"])
+def test_example_resumes_after_a_kill_without_a_second_request(
+    tmp_path: Path, crash_at: str
+) -> None:
+    """Killed at a crash point and resumed in a new process, it verifies; one request applies."""
+    cmd = [sys.executable, str(EXAMPLE), "--dir", str(tmp_path)]
+    crashed = subprocess.run([*cmd, "--crash-at", crash_at], capture_output=True, text=True)
+    assert crashed.returncode == 137, crashed.stderr
+    resumed = subprocess.run([*cmd, "--resume"], capture_output=True, text=True, check=True)
+    assert "final_state: verified" in resumed.stdout
+    assert "runs_resumed_successfully: 1" in resumed.stdout
+    assert "verification_requests_applied: 1" in resumed.stdout
+    assert "discarded_for_another_run_id: 1" in resumed.stdout
+    provider = ex.FakeVerificationProvider(tmp_path / "provider.db")
+    # Resumed in WAITING or later, the run only polled: the app received exactly one request.
+    expected_requests = 2 if crash_at == "after_request" else 1
+    assert provider.count("requests_received") == expected_requests
+    with RunJournal.from_conn_string(tmp_path / "runs.db", [MACHINE]) as journal:
+        types = [e.type for e in journal.events(ex.RUN_ID)]
+        assert types.count("message_requested") == 1
+        assert all("body" not in e.data for e in journal.events(ex.RUN_ID))
+
+
+@pytest.mark.postgres
+def test_async_journal_appends_with_the_same_rules(pg_url: str) -> None:
+    """The async journal refuses a stale version and replays a repeated append like the sync one."""
+    import psycopg
+
+    async def scenario() -> None:
+        async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as conn:
+            journal = AsyncRunJournal(conn, [MACHINE])
+            await journal.setup()
+            await journal.start("r1", MACHINE.name, attempts=2)
+            event = RunEvent(event_id="q", type="message_requested", evidence_id="req-1")
+            first = await journal.append("r1", 1, event)
+            assert await journal.append("r1", 1, event) == first
+            with pytest.raises(StaleVersion):
+                await journal.append("r1", 1, RunEvent(event_id="p", type="inbox_polled"))
+            assert (await journal.stats()).stale_version_rejections == 1
+
+    asyncio.run(scenario())
