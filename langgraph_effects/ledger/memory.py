@@ -7,11 +7,13 @@ atomic. It is the executable specification the SQL backends are tested against
 
 from __future__ import annotations
 
+import builtins
 import threading
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
+from langgraph_effects.core.digest import canonical_json
 from langgraph_effects.core.model import (
     Decision,
     EventKind,
@@ -28,6 +30,7 @@ from langgraph_effects.core.model import (
 )
 from langgraph_effects.core.transitions import check_transition
 from langgraph_effects.errors import (
+    IllegalTransition,
     InvalidInput,
     LeaseHeld,
     LedgerNotSetUp,
@@ -35,6 +38,7 @@ from langgraph_effects.errors import (
     PayloadMismatch,
     StaleFencingToken,
 )
+from langgraph_effects.ledger._values import json_text
 from langgraph_effects.ledger.base import DEFAULT_LEASE, LedgerStats
 from langgraph_effects.observe import log_transition
 
@@ -86,6 +90,17 @@ class InMemoryLedger:
         if token != row.fencing_token:
             self._stale_refusals += 1
             raise StaleFencingToken(row.operation_id, token=token, current=row.fencing_token)
+
+    @staticmethod
+    def _require_dispatching(row: Operation, target: OperationStatus) -> None:
+        """Fenced writes (and renew) act on a dispatching operation only."""
+        if row.status is not S.DISPATCHING:
+            why = (
+                "terminal states never move"
+                if row.status.terminal
+                else "only a dispatching operation moves by a fenced write"
+            )
+            raise IllegalTransition(row.operation_id, status=row.status, target=target, why=why)
 
     def _commit(
         self,
@@ -172,12 +187,16 @@ class InMemoryLedger:
         with self._lock:
             self._require_setup()
             # Check every draft before writing any: all or nothing.
+            first: dict[_Key, OperationDraft] = {}
             for draft in drafts:
-                existing = self._rows.get((draft.tenant_id, draft.operation_id))
-                if existing is not None and existing.payload_digest != draft.payload_digest:
+                canonical_json(draft.payload)  # plain JSON, at most 1 MiB
+                key = (draft.tenant_id, draft.operation_id)
+                existing = self._rows.get(key)
+                digest = (existing or first.setdefault(key, draft)).payload_digest
+                if digest != draft.payload_digest:
                     raise PayloadMismatch(
                         draft.operation_id,
-                        expected=existing.payload_digest,
+                        expected=digest,
                         actual=draft.payload_digest,
                     )
             out: list[Prepared] = []
@@ -209,9 +228,12 @@ class InMemoryLedger:
             self._require_setup()
             row = self._row(tenant_id, operation_id)
             if row.payload_digest != payload_digest:
-                raise PayloadMismatch(operation_id, expected=row.payload_digest, actual=payload_digest)
+                raise PayloadMismatch(
+                    operation_id, expected=row.payload_digest, actual=payload_digest
+                )
             if row.status is not S.PREPARED:
-                check_transition(operation_id, row.status, S.DISPATCHING)  # raises if terminal
+                if row.status.terminal:
+                    check_transition(operation_id, row.status, S.DISPATCHING)  # raises
                 return row  # already past approval: idempotent
             new = row.model_copy(
                 update={
@@ -220,9 +242,7 @@ class InMemoryLedger:
                     "updated_at": self._clock(),
                 }
             )
-            return self._commit(
-                row, new, EventKind.APPROVE, actor=by, detail={"reason": reason}
-            )
+            return self._commit(row, new, EventKind.APPROVE, actor=by, detail={"reason": reason})
 
     def _claimed(
         self, row: Operation, owner: LeaseOwner, lease_for: timedelta, *, actor: str
@@ -265,8 +285,7 @@ class InMemoryLedger:
             self._require_setup()
             row = self._row(tenant_id, operation_id)
             self._fence(row, token)
-            if row.status is not S.DISPATCHING:
-                check_transition(operation_id, row.status, S.DISPATCHING)
+            self._require_dispatching(row, S.DISPATCHING)
             new = row.model_copy(update={"lease_expires_at": self._clock() + lease_for})
             self._rows[(tenant_id, operation_id)] = new
             return new
@@ -278,6 +297,7 @@ class InMemoryLedger:
             self._require_setup()
             row = self._row(tenant_id, operation_id)
             self._fence(row, token)
+            self._require_dispatching(row, target)
             return self._move(row, target, **kw)
 
     def confirm(
@@ -291,6 +311,7 @@ class InMemoryLedger:
         provider_request_id: str | None = None,
         evidence: Evidence | None = None,
     ) -> Operation:
+        json_text(result, what="result")
         return self._fenced_move(
             tenant_id,
             operation_id,
@@ -317,7 +338,11 @@ class InMemoryLedger:
             with self._lock:
                 self._require_setup()
                 row = self._row(tenant_id, operation_id)
+                if row.status.terminal:
+                    check_transition(operation_id, row.status, S.REJECTED)  # raises
                 if row.status is not S.PREPARED:
+                    # Claimed since the caller looked: its view is stale.
+                    self._stale_refusals += 1
                     raise StaleFencingToken(operation_id, token=0, current=row.fencing_token)
                 return self._move(
                     row, S.REJECTED, actor=actor or "ledger", evidence=evidence, error=reason
@@ -382,16 +407,23 @@ class InMemoryLedger:
         )
         changes: dict[str, Any] = {}
         if target is S.CONFIRMED:
+            json_text(resolution.result, what="result")
             changes = {
                 "result": resolution.result if resolution.result is not None else evidence.result,
-                "provider_result_id": resolution.provider_result_id
-                or evidence.provider_result_id,
+                "provider_result_id": resolution.provider_result_id or evidence.provider_result_id,
             }
         elif target is S.REJECTED:
             changes = {"error": resolution.reason or evidence.summary}
         with self._lock:
             self._require_setup()
             row = self._row(tenant_id, operation_id)
+            if row.status is not S.UNKNOWN:
+                why = (
+                    "terminal states never move"
+                    if row.status.terminal
+                    else "only an unknown operation is resolved"
+                )
+                raise IllegalTransition(operation_id, status=row.status, target=target, why=why)
             return self._move(
                 row,
                 target,
@@ -414,7 +446,9 @@ class InMemoryLedger:
                     "updated_at": now,
                 }
             )
-            return self._commit(row, new, EventKind.EVIDENCE, actor=evidence.source, evidence=evidence)
+            return self._commit(
+                row, new, EventKind.EVIDENCE, actor=evidence.source, evidence=evidence
+            )
 
     # -- queries -------------------------------------------------------------
 
@@ -431,7 +465,7 @@ class InMemoryLedger:
         action: str | None = None,
         updated_before: datetime | None = None,
         limit: int = 100,
-    ) -> list[Operation]:
+    ) -> builtins.list[Operation]:
         wanted = coerce_status(status)
         with self._lock:
             self._require_setup()
@@ -446,14 +480,14 @@ class InMemoryLedger:
         rows.sort(key=lambda r: (r.updated_at, r.operation_id))
         return rows[:limit]
 
-    def events(self, tenant_id: str, operation_id: str) -> list[OperationEvent]:
+    def events(self, tenant_id: str, operation_id: str) -> builtins.list[OperationEvent]:
         with self._lock:
             self._require_setup()
             return list(self._events.get((tenant_id, operation_id), []))
 
     def feed(
         self, *, after_id: int = 0, tenant_id: str | None = None, limit: int = 100
-    ) -> list[OperationEvent]:
+    ) -> builtins.list[OperationEvent]:
         with self._lock:
             self._require_setup()
             return [e for e in self._feed[after_id:] if tenant_id in (None, e.tenant_id)][:limit]
@@ -463,10 +497,7 @@ class InMemoryLedger:
             self._require_setup()
             rows = [r for r in self._rows.values() if tenant_id in (None, r.tenant_id)]
             events = [
-                e
-                for (t, _), log in self._events.items()
-                if tenant_id in (None, t)
-                for e in log
+                e for (t, _), log in self._events.items() if tenant_id in (None, t) for e in log
             ]
         counts = dict.fromkeys(OperationStatus, 0)
         for r in rows:
@@ -478,14 +509,18 @@ class InMemoryLedger:
         reconciliation: dict[str, int] = {}
         for e in events:
             if e.evidence is not None and e.evidence.source not in ("operator", "receipt"):
-                reconciliation[e.evidence.kind.value] = reconciliation.get(e.evidence.kind.value, 0) + 1
+                reconciliation[e.evidence.kind.value] = (
+                    reconciliation.get(e.evidence.kind.value, 0) + 1
+                )
         return LedgerStats(
             counts=counts,
             oldest_unknown_at=oldest(S.UNKNOWN),
             oldest_dispatching_at=oldest(S.DISPATCHING),
             reconciliation=reconciliation,
             operator_resolutions=sum(
-                1 for e in events if e.kind is EventKind.RESOLVE and e.evidence and e.evidence.source == "operator"
+                1
+                for e in events
+                if e.kind is EventKind.RESOLVE and e.evidence and e.evidence.source == "operator"
             ),
             stale_token_refusals=self._stale_refusals,
         )

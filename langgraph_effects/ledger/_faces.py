@@ -1,0 +1,498 @@
+"""The public methods of the SQL ledgers, once for sync and once for async.
+
+Each method builds a ``Program`` from ``_logic`` and hands it to the backend's
+driver (``_run`` / ``_arun``); nothing here knows SQL. After the driver has
+committed, the transitions are logged; a ``StaleFencingToken`` is counted for
+``stats()`` (process-local: a refusal changes no row).
+"""
+
+from __future__ import annotations
+
+import builtins
+import threading
+from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta
+from typing import Any, TypeVar
+
+from langgraph_effects.core.model import (
+    Evidence,
+    LeaseOwner,
+    Operation,
+    OperationDraft,
+    OperationEvent,
+    OperationStatus,
+    Prepared,
+    Resolution,
+    utcnow,
+)
+from langgraph_effects.errors import StaleFencingToken
+from langgraph_effects.ledger import _logic as logic
+from langgraph_effects.ledger.base import DEFAULT_LEASE, LedgerStats
+from langgraph_effects.observe import log_transition
+
+__all__ = ["AsyncFace", "SyncFace"]
+
+T = TypeVar("T")
+
+
+class _Face:
+    """State both faces share: the dialect, the clock, the refusal counter."""
+
+    _dialect: logic.Dialect
+
+    def __init__(self, *, clock: Callable[[], datetime] = utcnow) -> None:
+        self._clock = clock
+        self._refusals_lock = threading.Lock()
+        self._stale_token_refusals = 0
+
+    def _count_refusal(self) -> None:
+        with self._refusals_lock:
+            self._stale_token_refusals += 1
+
+    @staticmethod
+    def _log(outcome: logic.Outcome[T]) -> T:
+        for operation, event in outcome.logged:
+            log_transition(operation, event)
+        return outcome.value
+
+
+class SyncFace(_Face):
+    """``Ledger`` methods over a synchronous driver ``_run(program) -> Outcome``."""
+
+    def _run(self, program: logic.Program[T]) -> logic.Outcome[T]:
+        raise NotImplementedError
+
+    def _execute(self, program: logic.Program[T]) -> T:
+        try:
+            outcome = self._run(program)
+        except StaleFencingToken:
+            self._count_refusal()
+            raise
+        return self._log(outcome)
+
+    def setup(self) -> None:
+        """Create or migrate the tables: idempotent, safe to call concurrently."""
+        self._execute(logic.setup(self._dialect))
+
+    def prepare(
+        self,
+        draft: OperationDraft,
+        *,
+        owner: LeaseOwner | None = None,
+        lease_for: timedelta = DEFAULT_LEASE,
+    ) -> Prepared:
+        return self.prepare_many([draft], owner=owner, lease_for=lease_for)[0]
+
+    def prepare_many(
+        self,
+        drafts: Sequence[OperationDraft],
+        *,
+        owner: LeaseOwner | None = None,
+        lease_for: timedelta = DEFAULT_LEASE,
+    ) -> list[Prepared]:
+        return self._execute(
+            logic.prepare_many(self._dialect, self._clock, drafts, owner=owner, lease_for=lease_for)
+        )
+
+    def approve(
+        self, tenant_id: str, operation_id: str, *, payload_digest: str, by: str, reason: str = ""
+    ) -> Operation:
+        return self._execute(
+            logic.approve(
+                self._dialect,
+                self._clock,
+                tenant_id,
+                operation_id,
+                payload_digest=payload_digest,
+                by=by,
+                reason=reason,
+            )
+        )
+
+    def claim(
+        self,
+        tenant_id: str,
+        operation_id: str,
+        *,
+        owner: LeaseOwner,
+        lease_for: timedelta = DEFAULT_LEASE,
+        actor: str | None = None,
+    ) -> Operation:
+        return self._execute(
+            logic.claim(
+                self._dialect,
+                self._clock,
+                tenant_id,
+                operation_id,
+                owner=owner,
+                lease_for=lease_for,
+                actor=actor,
+            )
+        )
+
+    def renew(
+        self, tenant_id: str, operation_id: str, *, token: int, lease_for: timedelta = DEFAULT_LEASE
+    ) -> Operation:
+        return self._execute(
+            logic.renew(
+                self._dialect,
+                self._clock,
+                tenant_id,
+                operation_id,
+                token=token,
+                lease_for=lease_for,
+            )
+        )
+
+    def confirm(
+        self,
+        tenant_id: str,
+        operation_id: str,
+        *,
+        token: int,
+        result: Any = None,
+        provider_result_id: str | None = None,
+        provider_request_id: str | None = None,
+        evidence: Evidence | None = None,
+    ) -> Operation:
+        return self._execute(
+            logic.confirm(
+                self._dialect,
+                self._clock,
+                tenant_id,
+                operation_id,
+                token=token,
+                result=result,
+                provider_result_id=provider_result_id,
+                provider_request_id=provider_request_id,
+                evidence=evidence,
+            )
+        )
+
+    def reject(
+        self,
+        tenant_id: str,
+        operation_id: str,
+        *,
+        token: int | None,
+        reason: str,
+        evidence: Evidence | None = None,
+        actor: str | None = None,
+    ) -> Operation:
+        return self._execute(
+            logic.reject(
+                self._dialect,
+                self._clock,
+                tenant_id,
+                operation_id,
+                token=token,
+                reason=reason,
+                evidence=evidence,
+                actor=actor,
+            )
+        )
+
+    def release(self, tenant_id: str, operation_id: str, *, token: int, reason: str) -> Operation:
+        return self._execute(
+            logic.release(
+                self._dialect, self._clock, tenant_id, operation_id, token=token, reason=reason
+            )
+        )
+
+    def mark_unknown(
+        self,
+        tenant_id: str,
+        operation_id: str,
+        *,
+        token: int,
+        reason: str,
+        evidence: Evidence | None = None,
+        actor: str | None = None,
+    ) -> Operation:
+        return self._execute(
+            logic.mark_unknown(
+                self._dialect,
+                self._clock,
+                tenant_id,
+                operation_id,
+                token=token,
+                reason=reason,
+                evidence=evidence,
+                actor=actor,
+            )
+        )
+
+    def resolve(self, tenant_id: str, operation_id: str, resolution: Resolution) -> Operation:
+        return self._execute(
+            logic.resolve(self._dialect, self._clock, tenant_id, operation_id, resolution)
+        )
+
+    def record_evidence(self, tenant_id: str, operation_id: str, evidence: Evidence) -> Operation:
+        return self._execute(
+            logic.record_evidence(self._dialect, self._clock, tenant_id, operation_id, evidence)
+        )
+
+    def get(self, tenant_id: str, operation_id: str) -> Operation | None:
+        return self._execute(logic.get(self._dialect, tenant_id, operation_id))
+
+    def list(
+        self,
+        *,
+        tenant_id: str | None = None,
+        status: OperationStatus | str | None = None,
+        action: str | None = None,
+        updated_before: datetime | None = None,
+        limit: int = 100,
+    ) -> builtins.list[Operation]:
+        return self._execute(
+            logic.list_operations(
+                self._dialect,
+                tenant_id=tenant_id,
+                status=status,
+                action=action,
+                updated_before=updated_before,
+                limit=limit,
+            )
+        )
+
+    def events(self, tenant_id: str, operation_id: str) -> builtins.list[OperationEvent]:
+        return self._execute(logic.events(self._dialect, tenant_id, operation_id))
+
+    def feed(
+        self, *, after_id: int = 0, tenant_id: str | None = None, limit: int = 100
+    ) -> builtins.list[OperationEvent]:
+        return self._execute(
+            logic.feed(self._dialect, after_id=after_id, tenant_id=tenant_id, limit=limit)
+        )
+
+    def stats(self, *, tenant_id: str | None = None) -> LedgerStats:
+        return self._execute(
+            logic.stats(
+                self._dialect,
+                tenant_id=tenant_id,
+                stale_token_refusals=self._stale_token_refusals,
+            )
+        )
+
+
+class AsyncFace(_Face):
+    """``AsyncLedger`` methods over an asynchronous driver ``_arun(program) -> Outcome``."""
+
+    async def _arun(self, program: logic.Program[T]) -> logic.Outcome[T]:
+        raise NotImplementedError
+
+    async def _execute(self, program: logic.Program[T]) -> T:
+        try:
+            outcome = await self._arun(program)
+        except StaleFencingToken:
+            self._count_refusal()
+            raise
+        return self._log(outcome)
+
+    async def setup(self) -> None:
+        """Create or migrate the tables: idempotent, safe to call concurrently."""
+        await self._execute(logic.setup(self._dialect))
+
+    async def prepare(
+        self,
+        draft: OperationDraft,
+        *,
+        owner: LeaseOwner | None = None,
+        lease_for: timedelta = DEFAULT_LEASE,
+    ) -> Prepared:
+        return (await self.prepare_many([draft], owner=owner, lease_for=lease_for))[0]
+
+    async def prepare_many(
+        self,
+        drafts: Sequence[OperationDraft],
+        *,
+        owner: LeaseOwner | None = None,
+        lease_for: timedelta = DEFAULT_LEASE,
+    ) -> list[Prepared]:
+        return await self._execute(
+            logic.prepare_many(self._dialect, self._clock, drafts, owner=owner, lease_for=lease_for)
+        )
+
+    async def approve(
+        self, tenant_id: str, operation_id: str, *, payload_digest: str, by: str, reason: str = ""
+    ) -> Operation:
+        return await self._execute(
+            logic.approve(
+                self._dialect,
+                self._clock,
+                tenant_id,
+                operation_id,
+                payload_digest=payload_digest,
+                by=by,
+                reason=reason,
+            )
+        )
+
+    async def claim(
+        self,
+        tenant_id: str,
+        operation_id: str,
+        *,
+        owner: LeaseOwner,
+        lease_for: timedelta = DEFAULT_LEASE,
+        actor: str | None = None,
+    ) -> Operation:
+        return await self._execute(
+            logic.claim(
+                self._dialect,
+                self._clock,
+                tenant_id,
+                operation_id,
+                owner=owner,
+                lease_for=lease_for,
+                actor=actor,
+            )
+        )
+
+    async def renew(
+        self, tenant_id: str, operation_id: str, *, token: int, lease_for: timedelta = DEFAULT_LEASE
+    ) -> Operation:
+        return await self._execute(
+            logic.renew(
+                self._dialect,
+                self._clock,
+                tenant_id,
+                operation_id,
+                token=token,
+                lease_for=lease_for,
+            )
+        )
+
+    async def confirm(
+        self,
+        tenant_id: str,
+        operation_id: str,
+        *,
+        token: int,
+        result: Any = None,
+        provider_result_id: str | None = None,
+        provider_request_id: str | None = None,
+        evidence: Evidence | None = None,
+    ) -> Operation:
+        return await self._execute(
+            logic.confirm(
+                self._dialect,
+                self._clock,
+                tenant_id,
+                operation_id,
+                token=token,
+                result=result,
+                provider_result_id=provider_result_id,
+                provider_request_id=provider_request_id,
+                evidence=evidence,
+            )
+        )
+
+    async def reject(
+        self,
+        tenant_id: str,
+        operation_id: str,
+        *,
+        token: int | None,
+        reason: str,
+        evidence: Evidence | None = None,
+        actor: str | None = None,
+    ) -> Operation:
+        return await self._execute(
+            logic.reject(
+                self._dialect,
+                self._clock,
+                tenant_id,
+                operation_id,
+                token=token,
+                reason=reason,
+                evidence=evidence,
+                actor=actor,
+            )
+        )
+
+    async def release(
+        self, tenant_id: str, operation_id: str, *, token: int, reason: str
+    ) -> Operation:
+        return await self._execute(
+            logic.release(
+                self._dialect, self._clock, tenant_id, operation_id, token=token, reason=reason
+            )
+        )
+
+    async def mark_unknown(
+        self,
+        tenant_id: str,
+        operation_id: str,
+        *,
+        token: int,
+        reason: str,
+        evidence: Evidence | None = None,
+        actor: str | None = None,
+    ) -> Operation:
+        return await self._execute(
+            logic.mark_unknown(
+                self._dialect,
+                self._clock,
+                tenant_id,
+                operation_id,
+                token=token,
+                reason=reason,
+                evidence=evidence,
+                actor=actor,
+            )
+        )
+
+    async def resolve(self, tenant_id: str, operation_id: str, resolution: Resolution) -> Operation:
+        return await self._execute(
+            logic.resolve(self._dialect, self._clock, tenant_id, operation_id, resolution)
+        )
+
+    async def record_evidence(
+        self, tenant_id: str, operation_id: str, evidence: Evidence
+    ) -> Operation:
+        return await self._execute(
+            logic.record_evidence(self._dialect, self._clock, tenant_id, operation_id, evidence)
+        )
+
+    async def get(self, tenant_id: str, operation_id: str) -> Operation | None:
+        return await self._execute(logic.get(self._dialect, tenant_id, operation_id))
+
+    async def list(
+        self,
+        *,
+        tenant_id: str | None = None,
+        status: OperationStatus | str | None = None,
+        action: str | None = None,
+        updated_before: datetime | None = None,
+        limit: int = 100,
+    ) -> builtins.list[Operation]:
+        return await self._execute(
+            logic.list_operations(
+                self._dialect,
+                tenant_id=tenant_id,
+                status=status,
+                action=action,
+                updated_before=updated_before,
+                limit=limit,
+            )
+        )
+
+    async def events(self, tenant_id: str, operation_id: str) -> builtins.list[OperationEvent]:
+        return await self._execute(logic.events(self._dialect, tenant_id, operation_id))
+
+    async def feed(
+        self, *, after_id: int = 0, tenant_id: str | None = None, limit: int = 100
+    ) -> builtins.list[OperationEvent]:
+        return await self._execute(
+            logic.feed(self._dialect, after_id=after_id, tenant_id=tenant_id, limit=limit)
+        )
+
+    async def stats(self, *, tenant_id: str | None = None) -> LedgerStats:
+        return await self._execute(
+            logic.stats(
+                self._dialect,
+                tenant_id=tenant_id,
+                stale_token_refusals=self._stale_token_refusals,
+            )
+        )

@@ -1,0 +1,1039 @@
+"""The statement logic of the SQL ledgers, written once for SQLite and PostgreSQL, sync and async.
+
+Each ledger operation is a generator (checkpoint-postgres's ``_keep_latest``
+pattern): it yields ``Step``s, named statements with bound values, and is sent
+back the rows each returned. It holds every decision (which statement, which
+error); a backend contributes only a ``Dialect`` (its SQL under the same names,
+and how it stores timestamps and JSON) and a driver of about ten lines that
+runs the steps on a cursor, sync or async, inside the transaction the
+``Program`` asks for. ``compile`` turns steps into plain SQL for a driver.
+
+Every transition is one conditional write of the row plus its event. The
+happy path never reads first: only when the write matched nothing is the row
+read, to raise the precise error (``OperationNotFound``, ``StaleFencingToken``,
+``LeaseHeld``, ``IllegalTransition``, ``PayloadMismatch``). If the row turns
+out to satisfy the condition after all (it moved back between the two
+statements), the write is tried again, a bounded number of times::
+
+    writer A: UPDATE ... WHERE status = 'prepared'   -> no row (B held it)
+    writer B:                   release: dispatching -> prepared
+    writer A: SELECT                                 -> prepared: try again
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Generic, TypeVar
+
+from langgraph_effects.core.digest import canonical_json
+from langgraph_effects.core.model import (
+    Decision,
+    EventKind,
+    Evidence,
+    EvidenceKind,
+    LeaseOwner,
+    Operation,
+    OperationDraft,
+    OperationEvent,
+    OperationStatus,
+    Prepared,
+    Resolution,
+)
+from langgraph_effects.core.transitions import check_transition
+from langgraph_effects.errors import (
+    ConcurrentUpdate,
+    IllegalTransition,
+    InvalidInput,
+    LeaseHeld,
+    OperationNotFound,
+    PayloadMismatch,
+    StaleFencingToken,
+)
+from langgraph_effects.ledger._values import json_text
+from langgraph_effects.ledger.base import LedgerStats
+from langgraph_effects.ledger.memory import coerce_status
+
+__all__ = [
+    "Dialect",
+    "Outcome",
+    "Program",
+    "Step",
+    "compile_steps",
+    "drive",
+]
+
+S = OperationStatus
+T = TypeVar("T")
+Row = dict[str, Any]
+Rows = list[Row]
+
+# -- statement names (each dialect maps every one to its SQL) -----------------
+SETUP_LOCK = "setup_lock"
+SCHEMA_VERSION_TABLE = "schema_version_table"
+SCHEMA_VERSION = "schema_version"
+RECORD_SCHEMA_VERSION = "record_schema_version"
+PREPARE = "prepare"
+GET = "get"
+APPROVE = "approve"
+CLAIM = "claim"
+RENEW = "renew"
+CONFIRM = "confirm"
+REJECT = "reject"
+RELEASE = "release"
+MARK_UNKNOWN = "mark_unknown"
+RESOLVE = "resolve"
+RECORD_EVIDENCE = "record_evidence"
+LIST = "list"
+EVENTS = "events"
+FEED = "feed"
+STATS_COUNTS = "stats_counts"
+STATS_EVIDENCE = "stats_evidence"
+
+STATEMENT_NAMES = (
+    SCHEMA_VERSION_TABLE,
+    SCHEMA_VERSION,
+    RECORD_SCHEMA_VERSION,
+    PREPARE,
+    GET,
+    APPROVE,
+    CLAIM,
+    RENEW,
+    CONFIRM,
+    REJECT,
+    RELEASE,
+    MARK_UNKNOWN,
+    RESOLVE,
+    RECORD_EVIDENCE,
+    LIST,
+    EVENTS,
+    FEED,
+    STATS_COUNTS,
+    STATS_EVIDENCE,
+)
+"""Every name a dialect must define (``SETUP_LOCK`` is optional)."""
+
+_RETRIES = 3
+"""Conditional writes retried when the row moved back under them (see module doc)."""
+
+_OPERATION_FIELDS = tuple(Operation.model_fields)
+_TIMESTAMP_FIELDS = (
+    "lease_expires_at",
+    "evidence_checked_at",
+    "created_at",
+    "updated_at",
+    "first_dispatched_at",
+    "last_dispatched_at",
+    "resolved_at",
+)
+
+
+# -- the pieces a backend provides and runs ------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One statement to run: its name in the dialect and its bound values.
+
+    Args:
+        name: a statement name above; ``sql`` overrides it (migrations).
+        params: the values, by name.
+        batch: several rows of values for one statement. A dialect with
+            ``batch=True`` gets them as one JSON array bound to ``batch`` (one
+            round trip); otherwise the statement runs once per row.
+        where: names of the dialect's filter fragments joined into ``{where}``.
+        adhoc: plan with the actual values (optional filters), never a cached plan.
+    """
+
+    name: str
+    params: Mapping[str, Any] = field(default_factory=dict)
+    batch: Sequence[Mapping[str, Any]] | None = None
+    where: tuple[str, ...] = ()
+    adhoc: bool = False
+    sql: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome(Generic[T]):
+    """What a program returns: the value, and the transitions to log after commit."""
+
+    value: T
+    logged: tuple[tuple[Operation, OperationEvent], ...] = ()
+
+
+Steps = Generator[Step, Rows, T]
+
+
+@dataclass(frozen=True, slots=True)
+class Program(Generic[T]):
+    """A ledger operation ready to run.
+
+    Args:
+        steps: the generator of statements.
+        writes: it may write (SQLite takes the write lock: ``BEGIN IMMEDIATE``).
+        atomic: it may write and then write again or raise, so it needs an
+            explicit transaction even on an autocommit connection. Programs
+            with one conditional write are atomic by themselves.
+    """
+
+    steps: Steps[Outcome[T]]
+    writes: bool
+    atomic: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Dialect:
+    """A backend's SQL and storage formats.
+
+    Args:
+        statements: statement name -> SQL, or a chain of SQL: the first is the
+            conditional write; the rest run only when it returned a row, with
+            its columns added to the values, and their first rows are merged
+            into it (SQLite inserts the event this way; PostgreSQL fuses the
+            chain into one statement with data-modifying CTEs).
+        filters: filter name -> SQL fragment, for ``Step.where``.
+        migrations: append-only; migration ``i`` makes schema version ``i + 1``.
+        batch: runs a ``Step.batch`` as one statement (see ``Step``).
+    """
+
+    statements: Mapping[str, str | tuple[str, ...]]
+    filters: Mapping[str, str]
+    migrations: tuple[tuple[str, ...], ...]
+    dump_ts: Callable[[datetime | None], Any]
+    load_ts: Callable[[Any], datetime | None]
+    load_json: Callable[[Any], Any]
+    dump_batch: Callable[[list[dict[str, Any]]], Any]
+    batch: bool = False
+
+    def __post_init__(self) -> None:
+        missing = set(STATEMENT_NAMES) - set(self.statements)
+        if missing:
+            raise TypeError(f"dialect lacks statements: {sorted(missing)}")
+
+
+Raw = Generator[tuple[str, Mapping[str, Any], bool], Rows, T]
+
+
+def compile_steps(dialect: Dialect, steps: Steps[T]) -> Raw[T]:
+    """Turn a program's steps into ``(sql, params, adhoc)`` for a driver to execute."""
+    try:
+        step = next(steps)
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]
+    while True:
+        rows = yield from _run_step(dialect, step)
+        try:
+            step = steps.send(rows)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+
+
+def _run_step(dialect: Dialect, step: Step) -> Raw[Rows]:
+    sqls = (step.sql,) if step.sql else dialect.statements[step.name]
+    if isinstance(sqls, str):
+        sqls = (sqls,)
+    if "{where}" in sqls[0]:
+        where = " AND ".join(dialect.filters[name] for name in step.where) or "1 = 1"
+        sqls = (sqls[0].format(where=where), *sqls[1:])
+    if step.batch is None:
+        return (yield from _chain(sqls, step.params, step.adhoc))
+    if dialect.batch:
+        params = {**step.params, "batch": dialect.dump_batch([dict(b) for b in step.batch])}
+        return (yield sqls[0], params, step.adhoc)
+    out: Rows = []
+    for values in step.batch:
+        out += yield from _chain(sqls, {**step.params, **values}, step.adhoc)
+    return out
+
+
+def _chain(sqls: tuple[str, ...], params: Mapping[str, Any], adhoc: bool) -> Raw[Rows]:
+    rows = yield sqls[0], params, adhoc
+    if not rows or len(sqls) == 1:
+        return rows
+    merged = dict(rows[0])
+    for sql in sqls[1:]:
+        more = yield sql, {**params, **merged}, adhoc
+        if more:
+            merged.update(more[0])
+    return [merged]
+
+
+def drive(execute: Callable[[str, Mapping[str, Any], bool], Rows], raw: Raw[T]) -> T:
+    """Run compiled statements with a synchronous ``execute(sql, params, adhoc) -> rows``."""
+    try:
+        sql, params, adhoc = next(raw)
+        while True:
+            sql, params, adhoc = raw.send(execute(sql, params, adhoc))
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]
+
+
+# -- values in and out ---------------------------------------------------------
+
+
+def _model_text(model: Evidence | None) -> str | None:
+    return None if model is None else model.model_dump_json()
+
+
+def load_operation(dialect: Dialect, row: Mapping[str, Any]) -> Operation:
+    values = {name: row[name] for name in _OPERATION_FIELDS}
+    for name in _TIMESTAMP_FIELDS:
+        values[name] = dialect.load_ts(values[name])
+    values["payload"] = dialect.load_json(values["payload"])
+    values["result"] = dialect.load_json(values["result"])
+    values["payload_stored"] = bool(values["payload_stored"])
+    return Operation.model_validate(values)
+
+
+def load_event(dialect: Dialect, row: Mapping[str, Any]) -> OperationEvent:
+    evidence = dialect.load_json(row["evidence"])
+    return OperationEvent(
+        tenant_id=row["tenant_id"],
+        operation_id=row["operation_id"],
+        seq=row["seq"],
+        kind=row["kind"],
+        from_status=row["from_status"],
+        to_status=row["to_status"],
+        actor=row["actor"],
+        fencing_token=row["fencing_token"],
+        evidence=None if evidence is None else Evidence.model_validate(evidence),
+        detail=dialect.load_json(row["detail"]),
+        at=_required_ts(dialect, row["at"]),
+        event_id=row["event_id"],
+    )
+
+
+def _required_ts(dialect: Dialect, value: Any) -> datetime:
+    ts = dialect.load_ts(value)
+    if ts is None:
+        raise TypeError("a NOT NULL timestamp column was NULL")
+    return ts
+
+
+def _now(clock: Callable[[], datetime]) -> datetime:
+    now = clock()
+    if now.tzinfo is None:
+        raise InvalidInput("the ledger's clock must return timezone-aware datetimes")
+    return now
+
+
+# -- setup -------------------------------------------------------------------------
+
+
+def setup(dialect: Dialect) -> Program[None]:
+    """Create or migrate the tables, under a lock, in one transaction."""
+
+    def steps() -> Steps[Outcome[None]]:
+        if SETUP_LOCK in dialect.statements:
+            yield Step(SETUP_LOCK)
+        yield Step(SCHEMA_VERSION_TABLE)
+        (row,) = yield Step(SCHEMA_VERSION)
+        for version in range(int(row["version"]) + 1, len(dialect.migrations) + 1):
+            for sql in dialect.migrations[version - 1]:
+                yield Step(f"migration {version}", sql=sql)
+            yield Step(RECORD_SCHEMA_VERSION, {"version": version})
+        return Outcome(None)
+
+    return Program(steps(), writes=True, atomic=True)
+
+
+# -- writes ------------------------------------------------------------------------
+
+
+def _key(tenant_id: str, operation_id: str) -> dict[str, str]:
+    return {"tenant_id": tenant_id, "operation_id": operation_id}
+
+
+def _get_row(tenant_id: str, operation_id: str) -> Steps[Row | None]:
+    rows = yield Step(GET, _key(tenant_id, operation_id))
+    return rows[0] if rows else None
+
+
+def _event(
+    op: Operation,
+    kind: EventKind,
+    from_status: OperationStatus | None,
+    *,
+    seq: int | None = None,
+    to_status: OperationStatus | None = None,
+    fencing_token: int | None = None,
+    actor: str,
+    event_id: int | None,
+    evidence: Evidence | None = None,
+    detail: Any = None,
+) -> OperationEvent:
+    return OperationEvent(
+        tenant_id=op.tenant_id,
+        operation_id=op.operation_id,
+        seq=op.record_version if seq is None else seq,
+        kind=kind,
+        from_status=from_status,
+        to_status=op.status if to_status is None else to_status,
+        actor=actor,
+        fencing_token=op.fencing_token if fencing_token is None else fencing_token,
+        evidence=evidence,
+        detail=detail,
+        at=op.updated_at,
+        event_id=event_id,
+    )
+
+
+def prepare_many(
+    dialect: Dialect,
+    clock: Callable[[], datetime],
+    drafts: Iterable[OperationDraft],
+    *,
+    owner: LeaseOwner | None,
+    lease_for: timedelta,
+) -> Program[list[Prepared]]:
+    """Insert the drafts not yet recorded (claimed at once with ``owner``), all or nothing."""
+    drafts = list(drafts)
+    unique: dict[tuple[str, str], OperationDraft] = {}
+    for draft in drafts:
+        first = unique.setdefault((draft.tenant_id, draft.operation_id), draft)
+        if first.payload_digest != draft.payload_digest:
+            raise PayloadMismatch(
+                draft.operation_id, expected=first.payload_digest, actual=draft.payload_digest
+            )
+    items = [_draft_values(draft) for draft in unique.values()]
+    actor = owner.encode() if owner is not None else None
+
+    def steps() -> Steps[Outcome[list[Prepared]]]:
+        now = _now(clock)
+        claimed = owner is not None
+        params = {
+            "now": dialect.dump_ts(now),
+            "status": (S.DISPATCHING if claimed else S.PREPARED).value,
+            "attempts": int(claimed),
+            "fencing_token": int(claimed),
+            "record_version": 2 if claimed else 1,
+            "lease_owner": actor,
+            "lease_expires_at": dialect.dump_ts(now + lease_for) if claimed else None,
+            "dispatched_at": dialect.dump_ts(now) if claimed else None,
+            "actor": actor,
+        }
+        rows = (yield Step(PREPARE, params, batch=items)) if items else []
+        found = {(r["tenant_id"], r["operation_id"]): r for r in rows}
+        missing = [k for k in unique if k not in found]
+        if missing:
+            # Rows that existed before, or (PostgreSQL) were committed by a
+            # concurrent prepare after this statement's snapshot was taken:
+            # ON CONFLICT skipped them but the statement could not see them.
+            more = yield Step(GET, batch=[_key(*k) for k in missing])
+            found.update({(r["tenant_id"], r["operation_id"]): r for r in more})
+        out: list[Prepared] = []
+        logged: list[tuple[Operation, OperationEvent]] = []
+        for k, draft in unique.items():
+            row = found.get(k)
+            if row is None:
+                raise ConcurrentUpdate(draft.operation_id, expected="a row", status="none")
+            if row["payload_digest"] != draft.payload_digest:
+                raise PayloadMismatch(
+                    draft.operation_id, expected=row["payload_digest"], actual=draft.payload_digest
+                )
+        seen: set[tuple[str, str]] = set()
+        for draft in drafts:
+            k = (draft.tenant_id, draft.operation_id)
+            row = found[k]
+            op = load_operation(dialect, row)
+            created = bool(row.get("created")) and k not in seen
+            seen.add(k)
+            if created:
+                logged.append(
+                    (
+                        op,
+                        _event(
+                            op,
+                            EventKind.PREPARE,
+                            None,
+                            seq=1,
+                            to_status=S.PREPARED,
+                            fencing_token=0,
+                            actor="ledger",
+                            event_id=row["prepare_event_id"],
+                        ),
+                    )
+                )
+                if claimed:
+                    logged.append(
+                        (
+                            op,
+                            _event(
+                                op,
+                                EventKind.CLAIM,
+                                S.PREPARED,
+                                actor=str(actor),
+                                event_id=row["claim_event_id"],
+                            ),
+                        )
+                    )
+            out.append(Prepared(operation=op, created=created))
+        return Outcome(out, tuple(logged))
+
+    return Program(steps(), writes=True, atomic=len(unique) > 1)
+
+
+def _draft_values(draft: OperationDraft) -> dict[str, Any]:
+    values = draft.model_dump(exclude={"payload"})
+    # Canonical JSON also refuses NaN, sets and objects, and payloads over 1 MiB.
+    values["payload"] = None if draft.payload is None else canonical_json(draft.payload).decode()
+    return values
+
+
+Diagnose = Callable[[Operation | None], Exception | Operation | None]
+"""Why a conditional write matched nothing: an error to raise, the row to
+return unchanged (an idempotent no-op), or None: the row fits now, try again."""
+
+
+def _transition(
+    dialect: Dialect,
+    clock: Callable[[], datetime],
+    name: str,
+    tenant_id: str,
+    operation_id: str,
+    values: Mapping[str, Any],
+    *,
+    kind: EventKind,
+    actor: str,
+    diagnose: Diagnose,
+    evidence: Evidence | None = None,
+    detail: Any = None,
+    lease_for: timedelta | None = None,
+) -> Program[Operation]:
+    """One conditional write plus its event; on a miss, read and diagnose.
+
+    Binds ``now`` (and ``evidence_at``: ``now`` when evidence comes with the
+    move, else NULL, which keeps ``evidence_checked_at``), and with
+    ``lease_for`` the new ``lease_expires_at``: expiry is a timestamp computed
+    from the ledger's clock.
+    """
+    params = {
+        **_key(tenant_id, operation_id),
+        **values,
+        "event_kind": kind.value,
+        "actor": actor,
+        "evidence": _model_text(evidence),
+        "detail": json_text(detail, what="detail"),
+    }
+
+    def steps() -> Steps[Outcome[Operation]]:
+        for _ in range(_RETRIES):
+            now = _now(clock)
+            timed = {
+                **params,
+                "now": dialect.dump_ts(now),
+                "evidence_at": None if evidence is None else dialect.dump_ts(now),
+            }
+            if lease_for is not None:
+                timed["lease_expires_at"] = dialect.dump_ts(now + lease_for)
+            rows = yield Step(name, timed)
+            if rows:
+                row = rows[0]
+                op = load_operation(dialect, row)
+                event = _event(
+                    op,
+                    kind,
+                    S(row["from_status"]),
+                    actor=actor,
+                    event_id=row["event_id"],
+                    evidence=evidence,
+                    detail=detail,
+                )
+                return Outcome(op, ((op, event),))
+            current = yield from _get_row(tenant_id, operation_id)
+            verdict = diagnose(None if current is None else load_operation(dialect, current))
+            if isinstance(verdict, Exception):
+                raise verdict
+            if isinstance(verdict, Operation):
+                return Outcome(verdict)
+        raise ConcurrentUpdate(operation_id, expected=f"a row {name} can move", status="moving")
+
+    return Program(steps(), writes=True)
+
+
+def _not_found(tenant_id: str, operation_id: str) -> OperationNotFound:
+    return OperationNotFound(tenant_id, operation_id)
+
+
+def _illegal(op: Operation, target: OperationStatus, why: str) -> IllegalTransition:
+    if op.status.terminal:
+        why = "terminal states never move"
+    return IllegalTransition(op.operation_id, status=op.status, target=target, why=why)
+
+
+def _fenced(
+    tenant_id: str, operation_id: str, token: int, target: OperationStatus
+) -> Callable[[Operation | None], Exception | None]:
+    """Diagnose a fenced move out of ``dispatching``."""
+
+    def diagnose(op: Operation | None) -> Exception | None:
+        if op is None:
+            return _not_found(tenant_id, operation_id)
+        if op.fencing_token != token:
+            return StaleFencingToken(operation_id, token=token, current=op.fencing_token)
+        if op.status is not S.DISPATCHING:
+            return _illegal(op, target, "only a dispatching operation moves by a fenced write")
+        return None
+
+    return diagnose
+
+
+def approve(
+    dialect: Dialect,
+    clock: Callable[[], datetime],
+    tenant_id: str,
+    operation_id: str,
+    *,
+    payload_digest: str,
+    by: str,
+    reason: str,
+) -> Program[Operation]:
+    if not by.strip():
+        raise InvalidInput("an approval needs the approver's identity (by)")
+
+    def diagnose(op: Operation | None) -> Exception | Operation | None:
+        if op is None:
+            return _not_found(tenant_id, operation_id)
+        if op.payload_digest != payload_digest:
+            return PayloadMismatch(operation_id, expected=op.payload_digest, actual=payload_digest)
+        if op.status.terminal:
+            return _illegal(op, S.DISPATCHING, "")
+        return op if op.status is not S.PREPARED else None  # already past approval
+
+    return _transition(
+        dialect,
+        clock,
+        APPROVE,
+        tenant_id,
+        operation_id,
+        {
+            "payload_digest": payload_digest,
+            "authorization_ref": f"approved-by:{by}",
+            "from_status": S.PREPARED.value,
+        },
+        kind=EventKind.APPROVE,
+        actor=by,
+        detail={"reason": reason},
+        diagnose=diagnose,
+    )
+
+
+def claim(
+    dialect: Dialect,
+    clock: Callable[[], datetime],
+    tenant_id: str,
+    operation_id: str,
+    *,
+    owner: LeaseOwner,
+    lease_for: timedelta,
+    actor: str | None,
+) -> Program[Operation]:
+    def diagnose(op: Operation | None) -> Exception | None:
+        if op is None:
+            return _not_found(tenant_id, operation_id)
+        if op.status is S.DISPATCHING:
+            return LeaseHeld(operation_id, owner=op.lease_owner, expires_at=op.lease_expires_at)
+        if op.status.terminal:
+            return _illegal(op, S.DISPATCHING, "")
+        return None
+
+    return _transition(
+        dialect,
+        clock,
+        CLAIM,
+        tenant_id,
+        operation_id,
+        {"lease_owner": owner.encode()},
+        kind=EventKind.CLAIM,
+        actor=actor or owner.encode(),
+        diagnose=diagnose,
+        lease_for=lease_for,
+    )
+
+
+def renew(
+    dialect: Dialect,
+    clock: Callable[[], datetime],
+    tenant_id: str,
+    operation_id: str,
+    *,
+    token: int,
+    lease_for: timedelta,
+) -> Program[Operation]:
+    """Extend a live lease: one conditional write, no event."""
+    diagnose = _fenced(tenant_id, operation_id, token, S.DISPATCHING)
+
+    def steps() -> Steps[Outcome[Operation]]:
+        for _ in range(_RETRIES):
+            now = _now(clock)
+            rows = yield Step(
+                RENEW,
+                {
+                    **_key(tenant_id, operation_id),
+                    "token": token,
+                    "lease_expires_at": dialect.dump_ts(now + lease_for),
+                },
+            )
+            if rows:
+                return Outcome(load_operation(dialect, rows[0]))
+            current = yield from _get_row(tenant_id, operation_id)
+            verdict = diagnose(None if current is None else load_operation(dialect, current))
+            if verdict is not None:
+                raise verdict
+        raise ConcurrentUpdate(operation_id, expected="dispatching", status="moving")
+
+    return Program(steps(), writes=True)
+
+
+def confirm(
+    dialect: Dialect,
+    clock: Callable[[], datetime],
+    tenant_id: str,
+    operation_id: str,
+    *,
+    token: int,
+    result: Any,
+    provider_result_id: str | None,
+    provider_request_id: str | None,
+    evidence: Evidence | None,
+) -> Program[Operation]:
+    return _transition(
+        dialect,
+        clock,
+        CONFIRM,
+        tenant_id,
+        operation_id,
+        {
+            "token": token,
+            "result": json_text(result, what="result"),
+            "provider_result_id": provider_result_id,
+            "provider_request_id": provider_request_id,
+            "from_status": S.DISPATCHING.value,
+        },
+        kind=EventKind.CONFIRM,
+        actor="receipt" if evidence is None else evidence.source,
+        evidence=evidence,
+        diagnose=_fenced(tenant_id, operation_id, token, S.CONFIRMED),
+    )
+
+
+def reject(
+    dialect: Dialect,
+    clock: Callable[[], datetime],
+    tenant_id: str,
+    operation_id: str,
+    *,
+    token: int | None,
+    reason: str,
+    evidence: Evidence | None,
+    actor: str | None,
+) -> Program[Operation]:
+    """Fenced ``dispatching -> rejected``, or with ``token=None`` ``prepared -> rejected``."""
+    if token is not None:
+        diagnose = _fenced(tenant_id, operation_id, token, S.REJECTED)
+        from_status = S.DISPATCHING
+    else:
+        from_status = S.PREPARED
+
+        def diagnose(op: Operation | None) -> Exception | None:
+            if op is None:
+                return _not_found(tenant_id, operation_id)
+            if op.status.terminal:
+                return _illegal(op, S.REJECTED, "")
+            if op.status is not S.PREPARED:
+                # Claimed since the caller looked: its view of the operation is stale.
+                return StaleFencingToken(operation_id, token=0, current=op.fencing_token)
+            return None
+
+    return _transition(
+        dialect,
+        clock,
+        REJECT,
+        tenant_id,
+        operation_id,
+        {
+            "token": token,
+            "error": reason,
+            "from_status": from_status.value,
+        },
+        kind=EventKind.REJECT,
+        actor=actor or ("ledger" if token is None else "provider"),
+        evidence=evidence,
+        diagnose=diagnose,
+    )
+
+
+def release(
+    dialect: Dialect,
+    clock: Callable[[], datetime],
+    tenant_id: str,
+    operation_id: str,
+    *,
+    token: int,
+    reason: str,
+) -> Program[Operation]:
+    return _transition(
+        dialect,
+        clock,
+        RELEASE,
+        tenant_id,
+        operation_id,
+        {"token": token, "from_status": S.DISPATCHING.value},
+        kind=EventKind.RELEASE,
+        actor="provider",
+        detail={"reason": reason},
+        diagnose=_fenced(tenant_id, operation_id, token, S.PREPARED),
+    )
+
+
+def mark_unknown(
+    dialect: Dialect,
+    clock: Callable[[], datetime],
+    tenant_id: str,
+    operation_id: str,
+    *,
+    token: int,
+    reason: str,
+    evidence: Evidence | None,
+    actor: str | None,
+) -> Program[Operation]:
+    return _transition(
+        dialect,
+        clock,
+        MARK_UNKNOWN,
+        tenant_id,
+        operation_id,
+        {
+            "token": token,
+            "error": reason,
+            "from_status": S.DISPATCHING.value,
+        },
+        kind=EventKind.MARK_UNKNOWN,
+        actor=actor or "runner",
+        evidence=evidence,
+        detail={"reason": reason},
+        diagnose=_fenced(tenant_id, operation_id, token, S.UNKNOWN),
+    )
+
+
+_RESOLVE_TARGET = {
+    Decision.CONFIRM: S.CONFIRMED,
+    Decision.REJECT: S.REJECTED,
+    Decision.RETRY: S.PREPARED,
+}
+_EVIDENCE_FOR = {
+    S.CONFIRMED: EvidenceKind.CONFIRMED,
+    S.REJECTED: EvidenceKind.REJECTED,
+    S.PREPARED: EvidenceKind.INCONCLUSIVE,
+}
+
+
+def resolution_plan(resolution: Resolution) -> tuple[OperationStatus, Evidence, str | None]:
+    """The target, the evidence to record and the operator (None: a reconciler) of a resolution.
+
+    An operator is a person: a resolution without evidence, or with evidence
+    whose source is ``"operator"``. A reconciler resolves by evidence alone.
+    """
+    target = _RESOLVE_TARGET.get(resolution.decision)
+    if target is None:
+        raise InvalidInput(f"resolve takes confirm, reject or retry, not {resolution.decision}")
+    is_operator = resolution.evidence is None or resolution.evidence.source == "operator"
+    evidence = resolution.evidence or Evidence(
+        kind=_EVIDENCE_FOR[target],
+        summary=resolution.reason,
+        result=resolution.result,
+        provider_result_id=resolution.provider_result_id,
+        source="operator",
+    )
+    return target, evidence, resolution.by if is_operator else None
+
+
+def resolve(
+    dialect: Dialect,
+    clock: Callable[[], datetime],
+    tenant_id: str,
+    operation_id: str,
+    resolution: Resolution,
+) -> Program[Operation]:
+    """``unknown -> confirmed | rejected | prepared`` on conclusive evidence or an operator."""
+    target, evidence, operator = resolution_plan(resolution)
+    try:
+        kind = check_transition(
+            operation_id, S.UNKNOWN, target, evidence=evidence, operator=operator
+        )
+        refusal: IllegalTransition | None = None
+    except IllegalTransition as exc:
+        kind, refusal = EventKind.RESOLVE, exc
+
+    def diagnose(op: Operation | None) -> Exception | None:
+        if op is None:
+            return _not_found(tenant_id, operation_id)
+        if op.status is not S.UNKNOWN:
+            return _illegal(op, target, "only an unknown operation is resolved")
+        return refusal
+
+    if refusal is not None:
+        # Refused whatever the row says; read it only to name the precise error.
+        def refuse() -> Steps[Outcome[Operation]]:
+            current = yield from _get_row(tenant_id, operation_id)
+            verdict = diagnose(None if current is None else load_operation(dialect, current))
+            raise verdict or refusal
+
+        return Program(refuse(), writes=False)
+
+    values: dict[str, Any] = {
+        "to_status": target.value,
+        "from_status": S.UNKNOWN.value,
+        "result": None,
+        "provider_result_id": None,
+        "error": None,
+    }
+    if target is S.CONFIRMED:
+        result = resolution.result if resolution.result is not None else evidence.result
+        values["result"] = json_text(result, what="result")
+        values["provider_result_id"] = resolution.provider_result_id or evidence.provider_result_id
+    elif target is S.REJECTED:
+        values["error"] = resolution.reason or evidence.summary
+    return _transition(
+        dialect,
+        clock,
+        RESOLVE,
+        tenant_id,
+        operation_id,
+        values,
+        kind=kind,
+        actor=resolution.by,
+        evidence=evidence,
+        detail={"decision": resolution.decision.value, "reason": resolution.reason},
+        diagnose=diagnose,
+    )
+
+
+def record_evidence(
+    dialect: Dialect,
+    clock: Callable[[], datetime],
+    tenant_id: str,
+    operation_id: str,
+    evidence: Evidence,
+) -> Program[Operation]:
+    def diagnose(op: Operation | None) -> Exception | None:
+        return _not_found(tenant_id, operation_id) if op is None else None
+
+    return _transition(
+        dialect,
+        clock,
+        RECORD_EVIDENCE,
+        tenant_id,
+        operation_id,
+        {},
+        kind=EventKind.EVIDENCE,
+        actor=evidence.source,
+        evidence=evidence,
+        diagnose=diagnose,
+    )
+
+
+# -- queries -----------------------------------------------------------------------
+
+
+def get(dialect: Dialect, tenant_id: str, operation_id: str) -> Program[Operation | None]:
+    def steps() -> Steps[Outcome[Operation | None]]:
+        row = yield from _get_row(tenant_id, operation_id)
+        return Outcome(None if row is None else load_operation(dialect, row))
+
+    return Program(steps(), writes=False)
+
+
+def list_operations(
+    dialect: Dialect,
+    *,
+    tenant_id: str | None,
+    status: OperationStatus | str | None,
+    action: str | None,
+    updated_before: datetime | None,
+    limit: int,
+) -> Program[list[Operation]]:
+    wanted = coerce_status(status)
+    if limit < 0:
+        raise InvalidInput(f"limit must be >= 0, not {limit}")
+    if updated_before is not None and updated_before.tzinfo is None:
+        raise InvalidInput("updated_before must be timezone-aware")
+    filters = {
+        "tenant_id": tenant_id,
+        "status": None if wanted is None else wanted.value,
+        "action": action,
+        "updated_before": dialect.dump_ts(updated_before),
+    }
+    present = {k: v for k, v in filters.items() if v is not None}
+
+    def steps() -> Steps[Outcome[list[Operation]]]:
+        rows = yield Step(LIST, {**present, "limit": limit}, where=tuple(present), adhoc=True)
+        return Outcome([load_operation(dialect, r) for r in rows])
+
+    return Program(steps(), writes=False)
+
+
+def events(dialect: Dialect, tenant_id: str, operation_id: str) -> Program[list[OperationEvent]]:
+    def steps() -> Steps[Outcome[list[OperationEvent]]]:
+        rows = yield Step(EVENTS, _key(tenant_id, operation_id))
+        return Outcome([load_event(dialect, r) for r in rows])
+
+    return Program(steps(), writes=False)
+
+
+def feed(
+    dialect: Dialect, *, after_id: int, tenant_id: str | None, limit: int
+) -> Program[list[OperationEvent]]:
+    if limit < 0:
+        raise InvalidInput(f"limit must be >= 0, not {limit}")
+    present = {} if tenant_id is None else {"tenant_id": tenant_id}
+
+    def steps() -> Steps[Outcome[list[OperationEvent]]]:
+        rows = yield Step(
+            FEED,
+            {**present, "after_id": after_id, "limit": limit},
+            where=tuple(present),
+            adhoc=True,
+        )
+        return Outcome([load_event(dialect, r) for r in rows])
+
+    return Program(steps(), writes=False)
+
+
+def stats(
+    dialect: Dialect, *, tenant_id: str | None, stale_token_refusals: int
+) -> Program[LedgerStats]:
+    present = {} if tenant_id is None else {"tenant_id": tenant_id}
+    where = tuple(present)
+
+    def steps() -> Steps[Outcome[LedgerStats]]:
+        counted = yield Step(STATS_COUNTS, present, where=where, adhoc=True)
+        evidence = yield Step(STATS_EVIDENCE, present, where=where, adhoc=True)
+        counts = dict.fromkeys(OperationStatus, 0)
+        oldest: dict[OperationStatus, datetime | None] = {}
+        for row in counted:
+            status = S(row["status"])
+            counts[status] = int(row["n"])
+            oldest[status] = dialect.load_ts(row["oldest"])
+        reconciliation: dict[str, int] = {}
+        operator_resolutions = 0
+        for row in evidence:
+            n = int(row["n"])
+            if row["source"] not in ("operator", "receipt"):
+                kind = str(row["evidence_kind"])
+                reconciliation[kind] = reconciliation.get(kind, 0) + n
+            if row["kind"] == EventKind.RESOLVE.value and row["source"] == "operator":
+                operator_resolutions += n
+        return Outcome(
+            LedgerStats(
+                counts=counts,
+                oldest_unknown_at=oldest.get(S.UNKNOWN),
+                oldest_dispatching_at=oldest.get(S.DISPATCHING),
+                reconciliation=reconciliation,
+                operator_resolutions=operator_resolutions,
+                stale_token_refusals=stale_token_refusals,
+            )
+        )
+
+    return Program(steps(), writes=False)

@@ -1,0 +1,190 @@
+"""The SQLite ledger: the embedded default, sync and async, on the stdlib ``sqlite3``.
+
+Durability: WAL with ``synchronous=FULL`` by default, so a committed
+transition survives a power loss. ``synchronous="NORMAL"`` is an explicit
+option: about ten times faster commits that survive a process crash but may
+lose the last transactions on a power loss or OS crash.
+
+One connection per ledger object, guarded by a lock: every statement of one
+ledger operation runs while holding it, and writes run in
+``BEGIN IMMEDIATE ... COMMIT``, so parallel tool threads queue on the lock
+instead of spinning in SQLite's busy wait. ``busy_timeout`` still covers other
+processes writing the same file.
+
+Never give LangGraph's ``SqliteSaver`` the ledger's connection: it commits the
+whole connection after each of its writes, so it would commit half a ledger
+transaction. A separate connection to the same file is fine under WAL (or use
+another file)::
+
+    saver = SqliteSaver(sqlite3.connect("app.db", check_same_thread=False))
+    with SQLiteLedger.from_conn_string("app.db") as ledger:
+        ledger.setup()
+
+``AsyncSQLiteLedger`` runs the very same driver in a worker thread
+(``asyncio.to_thread``); there is no second code path and no aiosqlite.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sqlite3
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from datetime import datetime
+from typing import Any, Literal, Self, TypeVar
+
+from langgraph_effects.core.model import utcnow
+from langgraph_effects.errors import LedgerNotSetUp, LedgerUnavailable
+from langgraph_effects.ledger import _logic as logic
+from langgraph_effects.ledger._faces import AsyncFace, SyncFace
+from langgraph_effects.ledger.sqlite._sql import DIALECT
+
+__all__ = ["AsyncSQLiteLedger", "SQLiteLedger", "Synchronous"]
+
+T = TypeVar("T")
+
+Synchronous = Literal["FULL", "NORMAL"]
+"""``FULL`` survives power loss; ``NORMAL`` (under WAL) survives a process crash only."""
+
+BUSY_TIMEOUT_MS = 5000
+"""How long a write waits for another *process* holding the file's write lock."""
+
+
+def _dict_row(cursor: sqlite3.Cursor, row: tuple[Any, ...]) -> dict[str, Any]:
+    return {column[0]: value for column, value in zip(cursor.description, row, strict=True)}
+
+
+class _Driver:
+    """Runs programs on one connection: the lock, the transaction, the error boundary."""
+
+    def __init__(self, conn: sqlite3.Connection, synchronous: Synchronous) -> None:
+        if synchronous not in ("FULL", "NORMAL"):
+            raise ValueError(f"synchronous must be 'FULL' or 'NORMAL', not {synchronous!r}")
+        self.conn = conn
+        self.lock = threading.Lock()
+        with self.lock, _boundary():
+            # WAL persists in the file; ":memory:" keeps its own journal mode.
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute(f"PRAGMA synchronous={synchronous}")
+            conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+
+    def run(self, program: logic.Program[T]) -> logic.Outcome[T]:
+        with self.lock, _boundary():
+            cur = self.conn.cursor()
+            cur.row_factory = _dict_row
+
+            def execute(sql: str, params: Mapping[str, Any], adhoc: bool) -> logic.Rows:
+                return cur.execute(sql, params).fetchall()
+
+            if not program.writes:
+                return logic.drive(execute, logic.compile_steps(DIALECT, program.steps))
+            cur.execute("BEGIN IMMEDIATE")
+            try:
+                outcome = logic.drive(execute, logic.compile_steps(DIALECT, program.steps))
+            except BaseException:
+                with contextlib.suppress(sqlite3.Error):
+                    self.conn.rollback()
+                raise
+            self.conn.commit()
+            return outcome
+
+
+@contextlib.contextmanager
+def _boundary() -> Iterator[None]:
+    """Translate driver errors: missing tables -> LedgerNotSetUp, the rest -> LedgerUnavailable."""
+    try:
+        yield
+    except sqlite3.OperationalError as exc:
+        if "no such table" in str(exc) or "no such column" in str(exc):
+            raise LedgerNotSetUp(f"SQLite: {exc}") from exc
+        raise LedgerUnavailable(f"SQLite failed: {exc}") from exc
+    except sqlite3.Error as exc:
+        raise LedgerUnavailable(f"SQLite failed: {exc}") from exc
+
+
+def _connect(path: str) -> sqlite3.Connection:
+    try:
+        return sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+    except sqlite3.Error as exc:
+        raise LedgerUnavailable(f"cannot open SQLite ledger {path!r}: {exc}") from exc
+
+
+class SQLiteLedger(SyncFace):
+    """A ledger in a SQLite file (or ``":memory:"``).
+
+    Args:
+        conn: a connection the caller owns and gives to the ledger alone; open
+            it with ``check_same_thread=False`` so tool threads may use it. The
+            ledger sets WAL, ``synchronous`` and ``busy_timeout`` on it and runs
+            its own ``BEGIN IMMEDIATE`` transactions.
+        synchronous: ``"FULL"`` (default, survives power loss) or ``"NORMAL"``
+            (survives a process crash, not a power loss).
+        clock: the source of every timestamp (tests inject a fake clock).
+    """
+
+    _dialect = DIALECT
+
+    def __init__(
+        self,
+        conn: sqlite3.Connection,
+        *,
+        synchronous: Synchronous = "FULL",
+        clock: Callable[[], datetime] = utcnow,
+    ) -> None:
+        super().__init__(clock=clock)
+        self._driver = _Driver(conn, synchronous)
+
+    @classmethod
+    @contextlib.contextmanager
+    def from_conn_string(
+        cls,
+        path: str,
+        *,
+        synchronous: Synchronous = "FULL",
+        clock: Callable[[], datetime] = utcnow,
+    ) -> Iterator[Self]:
+        """Open a ledger on a file path (or ``":memory:"``), closed on exit. Call ``setup()``."""
+        conn = _connect(path)
+        try:
+            yield cls(conn, synchronous=synchronous, clock=clock)
+        finally:
+            conn.close()
+
+    def _run(self, program: logic.Program[T]) -> logic.Outcome[T]:
+        return self._driver.run(program)
+
+
+class AsyncSQLiteLedger(AsyncFace):
+    """The async twin of ``SQLiteLedger``: the same driver, run in a worker thread."""
+
+    _dialect = DIALECT
+
+    def __init__(
+        self,
+        conn: sqlite3.Connection,
+        *,
+        synchronous: Synchronous = "FULL",
+        clock: Callable[[], datetime] = utcnow,
+    ) -> None:
+        super().__init__(clock=clock)
+        self._driver = _Driver(conn, synchronous)
+
+    @classmethod
+    @contextlib.asynccontextmanager
+    async def from_conn_string(
+        cls,
+        path: str,
+        *,
+        synchronous: Synchronous = "FULL",
+        clock: Callable[[], datetime] = utcnow,
+    ) -> AsyncIterator[Self]:
+        """Open a ledger on a file path (or ``":memory:"``), closed on exit. Await ``setup()``."""
+        conn = await asyncio.to_thread(_connect, path)
+        try:
+            yield cls(conn, synchronous=synchronous, clock=clock)
+        finally:
+            await asyncio.to_thread(conn.close)
+
+    async def _arun(self, program: logic.Program[T]) -> logic.Outcome[T]:
+        return await asyncio.to_thread(self._driver.run, program)

@@ -1,0 +1,71 @@
+"""SQLite schema migrations: append-only; migration ``i`` makes schema version ``i + 1``.
+
+Timestamps are INTEGER microseconds since the Unix epoch (UTC): exact round
+trips, cheap comparisons and ordering. JSON columns are TEXT.
+"""
+
+from __future__ import annotations
+
+__all__ = ["MIGRATIONS"]
+
+_STATUSES = "'prepared', 'dispatching', 'confirmed', 'rejected', 'unknown'"
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = (
+    (
+        f"""
+        CREATE TABLE lge_operations (
+            tenant_id TEXT NOT NULL,
+            operation_id TEXT NOT NULL,
+            workflow_id TEXT,
+            action TEXT NOT NULL,
+            action_version INTEGER NOT NULL,
+            target TEXT,
+            payload_digest TEXT NOT NULL,
+            payload TEXT,
+            payload_stored INTEGER NOT NULL,
+            authorization_ref TEXT,
+            provider TEXT,
+            tool_call_id TEXT,
+            status TEXT NOT NULL CHECK (status IN ({_STATUSES})),
+            idempotency_key TEXT,
+            provider_request_id TEXT,
+            provider_result_id TEXT,
+            result TEXT,
+            error TEXT,
+            attempts INTEGER NOT NULL,
+            lease_owner TEXT,
+            lease_expires_at INTEGER,
+            fencing_token INTEGER NOT NULL,
+            record_version INTEGER NOT NULL,
+            evidence_checked_at INTEGER,
+            created_at INTEGER NOT NULL,
+            updated_at INTEGER NOT NULL,
+            first_dispatched_at INTEGER,
+            last_dispatched_at INTEGER,
+            resolved_at INTEGER,
+            PRIMARY KEY (tenant_id, operation_id)
+        ) WITHOUT ROWID
+        """,
+        # SQLite uses a partial index only when the query names the status as a
+        # literal; the ledger binds it, so a full (status, updated_at) index
+        # keeps listing one status cheap beside millions of terminal rows.
+        "CREATE INDEX lge_operations_status ON lge_operations (status, updated_at, operation_id)",
+        f"""
+        CREATE TABLE lge_events (
+            event_id INTEGER PRIMARY KEY AUTOINCREMENT,
+            tenant_id TEXT NOT NULL,
+            operation_id TEXT NOT NULL,
+            seq INTEGER NOT NULL,
+            kind TEXT NOT NULL,
+            from_status TEXT CHECK (from_status IN ({_STATUSES})),
+            to_status TEXT NOT NULL CHECK (to_status IN ({_STATUSES})),
+            actor TEXT NOT NULL,
+            fencing_token INTEGER,
+            evidence TEXT,
+            detail TEXT,
+            at INTEGER NOT NULL,
+            UNIQUE (tenant_id, operation_id, seq)
+        )
+        """,
+    ),
+)

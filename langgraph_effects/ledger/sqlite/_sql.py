@@ -1,0 +1,218 @@
+"""SQLite statements of the ledger, by the names ``ledger._logic`` yields.
+
+SQLite has no data-modifying CTEs, so a transition is a chain run inside one
+``BEGIN IMMEDIATE ... COMMIT``: the conditional ``UPDATE ... RETURNING`` and,
+only if it returned the row, the event ``INSERT``. No other writer can run
+between them (the write lock is held), and the process does not leave SQLite
+between them, so the chain costs one commit and no network round trip.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from langgraph_effects.ledger import _logic as logic
+from langgraph_effects.ledger.sqlite._migrations import MIGRATIONS
+
+__all__ = ["DIALECT"]
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_US = timedelta(microseconds=1)
+
+
+def _dump_ts(value: datetime | None) -> int | None:
+    return None if value is None else (value - _EPOCH) // _US
+
+
+def _load_ts(value: Any) -> datetime | None:
+    return None if value is None else _EPOCH + int(value) * _US
+
+
+def _load_json(value: Any) -> Any:
+    return None if value is None else json.loads(value)
+
+
+def _no_batch(rows: list[dict[str, Any]]) -> Any:
+    raise AssertionError("SQLite runs batches row by row")
+
+
+SCHEMA_VERSION_TABLE_SQL = """
+CREATE TABLE IF NOT EXISTS lge_schema_version (
+    version INTEGER PRIMARY KEY,
+    applied_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))
+)
+"""
+SCHEMA_VERSION_SQL = "SELECT COALESCE(MAX(version), 0) AS version FROM lge_schema_version"
+RECORD_SCHEMA_VERSION_SQL = "INSERT INTO lge_schema_version (version) VALUES (:version)"
+
+_EVENT_COLUMNS = (
+    "tenant_id, operation_id, seq, kind, from_status, to_status,"
+    " actor, fencing_token, evidence, detail, at"
+)
+
+PREPARE_SQL = """
+INSERT INTO lge_operations (
+    tenant_id, operation_id, workflow_id, action, action_version, target,
+    payload_digest, payload, payload_stored, authorization_ref, provider, tool_call_id,
+    idempotency_key, status, attempts, lease_owner, lease_expires_at, fencing_token,
+    record_version, created_at, updated_at, first_dispatched_at, last_dispatched_at
+) VALUES (
+    :tenant_id, :operation_id, :workflow_id, :action, :action_version, :target,
+    :payload_digest, :payload, :payload_stored, :authorization_ref, :provider, :tool_call_id,
+    :idempotency_key, :status, :attempts, :lease_owner, :lease_expires_at, :fencing_token,
+    :record_version, :now, :now, :dispatched_at, :dispatched_at
+)
+ON CONFLICT (tenant_id, operation_id) DO NOTHING
+RETURNING *, 1 AS created
+"""
+PREPARE_EVENT_SQL = f"""
+INSERT INTO lge_events ({_EVENT_COLUMNS})
+VALUES (:tenant_id, :operation_id, 1, 'prepare', NULL, 'prepared', 'ledger', 0, NULL, NULL, :now)
+RETURNING event_id AS prepare_event_id
+"""
+PREPARE_CLAIM_EVENT_SQL = f"""
+INSERT INTO lge_events ({_EVENT_COLUMNS})
+SELECT :tenant_id, :operation_id, 2, 'claim', 'prepared', 'dispatching', :actor, 1, NULL, NULL, :now
+WHERE :actor IS NOT NULL
+RETURNING event_id AS claim_event_id
+"""
+
+GET_SQL = """
+SELECT * FROM lge_operations WHERE tenant_id = :tenant_id AND operation_id = :operation_id
+"""
+
+MOVE_EVENT_SQL = f"""
+INSERT INTO lge_events ({_EVENT_COLUMNS})
+VALUES (:tenant_id, :operation_id, :record_version, :event_kind, :from_status, :status,
+        :actor, :fencing_token, :evidence, :detail, :updated_at)
+RETURNING event_id
+"""
+
+
+def _move(sets: str, where: str, from_status: str = ":from_status") -> tuple[str, str]:
+    """A conditional UPDATE returning the new row (and the status it left), then its event."""
+    return (
+        f"""
+        UPDATE lge_operations
+        SET record_version = record_version + 1, updated_at = :now, {sets}
+        WHERE tenant_id = :tenant_id AND operation_id = :operation_id AND {where}
+        RETURNING *, {from_status} AS from_status
+        """,
+        MOVE_EVENT_SQL,
+    )
+
+
+_FENCED = "status = 'dispatching' AND fencing_token = :token"
+_CLEAR_LEASE = "lease_owner = NULL, lease_expires_at = NULL"
+_STAMP_EVIDENCE = "evidence_checked_at = COALESCE(:evidence_at, evidence_checked_at)"
+
+APPROVE_SQL = _move(
+    "authorization_ref = :authorization_ref",
+    "status = 'prepared' AND payload_digest = :payload_digest",
+)
+# RETURNING sees the row after the update; the status it left is the last
+# event's (every status change writes one), read under the same write lock.
+CLAIM_SQL = _move(
+    """status = 'dispatching', lease_owner = :lease_owner, lease_expires_at = :lease_expires_at,
+    fencing_token = fencing_token + 1, attempts = attempts + 1,
+    first_dispatched_at = COALESCE(first_dispatched_at, :now), last_dispatched_at = :now""",
+    "status IN ('prepared', 'unknown')",
+    from_status="""(SELECT e.to_status FROM lge_events AS e
+        WHERE e.tenant_id = lge_operations.tenant_id
+          AND e.operation_id = lge_operations.operation_id
+        ORDER BY e.seq DESC LIMIT 1)""",
+)
+RENEW_SQL = f"""
+UPDATE lge_operations SET lease_expires_at = :lease_expires_at
+WHERE tenant_id = :tenant_id AND operation_id = :operation_id AND {_FENCED}
+RETURNING *
+"""
+CONFIRM_SQL = _move(
+    f"""status = 'confirmed', {_CLEAR_LEASE}, result = :result,
+    provider_result_id = :provider_result_id, provider_request_id = :provider_request_id,
+    resolved_at = :now, {_STAMP_EVIDENCE}""",
+    _FENCED,
+)
+REJECT_SQL = _move(
+    f"status = 'rejected', {_CLEAR_LEASE}, error = :error, resolved_at = :now, {_STAMP_EVIDENCE}",
+    "status = :from_status AND fencing_token = COALESCE(:token, fencing_token)",
+)
+RELEASE_SQL = _move(f"status = 'prepared', {_CLEAR_LEASE}", _FENCED)
+MARK_UNKNOWN_SQL = _move(
+    f"""status = 'unknown', {_CLEAR_LEASE}, fencing_token = fencing_token + 1,
+    error = :error, {_STAMP_EVIDENCE}""",
+    _FENCED,
+)
+RESOLVE_SQL = _move(
+    f"""status = :to_status, {_CLEAR_LEASE}, {_STAMP_EVIDENCE},
+    result = CASE WHEN :to_status = 'confirmed' THEN :result ELSE result END,
+    provider_result_id = CASE WHEN :to_status = 'confirmed'
+        THEN :provider_result_id ELSE provider_result_id END,
+    error = CASE WHEN :to_status = 'rejected' THEN :error ELSE error END,
+    resolved_at = CASE WHEN :to_status = 'prepared' THEN resolved_at ELSE :now END""",
+    "status = 'unknown'",
+)
+RECORD_EVIDENCE_SQL = _move(_STAMP_EVIDENCE, "1 = 1", from_status="status")
+
+LIST_SQL = """
+SELECT * FROM lge_operations WHERE {where}
+ORDER BY updated_at, operation_id LIMIT :limit
+"""
+EVENTS_SQL = """
+SELECT * FROM lge_events WHERE tenant_id = :tenant_id AND operation_id = :operation_id
+ORDER BY seq
+"""
+FEED_SQL = """
+SELECT * FROM lge_events WHERE event_id > :after_id AND {where}
+ORDER BY event_id LIMIT :limit
+"""
+STATS_COUNTS_SQL = """
+SELECT status, COUNT(*) AS n, MIN(updated_at) AS oldest FROM lge_operations
+WHERE {where} GROUP BY status
+"""
+STATS_EVIDENCE_SQL = """
+SELECT kind, json_extract(evidence, '$.kind') AS evidence_kind,
+       json_extract(evidence, '$.source') AS source, COUNT(*) AS n
+FROM lge_events WHERE evidence IS NOT NULL AND {where}
+GROUP BY kind, evidence_kind, source
+"""
+
+FILTERS = {
+    "tenant_id": "tenant_id = :tenant_id",
+    "status": "status = :status",
+    "action": "action = :action",
+    "updated_before": "updated_at < :updated_before",
+}
+
+DIALECT = logic.Dialect(
+    statements={
+        logic.SCHEMA_VERSION_TABLE: SCHEMA_VERSION_TABLE_SQL,
+        logic.SCHEMA_VERSION: SCHEMA_VERSION_SQL,
+        logic.RECORD_SCHEMA_VERSION: RECORD_SCHEMA_VERSION_SQL,
+        logic.PREPARE: (PREPARE_SQL, PREPARE_EVENT_SQL, PREPARE_CLAIM_EVENT_SQL),
+        logic.GET: GET_SQL,
+        logic.APPROVE: APPROVE_SQL,
+        logic.CLAIM: CLAIM_SQL,
+        logic.RENEW: RENEW_SQL,
+        logic.CONFIRM: CONFIRM_SQL,
+        logic.REJECT: REJECT_SQL,
+        logic.RELEASE: RELEASE_SQL,
+        logic.MARK_UNKNOWN: MARK_UNKNOWN_SQL,
+        logic.RESOLVE: RESOLVE_SQL,
+        logic.RECORD_EVIDENCE: RECORD_EVIDENCE_SQL,
+        logic.LIST: LIST_SQL,
+        logic.EVENTS: EVENTS_SQL,
+        logic.FEED: FEED_SQL,
+        logic.STATS_COUNTS: STATS_COUNTS_SQL,
+        logic.STATS_EVIDENCE: STATS_EVIDENCE_SQL,
+    },
+    filters=FILTERS,
+    migrations=MIGRATIONS,
+    dump_ts=_dump_ts,
+    load_ts=_load_ts,
+    load_json=_load_json,
+    dump_batch=_no_batch,
+    batch=False,
+)
