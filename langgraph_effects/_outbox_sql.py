@@ -180,3 +180,19 @@ SET status = :status, failures = :failures, available_at = :available_at,
 WHERE seq = :seq AND fencing_token = :token
 RETURNING seq
 """
+
+# Leases still running: the relay checks their owners in Python and takes over
+# those provably dead (same host, process gone) without waiting for expiry.
+LEASED_SQL = """
+SELECT seq, lease_owner, fencing_token FROM lge_outbox
+WHERE status IN ('pending', 'review') AND lease_expires_at > :now
+ORDER BY seq LIMIT :limit
+"""
+
+TAKE_OVER_SQL = f"""
+UPDATE lge_outbox
+SET lease_owner = :owner, lease_expires_at = :lease_expires_at,
+    fencing_token = fencing_token + 1, updated_at = :now
+WHERE seq = :seq AND fencing_token = :token AND status IN ('pending', 'review')
+RETURNING {_COLUMNS}
+"""

@@ -559,7 +559,31 @@ class OutboxRelay:
                 "limit": self.batch_size,
             },
         )
-        return sorted((_entry(r) for r in rows), key=lambda e: e.seq)
+        claimed = [_entry(r) for r in rows]
+        claimed += self._take_over_dead(now, self.batch_size - len(claimed))
+        return sorted(claimed, key=lambda e: e.seq)
+
+    def _take_over_dead(self, now: datetime, limit: int) -> list[OutboxEntry]:
+        """Claim entries whose lease owner is provably dead, without waiting for expiry."""
+        if limit <= 0:
+            return []
+        taken: list[OutboxEntry] = []
+        for row in self._exec(sql.LEASED_SQL, {"now": now, "limit": limit}):
+            owner = LeaseOwner.decode(row["lease_owner"]) if row["lease_owner"] else None
+            if owner is None or owner == self.owner or not owner.provably_dead():
+                continue
+            rows = self._exec(
+                sql.TAKE_OVER_SQL,
+                {
+                    "owner": self.owner.encode(),
+                    "lease_expires_at": now + self.lease_for,
+                    "now": now,
+                    "seq": row["seq"],
+                    "token": row["fencing_token"],
+                },
+            )
+            taken.extend(_entry(r) for r in rows)
+        return taken
 
     def _settle(
         self,

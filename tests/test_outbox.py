@@ -482,3 +482,20 @@ def test_setup_is_idempotent_on_a_fresh_file(tmp_path: Path) -> None:
     assert conn.execute("SELECT version FROM lge_outbox_schema_version").fetchall() == [(1,)]
     conn.close()
     assert os.path.exists(tmp_path / "x.db")
+
+
+OUTBOX_EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "outbox_notify.py"
+
+
+@pytest.mark.parametrize("crash_at", ["before_relay", "after_send"])
+def test_example_relay_killed_then_resumed_sends_once(tmp_path: Path, crash_at: str) -> None:
+    """Killed before the relay or after the provider sent, a new relay process sends once."""
+    cmd = [sys.executable, str(OUTBOX_EXAMPLE), "--dir", str(tmp_path)]
+    crashed = subprocess.run([*cmd, "--crash-at", crash_at], capture_output=True, text=True)
+    assert crashed.returncode == 137, crashed.stderr
+    resumed = subprocess.run([*cmd, "--resume"], capture_output=True, text=True, check=True)
+    assert "sent, receipt" in resumed.stdout
+    assert ": confirmed, events" in resumed.stdout
+    with FakeMail(tmp_path / "mail.db") as mail:
+        assert mail.effects == 1
+        assert mail.effects_for("owner@example.com") == 1

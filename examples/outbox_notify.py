@@ -1,0 +1,166 @@
+"""Close a case and notify its owner through a transactional outbox (no API key needed).
+
+The application's database (``app.db``) gets the business change and the
+outbox entry in ONE transaction; a relay later delivers the notification as an
+operation of its own in the ledger (``ledger.db``), through a fake mail
+provider (``mail.db``) that counts what it really sent.
+
+Run it::
+
+    python examples/outbox_notify.py                              # close, relay, report
+    python examples/outbox_notify.py --crash-at before_relay      # killed after the commit ...
+    python examples/outbox_notify.py --crash-at after_send        # killed after the provider sent,
+                                                                  # before the receipt was saved
+    python examples/outbox_notify.py --resume --dir DIR           # ... a new relay finishes the job
+
+It prints: the case closed (and a second change rolled back, so its
+notification never exists), what the relay did (claimed, sent, review, dead),
+each outbox entry with its status and receipt state ("accepted" is not
+"delivered"), each ledger operation with its status and events, and the
+number of messages the mail provider actually sent: 1, whatever the crash.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sqlite3
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from langgraph_effects.core.model import Evidence, Operation
+from langgraph_effects.outbox import Delivery, Outbox, OutboxRelay, Receipt
+from langgraph_effects.testing.providers import FakeMail, Fault
+
+CRASH_POINTS = ("before_relay", "after_send")
+
+
+def open_ledger(path: Path) -> Any:
+    """The durable SQLite ledger (falls back to memory where it is not installed yet)."""
+    try:
+        from langgraph_effects.ledger.sqlite import SQLiteLedger
+    except ImportError:  # pragma: no cover - only before the SQLite ledger lands
+        from langgraph_effects.ledger.memory import InMemoryLedger
+
+        print("(SQLiteLedger unavailable: using InMemoryLedger, recovery is not durable)")
+        return _nullcontext(InMemoryLedger())
+    return SQLiteLedger.from_conn_string(str(path))
+
+
+class _nullcontext:
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def __enter__(self) -> Any:
+        return self.value
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def close_case(app_db: Path, case_id: str, *, commit: bool) -> None:
+    """The business transaction: the case change and its notification commit together."""
+    conn = sqlite3.connect(app_db)
+    try:
+        conn.execute("UPDATE cases SET status = 'closed' WHERE id = ?", (case_id,))
+        Outbox().enqueue(
+            conn,
+            topic="case.closed",
+            key=case_id,
+            dedupe_key=f"closed:{case_id}",
+            payload={"to": "owner@example.com", "subject": f"{case_id} closed", "body": "Done."},
+        )
+        if commit:
+            conn.commit()
+        else:
+            conn.rollback()
+    finally:
+        conn.close()
+    print(f"case {case_id}: {'closed and notification enqueued' if commit else 'rolled back'}")
+
+
+def sender(mail: FakeMail) -> Callable[[Delivery], Receipt]:
+    def deliver(d: Delivery) -> Receipt:
+        p = d.entry.payload
+        sent = mail.send(p["to"], p["subject"], p["body"], idempotency_key=d.idempotency_key)
+        return Receipt(message_id=sent["message_id"])  # accepted, not yet delivered
+
+    return deliver
+
+
+def reconciler(mail: FakeMail) -> Callable[[Operation], Evidence]:
+    def reconcile(op: Operation) -> Evidence:
+        found = mail.search(idempotency_key=op.idempotency_key)
+        if not found:
+            return Evidence.inconclusive("not in Sent (the search may lag)")
+        m = found[0]
+        return Evidence.confirmed(
+            "found in Sent by idempotency key",
+            provider_result_id=m["message_id"],
+            result={"message_id": m["message_id"], "state": m["status"]},
+        )
+
+    return reconcile
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dir", type=Path)
+    parser.add_argument("--crash-at", choices=CRASH_POINTS)
+    parser.add_argument("--resume", action="store_true")
+    args = parser.parse_args(argv)
+    if args.resume and args.dir is None:
+        parser.error("--resume needs --dir (printed by the crashed run)")
+    workdir: Path = args.dir or Path(tempfile.mkdtemp(prefix="lge-outbox-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    app_db = workdir / "app.db"
+    mail = FakeMail(workdir / "mail.db")
+    if not args.resume:
+        conn = sqlite3.connect(app_db)
+        Outbox().setup(conn)
+        conn.execute("CREATE TABLE IF NOT EXISTS cases (id TEXT PRIMARY KEY, status TEXT)")
+        conn.executemany(
+            "INSERT OR IGNORE INTO cases VALUES (?, 'open')", [("case-318",), ("case-319",)]
+        )
+        conn.commit()
+        conn.close()
+        print(f"working in {workdir}")
+        close_case(app_db, "case-318", commit=True)
+        close_case(app_db, "case-319", commit=False)
+        if args.crash_at == "before_relay":
+            print(f"** crash before the relay ran; resume with --resume --dir {workdir}")
+            os._exit(137)
+        if args.crash_at == "after_send":
+            mail.faults.push(Fault.CRASH)  # send, commit at the provider, kill this process
+            print(
+                f"** the provider will send and then this process dies; resume with "
+                f"--resume --dir {workdir}"
+            )
+    with (
+        open_ledger(workdir / "ledger.db") as ledger,
+        OutboxRelay.from_conn_string(
+            app_db, ledger=ledger, deliver=sender(mail), reconcile=reconciler(mail)
+        ) as relay,
+    ):
+        ledger.setup()
+        report = relay.run_until_idle()
+        print(f"relay: {report}")
+        conn = sqlite3.connect(app_db)
+        for entry in Outbox.list(conn):
+            print(
+                f"entry {entry.entry_id} [{entry.key}]: {entry.status.value}, "
+                f"receipt {entry.receipt_state}, message {entry.provider_message_id}"
+            )
+            op = ledger.get(entry.tenant_id, entry.operation_id)
+            events = [e.kind.value for e in ledger.events(entry.tenant_id, entry.operation_id)]
+            print(f"  operation {op.operation_id}: {op.status.value}, events {events}")
+        conn.close()
+    print(f"messages the provider sent: {mail.effects} (to case-319's owner: none)")
+    mail.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
