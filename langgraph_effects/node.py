@@ -28,7 +28,7 @@ from langgraph.runtime import Runtime
 from langgraph.types import Command, Send
 from typing_extensions import TypedDict
 
-from langgraph_effects.core.model import LeaseOwner, Operation, Prepared, utcnow
+from langgraph_effects.core.model import LeaseOwner, Operation, OperationDraft, Prepared, utcnow
 from langgraph_effects.effects import effect_spec
 from langgraph_effects.errors import EffectsError
 from langgraph_effects.ledger.base import DEFAULT_LEASE
@@ -109,6 +109,7 @@ class _Task:
 
     effect_calls: int
     handoff: dict[str, Prepared]
+    drafts: dict[str, OperationDraft]
 
 
 _TASK: contextvars.ContextVar[_Task | None] = contextvars.ContextVar(
@@ -127,6 +128,8 @@ def build_call(
     *,
     tenant_id: str | None,
     single: bool = True,
+    siblings: dict[str, OperationDraft] | None = None,
+    preapproved_by: str | None = None,
 ) -> EffectCall:
     """The ``EffectCall`` of a tool call: tenant from the face or the config, thread id."""
     spec = effect_spec(tool)
@@ -141,6 +144,8 @@ def build_call(
         tenant_id=tenant_id or conf.get("tenant_id") or DEFAULT_TENANT,
         workflow_id=str(conf.get("thread_id") or NO_THREAD),
         single=single,
+        siblings=siblings,
+        preapproved_by=preapproved_by,
     )
 
 
@@ -264,7 +269,13 @@ class EffectToolNode(ToolNode):
                 handoff = {p.operation.operation_id: p for p in prepared}
             except Exception:
                 handoff = {}  # e.g. PayloadMismatch: each call meets it on its own
-        token = _TASK.set(_Task(effect_calls=len(calls), handoff=handoff))
+        token = _TASK.set(
+            _Task(
+                effect_calls=len(calls),
+                handoff=handoff,
+                drafts={c.operation_id: c.draft() for c in calls},
+            )
+        )
         try:
             return super()._func(input, config, runtime)
         finally:
@@ -285,7 +296,13 @@ class EffectToolNode(ToolNode):
                 handoff = {p.operation.operation_id: p for p in prepared}
             except Exception:
                 handoff = {}
-        token = _TASK.set(_Task(effect_calls=len(calls), handoff=handoff))
+        token = _TASK.set(
+            _Task(
+                effect_calls=len(calls),
+                handoff=handoff,
+                drafts={c.operation_id: c.draft() for c in calls},
+            )
+        )
         try:
             return await super()._afunc(input, config, runtime)
         finally:
@@ -301,7 +318,12 @@ class EffectToolNode(ToolNode):
         task = _TASK.get()
         single = task is None or task.effect_calls <= 1
         return build_call(
-            request.tool, request.tool_call, config, tenant_id=self.tenant_id, single=single
+            request.tool,
+            request.tool_call,
+            config,
+            tenant_id=self.tenant_id,
+            single=single,
+            siblings=None if task is None else task.drafts,
         )
 
     def _handoff(self, call: EffectCall) -> Prepared | None:

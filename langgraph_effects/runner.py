@@ -37,12 +37,13 @@ import warnings
 from collections.abc import Awaitable, Callable, Generator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Annotated, Any
 
 from langchain_core.messages import ToolMessage
 from langgraph.errors import GraphBubbleUp
 from langgraph.prebuilt.tool_node import msg_content_output
 from langgraph.types import Command, interrupt
+from pydantic import AfterValidator
 
 from langgraph_effects.core.digest import canonical_json, payload_digest
 from langgraph_effects.core.ids import idempotency_key, intent_operation_id, operation_id
@@ -140,6 +141,11 @@ class EffectCall:
     idempotency_key: str
     single: bool = True
     """The only effect call of its task: an answer without operation_id applies to it."""
+    siblings: Mapping[str, OperationDraft] = field(default_factory=dict)
+    """The effect calls of its task by operation id (an answer may name one of them)."""
+    preapproved_by: str | None = None
+    """A person already approved this exact call upstream (LangChain's HITL middleware):
+    the approval is recorded under that name instead of asking twice."""
 
     @classmethod
     def build(
@@ -152,6 +158,8 @@ class EffectCall:
         tenant_id: str,
         workflow_id: str,
         single: bool = True,
+        siblings: Mapping[str, OperationDraft] | None = None,
+        preapproved_by: str | None = None,
     ) -> EffectCall:
         """Derive target, digest and ids. Default id: tenant, thread, call id, action, digest."""
         args = dict(args)
@@ -180,6 +188,8 @@ class EffectCall:
             operation_id=op_id,
             idempotency_key=idempotency_key(op_id),
             single=single,
+            siblings=siblings or {},
+            preapproved_by=preapproved_by,
         )
 
     def with_args(self, args: Mapping[str, Any]) -> EffectCall:
@@ -192,6 +202,8 @@ class EffectCall:
             tenant_id=self.tenant_id,
             workflow_id=self.workflow_id,
             single=self.single,
+            siblings=self.siblings,
+            preapproved_by=self.preapproved_by,
         )
 
     def draft(self) -> OperationDraft:
@@ -319,6 +331,7 @@ class _Sleep:
 @dataclass(frozen=True, slots=True)
 class _Interrupt:
     value: dict[str, Any]
+    schema: Any
 
 
 @dataclass(slots=True)
@@ -328,7 +341,8 @@ class _Outcome:
     call: _Call
     message: ToolMessage | Command | None = None
     error: BaseException | None = None
-    bubble: GraphBubbleUp | None = None
+    bubble: BaseException | None = None
+    """An interrupt raised by the tool, or the task's cancellation: clean up, re-raise."""
 
 
 _Action = _Ledger | _Hook | _Dispatch | _Sleep | _Interrupt
@@ -524,6 +538,19 @@ class EffectRunner:
                             op = nxt
                             continue
                     return op
+                case Step.ASK_APPROVAL if p.call.preapproved_by is not None:
+                    op = yield from self._guarded(
+                        p,
+                        op,
+                        _L(
+                            "approve",
+                            op.tenant_id,
+                            op.operation_id,
+                            payload_digest=op.payload_digest,
+                            by=p.call.preapproved_by,
+                            reason="approved upstream (human-in-the-loop middleware)",
+                        ),
+                    )
                 case Step.ASK_APPROVAL:
                     op = yield from self._ask(p, op, kind="approval")
                 case Step.AUTHORIZE_AND_CLAIM | Step.RETRY_SAFE:
@@ -639,7 +666,8 @@ class EffectRunner:
         crash_point(CrashPoint.AFTER_PROVIDER)
         p.claimed = False
         if out.bubble is not None:
-            # The tool itself interrupted: never leave a live lease behind it.
+            # The tool interrupted, or a sibling's interrupt cancelled this task
+            # (asyncio.gather): never leave a live lease behind.
             if out.call.started:
                 yield from self._guarded(
                     p,
@@ -649,7 +677,7 @@ class EffectRunner:
                         op.tenant_id,
                         op.operation_id,
                         token=token,
-                        reason="the tool interrupted mid-dispatch",
+                        reason="interrupted or cancelled mid-dispatch",
                     ),
                 )
             else:
@@ -831,17 +859,10 @@ class EffectRunner:
                 now=self.clock(),
                 allow_retry=not p.retry_forbidden,
             )
-        value = yield _Interrupt(request)
+        value = yield _Interrupt(request, _answer_schema(call, op))
         crash_point(CrashPoint.DURING_REVIEW_RESUME)
         answer = parse_answer(value, tool_name=call.tool_name)
-        named = answer.operation_id
-        if named is None:
-            if not call.single:
-                raise InvalidAnswer(
-                    f"several effect calls of this step await a person: the answer must name "
-                    f"its operation_id (this request is about {op.operation_id!r})"
-                )
-            named = op.operation_id
+        named = answer.operation_id or op.operation_id
         if named != op.operation_id:
             # Answers are matched by position within a task, and position is not
             # identity: apply it to the operation it names, then ask again for ours.
@@ -936,6 +957,12 @@ class EffectRunner:
         self, p: _Pass, named: str, answer: Answer
     ) -> Generator[_Action, Any, None]:
         other: Operation | None = yield _L("get", p.call.tenant_id, named)
+        if other is None and named in p.call.siblings:
+            # A sibling call of this task that has not written its record yet.
+            prepared: Prepared = yield _L(
+                "prepare", p.call.siblings[named], lease_for=self.lease_for
+            )
+            other = prepared.operation
         if other is None or other.workflow_id != p.call.workflow_id:
             raise InvalidAnswer(
                 f"the answer names operation {named!r}, which this thread does not own",
@@ -987,7 +1014,7 @@ class EffectRunner:
                 return result
             value, error = None, None
             if isinstance(action, _Interrupt):
-                value = interrupt(action.value)
+                value = interrupt(action.value, response_schema=action.schema)
                 continue
             try:
                 value = self._do_sync(action, execute, call)
@@ -1036,23 +1063,32 @@ class EffectRunner:
         *,
         handoff: Prepared | None = None,
     ) -> Operation:
-        """The async twin of ``run``; the ledger may be sync or async."""
+        """The async twin of ``run``; the ledger may be sync or async.
+
+        If the task is cancelled mid-dispatch, the dispatch is finished and
+        recorded, then ``CancelledError`` is raised.
+        """
         owner = LeaseOwner.current()
         gen = self._decide(call, handoff, owner)
         value: Any = None
         error: BaseException | None = None
+        cancelled: list[bool] = []
         while True:
             try:
                 action = gen.throw(error) if error is not None else gen.send(value)
             except StopIteration as stop:
                 result: Operation = stop.value
+                if cancelled:
+                    raise asyncio.CancelledError from None
                 return result
             value, error = None, None
             if isinstance(action, _Interrupt):
-                value = interrupt(action.value)
+                if cancelled:
+                    raise asyncio.CancelledError
+                value = interrupt(action.value, response_schema=action.schema)
                 continue
             try:
-                value = await self._do_async(action, execute)
+                value = await self._do_async(action, execute, cancelled)
             except GraphBubbleUp:
                 raise
             except Exception as exc:
@@ -1063,7 +1099,10 @@ class EffectRunner:
         return await result if inspect.isawaitable(result) else result
 
     async def _do_async(
-        self, action: _Action, execute: Callable[[dict[str, Any]], Awaitable[Any]]
+        self,
+        action: _Action,
+        execute: Callable[[dict[str, Any]], Awaitable[Any]],
+        cancelled: list[bool],
     ) -> Any:
         match action:
             case _Ledger(method, args, kwargs):
@@ -1079,8 +1118,16 @@ class EffectRunner:
                 renewing = asyncio.create_task(self._renew_loop(op))
                 reset = _CURRENT.set(slot)
                 out = _Outcome(call=slot)
+                # A task of its own, shielded: when a sibling's interrupt cancels
+                # this one (asyncio.gather), the provider call already in flight
+                # (perhaps in a worker thread) finishes and is recorded first.
+                flight = asyncio.ensure_future(execute(args))
                 try:
-                    out.message = await execute(args)
+                    try:
+                        out.message = await asyncio.shield(flight)
+                    except asyncio.CancelledError:
+                        cancelled.append(True)
+                        out.message = await flight
                 except GraphBubbleUp as exc:
                     out.bubble = exc
                 except Exception as exc:
@@ -1088,6 +1135,7 @@ class EffectRunner:
                 finally:
                     _CURRENT.reset(reset)
                     renewing.cancel()
+                    await asyncio.wait([renewing])
                 return out
         raise AssertionError(f"unknown action {action!r}")  # pragma: no cover
 
@@ -1122,6 +1170,29 @@ def _message_text(message: Any) -> str:
     if isinstance(message, ToolMessage):
         return message.text if hasattr(message, "text") else str(message.content)
     return ""
+
+
+def _answer_schema(call: EffectCall, op: Operation) -> Any:
+    """The interrupt's ``response_schema``: LangGraph checks an answer with it *before*
+    saving it, so a malformed answer, or one naming an operation this step does not
+    own, fails the run and the interrupt can be answered again."""
+    owned = {op.operation_id, *call.siblings}
+
+    def check(value: Any) -> Any:
+        answer = parse_answer(value, tool_name=call.tool_name)
+        if answer.operation_id is None and not call.single:
+            raise ValueError(
+                "several effect calls of this step await a person: the answer must name "
+                f"its operation_id (this request is about {op.operation_id!r})"
+            )
+        if answer.operation_id is not None and answer.operation_id not in owned:
+            raise ValueError(
+                f"the answer names operation {answer.operation_id!r}, which this step does "
+                f"not own (this request is about {op.operation_id!r})"
+            )
+        return value
+
+    return Annotated[Any, AfterValidator(check)]
 
 
 def _check_decision(op: Operation, answer: Answer, *, retry_forbidden: bool) -> None:

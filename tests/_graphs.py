@@ -77,9 +77,7 @@ def build_graph(
         return {"messages": [model.invoke(state["messages"])]}
 
     node: ToolNode = (
-        ToolNode(tools)
-        if plain
-        else EffectToolNode(tools, ledger=ledger, **(node_kwargs or {}))
+        ToolNode(tools) if plain else EffectToolNode(tools, ledger=ledger, **(node_kwargs or {}))
     )
     builder = StateGraph(State)
     builder.add_node("agent", agent)
@@ -93,3 +91,139 @@ def build_graph(
 
 def tool_messages(result: dict[str, Any]) -> list[ToolMessage]:
     return [m for m in result["messages"] if isinstance(m, ToolMessage)]
+
+
+# --------------------------------------------------------------------------- backends
+
+
+class Env:
+    """A ledger and a checkpointer of one backend, driven sync or async.
+
+    ``invoke`` runs ``graph.invoke`` or ``graph.ainvoke`` (on the env's own event
+    loop); ``ledger_call`` reads the ledger the same way, for assertions.
+    """
+
+    def __init__(self, kind: str, mode: str, *, path: Any = None, url: str | None = None) -> None:
+        import asyncio
+        import contextlib
+
+        self.kind, self.mode = kind, mode
+        self.is_async = mode == "async"
+        self.loop = asyncio.new_event_loop() if self.is_async else None
+        self._stack = contextlib.ExitStack()
+        self._astack = contextlib.AsyncExitStack()
+        self.ledger: Any
+        self.checkpointer: Any
+        if self.is_async:
+            self.run(self._aopen(path, url))
+        else:
+            self._open(path, url)
+
+    def run(self, coro: Any) -> Any:
+        assert self.loop is not None
+        return self.loop.run_until_complete(coro)
+
+    def _open(self, path: Any, url: str | None) -> None:
+        import sqlite3
+
+        from langgraph.checkpoint.memory import InMemorySaver
+
+        from langgraph_effects import InMemoryLedger
+
+        if self.kind == "memory":
+            self.ledger = InMemoryLedger()
+            self.checkpointer = InMemorySaver()
+        elif self.kind == "sqlite":
+            from langgraph.checkpoint.sqlite import SqliteSaver
+
+            from langgraph_effects import SQLiteLedger
+
+            self.ledger = self._stack.enter_context(SQLiteLedger.from_conn_string(str(path)))
+            conn = sqlite3.connect(str(path), check_same_thread=False)
+            self._stack.callback(conn.close)
+            self.checkpointer = SqliteSaver(conn)
+            self.checkpointer.setup()
+        else:
+            from langgraph.checkpoint.postgres import PostgresSaver
+            from psycopg.rows import dict_row
+            from psycopg_pool import ConnectionPool
+
+            from langgraph_effects import PostgresLedger
+
+            pool = ConnectionPool(
+                url,
+                kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row},
+                min_size=1,
+                max_size=8,
+                open=True,
+            )
+            self._stack.callback(pool.close)
+            self.ledger = PostgresLedger(pool)
+            self.checkpointer = PostgresSaver(pool)  # type: ignore[arg-type]
+            self.checkpointer.setup()
+        self.ledger.setup()
+
+    async def _aopen(self, path: Any, url: str | None) -> None:
+        from langgraph.checkpoint.memory import InMemorySaver
+
+        from langgraph_effects import InMemoryLedger
+
+        if self.kind == "memory":
+            self.ledger = InMemoryLedger()
+            self.checkpointer = InMemorySaver()
+            self.ledger.setup()
+            return
+        if self.kind == "sqlite":
+            import aiosqlite
+            from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+
+            from langgraph_effects import AsyncSQLiteLedger
+
+            self.ledger = await self._astack.enter_async_context(
+                AsyncSQLiteLedger.from_conn_string(str(path))
+            )
+            conn = await aiosqlite.connect(str(path))
+            self._astack.push_async_callback(conn.close)
+            self.checkpointer = AsyncSqliteSaver(conn)
+        else:
+            from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+            from psycopg.rows import dict_row
+            from psycopg_pool import AsyncConnectionPool
+
+            from langgraph_effects import AsyncPostgresLedger
+
+            pool = AsyncConnectionPool(
+                url,
+                kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row},
+                min_size=1,
+                max_size=8,
+                open=False,
+            )
+            await pool.open()
+            self._astack.push_async_callback(pool.close)
+            self.ledger = AsyncPostgresLedger(pool)
+            self.checkpointer = AsyncPostgresSaver(pool)  # type: ignore[arg-type]
+        await self.checkpointer.setup()
+        await self.ledger.setup()
+
+    def invoke(self, graph: Any, value: Any, config: dict[str, Any], **kw: Any) -> Any:
+        kw.setdefault("durability", "sync")
+        if self.is_async:
+            return self.run(graph.ainvoke(value, config, **kw))
+        return graph.invoke(value, config, **kw)
+
+    def ledger_call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        result = getattr(self.ledger, method)(*args, **kwargs)
+        if self.is_async and self.kind != "memory":
+            return self.run(result)
+        return result
+
+    def ops(self, tenant_id: str = "default") -> list[Any]:
+        return list(self.ledger_call("list", tenant_id=tenant_id))
+
+    def close(self) -> None:
+        if self.is_async:
+            self.run(self._astack.aclose())
+            assert self.loop is not None
+            self.loop.close()
+        self._stack.close()

@@ -1,0 +1,124 @@
+"""``EffectMiddleware``: the decision core as a LangChain agent middleware (``create_agent``).
+
+``create_agent`` sends one task per tool call, so each effect call meets its
+own interrupts. The middleware wraps tool execution (``wrap_tool_call`` /
+``awrap_tool_call``) exactly as ``EffectToolNode`` does, and adds the
+``effect_operations`` channel to the agent state.
+
+With LangChain's ``HumanInTheLoopMiddleware``:
+
+- a reviewer's ``edit`` (batched mode) is applied before the digest is taken,
+  in either middleware order, so the operation binds to the call that runs;
+- pass ``hitl=`` (the HITL instance) and an effect with ``require_approval``
+  that HITL already gates is not asked twice: the HITL approval is recorded
+  as the operation's approval.
+
+In HITL's ``per_call`` mode list HITL *before* ``EffectMiddleware`` (HITL then
+asks before the operation is claimed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from datetime import datetime, timedelta
+from typing import Annotated, Any, NotRequired
+
+from langchain.agents.middleware import AgentMiddleware, AgentState
+from langchain.agents.middleware.types import ToolCallRequest
+from langchain_core.messages import ToolMessage
+from langgraph.types import Command
+
+from langgraph_effects.core.model import utcnow
+from langgraph_effects.effects import effect_spec
+from langgraph_effects.ledger.base import DEFAULT_LEASE
+from langgraph_effects.node import _execute_with, add_operations, build_call, effect_result
+from langgraph_effects.runner import EffectCall, EffectRunner, warn_durability
+
+__all__ = ["EffectAgentState", "EffectMiddleware"]
+
+_HITL_EDITS = "hitl_edited_tool_calls"  # HumanInTheLoopMiddleware's state key for edits
+
+
+class EffectAgentState(AgentState[Any]):
+    """Agent state with the operation ids the thread owns."""
+
+    effect_operations: NotRequired[Annotated[list[str], add_operations]]
+
+
+class EffectMiddleware(AgentMiddleware[EffectAgentState, Any, Any]):
+    """Run effect tools of a ``create_agent`` agent through the ledger.
+
+    Args:
+        ledger: a sync ``Ledger`` or an ``AsyncLedger`` (see ``EffectToolNode``).
+        tenant_id: default ``config["configurable"]["tenant_id"]``, else ``"default"``.
+        lease_for, clock, interrupt_on_unknown: as for ``EffectToolNode``.
+        hitl: the agent's ``HumanInTheLoopMiddleware``, if any: its approval of a
+            gated effect counts as the effect's approval (asked once).
+    """
+
+    state_schema = EffectAgentState
+
+    def __init__(
+        self,
+        *,
+        ledger: Any,
+        tenant_id: str | None = None,
+        lease_for: timedelta = DEFAULT_LEASE,
+        clock: Callable[[], datetime] = utcnow,
+        interrupt_on_unknown: bool = True,
+        hitl: Any = None,
+    ) -> None:
+        super().__init__()
+        self.runner = EffectRunner(
+            ledger, lease_for=lease_for, clock=clock, interrupt_on_unknown=interrupt_on_unknown
+        )
+        self.tenant_id = tenant_id
+        self.hitl = hitl
+
+    def _prepare(self, request: ToolCallRequest) -> tuple[ToolCallRequest, EffectCall] | None:
+        if request.tool is None or effect_spec(request.tool) is None:
+            return None
+        state = request.state if isinstance(request.state, dict) else {}
+        edited = (state.get(_HITL_EDITS) or {}).get(request.tool_call["id"])
+        if edited is not None and edited.get("name") == request.tool_call["name"]:
+            # The reviewer's call is what runs, so it is what the operation binds to.
+            request = request.override(tool_call={**request.tool_call, "args": edited["args"]})
+        config = request.runtime.config if request.runtime is not None else None
+        warn_durability(config)
+        gated = self.hitl is not None and request.tool_call["name"] in getattr(
+            self.hitl, "interrupt_on", {}
+        )
+        call = build_call(
+            request.tool,
+            request.tool_call,
+            config,
+            tenant_id=self.tenant_id,
+            preapproved_by="human-in-the-loop" if gated else None,
+        )
+        return request, call
+
+    def wrap_tool_call(
+        self,
+        request: ToolCallRequest,
+        handler: Callable[[ToolCallRequest], ToolMessage | Command[Any]],
+    ) -> ToolMessage | Command[Any]:
+        """Decide an effect call through the ledger; pass other tools through."""
+        prepared = self._prepare(request)
+        if prepared is None:
+            return handler(request)
+        request, call = prepared
+        op = self.runner.run(call, _execute_with(request, handler))
+        return effect_result(request, call, op)
+
+    async def awrap_tool_call(
+        self,
+        request: ToolCallRequest,
+        handler: Callable[[ToolCallRequest], Awaitable[ToolMessage | Command[Any]]],
+    ) -> ToolMessage | Command[Any]:
+        """Async twin of ``wrap_tool_call``."""
+        prepared = self._prepare(request)
+        if prepared is None:
+            return await handler(request)
+        request, call = prepared
+        op = await self.runner.arun(call, _execute_with(request, handler))
+        return effect_result(request, call, op)

@@ -1,0 +1,176 @@
+"""The resume decision table and the error policy, as pure functions (no I/O)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from langgraph_effects.core.model import Operation, OperationStatus, ProviderContract
+from langgraph_effects.core.plan import Outcome, Step, backoff, classify, plan, retry_allowed
+from langgraph_effects.errors import EffectRejected, TransientProviderError
+
+S = OperationStatus
+NOW = datetime(2025, 1, 1, 12, 0, tzinfo=UTC)
+WINDOW = ProviderContract(idempotency_window=timedelta(hours=24))
+
+
+def op(status: OperationStatus, **changes: object) -> Operation:
+    base: dict[str, object] = {
+        "tenant_id": "t",
+        "operation_id": "op-1",
+        "action": "crm.close",
+        "payload_digest": "0" * 64,
+        "status": status,
+        "created_at": NOW - timedelta(hours=1),
+        "updated_at": NOW - timedelta(hours=1),
+    }
+    if status is not S.PREPARED:
+        base |= {"attempts": 1, "first_dispatched_at": NOW - timedelta(hours=1)}
+    if status is S.DISPATCHING:
+        base |= {"lease_owner": "h|1|1.00|n", "lease_expires_at": NOW + timedelta(seconds=20)}
+    return Operation(**(base | changes))  # type: ignore[arg-type]
+
+
+def test_no_record_dispatches_new() -> None:
+    """A call the ledger has never seen is written ahead and dispatched."""
+    assert plan(None, now=NOW) is Step.DISPATCH_NEW
+
+
+def test_no_record_with_approval_prepares_first() -> None:
+    """An effect needing approval is written unclaimed before anyone is asked."""
+    assert plan(None, now=NOW, require_approval=True) is Step.PREPARE_FOR_APPROVAL
+
+
+def test_terminal_states_replay() -> None:
+    """Confirmed and rejected records are replayed, never dispatched."""
+    assert plan(op(S.CONFIRMED), now=NOW) is Step.REPLAY_CONFIRMED
+    assert plan(op(S.REJECTED), now=NOW) is Step.REPLAY_REJECTED
+
+
+def test_prepared_asks_approval_once() -> None:
+    """A prepared, unapproved, never-dispatched effect that needs approval asks a person."""
+    assert plan(op(S.PREPARED), now=NOW, require_approval=True) is Step.ASK_APPROVAL
+    approved = op(S.PREPARED, authorization_ref="approved-by:alice")
+    assert plan(approved, now=NOW, require_approval=True) is Step.AUTHORIZE_AND_CLAIM
+    operator_retry = op(S.PREPARED, attempts=1)
+    assert plan(operator_retry, now=NOW, require_approval=True) is Step.AUTHORIZE_AND_CLAIM
+
+
+def test_live_lease_of_another_owner_waits() -> None:
+    """A live lease held by someone else is pending work: wait, never dispatch or review."""
+    assert plan(op(S.DISPATCHING), now=NOW) is Step.WAIT_PENDING
+
+
+def test_own_claim_dispatches() -> None:
+    """The call that holds the current lease dispatches."""
+    assert plan(op(S.DISPATCHING), now=NOW, claimed_by_us=True) is Step.DISPATCH_CLAIMED
+
+
+def test_dead_or_expired_lease_is_taken_over() -> None:
+    """A provably dead owner or an expired lease leads to take-over (unknown), not dispatch."""
+    assert plan(op(S.DISPATCHING), now=NOW, owner_dead=True) is Step.TAKE_OVER
+    expired = op(S.DISPATCHING, lease_expires_at=NOW - timedelta(seconds=1))
+    assert plan(expired, now=NOW, contract=WINDOW) is Step.TAKE_OVER
+
+
+def test_unknown_reconciles_then_retries_then_reviews() -> None:
+    """Unknown: reconcile first; inconclusive -> safe retry inside the window; else review."""
+    unknown = op(S.UNKNOWN)
+    assert plan(unknown, now=NOW, has_reconciler=True, contract=WINDOW) is Step.RECONCILE
+    after = plan(unknown, now=NOW, has_reconciler=True, reconciled=True, contract=WINDOW)
+    assert after is Step.RETRY_SAFE
+    assert plan(unknown, now=NOW, contract=WINDOW, retried=True) is Step.REVIEW
+    assert plan(unknown, now=NOW) is Step.REVIEW
+
+
+def test_closed_key_window_reviews() -> None:
+    """Past first dispatch + window - margin a resend could duplicate: a person decides."""
+    old = op(S.UNKNOWN, first_dispatched_at=NOW - timedelta(hours=23, minutes=56))
+    assert plan(old, now=NOW, contract=WINDOW) is Step.REVIEW
+    assert not retry_allowed(old, WINDOW, NOW)
+    assert retry_allowed(op(S.UNKNOWN), WINDOW, NOW)
+
+
+@given(
+    status=st.sampled_from(list(OperationStatus)),
+    contract=st.sampled_from([None, WINDOW, ProviderContract()]),
+    has_reconciler=st.booleans(),
+    require_approval=st.booleans(),
+    claimed=st.booleans(),
+    owner_dead=st.booleans(),
+    reconciled=st.booleans(),
+    retried=st.booleans(),
+    lease_offset=st.integers(min_value=-120, max_value=120),
+    dispatched_hours_ago=st.integers(min_value=0, max_value=48),
+)
+def test_no_blind_second_dispatch(
+    status: OperationStatus,
+    contract: ProviderContract | None,
+    has_reconciler: bool,
+    require_approval: bool,
+    claimed: bool,
+    owner_dead: bool,
+    reconciled: bool,
+    retried: bool,
+    lease_offset: int,
+    dispatched_hours_ago: int,
+) -> None:
+    """Over every input: an operation that may have reached the provider is only resent
+    under an open key window (or by the lease holder), and terminal ones only replay."""
+    record = op(
+        status,
+        lease_expires_at=NOW + timedelta(seconds=lease_offset)
+        if status is S.DISPATCHING
+        else None,
+        first_dispatched_at=None
+        if status is S.PREPARED
+        else NOW - timedelta(hours=dispatched_hours_ago),
+    )
+    step = plan(
+        record,
+        now=NOW,
+        contract=contract,
+        has_reconciler=has_reconciler,
+        require_approval=require_approval,
+        claimed_by_us=claimed,
+        owner_dead=owner_dead,
+        reconciled=reconciled,
+        retried=retried,
+    )
+    if status.terminal:
+        assert step in (Step.REPLAY_CONFIRMED, Step.REPLAY_REJECTED)
+    if step is Step.RETRY_SAFE:
+        assert status is S.UNKNOWN and retry_allowed(record, contract, NOW)
+    if step is Step.DISPATCH_CLAIMED:
+        assert status is S.DISPATCHING and claimed
+    if status is S.DISPATCHING and not claimed:
+        assert step in (Step.WAIT_PENDING, Step.TAKE_OVER)
+        if step is Step.WAIT_PENDING:
+            assert record.lease_alive(NOW) and not owner_dead
+
+
+def test_classify_errors() -> None:
+    """EffectRejected is definitive, TransientProviderError retryable, anything else ambiguous."""
+    assert classify(EffectRejected("no")) is Outcome.REJECTED
+    assert classify(TransientProviderError("busy", retry_after=1)) is Outcome.TRANSIENT
+    assert classify(TimeoutError()) is Outcome.AMBIGUOUS
+    assert classify(RuntimeError("boom")) is Outcome.AMBIGUOUS
+
+
+@pytest.mark.parametrize("retry_after", [None, 0.5, 1.5])
+def test_backoff_honours_retry_after_and_is_bounded(retry_after: float | None) -> None:
+    """Backoff grows, never retries sooner than retry_after, and stops after the budget."""
+    contract = ProviderContract(max_transient_retries=3, backoff_initial=0.1, backoff_max=2.0)
+    delays = [backoff(contract, n, retry_after) for n in range(4)]
+    assert delays[3] is None
+    for d in delays[:3]:
+        assert d is not None and d >= (retry_after or 0)
+    assert delays[0] is not None and delays[1] is not None and delays[0] <= delays[1]
+
+
+def test_backoff_gives_up_on_long_retry_after() -> None:
+    """A retry_after longer than the backoff cap releases the worker instead of sleeping."""
+    assert backoff(ProviderContract(backoff_max=2.0), 0, 60.0) is None
