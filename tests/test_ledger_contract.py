@@ -63,3 +63,53 @@ class TestSQLiteAsync(LedgerContract):
                 return SyncFacade.wrap(ledger, runner)
 
             yield open_
+
+
+class TestPostgres(LedgerContract):
+    """On a pool configured as LangGraph's PostgresSaver configures it."""
+
+    @pytest.fixture
+    def open_ledger(self, pg_url: str) -> Iterator[Opener]:
+        from psycopg.rows import dict_row
+        from psycopg_pool import ConnectionPool
+
+        from langgraph_effects.ledger.postgres import PostgresLedger
+
+        with ExitStack() as stack:
+
+            def open_(clock: Callable[[], datetime]) -> Ledger:
+                pool = ConnectionPool(
+                    pg_url,
+                    min_size=1,
+                    max_size=4,
+                    open=False,
+                    kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row},
+                )
+                stack.enter_context(pool)
+                return PostgresLedger(pool, clock=clock)
+
+            yield open_
+
+
+class TestPostgresAsync(LedgerContract):
+    """On a plain async pool (no autocommit, tuple rows)."""
+
+    @pytest.fixture
+    def open_ledger(self, pg_url: str, runner: asyncio.Runner) -> Iterator[Opener]:
+        from psycopg_pool import AsyncConnectionPool
+
+        from langgraph_effects.ledger.postgres import AsyncPostgresLedger
+
+        with ExitStack() as stack:
+
+            def open_(clock: Callable[[], datetime]) -> Ledger:
+                async def make() -> AsyncConnectionPool:
+                    pool = AsyncConnectionPool(pg_url, min_size=1, max_size=4, open=False)
+                    await pool.open()
+                    return pool
+
+                pool = runner.run(make())
+                stack.callback(lambda: runner.run(pool.close()))
+                return SyncFacade.wrap(AsyncPostgresLedger(pool, clock=clock), runner)
+
+            yield open_

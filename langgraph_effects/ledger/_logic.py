@@ -22,7 +22,7 @@ statements), the write is tried again, a bounded number of times::
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Generic, TypeVar
@@ -60,6 +60,7 @@ __all__ = [
     "Outcome",
     "Program",
     "Step",
+    "adrive",
     "compile_steps",
     "drive",
 ]
@@ -76,6 +77,7 @@ SCHEMA_VERSION = "schema_version"
 RECORD_SCHEMA_VERSION = "record_schema_version"
 PREPARE = "prepare"
 GET = "get"
+GET_MANY = "get_many"
 APPROVE = "approve"
 CLAIM = "claim"
 RENEW = "renew"
@@ -97,6 +99,7 @@ STATEMENT_NAMES = (
     RECORD_SCHEMA_VERSION,
     PREPARE,
     GET,
+    GET_MANY,
     APPROVE,
     CLAIM,
     RENEW,
@@ -257,6 +260,18 @@ def _chain(sqls: tuple[str, ...], params: Mapping[str, Any], adhoc: bool) -> Raw
         if more:
             merged.update(more[0])
     return [merged]
+
+
+async def adrive(
+    execute: Callable[[str, Mapping[str, Any], bool], Awaitable[Rows]], raw: Raw[T]
+) -> T:
+    """Run compiled statements with an asynchronous ``execute(sql, params, adhoc) -> rows``."""
+    try:
+        sql, params, adhoc = next(raw)
+        while True:
+            sql, params, adhoc = raw.send(await execute(sql, params, adhoc))
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]
 
 
 def drive(execute: Callable[[str, Mapping[str, Any], bool], Rows], raw: Raw[T]) -> T:
@@ -420,7 +435,7 @@ def prepare_many(
             # Rows that existed before, or (PostgreSQL) were committed by a
             # concurrent prepare after this statement's snapshot was taken:
             # ON CONFLICT skipped them but the statement could not see them.
-            more = yield Step(GET, batch=[_key(*k) for k in missing])
+            more = yield Step(GET_MANY, batch=[_key(*k) for k in missing])
             found.update({(r["tenant_id"], r["operation_id"]): r for r in more})
         out: list[Prepared] = []
         logged: list[tuple[Operation, OperationEvent]] = []

@@ -657,11 +657,11 @@ class LedgerContract:
             ("op-1", EventKind.CONFIRM),
             ("op-2", EventKind.PREPARE),
         ]
-        ids = [e.event_id for e in everything]
-        assert all(i is not None for i in ids)
+        assert all(e.event_id is not None for e in everything)
+        ids = [cast(int, e.event_id) for e in everything]
         assert ids == sorted(ids)
         assert len(set(ids)) == len(ids)
-        assert ledger.feed(after_id=cast(int, ids[1])) == everything[2:]
+        assert ledger.feed(after_id=ids[1]) == everything[2:]
         assert ledger.feed(tenant_id="tenant-b") == everything[3:]
         assert ledger.feed(limit=1) == everything[:1]
         assert ledger.events(T, "op-1") == everything[:3]

@@ -193,6 +193,7 @@ DIALECT = logic.Dialect(
         logic.RECORD_SCHEMA_VERSION: RECORD_SCHEMA_VERSION_SQL,
         logic.PREPARE: (PREPARE_SQL, PREPARE_EVENT_SQL, PREPARE_CLAIM_EVENT_SQL),
         logic.GET: GET_SQL,
+        logic.GET_MANY: GET_SQL,
         logic.APPROVE: APPROVE_SQL,
         logic.CLAIM: CLAIM_SQL,
         logic.RENEW: RENEW_SQL,

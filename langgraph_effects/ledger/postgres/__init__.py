@@ -1,0 +1,193 @@
+"""The PostgreSQL ledger: production, shared by many workers on many machines (psycopg 3).
+
+Give it a ``psycopg_pool.ConnectionPool`` (``AsyncConnectionPool`` for the
+async twin) that you own, and it borrows a connection per operation. It may
+be the very pool LangGraph's ``PostgresSaver`` uses::
+
+    pool = ConnectionPool(url, kwargs={"autocommit": True, "prepare_threshold": 0,
+                                       "row_factory": dict_row})
+    checkpointer = PostgresSaver(pool)
+    ledger = PostgresLedger(pool)
+    ledger.setup()
+
+Share a pool, never a single connection with the saver. The ledger works with
+that configuration and with a plain pool: it sets its own row factory per
+cursor, and where statements must commit together it opens an explicit
+transaction. On an autocommit connection a transition is one statement, one
+round trip and one commit; on a plain one it is wrapped in ``BEGIN ... COMMIT``.
+A single ``psycopg.Connection`` is accepted too, and used under a lock.
+
+``setup()`` creates only ``lge_`` tables, under ``pg_advisory_xact_lock``,
+and records its version in ``lge_schema_version``. Using the ledger before
+``setup()`` raises ``LedgerNotSetUp``; a database error raises
+``LedgerUnavailable`` (its cause attached).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from datetime import datetime
+from typing import Any, Self, TypeVar
+
+import psycopg
+from psycopg.rows import DictRow, dict_row
+from psycopg_pool import AsyncConnectionPool, ConnectionPool
+
+from langgraph_effects.core.model import utcnow
+from langgraph_effects.errors import LedgerNotSetUp, LedgerUnavailable
+from langgraph_effects.ledger import _logic as logic
+from langgraph_effects.ledger._faces import AsyncFace, SyncFace
+from langgraph_effects.ledger.postgres._sql import DIALECT
+
+__all__ = ["AsyncPostgresLedger", "PostgresLedger"]
+
+T = TypeVar("T")
+
+POOL_KWARGS: dict[str, Any] = {"autocommit": True, "prepare_threshold": 0}
+"""Connections of the pool ``from_conn_string`` opens (LangGraph's saver uses the same)."""
+
+
+@contextlib.contextmanager
+def _boundary() -> Iterator[None]:
+    """Translate driver errors: missing tables -> LedgerNotSetUp, the rest -> LedgerUnavailable."""
+    try:
+        yield
+    except (psycopg.errors.UndefinedTable, psycopg.errors.UndefinedColumn) as exc:
+        raise LedgerNotSetUp(f"PostgreSQL: {exc}") from exc
+    except psycopg.Error as exc:  # includes the pool's PoolTimeout and PoolClosed
+        raise LedgerUnavailable(f"PostgreSQL failed: {exc}") from exc
+
+
+def _needs_transaction(
+    conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any], atomic: bool
+) -> bool:
+    # A plain connection needs one to commit at all; an autocommit one only
+    # when the program may write more than one statement (or write, then raise).
+    return atomic or not conn.autocommit
+
+
+class PostgresLedger(SyncFace):
+    """A ledger in PostgreSQL, synchronous.
+
+    Args:
+        conn: a ``ConnectionPool`` (preferred) or a ``Connection``, owned by the caller.
+        clock: the source of every timestamp (bound as a parameter, never ``now()``).
+    """
+
+    _dialect = DIALECT
+
+    def __init__(
+        self,
+        conn: ConnectionPool[Any] | psycopg.Connection[Any],
+        *,
+        clock: Callable[[], datetime] = utcnow,
+    ) -> None:
+        super().__init__(clock=clock)
+        self._conn = conn
+        self._lock = threading.Lock()
+
+    @classmethod
+    @contextlib.contextmanager
+    def from_conn_string(
+        cls,
+        url: str,
+        *,
+        clock: Callable[[], datetime] = utcnow,
+        max_size: int = 10,
+        pool_timeout: float = 30.0,
+    ) -> Iterator[Self]:
+        """Open a ledger on its own pool (closed on exit). Call ``setup()`` once.
+
+        ``pool_timeout``: seconds to wait for a connection before ``LedgerUnavailable``.
+        """
+        with ConnectionPool(
+            url, min_size=1, max_size=max_size, kwargs=POOL_KWARGS, timeout=pool_timeout, open=False
+        ) as pool:
+            yield cls(pool, clock=clock)
+
+    @contextlib.contextmanager
+    def _connection(self) -> Iterator[psycopg.Connection[Any]]:
+        if isinstance(self._conn, ConnectionPool):
+            with self._conn.connection() as conn:
+                yield conn
+        else:
+            with self._lock:
+                yield self._conn
+
+    def _run(self, program: logic.Program[T]) -> logic.Outcome[T]:
+        with _boundary(), self._connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+
+            def execute(sql: str, params: Mapping[str, Any], adhoc: bool) -> list[DictRow]:
+                cur.execute(sql, params, prepare=False if adhoc else None)
+                return cur.fetchall() if cur.description is not None else []
+
+            raw = logic.compile_steps(DIALECT, program.steps)
+            if not _needs_transaction(conn, program.atomic):
+                return logic.drive(execute, raw)
+            with conn.transaction():
+                return logic.drive(execute, raw)
+
+
+class AsyncPostgresLedger(AsyncFace):
+    """A ledger in PostgreSQL, asynchronous: the same statements, awaited.
+
+    Args:
+        conn: an ``AsyncConnectionPool`` (preferred) or an ``AsyncConnection``.
+        clock: the source of every timestamp.
+    """
+
+    _dialect = DIALECT
+
+    def __init__(
+        self,
+        conn: AsyncConnectionPool[Any] | psycopg.AsyncConnection[Any],
+        *,
+        clock: Callable[[], datetime] = utcnow,
+    ) -> None:
+        super().__init__(clock=clock)
+        self._conn = conn
+        self._lock = asyncio.Lock()
+
+    @classmethod
+    @contextlib.asynccontextmanager
+    async def from_conn_string(
+        cls,
+        url: str,
+        *,
+        clock: Callable[[], datetime] = utcnow,
+        max_size: int = 10,
+        pool_timeout: float = 30.0,
+    ) -> AsyncIterator[Self]:
+        """Open a ledger on its own pool (closed on exit). Await ``setup()`` once."""
+        async with AsyncConnectionPool(
+            url, min_size=1, max_size=max_size, kwargs=POOL_KWARGS, timeout=pool_timeout, open=False
+        ) as pool:
+            yield cls(pool, clock=clock)
+
+    @contextlib.asynccontextmanager
+    async def _connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        if isinstance(self._conn, AsyncConnectionPool):
+            async with self._conn.connection() as conn:
+                yield conn
+        else:
+            async with self._lock:
+                yield self._conn
+
+    async def _arun(self, program: logic.Program[T]) -> logic.Outcome[T]:
+        with _boundary():
+            async with self._connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+
+                async def execute(
+                    sql: str, params: Mapping[str, Any], adhoc: bool
+                ) -> list[DictRow]:
+                    await cur.execute(sql, params, prepare=False if adhoc else None)
+                    return await cur.fetchall() if cur.description is not None else []
+
+                raw = logic.compile_steps(DIALECT, program.steps)
+                if not _needs_transaction(conn, program.atomic):
+                    return await logic.adrive(execute, raw)
+                async with conn.transaction():
+                    return await logic.adrive(execute, raw)

@@ -1,0 +1,268 @@
+"""PostgreSQL statements of the ledger, by the names ``ledger._logic`` yields.
+
+Every transition is ONE statement: a data-modifying CTE runs the conditional
+``UPDATE ... RETURNING`` and inserts the event from what it returned, so the
+row and its event commit together in one round trip (and, on an autocommit
+connection, one commit). ``prepare`` inserts the rows and both events the same
+way, for one draft or a whole batch bound as one JSON array.
+
+Statements run at READ COMMITTED. A conditional UPDATE that meets a row
+locked by a concurrent writer waits, then re-checks its WHERE clause against
+the committed row, so two claims never both succeed.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from psycopg.types.json import Jsonb
+
+from langgraph_effects.ledger import _logic as logic
+from langgraph_effects.ledger.postgres._migrations import MIGRATIONS
+
+__all__ = ["DIALECT", "SETUP_LOCK_KEY"]
+
+SETUP_LOCK_KEY = 0x6C67655F6C6564  # "lge_led": one setup at a time per database
+
+
+def _dump_ts(value: datetime | None) -> datetime | None:
+    return value
+
+
+def _load_ts(value: Any) -> datetime | None:
+    # timestamptz arrives in the session's time zone; the ledger speaks UTC.
+    return None if value is None else value.astimezone(UTC)
+
+
+def _load_json(value: Any) -> Any:
+    return value  # psycopg has already parsed jsonb
+
+
+def _dump_batch(rows: list[dict[str, Any]]) -> Jsonb:
+    return Jsonb(rows)
+
+
+SETUP_LOCK_SQL = f"SELECT pg_advisory_xact_lock({SETUP_LOCK_KEY})"
+SCHEMA_VERSION_TABLE_SQL = """
+CREATE TABLE IF NOT EXISTS lge_schema_version (
+    version integer PRIMARY KEY,
+    applied_at timestamptz NOT NULL DEFAULT now()
+)
+"""
+SCHEMA_VERSION_SQL = "SELECT COALESCE(MAX(version), 0) AS version FROM lge_schema_version"
+RECORD_SCHEMA_VERSION_SQL = "INSERT INTO lge_schema_version (version) VALUES (%(version)s)"
+
+_EVENT_COLUMNS = (
+    "tenant_id, operation_id, seq, kind, from_status, to_status,"
+    " actor, fencing_token, evidence, detail, at"
+)
+
+# ON CONFLICT skips a row committed by a concurrent prepare after this
+# statement's snapshot; the final SELECT cannot see such a row either, so the
+# logic re-reads what is missing (GET_MANY) in a new statement.
+PREPARE_SQL = f"""
+WITH draft AS (
+    SELECT * FROM jsonb_to_recordset(%(batch)s::jsonb) AS d(
+        tenant_id text, operation_id text, workflow_id text, action text,
+        action_version integer, target text, payload_digest text, payload text,
+        payload_stored boolean, authorization_ref text, provider text,
+        idempotency_key text, tool_call_id text)
+), inserted AS (
+    INSERT INTO lge_operations (
+        tenant_id, operation_id, workflow_id, action, action_version, target,
+        payload_digest, payload, payload_stored, authorization_ref, provider, tool_call_id,
+        idempotency_key, status, attempts, lease_owner, lease_expires_at, fencing_token,
+        record_version, created_at, updated_at, first_dispatched_at, last_dispatched_at)
+    SELECT tenant_id, operation_id, workflow_id, action, action_version, target,
+        payload_digest, payload::jsonb, payload_stored, authorization_ref, provider, tool_call_id,
+        idempotency_key, %(status)s, %(attempts)s, %(lease_owner)s, %(lease_expires_at)s,
+        %(fencing_token)s, %(record_version)s, %(now)s, %(now)s,
+        %(dispatched_at)s, %(dispatched_at)s
+    FROM draft
+    ON CONFLICT (tenant_id, operation_id) DO NOTHING
+    RETURNING *
+), event AS (
+    INSERT INTO lge_events ({_EVENT_COLUMNS})
+    SELECT i.tenant_id, i.operation_id, v.seq, v.kind, v.from_status, v.to_status,
+        CASE WHEN v.seq = 1 THEN 'ledger' ELSE %(actor)s END, v.seq - 1, NULL, NULL, i.created_at
+    FROM inserted AS i
+    CROSS JOIN (VALUES (1, 'prepare', NULL, 'prepared'), (2, 'claim', 'prepared', 'dispatching'))
+        AS v (seq, kind, from_status, to_status)
+    WHERE v.seq = 1 OR i.status = 'dispatching'
+    ORDER BY i.tenant_id, i.operation_id, v.seq
+    RETURNING tenant_id, operation_id, seq, event_id
+)
+SELECT i.*, TRUE AS created,
+    (SELECT e.event_id FROM event AS e WHERE (e.tenant_id, e.operation_id, e.seq)
+        = (i.tenant_id, i.operation_id, 1)) AS prepare_event_id,
+    (SELECT e.event_id FROM event AS e WHERE (e.tenant_id, e.operation_id, e.seq)
+        = (i.tenant_id, i.operation_id, 2)) AS claim_event_id
+FROM inserted AS i
+UNION ALL
+SELECT o.*, FALSE, NULL, NULL
+FROM lge_operations AS o JOIN draft AS d
+    ON (o.tenant_id, o.operation_id) = (d.tenant_id, d.operation_id)
+WHERE NOT EXISTS (SELECT 1 FROM inserted AS i
+    WHERE (i.tenant_id, i.operation_id) = (o.tenant_id, o.operation_id))
+"""
+
+GET_SQL = """
+SELECT * FROM lge_operations WHERE tenant_id = %(tenant_id)s AND operation_id = %(operation_id)s
+"""
+GET_MANY_SQL = """
+SELECT o.* FROM lge_operations AS o
+JOIN jsonb_to_recordset(%(batch)s::jsonb) AS k (tenant_id text, operation_id text)
+    ON (o.tenant_id, o.operation_id) = (k.tenant_id, k.operation_id)
+"""
+
+
+def _move(
+    sets: str,
+    where: str,
+    *,
+    from_status: str = "%(from_status)s::text",
+    prelude: str = "",
+    using: str = "",
+) -> str:
+    """A conditional UPDATE and its event in one statement, returning the new row."""
+    return f"""
+    WITH {prelude}moved AS (
+        UPDATE lge_operations
+        SET record_version = record_version + 1, updated_at = %(now)s, {sets}
+        {using}
+        WHERE tenant_id = %(tenant_id)s AND operation_id = %(operation_id)s AND {where}
+        RETURNING lge_operations.*, {from_status} AS from_status
+    ), event AS (
+        INSERT INTO lge_events ({_EVENT_COLUMNS})
+        SELECT tenant_id, operation_id, record_version, %(event_kind)s, from_status, status,
+            %(actor)s, fencing_token, %(evidence)s::jsonb, %(detail)s::jsonb, updated_at
+        FROM moved
+        RETURNING event_id
+    )
+    SELECT moved.*, event.event_id FROM moved CROSS JOIN event
+    """
+
+
+_FENCED = "status = 'dispatching' AND fencing_token = %(token)s"
+_CLEAR_LEASE = "lease_owner = NULL, lease_expires_at = NULL"
+_STAMP_EVIDENCE = "evidence_checked_at = COALESCE(%(evidence_at)s, evidence_checked_at)"
+
+APPROVE_SQL = _move(
+    "authorization_ref = %(authorization_ref)s",
+    "status = 'prepared' AND payload_digest = %(payload_digest)s",
+)
+# The status the claim leaves (prepared or unknown) is read from the row it
+# locks (FOR UPDATE returns the latest committed version), so the event is
+# right even when the claim waited for a concurrent writer.
+CLAIM_SQL = _move(
+    """status = 'dispatching', lease_owner = %(lease_owner)s,
+    lease_expires_at = %(lease_expires_at)s,
+    fencing_token = fencing_token + 1, attempts = attempts + 1,
+    first_dispatched_at = COALESCE(first_dispatched_at, %(now)s), last_dispatched_at = %(now)s""",
+    "status IN ('prepared', 'unknown')",
+    prelude="""previous AS (
+        SELECT status AS left_status FROM lge_operations
+        WHERE tenant_id = %(tenant_id)s AND operation_id = %(operation_id)s
+        FOR UPDATE
+    ), """,
+    using="FROM previous",
+    from_status="previous.left_status",
+)
+RENEW_SQL = f"""
+UPDATE lge_operations SET lease_expires_at = %(lease_expires_at)s
+WHERE tenant_id = %(tenant_id)s AND operation_id = %(operation_id)s AND {_FENCED}
+RETURNING *
+"""
+CONFIRM_SQL = _move(
+    f"""status = 'confirmed', {_CLEAR_LEASE}, result = %(result)s::jsonb,
+    provider_result_id = %(provider_result_id)s, provider_request_id = %(provider_request_id)s,
+    resolved_at = %(now)s, {_STAMP_EVIDENCE}""",
+    _FENCED,
+)
+REJECT_SQL = _move(
+    f"status = 'rejected', {_CLEAR_LEASE}, error = %(error)s, resolved_at = %(now)s,"
+    f" {_STAMP_EVIDENCE}",
+    "status = %(from_status)s AND fencing_token = COALESCE(%(token)s, fencing_token)",
+)
+RELEASE_SQL = _move(f"status = 'prepared', {_CLEAR_LEASE}", _FENCED)
+MARK_UNKNOWN_SQL = _move(
+    f"""status = 'unknown', {_CLEAR_LEASE}, fencing_token = fencing_token + 1,
+    error = %(error)s, {_STAMP_EVIDENCE}""",
+    _FENCED,
+)
+RESOLVE_SQL = _move(
+    f"""status = %(to_status)s, {_CLEAR_LEASE}, {_STAMP_EVIDENCE},
+    result = CASE WHEN %(to_status)s = 'confirmed' THEN %(result)s::jsonb ELSE result END,
+    provider_result_id = CASE WHEN %(to_status)s = 'confirmed'
+        THEN %(provider_result_id)s ELSE provider_result_id END,
+    error = CASE WHEN %(to_status)s = 'rejected' THEN %(error)s ELSE error END,
+    resolved_at = CASE WHEN %(to_status)s = 'prepared' THEN resolved_at ELSE %(now)s END""",
+    "status = 'unknown'",
+)
+RECORD_EVIDENCE_SQL = _move(_STAMP_EVIDENCE, "TRUE", from_status="status")
+
+# Run unprepared (Step.adhoc): planned with the actual status, PostgreSQL sees
+# that it implies the partial index's predicate.
+LIST_SQL = """
+SELECT * FROM lge_operations WHERE {where}
+ORDER BY updated_at, operation_id LIMIT %(limit)s
+"""
+EVENTS_SQL = """
+SELECT * FROM lge_events WHERE tenant_id = %(tenant_id)s AND operation_id = %(operation_id)s
+ORDER BY seq
+"""
+FEED_SQL = """
+SELECT * FROM lge_events WHERE event_id > %(after_id)s AND {where}
+ORDER BY event_id LIMIT %(limit)s
+"""
+STATS_COUNTS_SQL = """
+SELECT status, COUNT(*) AS n, MIN(updated_at) AS oldest FROM lge_operations
+WHERE {where} GROUP BY status
+"""
+STATS_EVIDENCE_SQL = """
+SELECT kind, evidence ->> 'kind' AS evidence_kind, evidence ->> 'source' AS source,
+    COUNT(*) AS n
+FROM lge_events WHERE evidence IS NOT NULL AND {where}
+GROUP BY 1, 2, 3
+"""
+
+FILTERS = {
+    "tenant_id": "tenant_id = %(tenant_id)s",
+    "status": "status = %(status)s",
+    "action": "action = %(action)s",
+    "updated_before": "updated_at < %(updated_before)s",
+}
+
+DIALECT = logic.Dialect(
+    statements={
+        logic.SETUP_LOCK: SETUP_LOCK_SQL,
+        logic.SCHEMA_VERSION_TABLE: SCHEMA_VERSION_TABLE_SQL,
+        logic.SCHEMA_VERSION: SCHEMA_VERSION_SQL,
+        logic.RECORD_SCHEMA_VERSION: RECORD_SCHEMA_VERSION_SQL,
+        logic.PREPARE: PREPARE_SQL,
+        logic.GET: GET_SQL,
+        logic.GET_MANY: GET_MANY_SQL,
+        logic.APPROVE: APPROVE_SQL,
+        logic.CLAIM: CLAIM_SQL,
+        logic.RENEW: RENEW_SQL,
+        logic.CONFIRM: CONFIRM_SQL,
+        logic.REJECT: REJECT_SQL,
+        logic.RELEASE: RELEASE_SQL,
+        logic.MARK_UNKNOWN: MARK_UNKNOWN_SQL,
+        logic.RESOLVE: RESOLVE_SQL,
+        logic.RECORD_EVIDENCE: RECORD_EVIDENCE_SQL,
+        logic.LIST: LIST_SQL,
+        logic.EVENTS: EVENTS_SQL,
+        logic.FEED: FEED_SQL,
+        logic.STATS_COUNTS: STATS_COUNTS_SQL,
+        logic.STATS_EVIDENCE: STATS_EVIDENCE_SQL,
+    },
+    filters=FILTERS,
+    migrations=MIGRATIONS,
+    dump_ts=_dump_ts,
+    load_ts=_load_ts,
+    load_json=_load_json,
+    dump_batch=_dump_batch,
+    batch=True,
+)
