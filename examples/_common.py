@@ -67,7 +67,7 @@ class ScriptedChatModel(BaseChatModel):
             reply = AIMessage(content="", tool_calls=calls, id=f"ai-{turn}")
         else:
             results = [str(m.content) for m in messages if isinstance(m, ToolMessage)]
-            reply = AIMessage(content="Done. " + " | ".join(results[-2:]), id=f"ai-{turn}")
+            reply = AIMessage(content="Done. " + (results[-1] if results else ""), id=f"ai-{turn}")
         return ChatResult(generations=[ChatGeneration(message=reply)])
 
 
@@ -115,3 +115,62 @@ def table(rows: Sequence[Sequence[object]], header: Sequence[str]) -> str:
     ]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
+
+
+def narrate(graph: Any, graph_input: Any, config: dict[str, Any]) -> list[Any]:
+    """Run the graph (``durability="sync"``), printing each step; return pending interrupts.
+
+    ``durability="sync"`` saves the AIMessage (and its tool-call ids) before a
+    tool runs, so a resumed run meets the same calls, and so the same operations.
+    """
+    interrupts: list[Any] = []
+    for chunk in graph.stream(graph_input, config, stream_mode="updates", durability="sync"):
+        for node, update in chunk.items():
+            if node == "__interrupt__":
+                interrupts.extend(update)
+                print("  [interrupt] the graph waits for a person (see the request below)")
+                continue
+            messages = update.get("messages", []) if isinstance(update, dict) else []
+            for message in messages:
+                print(f"  [{node}] {describe(message)}")
+    return interrupts
+
+
+def describe(message: BaseMessage) -> str:
+    """One line for a message: tool calls, a tool result, or the text."""
+    if isinstance(message, AIMessage) and message.tool_calls:
+        calls = ", ".join(
+            f"{c['name']}({', '.join(f'{k}={v!r}' for k, v in c['args'].items())})"
+            for c in message.tool_calls
+        )
+        return f"model proposes {calls}"
+    text = str(message.content)
+    text = text if len(text) <= 160 else text[:157] + "..."
+    if isinstance(message, ToolMessage):
+        flag = " (error)" if message.status == "error" else ""
+        return f"{message.name}{flag} -> {text}"
+    return f"model says: {text}"
+
+
+def parse_crash(value: str | None) -> tuple[Any, int] | None:
+    """``POINT[:HIT]`` (a ``CrashPoint`` value, hit counting from 1) or None."""
+    from langgraph_effects.testing.faults import CrashPoint
+
+    if not value:
+        return None
+    point, _, hit = value.partition(":")
+    return CrashPoint(point), int(hit or 1)
+
+
+def crash_choices() -> list[str]:
+    from langgraph_effects.testing.faults import CrashPoint
+
+    return [p.value for p in CrashPoint]
+
+
+def who(actor: str) -> str:
+    """An event's actor; a lease owner (``[takeover:]host|pid|started|nonce``) as "process PID"."""
+    if "|" not in actor:
+        return actor
+    head, pid = actor.split("|")[:2]
+    return f"{'takeover by ' if head.startswith('takeover:') else ''}process {pid}"

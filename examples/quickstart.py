@@ -40,7 +40,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from _common import ScriptedChatModel, saver_connection, table, work_dir
+from _common import ScriptedChatModel, saver_connection, table, who, work_dir
 from langchain_core.messages import HumanMessage
 from langchain_core.tools import tool
 from langgraph.checkpoint.sqlite import SqliteSaver
@@ -163,14 +163,6 @@ def child(phase: str, node: str, directory: Path) -> int:
 # --------------------------------------------------------------------------- the demo
 
 
-def _who(actor: str) -> str:
-    """A lease owner (``[takeover:]host|pid|started|nonce``) as "process PID"."""
-    if "|" not in actor:
-        return actor
-    head, pid = actor.split("|")[:2]
-    return f"{'takeover, ' if head.startswith('takeover:') else ''}process {pid}"
-
-
 def demo(node: str, directory: Path) -> tuple[int, int, str]:
     """Crash one thread after the CRM acted, resume it; return (closures, duplicates, status)."""
     title = "EffectToolNode" if node == "effect" else "ToolNode (plain, the control)"
@@ -193,7 +185,7 @@ def demo(node: str, directory: Path) -> tuple[int, int, str]:
             for event in ledger.events(TENANT, op.operation_id):
                 why = f"  [{event.evidence.summary}]" if event.evidence else ""
                 frm = event.from_status.value if event.from_status else "-"
-                actor = _who(event.actor)
+                actor = who(event.actor)
                 print(
                     f"    {event.kind.value:<13} {frm:>11} -> {event.to_status.value:<11} "
                     f"by {actor}{why}"

@@ -1,0 +1,291 @@
+"""CRM onboarding: close a case, then notify the account owner through the outbox.
+
+Two effects with two independent recoveries (seed ``000``): the CRM update is
+an effect tool run by ``EffectToolNode`` (a ledger operation, the CRM's
+idempotency key and status lookup); the notification is NOT sent by the
+agent: its tool commits the local business change (the onboarding is
+complete) and an outbox row in ONE transaction of the application's database,
+and a relay delivers the e-mail later as an operation of its own, saving the
+provider's receipt at once. No API key, nothing to start.
+
+Run it::
+
+    python examples/crm_onboarding.py                            # the whole flow
+    python examples/crm_onboarding.py --crash-at after_provider  # the CRM acted, the process dies
+    python examples/crm_onboarding.py --resume                   # a fresh process finishes it
+    python examples/crm_onboarding.py --crash-at relay_after_send  # the mail was accepted,
+                                                                 # the relay died before the receipt
+    python examples/crm_onboarding.py --model openai:gpt-4o-mini # a real model (optional)
+
+``--crash-at`` takes a ``CrashPoint`` of the runner (``before_prepare``,
+``after_prepare``, ``after_claim``, ``after_provider``, ``after_receipt``,
+``during_reconcile``, ``during_review_resume``; ``POINT:N`` dies on the N-th
+reach) or ``relay_after_send`` (a fault at the fake mail provider: it accepts
+the message, then the relay's process is killed). The process really exits
+(code 137); ``--resume`` continues from the files in ``--dir`` (default: a
+directory under the system temp dir), and can itself take ``--crash-at``.
+
+What it prints: each step of the agent (tool calls and results), what the
+relay did, then the ledger's operations (two: ``crm.close_case`` and
+``outbox.owner.notify``) with status and attempts, the outbox entries with
+their receipt state (``accepted`` is not ``delivered``), and what the
+providers counted: ``CRM closures of case-318: 1`` and ``e-mails to the
+account owner: 1``, whatever crashed. Exit code 0 when both counts are 1 and
+both operations are confirmed; 137 when a crash point killed it; 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sqlite3
+import sys
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from _common import (
+    add_model_argument,
+    chat_model,
+    crash_choices,
+    narrate,
+    parse_crash,
+    saver_connection,
+    table,
+    who,
+    work_dir,
+)
+from langchain_core.messages import HumanMessage
+from langchain_core.tools import tool
+from langgraph.checkpoint.sqlite import SqliteSaver
+from langgraph.graph import END, START, MessagesState, StateGraph
+
+from langgraph_effects import (
+    EffectContext,
+    EffectToolNode,
+    Evidence,
+    Operation,
+    OperationStatus,
+    ProviderContract,
+    SQLiteLedger,
+    effect,
+    route_tool_calls,
+)
+from langgraph_effects.outbox import Delivery, Outbox, OutboxRelay, Receipt
+from langgraph_effects.testing import CrashPlan, FakeCRM, FakeMail, Fault
+
+TENANT = "acme"
+THREAD = "onboarding-42"
+CASE = "case-318"
+OWNER = "owner@acme.example"
+RELAY_CRASH = "relay_after_send"
+PLAN = [
+    [{"name": "close_case", "args": {"case_id": CASE, "resolution": "onboarding complete"}}],
+    [{"name": "complete_onboarding", "args": {"case_id": CASE, "owner_email": OWNER}}],
+]
+KEYS_24H = ProviderContract(idempotency_window=timedelta(hours=24), status_lookup=True)
+
+
+# --------------------------------------------------------------------------- the application
+
+
+def app_connection(directory: Path) -> sqlite3.Connection:
+    """The application's own database: its business table and the outbox."""
+    conn = sqlite3.connect(directory / "app.db", isolation_level=None, check_same_thread=False)
+    conn.execute(
+        "CREATE TABLE IF NOT EXISTS onboarding (case_id TEXT PRIMARY KEY, status TEXT NOT NULL)"
+    )
+    Outbox(tenant_id=TENANT).setup(conn)
+    return conn
+
+
+def build_tools(crm: FakeCRM, app: sqlite3.Connection) -> list[Any]:
+    """The agent's two tools: an effect on the CRM, a local transaction with an outbox row."""
+
+    def find_closure(op: Operation) -> Evidence:
+        # Conclusive only when the CRM shows THIS operation's key on the case.
+        case = crm.get_case(op.target or "")
+        if case["status"] == "closed" and case["closed_by"] == op.idempotency_key:
+            return Evidence.confirmed(
+                f"{case['case_id']} closed by this operation at version {case['version']}",
+                provider_result_id=f"{case['case_id']}@v{case['version']}",
+                result={k: case[k] for k in ("case_id", "status", "resolution", "version")},
+            )
+        return Evidence.inconclusive(f"{case['case_id']} is {case['status']}, not by this key")
+
+    @effect(
+        "crm.close_case", target=lambda a: a["case_id"], contract=KEYS_24H, reconcile=find_closure
+    )
+    def close_case(case_id: str, resolution: str, ctx: EffectContext) -> dict[str, Any]:
+        """Close a CRM case with a resolution."""
+        return crm.close_case(case_id, resolution, idempotency_key=ctx.idempotency_key)
+
+    @tool
+    def complete_onboarding(case_id: str, owner_email: str) -> str:
+        """Mark the onboarding complete and notify the account owner by e-mail."""
+        # One local transaction: the business change and the intention to notify
+        # commit together or not at all. Running it again (a resume re-runs an
+        # unfinished tool) is harmless: the UPDATE is idempotent and the
+        # dedupe_key makes the second enqueue the same entry.
+        outbox = Outbox(tenant_id=TENANT)
+        app.execute("BEGIN IMMEDIATE")
+        try:
+            app.execute(
+                "INSERT INTO onboarding (case_id, status) VALUES (?, 'complete')"
+                " ON CONFLICT (case_id) DO UPDATE SET status = 'complete'",
+                (case_id,),
+            )
+            entry_id = outbox.enqueue(
+                app,
+                topic="owner.notify",
+                key=owner_email,
+                dedupe_key=case_id,
+                payload={
+                    "to": owner_email,
+                    "subject": f"Onboarding of {case_id} complete",
+                    "body": f"The onboarding case {case_id} is closed.",
+                },
+            )
+        except BaseException:
+            app.execute("ROLLBACK")
+            raise
+        app.execute("COMMIT")
+        return f"onboarding of {case_id} marked complete; owner notification queued ({entry_id})"
+
+    return [close_case, complete_onboarding]
+
+
+def build_graph(tools: list[Any], ledger: SQLiteLedger, saver: SqliteSaver, model: Any) -> Any:
+    model = model.bind_tools(tools)
+
+    def agent(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [model.invoke(state["messages"])]}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("agent", agent)
+    builder.add_node("tools", EffectToolNode(tools, ledger=ledger, tenant_id=TENANT))
+    builder.add_edge(START, "agent")
+    builder.add_conditional_edges("agent", route_tool_calls, ["tools", END])
+    builder.add_edge("tools", "agent")
+    return builder.compile(checkpointer=saver)
+
+
+def relay_for(app_dir: Path, ledger: SQLiteLedger, mail: FakeMail) -> Any:
+    """The outbox relay: each entry becomes a ledger operation; receipts saved at once."""
+
+    def deliver(d: Delivery) -> Receipt:
+        p = d.entry.payload
+        sent = mail.send(p["to"], p["subject"], p["body"], idempotency_key=d.idempotency_key)
+        return Receipt(message_id=sent["message_id"])  # accepted, not (yet) delivered
+
+    def reconcile(op: Operation) -> Evidence:
+        found = mail.search(idempotency_key=op.idempotency_key)
+        if found:
+            return Evidence.confirmed(
+                "the Sent folder holds a message under this operation's key",
+                provider_result_id=found[0]["message_id"],
+                result={"message_id": found[0]["message_id"], "state": found[0]["status"]},
+            )
+        # The Sent search is eventually consistent: an empty result proves nothing.
+        return Evidence.inconclusive("no message under this key in the Sent folder (yet)")
+
+    return OutboxRelay.from_conn_string(
+        app_dir / "app.db",
+        ledger=ledger,
+        deliver=deliver,
+        reconcile=reconcile,
+        contract=KEYS_24H,
+        tenant_id=TENANT,
+        provider="mail",
+    )
+
+
+# --------------------------------------------------------------------------- the run
+
+
+def report(directory: Path, ledger: SQLiteLedger, app: sqlite3.Connection) -> int:
+    """Print what the ledger, the outbox and the providers say; return the exit code."""
+    ops = ledger.list(tenant_id=TENANT)
+    print("\nLedger operations:")
+    print(
+        table(
+            [(o.operation_id, o.action, o.target, o.status.value, o.attempts) for o in ops],
+            header=("operation", "action", "target", "status", "attempts"),
+        )
+    )
+    for o in ops:  # how each got there: its own recovery, independent of the other
+        steps = [f"{e.kind.value}({who(e.actor)})" for e in ledger.events(TENANT, o.operation_id)]
+        print(f"  {o.action}: {' -> '.join(steps)}")
+    entries = Outbox.list(app)
+    print("\nOutbox entries:")
+    print(
+        table(
+            [(e.entry_id, e.topic, e.status.value, e.receipt_state or "-") for e in entries],
+            header=("entry", "topic", "status", "receipt"),
+        )
+    )
+    with FakeCRM(directory / "crm.db") as crm, FakeMail(directory / "mail.db") as mail:
+        closures, mails = crm.effects_for(CASE), mail.effects_for(OWNER)
+    print(f"\nCRM closures of {CASE}: {closures}")
+    print(f"e-mails to the account owner: {mails}")
+    confirmed = [o for o in ops if o.status is OperationStatus.CONFIRMED]
+    ok = closures == 1 and mails == 1 and len(ops) == 2 and len(confirmed) == 2
+    print("OK: each effect happened exactly once." if ok else "NOT DONE: see above.")
+    return 0 if ok else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--dir", help="where the SQLite files go (default: a temp dir)")
+    parser.add_argument(
+        "--crash-at",
+        metavar="POINT[:N]",
+        help=f"die at a crash point: {', '.join(crash_choices())}, or {RELAY_CRASH}",
+    )
+    parser.add_argument("--resume", action="store_true", help="continue after a crash")
+    add_model_argument(parser)
+    args = parser.parse_args(argv)
+    sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
+
+    directory = work_dir("crm_onboarding", args.dir, fresh=not args.resume)
+    print(f"Files in {directory}")
+    relay_crash = args.crash_at == RELAY_CRASH
+    crash = None if relay_crash else parse_crash(args.crash_at)
+    if args.crash_at:
+        print(f"Armed: this process dies at {args.crash_at}. Then run:")
+        print(f"  python {sys.argv[0]} --resume --dir {directory}")
+
+    app = app_connection(directory)
+    config = {"configurable": {"thread_id": THREAD}}
+    with (
+        FakeCRM(directory / "crm.db") as crm,
+        FakeMail(directory / "mail.db") as mail,
+        SQLiteLedger.from_conn_string(str(directory / "effects.db")) as ledger,
+    ):
+        ledger.setup()
+        if relay_crash:
+            mail.faults.push(Fault.CRASH)  # accept the message, commit, then kill us
+        saver = SqliteSaver(saver_connection(directory / "checkpoints.db"))
+        graph = build_graph(build_tools(crm, app), ledger, saver, chat_model(args.model, PLAN))
+        plan = CrashPlan.arm(crash[0], "exit", hit=crash[1]) if crash else None
+
+        if not args.resume:
+            print("\nThe agent (one process; the checkpoint is saved at every step):")
+            ask = f"Onboarding of {CASE} is done: close the case, then notify {OWNER}."
+            narrate(graph, {"messages": [HumanMessage(ask)]}, config)
+        elif graph.get_state(config).next:
+            print("\nThe agent resumes its thread: graph.invoke(None, config)")
+            narrate(graph, None, config)
+        else:
+            print("\nThe agent's thread is finished; nothing to resume there.")
+
+        print("\nThe outbox relay delivers what the committed transactions queued:")
+        with relay_for(directory, ledger, mail) as relay:
+            done = relay.run_until_idle()
+        print(f"  claimed {done.claimed}, sent {done.sent}, review {done.review}, dead {done.dead}")
+        if plan is not None and not plan.fired:
+            print(f"(the crash point {args.crash_at} was not reached in this run)")
+        return report(directory, ledger, app)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
