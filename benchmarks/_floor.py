@@ -63,7 +63,8 @@ _OPEN = "status IN ('prepared', 'dispatching', 'unknown')"
 
 _PG_SETUP = [
     "CREATE TABLE floor_operations (" + _COLUMNS.format(json="jsonb", ts="timestamptz") + ")",
-    f"CREATE INDEX floor_operations_open ON floor_operations (status, updated_at) WHERE {_OPEN}",
+    f"CREATE INDEX floor_operations_open ON floor_operations (status, updated_at, operation_id) "
+    f"WHERE {_OPEN}",
     """CREATE TABLE floor_events (
         event_id bigserial PRIMARY KEY,
         tenant_id text NOT NULL,
@@ -228,8 +229,8 @@ _SQLITE_SETUP = [
     "CREATE TABLE IF NOT EXISTS floor_operations ("
     + _COLUMNS.format(json="text", ts="text")
     + ") WITHOUT ROWID",
-    f"CREATE INDEX IF NOT EXISTS floor_operations_open ON floor_operations (status, updated_at) "
-    f"WHERE {_OPEN}",
+    "CREATE INDEX IF NOT EXISTS floor_operations_open "
+    f"ON floor_operations (status, updated_at, operation_id) WHERE {_OPEN}",
     """CREATE TABLE IF NOT EXISTS floor_events (
         event_id integer PRIMARY KEY AUTOINCREMENT,
         tenant_id text NOT NULL,

@@ -93,19 +93,28 @@ def _sqlite(trace: bool) -> Iterator[tuple[Side, Side, Callable[[], Any]]]:
     from langgraph_effects import SQLiteLedger
 
     with sqlite_dir() as directory, ExitStack() as stack:
-        ledger = stack.enter_context(SQLiteLedger.from_conn_string(str(directory / "ledger.db")))
+        # The ledger gets a connection we own, so its statements can be traced.
+        conn = sqlite3.connect(
+            directory / "ledger.db", check_same_thread=False, isolation_level=None
+        )
+        stack.callback(conn.close)
+        ledger = SQLiteLedger(conn, synchronous="FULL")
         ledger.setup()
         floor = SQLiteFloor(str(directory / "floor.db"))
         stack.callback(floor.close)
         floor.setup()
-        yield _ledger_side(ledger), _floor_side(floor), lambda: _sqlite_trace(ledger, floor)
+        connections = {"ledger": conn, "floor": floor.conn}
+        yield (
+            _ledger_side(ledger),
+            _floor_side(floor),
+            lambda: _sqlite_trace(list(connections.values())),
+        )
 
 
 @contextmanager
-def _sqlite_trace(ledger: Any, floor: SQLiteFloor) -> Iterator[list[PgTrace]]:
-    """Count write commits on the ledger's connection(s) via sqlite3's statement trace."""
+def _sqlite_trace(conns: list[sqlite3.Connection]) -> Iterator[list[PgTrace]]:
+    """Count write commits via sqlite3's statement trace (only one side runs at a time)."""
     statements: list[str] = []
-    conns = [c for c in vars(ledger).values() if isinstance(c, sqlite3.Connection)]
     for conn in conns:
         conn.set_trace_callback(statements.append)
     holder: list[PgTrace] = []
@@ -114,7 +123,7 @@ def _sqlite_trace(ledger: Any, floor: SQLiteFloor) -> Iterator[list[PgTrace]]:
     finally:
         for conn in conns:
             conn.set_trace_callback(None)
-        holder.append(_sqlite_counts(statements) if conns else PgTrace(round_trips=-1))
+        holder.append(_sqlite_counts(statements))
 
 
 def _sqlite_counts(statements: list[str]) -> PgTrace:

@@ -37,14 +37,19 @@ def _rss_mb() -> float:
 def _worker(backend: str, effects: int, path: str) -> dict[str, Any]:
     """Runs in the child: process ``effects`` effects, sampling RSS."""
     from benchmarks import _effects
-    from langgraph_effects import InMemoryLedger, SQLiteLedger
     from langgraph_effects.core.model import LeaseOwner
 
     owner = LeaseOwner.current()
     samples: list[tuple[int, float]] = []
-    with (
-        SQLiteLedger.from_conn_string(path) if backend == "sqlite" else _null(InMemoryLedger())
-    ) as ledger:
+    if backend == "sqlite":
+        from langgraph_effects import SQLiteLedger
+
+        opened: Any = SQLiteLedger.from_conn_string(path)
+    else:
+        from langgraph_effects import InMemoryLedger
+
+        opened = _null(InMemoryLedger())
+    with opened as ledger:
         ledger.setup()
         for i in range(200):  # warm up imports, caches and prepared statements
             _effects.fused(ledger, _effects.draft(f"warm-{i}"), owner)
@@ -96,11 +101,13 @@ def measure(backend: str, effects: int) -> dict[str, Any]:
                 "--path",
                 str(directory / "memory.db"),
             ],
-            check=True,
+            check=False,
             capture_output=True,
             text=True,
             cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
         )
+    if out.returncode:
+        raise RuntimeError(f"memory worker failed:\n{out.stderr}")
     result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
     return result
 
