@@ -166,11 +166,15 @@ def open_ledger(url: str) -> Iterator[Ledger]:
     """
     scheme = urlsplit(url).scheme.lower() if "://" in url else ""
     if scheme in ("postgresql", "postgres") or scheme.startswith("postgresql+"):
+        import psycopg
+
         from langgraph_effects.ledger.postgres import PostgresLedger
 
+        # One connection, not a pool: a command runs a few statements, and an
+        # unreachable server must fail within seconds, not a pool's timeout.
         conn_string = re.sub(r"^postgresql\+\w+://", "postgresql://", url)
-        with PostgresLedger.from_conn_string(conn_string) as ledger:
-            yield ledger
+        with psycopg.connect(conn_string, autocommit=True, connect_timeout=10) as conn:
+            yield PostgresLedger(conn)
         return
     if scheme == "sqlite":
         # SQLAlchemy's convention: sqlite:///rel/path, sqlite:////abs/path.

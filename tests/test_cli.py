@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import sqlite3
+import subprocess
 import sys
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -26,6 +31,7 @@ from langgraph_effects.core.model import (
 )
 from langgraph_effects.errors import InvalidInput
 from langgraph_effects.ledger.memory import InMemoryLedger
+from langgraph_effects.ledger.sqlite import SQLiteLedger
 
 S = OperationStatus
 
@@ -91,28 +97,62 @@ def clock() -> Clock:
     return Clock()
 
 
+@dataclass
+class Backend:
+    """A populated ledger and how the CLI reaches it: an injected object or a URL."""
+
+    ledger: Any
+    url: str | None
+
+
+@contextlib.contextmanager
+def open_backend(kind: str, clock: Clock, tmp_path: Path, request: Any) -> Iterator[Backend]:
+    if kind == "memory":
+        memory = InMemoryLedger(clock=clock)
+        memory.setup()
+        yield Backend(memory, None)
+    elif kind == "sqlite":
+        path = tmp_path / "effects.db"
+        with SQLiteLedger.from_conn_string(str(path), clock=clock) as ledger:
+            ledger.setup()
+            yield Backend(ledger, f"sqlite:///{path}")
+    else:
+        postgres = pytest.importorskip("langgraph_effects.ledger.postgres")
+        if not hasattr(postgres, "PostgresLedger"):
+            pytest.skip("PostgresLedger has not landed yet")
+        url = request.getfixturevalue("pg_url")
+        with postgres.PostgresLedger.from_conn_string(url, clock=clock) as ledger:
+            ledger.setup()
+            yield Backend(ledger, url)
+
+
+@pytest.fixture(params=["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def backend(request: Any, clock: Clock, tmp_path: Path) -> Iterator[Backend]:
+    with open_backend(request.param, clock, tmp_path, request) as opened:
+        populate(opened.ledger, clock)
+        yield opened
+
+
 @pytest.fixture
-def ledger(clock: Clock) -> InMemoryLedger:
-    ledger = InMemoryLedger(clock=clock)
-    ledger.setup()
-    populate(ledger, clock)
-    return ledger
+def ledger(backend: Backend) -> Any:
+    return backend.ledger
 
 
 Invoke = Callable[..., Result]
 
 
 @pytest.fixture
-def cli(ledger: InMemoryLedger) -> Invoke:
-    """Run a command against the fixture ledger (injected as the root context object)."""
+def cli(backend: Backend) -> Invoke:
+    """Run a command against the backend: the in-memory one injected, the others by LGE_DB."""
 
     def invoke(*args: str, env: dict[str, str | None] | None = None) -> Result:
         base: dict[str, str | None] = {
-            "LGE_DB": None,
+            "LGE_DB": backend.url,
             "LGE_OPERATOR": None,
             "LGE_RESOLVE_POLICY": None,
         }
-        return CliRunner().invoke(app, list(args), obj=ledger, env={**base, **(env or {})})
+        obj = backend.ledger if backend.url is None else None
+        return CliRunner().invoke(app, list(args), obj=obj, env={**base, **(env or {})})
 
     return invoke
 
@@ -221,9 +261,7 @@ def test_another_tenants_operation_is_indistinguishable_from_a_missing_one(cli: 
 # -- resolve ---------------------------------------------------------------------
 
 
-def test_resolve_confirm_records_the_operator_evidence_and_result(
-    cli: Invoke, ledger: InMemoryLedger
-) -> None:
+def test_resolve_confirm_records_the_operator_evidence_and_result(cli: Invoke, ledger: Any) -> None:
     """resolve --confirm moves unknown to confirmed, stores the result and logs who and why."""
     result = cli(
         "resolve", "op-old", "--tenant", "acme", "--confirm", "--by", "ana",
@@ -246,7 +284,7 @@ def test_resolve_confirm_records_the_operator_evidence_and_result(
     assert last.detail == {"decision": "confirm", "reason": "case closed in the CRM UI"}
 
 
-def test_resolve_reject_with_operator_from_environment(cli: Invoke, ledger: InMemoryLedger) -> None:
+def test_resolve_reject_with_operator_from_environment(cli: Invoke, ledger: Any) -> None:
     """resolve --reject takes the operator from LGE_OPERATOR and rejects the operation."""
     result = cli(
         "resolve", "op-new", "-t", "acme", "--reject", "--reason", "CRM says no such close",
@@ -259,9 +297,7 @@ def test_resolve_reject_with_operator_from_environment(cli: Invoke, ledger: InMe
     assert ledger.events("acme", "op-new")[-1].actor == "night-shift"
 
 
-def test_resolve_without_operator_identity_changes_nothing(
-    cli: Invoke, ledger: InMemoryLedger
-) -> None:
+def test_resolve_without_operator_identity_changes_nothing(cli: Invoke, ledger: Any) -> None:
     """No --by and no LGE_OPERATOR: usage error (exit 2), the operation stays unknown."""
     result = cli("resolve", "op-old", "-t", "acme", "--confirm", "--reason", "x", "--json")
     assert result.exit_code == ExitCode.USAGE
@@ -283,7 +319,7 @@ def test_resolve_without_operator_identity_changes_nothing(
     ],
 )
 def test_malformed_resolutions_are_usage_errors(
-    cli: Invoke, ledger: InMemoryLedger, args: tuple[str, ...]
+    cli: Invoke, ledger: Any, args: tuple[str, ...]
 ) -> None:
     """Contradictory flags, bad JSON or contradicting evidence: exit 2, nothing changed."""
     result = cli("resolve", "op-old", "-t", "acme", "--by", "ana", *args)
@@ -291,7 +327,7 @@ def test_malformed_resolutions_are_usage_errors(
     assert ledger.get("acme", "op-old").record_version == 3  # type: ignore[union-attr]
 
 
-def test_resolving_a_confirmed_operation_is_refused(cli: Invoke, ledger: InMemoryLedger) -> None:
+def test_resolving_a_confirmed_operation_is_refused(cli: Invoke, ledger: Any) -> None:
     """The state machine refuses to decide a terminal operation: exit 4, record unchanged."""
     before = ledger.get("acme", "op-done")
     result = cli(
@@ -303,9 +339,7 @@ def test_resolving_a_confirmed_operation_is_refused(cli: Invoke, ledger: InMemor
     assert ledger.get("acme", "op-done") == before
 
 
-def test_resolving_another_tenants_operation_is_not_found(
-    cli: Invoke, ledger: InMemoryLedger
-) -> None:
+def test_resolving_another_tenants_operation_is_not_found(cli: Invoke, ledger: Any) -> None:
     """Deciding globex's operation under tenant acme is 'not found' and changes nothing."""
     result = cli("resolve", "op-g", "-t", "acme", "--confirm", "--by", "ana", "--reason", "x")
     assert result.exit_code == ExitCode.NOT_FOUND
@@ -315,9 +349,7 @@ def test_resolving_another_tenants_operation_is_not_found(
 # -- retry -----------------------------------------------------------------------
 
 
-def test_retry_moves_unknown_to_prepared_keeping_the_key(
-    cli: Invoke, ledger: InMemoryLedger
-) -> None:
+def test_retry_moves_unknown_to_prepared_keeping_the_key(cli: Invoke, ledger: Any) -> None:
     """An operator-authorized retry makes the operation prepared again, same key, same payload."""
     before = ledger.get("acme", "op-old")
     result = cli("retry", "op-old", "-t", "acme", "--by", "ana", "--reason", "inside Stripe's 24 h")
@@ -336,9 +368,7 @@ def test_retry_moves_unknown_to_prepared_keeping_the_key(
     }
 
 
-def test_retry_without_idempotency_key_needs_explicit_acceptance(
-    cli: Invoke, ledger: InMemoryLedger
-) -> None:
+def test_retry_without_idempotency_key_needs_explicit_acceptance(cli: Invoke, ledger: Any) -> None:
     """A keyless retry is refused (exit 4) with the duplicate risk explained, unless accepted."""
     refused = cli("retry", "op-nokey", "-t", "acme", "--by", "ana", "--reason", "x", "--json")
     assert refused.exit_code == ExitCode.REFUSED
@@ -362,7 +392,7 @@ def test_retry_without_idempotency_key_needs_explicit_acceptance(
     ],
 )
 def test_retry_is_refused_outside_unknown_with_the_reason(
-    cli: Invoke, ledger: InMemoryLedger, operation_id: str, tenant: str, explains: str
+    cli: Invoke, ledger: Any, operation_id: str, tenant: str, explains: str
 ) -> None:
     """Retry applies to unknown operations only; elsewhere exit 4 says what is happening."""
     before = ledger.get(tenant, operation_id)
@@ -396,9 +426,7 @@ def policy_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     return name
 
 
-def test_policy_decides_who_may_resolve_what(
-    cli: Invoke, ledger: InMemoryLedger, policy_module: str
-) -> None:
+def test_policy_decides_who_may_resolve_what(cli: Invoke, ledger: Any, policy_module: str) -> None:
     """The policy hook forbids (exit 5, nothing changed) or allows each operator's decision."""
     spec = f"{policy_module}:only_own_tenant"
     forbidden = cli(
@@ -417,7 +445,7 @@ def test_policy_decides_who_may_resolve_what(
     assert ledger.get("acme", "op-old").status is S.CONFIRMED  # type: ignore[union-attr]
 
 
-def test_a_failing_policy_forbids(cli: Invoke, ledger: InMemoryLedger, policy_module: str) -> None:
+def test_a_failing_policy_forbids(cli: Invoke, ledger: Any, policy_module: str) -> None:
     """A policy that raises fails closed: exit 5 with its message, the operation unchanged."""
     result = cli(
         "retry", "op-old", "-t", "acme", "--by", "ana", "--reason", "x",
@@ -472,7 +500,7 @@ def test_stats_counts_statuses_unknown_age_and_resolutions(cli: Invoke) -> None:
     assert as_json(cli("stats", "--json", "--tenant", "globex"))["counts"]["unknown"] == 1
 
 
-def test_events_print_the_feed_as_json_lines(cli: Invoke, ledger: InMemoryLedger) -> None:
+def test_events_print_the_feed_as_json_lines(cli: Invoke, ledger: Any) -> None:
     """events --json prints one object per event, in order, honouring --after and --tenant."""
     lines = cli("events", "--json", "--limit", "1000").stdout.splitlines()
     events = [json.loads(line) for line in lines]
@@ -484,9 +512,7 @@ def test_events_print_the_feed_as_json_lines(cli: Invoke, ledger: InMemoryLedger
     assert len(globex) == 4
 
 
-def test_events_follow_prints_new_events_as_they_commit(
-    cli: Invoke, ledger: InMemoryLedger
-) -> None:
+def test_events_follow_prints_new_events_as_they_commit(cli: Invoke, ledger: Any) -> None:
     """events --follow waits for events committed after it starts and stops after --count."""
     last = ledger.feed(limit=1000)[-1].event_id
     assert last is not None
@@ -546,3 +572,109 @@ def test_parse_duration_reads_compound_units() -> None:
     for bad in ("", "10", "ten minutes", "5x", "1h-3m"):
         with pytest.raises(InvalidInput):
             parse_duration(bad)
+
+
+def test_a_sqlite_file_without_ledger_tables_is_exit_2_and_stays_untouched(tmp_path: Path) -> None:
+    """The CLI never sets a ledger up: a database without its tables is a usage error."""
+    path = tmp_path / "other.db"
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        conn.execute("CREATE TABLE unrelated (x)")
+        conn.commit()
+    result = CliRunner().invoke(app, ["stats", "--json", "--db", f"sqlite:///{path}"])
+    assert result.exit_code == ExitCode.USAGE
+    assert "setup()" in error(result)["message"]
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
+    assert tables == {"unrelated"}
+
+
+# -- the installed console script, in real processes -----------------------------
+
+SCRIPT = Path(sys.executable).parent / "langgraph-effects"
+
+
+def run_script(
+    *args: str, db: str, operator: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LGE_")}
+    env["LGE_DB"] = db
+    if operator:
+        env["LGE_OPERATOR"] = operator
+    return subprocess.run(
+        [str(SCRIPT), *args], env=env, capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+@pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_console_script_lists_resolves_and_refuses_in_a_real_process(
+    kind: str, clock: Clock, tmp_path: Path, request: Any
+) -> None:
+    """The installed script reads a real ledger, resolves an unknown one, exits with the codes."""
+    assert SCRIPT.exists(), f"console script not installed at {SCRIPT}"
+    with open_backend(kind, clock, tmp_path, request) as backend:
+        populate(backend.ledger, clock)
+        assert backend.url is not None
+        listed = run_script(
+            "list", "--json", "--status", "unknown", "--tenant", "acme", db=backend.url
+        )
+        assert listed.returncode == 0, listed.stderr
+        ids = [r["operation_id"] for r in json.loads(listed.stdout)["operations"]]
+        assert ids == ["op-old", "op-nokey", "op-new"]
+
+        resolved = run_script(
+            "resolve", "op-old", "-t", "acme", "--confirm", "--reason", "seen in CRM",
+            db=backend.url, operator="ana",
+        )  # fmt: skip
+        assert resolved.returncode == 0, resolved.stderr
+        assert backend.ledger.get("acme", "op-old").status is S.CONFIRMED
+        assert backend.ledger.events("acme", "op-old")[-1].actor == "ana"
+
+        again = run_script(
+            "resolve", "op-old", "-t", "acme", "--reject", "--reason", "x", db=backend.url,
+            operator="ana",
+        )  # fmt: skip
+        assert again.returncode == 4
+        assert "nothing was changed" in again.stderr
+        hidden = run_script("show", "op-g", "-t", "acme", db=backend.url)
+        assert hidden.returncode == 3
+        assert backend.ledger.get("acme", "op-old").status is S.CONFIRMED
+
+
+def test_console_script_follows_events_committed_by_another_process(
+    clock: Clock, tmp_path: Path, request: Any
+) -> None:
+    """events --follow in its own process prints events this process commits to the SQLite file."""
+    with open_backend("sqlite", clock, tmp_path, request) as backend:
+        populate(backend.ledger, clock)
+        assert backend.url is not None
+        last = backend.ledger.feed(limit=1000)[-1].event_id
+        env = {k: v for k, v in os.environ.items() if not k.startswith("LGE_")}
+        follower = subprocess.Popen(
+            [str(SCRIPT), "events", "--follow", "--json", "--after", str(last), "--count", "3",
+             "--interval", "0.05", "--db", backend.url],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        try:
+            make_unknown(backend.ledger, "acme", "op-later")
+            out, err = follower.communicate(timeout=120)
+        finally:
+            follower.kill()
+        assert follower.returncode == 0, err
+        events = [json.loads(line) for line in out.splitlines()]
+        assert [(e["operation_id"], e["kind"]) for e in events] == [
+            ("op-later", "prepare"),
+            ("op-later", "claim"),
+            ("op-later", "mark_unknown"),
+        ]
+
+
+def test_exit_codes_are_the_documented_numbers() -> None:
+    """Scripts rely on these numbers: changing one is a breaking change."""
+    assert {c.name: int(c) for c in ExitCode} == {
+        "OK": 0,
+        "FAILURE": 1,
+        "USAGE": 2,
+        "NOT_FOUND": 3,
+        "REFUSED": 4,
+        "FORBIDDEN": 5,
+    }
