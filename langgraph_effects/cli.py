@@ -325,7 +325,7 @@ def _age(delta: timedelta | None) -> str:
         return "-"
     seconds = max(0, int(delta.total_seconds()))
     units = (("d", 86400), ("h", 3600), ("m", 60), ("s", 1))
-    parts = []
+    parts: list[str] = []
     for name, size in units:
         if seconds >= size or (name == "s" and not parts):
             parts.append(f"{seconds // size}{name}")
