@@ -42,6 +42,11 @@ _EXPORTS: dict[str, str] = {
     "ProviderStats": "langgraph_effects.testing.providers",
     "ProviderTimeout": "langgraph_effects.testing.providers",
     "SystemClock": "langgraph_effects.testing.providers",
+    # the ledger contract suite (for third-party ledgers)
+    "LedgerContract": "langgraph_effects.testing.contract",
+    "ManualClock": "langgraph_effects.testing.contract",
+    "SyncFacade": "langgraph_effects.testing.contract",
+    "make_draft": "langgraph_effects.testing.contract",
     # crash points
     "ChildExit": "langgraph_effects.testing.faults",
     "CrashMode": "langgraph_effects.testing.faults",
