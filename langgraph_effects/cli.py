@@ -312,7 +312,8 @@ def _statuses(values: list[str] | None, include_terminal: bool) -> list[Operatio
 
 
 def _iso(value: datetime | None) -> str | None:
-    return None if value is None else value.isoformat()
+    """ISO 8601 as pydantic writes it (UTC as ``Z``), so all JSON timestamps look alike."""
+    return None if value is None else value.isoformat().replace("+00:00", "Z")
 
 
 def _seconds(value: timedelta | None) -> float | None:
@@ -409,9 +410,12 @@ class _Outlook:
     next_run: str
     risk: str
 
-    def as_json(self, op: Operation, now: datetime) -> dict[str, Any]:
+    def as_json(
+        self, op: Operation, now: datetime, since: datetime | None = None
+    ) -> dict[str, Any]:
         return {
             "decisions": [d.value for d in self.decisions],
+            "status_since": _iso(since),
             "next_run": self.next_run,
             "risk": self.risk,
             "attempts": op.attempts,
@@ -623,20 +627,23 @@ def show(
     """Show one operation: its record, events, evidence and what a retry would risk.
 
     JSON: {"operation": {every record field}, "events": [event...],
-    "outlook": {decisions, next_run, risk, attempts, idempotency_key,
-    first_dispatched_at, key_age_seconds, key_window_known}}
+    "outlook": {decisions, status_since, next_run, risk, attempts,
+    idempotency_key, first_dispatched_at, key_age_seconds, key_window_known}}
     """
     with _reporting(as_json), _ledger(ctx, db) as ledger:
         op = _require(ledger, tenant, operation_id)
         events = ledger.events(tenant, operation_id)
         now = utcnow()
         outlook = _outlook(op, now)
+        # updated_at also moves on inconclusive evidence; the event log knows
+        # when the status itself last changed.
+        since = next((e.at for e in reversed(events) if e.from_status != e.to_status), None)
         if as_json:
             _echo_json(
                 {
                     "operation": op.model_dump(mode="json"),
                     "events": [_event_json(e) for e in events],
-                    "outlook": outlook.as_json(op, now),
+                    "outlook": outlook.as_json(op, now, since),
                 }
             )
             return
@@ -651,7 +658,7 @@ def show(
             ("action", f"{op.action} v{op.action_version}"),
             ("target", op.target or "-"),
             ("provider", op.provider or "-"),
-            ("status", _status(op.status)),
+            ("status", _status(op.status) + (f" since {_iso(since)}" if since else "")),
             ("attempts", str(op.attempts)),
             ("idempotency key", op.idempotency_key or "- (none: the provider cannot deduplicate)"),
             ("provider request", op.provider_request_id or "-"),

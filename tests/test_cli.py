@@ -226,6 +226,7 @@ def test_show_gives_record_events_and_retry_outlook(cli: Invoke) -> None:
     assert [e["kind"] for e in data["events"]] == ["prepare", "claim", "mark_unknown"]
     outlook = data["outlook"]
     assert outlook["decisions"] == ["confirm", "reject", "retry"]
+    assert outlook["status_since"] == data["events"][-1]["at"]
     assert outlook["idempotency_key"] == "lge-op-old"
     assert outlook["attempts"] == 1
     assert outlook["key_age_seconds"] >= 7200
