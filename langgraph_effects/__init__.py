@@ -56,6 +56,8 @@ _EXPORTS: dict[str, str] = {
     "EffectContext": "langgraph_effects.effects",
     "EffectToolNode": "langgraph_effects.node",
     "route_tool_calls": "langgraph_effects.node",
+    "EffectState": "langgraph_effects.node",
+    "DurabilityWarning": "langgraph_effects.runner",
     "EffectMiddleware": "langgraph_effects.middleware",
     # notifications and run snapshots
     "Outbox": "langgraph_effects.outbox",

@@ -373,7 +373,8 @@ def effect(
     """
     if not isinstance(action, str):
         # Bare ``@effect``: the function's name is the action.
-        return effect(getattr(action, "name", None) or action.__name__)(action)
+        name_ = getattr(action, "name", None) or getattr(action, "__name__", "effect")
+        return effect(str(name_))(action)
     if not action.strip():
         raise InvalidInput("an effect needs a non-blank action name")
     spec = EffectSpec(

@@ -76,7 +76,8 @@ class EffectMiddleware(AgentMiddleware[EffectAgentState, Any, Any]):
         self.hitl = hitl
 
     def _prepare(self, request: ToolCallRequest) -> tuple[ToolCallRequest, EffectCall] | None:
-        if request.tool is None or effect_spec(request.tool) is None:
+        tool = request.tool
+        if tool is None or effect_spec(tool) is None:
             return None
         state = request.state if isinstance(request.state, dict) else {}
         edited = (state.get(_HITL_EDITS) or {}).get(request.tool_call["id"])
@@ -89,7 +90,7 @@ class EffectMiddleware(AgentMiddleware[EffectAgentState, Any, Any]):
             self.hitl, "interrupt_on", {}
         )
         call = build_call(
-            request.tool,
+            tool,
             request.tool_call,
             config,
             tenant_id=self.tenant_id,

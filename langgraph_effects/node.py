@@ -151,7 +151,7 @@ def build_call(
 
 def effect_result(
     request: ToolCallRequest, call: EffectCall, op: Operation, *, messages_key: str = "messages"
-) -> ToolMessage | Command:
+) -> ToolMessage | Command[Any]:
     """The call's answer: the ToolMessage, plus the operation id when the state tracks them."""
     message = tool_message(op, tool_name=call.tool_name, tool_call_id=request.tool_call["id"] or "")
     state = request.state
@@ -222,6 +222,10 @@ class EffectToolNode(ToolNode):
             awrap_tool_call=self._awrap,
             **extra,
         )
+
+    def __repr__(self) -> str:
+        # ToolNode's repr walks its bound wrappers back to this object.
+        return f"EffectToolNode(tools={list(self.tools_by_name)!r}, name={self.name!r})"
 
     @property
     def ledger(self) -> Any:
@@ -332,20 +336,20 @@ class EffectToolNode(ToolNode):
 
     def _wrap(
         self, request: ToolCallRequest, execute: Callable[[ToolCallRequest], Any]
-    ) -> ToolMessage | Command:
+    ) -> ToolMessage | Command[Any]:
         call = self._call(request)
         if call is None:
-            result: ToolMessage | Command = execute(request)
+            result: ToolMessage | Command[Any] = execute(request)
             return result
         op = self.runner.run(call, _execute_with(request, execute), handoff=self._handoff(call))
         return effect_result(request, call, op, messages_key=self._messages_key)
 
     async def _awrap(
         self, request: ToolCallRequest, execute: Callable[[ToolCallRequest], Any]
-    ) -> ToolMessage | Command:
+    ) -> ToolMessage | Command[Any]:
         call = self._call(request)
         if call is None:
-            result: ToolMessage | Command = await execute(request)
+            result: ToolMessage | Command[Any] = await execute(request)
             return result
         op = await self.runner.arun(
             call, _execute_with(request, execute), handoff=self._handoff(call)

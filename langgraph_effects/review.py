@@ -267,7 +267,7 @@ def parse_answer(value: Any, *, tool_name: str, kind: RequestKind | None = None)
                 )
     raw = value.get("decision")
     try:
-        decision = Decision(raw)
+        decision = Decision(str(raw))
     except ValueError:
         raise InvalidAnswer(
             f"unknown decision {raw!r}; allowed: {', '.join(d.value for d in allowed)}",
@@ -279,12 +279,12 @@ def parse_answer(value: Any, *, tool_name: str, kind: RequestKind | None = None)
             f"allowed: {', '.join(d.value for d in allowed)}",
             operation_id=op_id,
         )
-    by = value.get("by")
-    if not isinstance(by, str) or not by.strip():
+    author = value.get("by")
+    if not isinstance(author, str) or not author.strip():
         raise InvalidAnswer("an answer needs 'by': who decided", operation_id=op_id)
-    reason = value.get("reason") or ""
-    if not isinstance(reason, str):
+    why = value.get("reason") or ""
+    if not isinstance(why, str):
         raise InvalidAnswer("'reason' must be a string", operation_id=op_id)
     return Answer(
-        operation_id=op_id, decision=decision, by=by, reason=reason, result=value.get("result")
+        operation_id=op_id, decision=decision, by=author, reason=why, result=value.get("result")
     )

@@ -285,7 +285,7 @@ def tool_message(op: Operation, *, tool_name: str, tool_call_id: str) -> ToolMes
         content=content,
         name=tool_name,
         tool_call_id=tool_call_id,
-        status=status,  # type: ignore[arg-type]
+        status=status,
     )
 
 
@@ -339,7 +339,7 @@ class _Outcome:
     """What one dispatch did: the tool's raw outcome, and ToolNode's message."""
 
     call: _Call
-    message: ToolMessage | Command | None = None
+    message: ToolMessage | Command[Any] | None = None
     error: BaseException | None = None
     bubble: BaseException | None = None
     """An interrupt raised by the tool, or the task's cancellation: clean up, re-raise."""
@@ -710,7 +710,9 @@ class EffectRunner:
         if error is None:
             value = _recordable(out.call.value)
             try:
-                new = yield _L("confirm", op.tenant_id, op.operation_id, token=token, result=value)
+                confirmed: Operation = yield _L(
+                    "confirm", op.tenant_id, op.operation_id, token=token, result=value
+                )
             except (StaleFencingToken, IllegalTransition, ConcurrentUpdate):
                 # Taken over while we were in flight: the record is not ours to
                 # write. Our receipt is still conclusive evidence for whoever
@@ -723,7 +725,7 @@ class EffectRunner:
                 assert fresh is not None
                 return fresh
             crash_point(CrashPoint.AFTER_RECEIPT)
-            return new
+            return confirmed
         match classify(error):
             case Outcome.REJECTED:
                 assert isinstance(error, EffectRejected)

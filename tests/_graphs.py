@@ -41,7 +41,9 @@ class ScriptedModel(BaseChatModel):
         **kwargs: Any,
     ) -> ChatResult:
         done_rounds = sum(1 for m in messages if isinstance(m, AIMessage) and m.tool_calls)
-        if done_rounds >= self.rounds or isinstance(messages[-1], ToolMessage) and self.rounds == 1:
+        if done_rounds >= self.rounds or (
+            isinstance(messages[-1], ToolMessage) and self.rounds == 1
+        ):
             reply = AIMessage(content="done")
         else:
             calls = [

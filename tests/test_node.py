@@ -14,11 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from langchain_core.messages import AIMessage
+from _graphs import Env, build_graph, call, tool_messages
 from langgraph.types import Command
 from pydantic import ValidationError
 
-from _graphs import Env, build_graph, call, tool_messages
 from langgraph_effects import (
     EffectContext,
     Evidence,
@@ -28,7 +27,7 @@ from langgraph_effects import (
     effect,
 )
 from langgraph_effects.core.model import EventKind
-from langgraph_effects.testing.providers import FakeCRM, FakeMail, FakeTicketing, Fault
+from langgraph_effects.testing.providers import FakeCRM, FakeMail, Fault
 
 S = OperationStatus
 BACKENDS = [
@@ -104,9 +103,11 @@ def test_first_run_then_replay_from_earlier_checkpoint(env: Env) -> None:
     )
     first = env.invoke(graph, {"messages": [("user", "close A")]}, CFG)
     [msg] = tool_messages(first)
-    assert msg.status == "success" and crm.effects == 1
+    assert msg.status == "success"
+    assert crm.effects == 1
     [op] = env.ops()
-    assert op.status is S.CONFIRMED and first["effect_operations"] == [op.operation_id]
+    assert op.status is S.CONFIRMED
+    assert first["effect_operations"] == [op.operation_id]
     history = list(graph.get_state_history(CFG)) if not env.is_async else []
     if env.is_async:
 
@@ -128,10 +129,13 @@ def test_lost_response_is_reconciled_without_resending(env: Env) -> None:
     graph = build_graph([tool], [CLOSE_A], ledger=env.ledger, checkpointer=env.checkpointer)
     out = env.invoke(graph, {"messages": [("user", "close A")]}, CFG)
     [op] = env.ops()
-    assert op.status is S.CONFIRMED and op.attempts == 1
-    assert crm.effects == 1 and tool_messages(out)[0].status == "success"
+    assert op.status is S.CONFIRMED
+    assert op.attempts == 1
+    assert crm.effects == 1
+    assert tool_messages(out)[0].status == "success"
     kinds = [e.kind for e in env.ledger_call("events", "default", op.operation_id)]
-    assert EventKind.MARK_UNKNOWN in kinds and EventKind.RESOLVE in kinds
+    assert EventKind.MARK_UNKNOWN in kinds
+    assert EventKind.RESOLVE in kinds
 
 
 def test_lost_response_is_retried_under_the_same_key(env: Env) -> None:
@@ -142,8 +146,10 @@ def test_lost_response_is_retried_under_the_same_key(env: Env) -> None:
     graph = build_graph([tool], [CLOSE_A], ledger=env.ledger, checkpointer=env.checkpointer)
     env.invoke(graph, {"messages": [("user", "close A")]}, CFG)
     [op] = env.ops()
-    assert op.status is S.CONFIRMED and op.attempts == 2
-    assert crm.effects == 1 and crm.duplicates == 0
+    assert op.status is S.CONFIRMED
+    assert op.attempts == 2
+    assert crm.effects == 1
+    assert crm.duplicates == 0
 
 
 def _review_graph(env: Env, crm: FakeCRM) -> Any:
@@ -162,7 +168,8 @@ def test_unresolvable_unknown_interrupts_and_operator_confirms(env: Env) -> None
     [intr] = pending_interrupts(env, graph, CFG)
     request = intr.value
     [op] = env.ops()
-    assert request["operation_id"] == op.operation_id and request["status"] == "unknown"
+    assert request["operation_id"] == op.operation_id
+    assert request["status"] == "unknown"
     assert request["retry_risk"]["duplicate_possible"] is True
     assert set(request["allowed_decisions"]) == {"confirm", "reject", "retry"}
     assert crm.effects == 1
@@ -179,8 +186,10 @@ def test_unresolvable_unknown_interrupts_and_operator_confirms(env: Env) -> None
         CFG,
     )
     [op] = env.ops()
-    assert op.status is S.CONFIRMED and crm.effects == 1
-    assert tool_messages(out)[0].status == "success" and out["messages"][-1].content == "done"
+    assert op.status is S.CONFIRMED
+    assert crm.effects == 1
+    assert tool_messages(out)[0].status == "success"
+    assert out["messages"][-1].content == "done"
     resolve = env.ledger_call("events", "default", op.operation_id)[-1]
     assert resolve.actor == "alice"
 
@@ -203,7 +212,9 @@ def test_operator_retry_resends_with_the_same_key(env: Env) -> None:
         CFG,
     )
     [op] = env.ops()
-    assert op.status is S.CONFIRMED and op.attempts == 2 and crm.effects == 1
+    assert op.status is S.CONFIRMED
+    assert op.attempts == 2
+    assert crm.effects == 1
 
 
 def test_operator_reject_records_its_author(env: Env) -> None:
@@ -259,7 +270,8 @@ def test_out_of_band_resolution_then_resume(env: Env) -> None:
         Resolution(decision=Decision.CONFIRM, by="ops", result={"ok": 1}),
     )
     out = env.invoke(graph, None, CFG)
-    assert tool_messages(out)[0].content == '{"ok": 1}' and crm.effects == 1
+    assert tool_messages(out)[0].content == '{"ok": 1}'
+    assert crm.effects == 1
 
 
 def test_accepted_notification_stays_unknown(env: Env) -> None:
@@ -286,7 +298,8 @@ def test_accepted_notification_stays_unknown(env: Env) -> None:
     )
     env.invoke(graph, {"messages": [("user", "mail")]}, CFG)
     [op] = env.ops()
-    assert op.status is S.UNKNOWN and mail.effects == 1
+    assert op.status is S.UNKNOWN
+    assert mail.effects == 1
     [intr] = pending_interrupts(env, graph, CFG)
     assert intr.value["evidence"][0]["kind"] == "inconclusive"
 
@@ -300,9 +313,11 @@ def test_definitive_rejection_needs_no_person(env: Env) -> None:
     )
     out = env.invoke(graph, {"messages": [("user", "close A")]}, CFG)
     [op] = env.ops()
-    assert op.status is S.REJECTED and crm.effects == 0
+    assert op.status is S.REJECTED
+    assert crm.effects == 0
     msg = tool_messages(out)[0]
-    assert msg.status == "error" and "NOT carried out" in str(msg.content)
+    assert msg.status == "error"
+    assert "NOT carried out" in str(msg.content)
 
 
 def test_transient_refusals_are_retried(env: Env) -> None:
@@ -318,11 +333,12 @@ def test_transient_refusals_are_retried(env: Env) -> None:
     )
     env.invoke(graph, {"messages": [("user", "close A")]}, CFG)
     [op] = env.ops()
-    assert op.status is S.CONFIRMED and crm.effects == 1
+    assert op.status is S.CONFIRMED
+    assert crm.effects == 1
 
 
 def test_same_intent_key_with_another_payload_is_refused(env: Env) -> None:
-    """Scenario 8: the same intent key with another payload raises PayloadMismatch, sends nothing."""
+    """Scenario 8: one intent key with another payload: PayloadMismatch, nothing sent."""
     crm = FakeCRM()
     tool = crm_tools(crm, intent_key=lambda a: f"close:{a['case_id']}")
     graph = build_graph([tool], [CLOSE_A], ledger=env.ledger, checkpointer=env.checkpointer)
@@ -337,11 +353,12 @@ def test_same_intent_key_with_another_payload_is_refused(env: Env) -> None:
         env.invoke(
             other, {"messages": [("user", "close A")]}, {"configurable": {"thread_id": "t2"}}
         )
-    assert crm.effects == 1 and len(env.ops()) == 1
+    assert crm.effects == 1
+    assert len(env.ops()) == 1
 
 
 def test_same_intent_key_replays_a_reproposed_call(env: Env) -> None:
-    """Scenario 8: a re-proposed call (new tool_call_id) with the same intent maps to one operation."""
+    """Scenario 8: a re-proposed call (new tool_call_id), same intent key: one operation."""
     crm = FakeCRM()
     tool = crm_tools(crm, intent_key=lambda a: f"close:{a['case_id']}")
     for n, tc_id in enumerate(["call-1", "call-2"]):
@@ -354,7 +371,8 @@ def test_same_intent_key_replays_a_reproposed_call(env: Env) -> None:
         env.invoke(
             graph, {"messages": [("user", "close A")]}, {"configurable": {"thread_id": f"t{n}"}}
         )
-    assert crm.effects == 1 and len(env.ops()) == 1
+    assert crm.effects == 1
+    assert len(env.ops()) == 1
 
 
 def _approval_tool(crm: FakeCRM, allowed: dict[str, bool]) -> Any:
@@ -362,7 +380,7 @@ def _approval_tool(crm: FakeCRM, allowed: dict[str, bool]) -> Any:
 
 
 def test_approval_binds_to_its_operation(env: Env) -> None:
-    """require_approval interrupts with the operation id and HITL fields; approve dispatches once."""
+    """require_approval interrupts with the operation id and HITL fields; approve sends once."""
     crm = FakeCRM()
     graph = build_graph(
         [_approval_tool(crm, {"ok": True})],
@@ -373,11 +391,13 @@ def test_approval_binds_to_its_operation(env: Env) -> None:
     env.invoke(graph, {"messages": [("user", "close A")]}, CFG)
     [intr] = pending_interrupts(env, graph, CFG)
     [op] = env.ops()
-    assert intr.value["operation_id"] == op.operation_id and intr.value["status"] == "prepared"
+    assert intr.value["operation_id"] == op.operation_id
+    assert intr.value["status"] == "prepared"
     assert intr.value["action_requests"][0]["name"] == "close_case"
     assert crm.effects == 0
     env.invoke(graph, Command(resume={"decisions": [{"type": "approve"}]}), CFG)
-    assert env.ops()[0].status is S.CONFIRMED and crm.effects == 1
+    assert env.ops()[0].status is S.CONFIRMED
+    assert crm.effects == 1
 
 
 def test_edit_is_a_new_operation(env: Env) -> None:
@@ -396,7 +416,8 @@ def test_edit_is_a_new_operation(env: Env) -> None:
     }
     out = env.invoke(graph, Command(resume={"decisions": [edit]}), CFG)
     ops = {o.status: o for o in env.ops()}
-    assert set(ops) == {S.REJECTED, S.CONFIRMED} and crm.effects == 1
+    assert set(ops) == {S.REJECTED, S.CONFIRMED}
+    assert crm.effects == 1
     assert ops[S.CONFIRMED].payload["resolution"] == "edited"
     assert '"edited"' in str(tool_messages(out)[0].content)
     assert set(out["effect_operations"]) == {o.operation_id for o in ops.values()}
@@ -418,7 +439,8 @@ def test_authorization_revoked_while_approval_pending(env: Env) -> None:
         CFG,
     )
     [op] = env.ops()
-    assert op.status is S.REJECTED and crm.effects == 0
+    assert op.status is S.REJECTED
+    assert crm.effects == 0
     kinds = [e.kind for e in env.ledger_call("events", "default", op.operation_id)]
     assert kinds == [EventKind.PREPARE, EventKind.APPROVE, EventKind.REJECT]
 
@@ -434,7 +456,8 @@ def test_authorization_revoked_before_recovery_retry(env: Env) -> None:
     allowed["ok"] = False
     env.invoke(graph, Command(resume={"decision": "retry", "by": "bob"}), CFG)
     [op] = env.ops()
-    assert op.status is S.REJECTED and crm.effects == 1
+    assert op.status is S.REJECTED
+    assert crm.effects == 1
     assert any(
         e.kind is EventKind.MARK_UNKNOWN
         for e in env.ledger_call("events", "default", op.operation_id)
@@ -461,7 +484,8 @@ def test_parallel_sibling_not_rerun_when_one_interrupts(env: Env) -> None:
         env.invoke(graph, Command(resume={"decision": "approve", "by": "alice"}), CFG)
     answer = {"operation_id": intr.value["operation_id"], "decision": "approve", "by": "alice"}
     env.invoke(graph, Command(resume=answer), CFG)
-    assert crm.effects == 2 and crm.effects_for("A") == 1
+    assert crm.effects == 2
+    assert crm.effects_for("A") == 1
     assert {o.status for o in env.ops()} == {S.CONFIRMED}
 
 
@@ -522,11 +546,12 @@ def test_two_approvals_each_apply_to_their_own_operation(env: Env) -> None:
     status = {o.target: o.status for o in env.ops()}
     expected = {other: S.CONFIRMED, first.value["target"]: S.REJECTED}
     assert status == expected
-    assert crm.effects_for(other) == 1 and crm.effects_for(first.value["target"]) == 0
+    assert crm.effects_for(other) == 1
+    assert crm.effects_for(first.value["target"]) == 0
 
 
 def test_concurrent_resumes_dispatch_once(env: Env) -> None:
-    """Scenario 6 (threads): two resumes of one thread at once: one dispatch, both see the result."""
+    """Scenario 6 (threads): two resumes of one thread at once: one dispatch."""
     if env.is_async:
         pytest.skip("the two-resumer race is exercised with threads on sync ledgers")
     crm = FakeCRM()
@@ -552,7 +577,8 @@ def test_concurrent_resumes_dispatch_once(env: Env) -> None:
     release.set()
     first.join(20)
     second.join(20)
-    assert crm.effects == 1 and env.ops()[0].status is S.CONFIRMED
+    assert crm.effects == 1
+    assert env.ops()[0].status is S.CONFIRMED
 
 
 def test_stale_worker_confirm_is_refused(env: Env) -> None:
@@ -582,7 +608,8 @@ def test_stale_worker_confirm_is_refused(env: Env) -> None:
     assert EventKind.CONFIRM not in [e.kind for e in events]  # the stale confirm wrote nothing
     assert [e.actor for e in events if e.kind is EventKind.MARK_UNKNOWN] == ["worker-2"]
     # The stale worker's receipt is evidence: the operation resolves confirmed, once.
-    assert op.status is S.CONFIRMED and crm.effects == 1
+    assert op.status is S.CONFIRMED
+    assert crm.effects == 1
 
 
 def test_plain_tools_run_as_in_toolnode(env: Env) -> None:
@@ -601,7 +628,8 @@ def test_plain_tools_run_as_in_toolnode(env: Env) -> None:
         checkpointer=env.checkpointer,
     )
     out = env.invoke(graph, {"messages": [("user", "search")]}, CFG)
-    assert tool_messages(out)[0].content == "found q" and env.ops() == []
+    assert tool_messages(out)[0].content == "found q"
+    assert env.ops() == []
 
 
 def test_control_plain_toolnode_duplicates(env: Env) -> None:
@@ -621,3 +649,28 @@ def test_control_plain_toolnode_duplicates(env: Env) -> None:
         env.invoke(graph, {"messages": [("user", "close A")]}, CFG)
     env.invoke(graph, None, CFG)
     assert crm.effects > 1
+
+
+def test_durability_other_than_sync_warns_once(tmp_path: Path) -> None:
+    """With durability="async" the node warns (once) that intent_key closes the id gap."""
+    import warnings
+
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    from langgraph_effects import InMemoryLedger
+    from langgraph_effects import runner as runner_module
+
+    ledger = InMemoryLedger()
+    ledger.setup()
+    crm = FakeCRM()
+    graph = build_graph([crm_tools(crm)], [CLOSE_A], ledger=ledger, checkpointer=InMemorySaver())
+    runner_module._durability_warned = False
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        graph.invoke({"messages": [("user", "x")]}, CFG, durability="async")
+        graph.invoke(
+            {"messages": [("user", "x")]}, {"configurable": {"thread_id": "t9"}}, durability="async"
+        )
+    found = [w for w in caught if issubclass(w.category, runner_module.DurabilityWarning)]
+    assert len(found) == 1
+    assert "intent_key" in str(found[0].message)

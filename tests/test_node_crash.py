@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from _crash_child import run
+
 from langgraph_effects.testing.faults import CrashPoint, run_in_child
 from langgraph_effects.testing.providers import FakeCRM, Fault
 
@@ -45,7 +45,8 @@ def test_crash_after_prepare_dispatches_once(backend: tuple[str, str, str], tmp_
     crm_path = tmp_path / "crm.db"
     FakeCRM(crm_path).close()
     out = crash_then_resume(backend, crm_path, "authorize", crash_at=CrashPoint.AFTER_PREPARE)
-    assert out["statuses"] == ["confirmed"] and out["attempts"] == [1]
+    assert out["statuses"] == ["confirmed"]
+    assert out["attempts"] == [1]
     with FakeCRM(crm_path) as crm:
         assert crm.effects == 1
 
@@ -56,7 +57,8 @@ def test_applied_then_killed_is_reconciled(backend: tuple[str, str, str], tmp_pa
     with FakeCRM(crm_path) as crm:
         crm.faults.push(Fault.CRASH)
     out = crash_then_resume(backend, crm_path, "reconcile")
-    assert out["statuses"] == ["confirmed"] and out["attempts"] == [1]
+    assert out["statuses"] == ["confirmed"]
+    assert out["attempts"] == [1]
     with FakeCRM(crm_path) as crm:
         assert crm.effects == 1
 
@@ -69,9 +71,11 @@ def test_applied_then_killed_is_retried_under_key(
     with FakeCRM(crm_path) as crm:
         crm.faults.push(Fault.CRASH)
     out = crash_then_resume(backend, crm_path, "key")
-    assert out["statuses"] == ["confirmed"] and out["attempts"] == [2]
+    assert out["statuses"] == ["confirmed"]
+    assert out["attempts"] == [2]
     with FakeCRM(crm_path) as crm:
-        assert crm.effects == 1 and crm.duplicates == 0
+        assert crm.effects == 1
+        assert crm.duplicates == 0
 
 
 def test_applied_then_killed_without_means_goes_to_review(

@@ -122,9 +122,7 @@ def test_no_blind_second_dispatch(
     under an open key window (or by the lease holder), and terminal ones only replay."""
     record = op(
         status,
-        lease_expires_at=NOW + timedelta(seconds=lease_offset)
-        if status is S.DISPATCHING
-        else None,
+        lease_expires_at=NOW + timedelta(seconds=lease_offset) if status is S.DISPATCHING else None,
         first_dispatched_at=None
         if status is S.PREPARED
         else NOW - timedelta(hours=dispatched_hours_ago),
@@ -143,13 +141,16 @@ def test_no_blind_second_dispatch(
     if status.terminal:
         assert step in (Step.REPLAY_CONFIRMED, Step.REPLAY_REJECTED)
     if step is Step.RETRY_SAFE:
-        assert status is S.UNKNOWN and retry_allowed(record, contract, NOW)
+        assert status is S.UNKNOWN
+        assert retry_allowed(record, contract, NOW)
     if step is Step.DISPATCH_CLAIMED:
-        assert status is S.DISPATCHING and claimed
+        assert status is S.DISPATCHING
+        assert claimed
     if status is S.DISPATCHING and not claimed:
         assert step in (Step.WAIT_PENDING, Step.TAKE_OVER)
         if step is Step.WAIT_PENDING:
-            assert record.lease_alive(NOW) and not owner_dead
+            assert record.lease_alive(NOW)
+            assert not owner_dead
 
 
 def test_classify_errors() -> None:
@@ -167,8 +168,11 @@ def test_backoff_honours_retry_after_and_is_bounded(retry_after: float | None) -
     delays = [backoff(contract, n, retry_after) for n in range(4)]
     assert delays[3] is None
     for d in delays[:3]:
-        assert d is not None and d >= (retry_after or 0)
-    assert delays[0] is not None and delays[1] is not None and delays[0] <= delays[1]
+        assert d is not None
+        assert d >= (retry_after or 0)
+    assert delays[0] is not None
+    assert delays[1] is not None
+    assert delays[0] <= delays[1]
 
 
 def test_backoff_gives_up_on_long_retry_after() -> None:

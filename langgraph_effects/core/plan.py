@@ -162,7 +162,7 @@ def backoff(
     policy = contract or ProviderContract()
     if retries_done >= policy.max_transient_retries:
         return None
-    delay = min(policy.backoff_initial * (2**retries_done), policy.backoff_max)
+    delay = float(min(policy.backoff_initial * (2**retries_done), policy.backoff_max))
     if retry_after is not None:
         if retry_after > policy.backoff_max:
             return None
