@@ -1,0 +1,168 @@
+"""The runnable examples, run as a reader runs them: subprocesses, real crashes, fresh resumes.
+
+Each example counts effects at its fake provider and prints the count; these
+tests assert the exit code and those printed counts.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+CRASHED = 137
+
+# Every example's default run and the lines it must print (regular expressions).
+DEFAULT_RUN: dict[str, list[str]] = {
+    "quickstart": [
+        r"ToolNode \(control\)\s+2\s+1\s",
+        r"EffectToolNode\s+1\s+0\s+confirmed",
+        r"resolve\s+unknown -> confirmed\s+by reconciler",
+        r"OK: one crash, one resume, one closure",
+    ],
+    "crm_onboarding": [
+        r"crm\.close_case\s+case-318\s+confirmed\s+1",
+        r"outbox\.owner\.notify\s+owner@acme\.example\s+confirmed\s+1",
+        r"CRM closures of case-318: 1\n",
+        r"e-mails to the account owner: 1\n",
+    ],
+    "support_ticket": [
+        r"status\s+unknown",
+        r"retry risk\s+the provider honours no idempotency key",
+        r'"decision": "confirm", "by": "on-call policy"',
+        r"resolve\s+unknown -> confirmed\s+by on-call policy",
+        r"tickets created: 1\n",
+    ],
+    "outbox_notify": [r"messages the provider sent: 1 "],
+    "email_verification": [r"final_state: verified", r"verification_requests_received: 1\n"],
+}
+
+
+def run(name: str, *args: str | Path, expect: int = 0) -> str:
+    """Run ``examples/<name>.py`` in a fresh interpreter; assert its exit code; return stdout."""
+    env = {k: v for k, v in os.environ.items() if k != "LGE_CRASH_AT"}
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLES / f"{name}.py"), *map(str, args)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=180,
+        check=False,
+    )
+    assert done.returncode == expect, f"exit {done.returncode}\n{done.stdout}\n{done.stderr}"
+    return done.stdout
+
+
+def assert_lines(output: str, patterns: list[str]) -> None:
+    for pattern in patterns:
+        assert re.search(pattern, output), f"missing {pattern!r} in:\n{output}"
+
+
+def present(name: str) -> Path:
+    path = EXAMPLES / f"{name}.py"
+    if not path.exists():
+        pytest.skip(f"examples/{name}.py is not there yet")
+    return path
+
+
+def test_every_example_has_a_default_run_check() -> None:
+    """Every example script in examples/ is covered by the default-run table below."""
+    scripts = {p.stem for p in EXAMPLES.glob("*.py") if not p.stem.startswith("_")}
+    assert scripts <= set(DEFAULT_RUN), f"no check for {sorted(scripts - set(DEFAULT_RUN))}"
+
+
+@pytest.mark.parametrize("name", sorted(DEFAULT_RUN))
+def test_default_run(name: str, tmp_path: Path) -> None:
+    """Each example runs start to end with exit code 0 and prints its effect counts."""
+    present(name)
+    assert_lines(run(name, "--dir", tmp_path), DEFAULT_RUN[name])
+
+
+def test_crm_onboarding_crash_then_resume(tmp_path: Path) -> None:
+    """The process dies after the CRM acted, then --resume: one closure, one e-mail."""
+    crashed = run(
+        "crm_onboarding", "--crash-at", "after_provider", "--dir", tmp_path, expect=CRASHED
+    )
+    assert "--resume --dir" in crashed
+    resumed = run("crm_onboarding", "--resume", "--dir", tmp_path)
+    assert_lines(resumed, [*DEFAULT_RUN["crm_onboarding"][2:], "OK: each effect happened"])
+
+
+def test_crm_onboarding_reconciles_after_a_relay_crash(tmp_path: Path) -> None:
+    """The relay died after the mail was accepted: the resume reconciles instead of resending."""
+    run("crm_onboarding", "--crash-at", "relay_after_send", "--dir", tmp_path, expect=CRASHED)
+    resumed = run("crm_onboarding", "--resume", "--dir", tmp_path)
+    assert_lines(
+        resumed,
+        [
+            r"outbox\.owner\.notify: prepare\(ledger\) -> claim\(process \d+\) -> "
+            r"mark_unknown\(outbox-relay\) -> resolve\(outbox-reconciler\)",
+            r"e-mails to the account owner: 1\n",
+        ],
+    )
+
+
+def test_support_ticket_crash_then_review_on_resume(tmp_path: Path) -> None:
+    """The process dies after the ticket was created; the resume asks for review, one ticket."""
+    run("support_ticket", "--crash-at", "after_provider", "--dir", tmp_path, expect=CRASHED)
+    resumed = run("support_ticket", "--resume", "--dir", tmp_path)
+    assert_lines(
+        resumed,
+        [
+            r"last_error\s+the lease owner's process is gone",
+            r"mark_unknown\s+dispatching -> unknown\s+by takeover",
+            r"tickets created: 1\n",
+        ],
+    )
+
+
+def test_support_ticket_retry_shows_the_duplicate_it_risks(tmp_path: Path) -> None:
+    """--decision retry --by bob answers the review; with no idempotency key, a second ticket."""
+    out = run("support_ticket", "--decision", "retry", "--by", "bob", "--dir", tmp_path)
+    assert_lines(out, [r"unknown -> prepared\s+by bob", r"tickets created: 2\n", "duplicate"])
+
+
+def test_support_ticket_resolved_out_of_band_with_the_cli(tmp_path: Path) -> None:
+    """Stop at the review, resolve with the langgraph-effects CLI, resume: one ticket, confirmed."""
+    stopped = run("support_ticket", "--stop-at-review", "--dir", tmp_path, expect=2)
+    (op_id,) = set(re.findall(r"resolve (op-\w+) --tenant acme", stopped))
+    cli = Path(sys.executable).with_name("langgraph-effects")
+    db = f"sqlite:///{tmp_path / 'effects.db'}"
+    resolved = subprocess.run(
+        [str(cli), "resolve", op_id, "--tenant", "acme", "--confirm", "--by", "alice",
+         "--reason", "seen in the ticketing UI", "--db", db],
+        capture_output=True, text=True, check=False, timeout=60,
+    )  # fmt: skip
+    assert resolved.returncode == 0, resolved.stderr
+    resumed = run("support_ticket", "--resume", "--dir", tmp_path)
+    assert "Review request" not in resumed
+    assert_lines(resumed, [r"unknown -> confirmed\s+by alice", r"tickets created: 1\n"])
+
+
+def test_support_ticket_via_cli(tmp_path: Path) -> None:
+    """--via-cli runs list, show and resolve through the console script and then continues."""
+    out = run("support_ticket", "--via-cli", "--dir", tmp_path)
+    assert_lines(
+        out, [r"\$ langgraph-effects resolve op-", r"is now confirmed", r"tickets created: 1\n"]
+    )
+
+
+def test_outbox_notify_crash_then_resume(tmp_path: Path) -> None:
+    """outbox_notify: killed after the provider sent, resumed: one message."""
+    present("outbox_notify")
+    run("outbox_notify", "--crash-at", "after_send", "--dir", tmp_path, expect=CRASHED)
+    out = run("outbox_notify", "--resume", "--dir", tmp_path)
+    assert_lines(out, [r"mark_unknown", r"messages the provider sent: 1 "])
+
+
+def test_email_verification_crash_then_resume(tmp_path: Path) -> None:
+    """email_verification: killed while waiting, resumed: verified, one request."""
+    present("email_verification")
+    run("email_verification", "--crash-at", "waiting", "--dir", tmp_path, expect=CRASHED)
+    out = run("email_verification", "--resume", "--dir", tmp_path)
+    assert_lines(out, DEFAULT_RUN["email_verification"] + [r"runs_resumed_successfully: 1"])
