@@ -4,8 +4,8 @@ A fresh process (so its peak is its own) runs effects one after another as the
 node does (``prepare(owner=...)`` then ``confirm``) against a ledger, and
 samples its resident set every tenth of the run. Two ledgers:
 
-- ``sqlite``: ``SQLiteLedger`` on a temporary file (rows live on disk, so RSS
-  must stay flat: growth here is a leak);
+- ``sqlite``: ``SQLiteLedger`` on a temporary file, ``synchronous=NORMAL``
+  (rows live on disk, so RSS must stay flat: growth here is a leak);
 - ``memory``: ``InMemoryLedger`` (keeps every row and event in the process, so
   RSS grows with the number of effects: this measures the cost of a record).
 
@@ -44,7 +44,9 @@ def _worker(backend: str, effects: int, path: str) -> dict[str, Any]:
     if backend == "sqlite":
         from langgraph_effects import SQLiteLedger
 
-        opened: Any = SQLiteLedger.from_conn_string(path)
+        # NORMAL: durability does not change what the process holds in memory,
+        # and FULL would spend minutes in fsync for the same answer.
+        opened: Any = SQLiteLedger.from_conn_string(path, synchronous="NORMAL")
     else:
         from langgraph_effects import InMemoryLedger
 

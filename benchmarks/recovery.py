@@ -42,7 +42,7 @@ _BULK: dict[str, str] = {
     "payload_stored": "true",
     "provider": "'crm'",
     "tool_call_id": "'call-bulk-' || g",
-    "status": "CASE WHEN g % 50 = 0 THEN 'rejected' ELSE 'confirmed' END",
+    "status": "CASE WHEN g %% 50 = 0 THEN 'rejected' ELSE 'confirmed' END",
     "idempotency_key": "'lge-bulk-' || g",
     "provider_result_id": "'T-' || g",
     "result": """'{"ticket_id": "T", "status": "open"}'""",

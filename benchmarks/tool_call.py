@@ -34,6 +34,7 @@ from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
 
 from benchmarks._common import (
+    PgTrace,
     Report,
     interleaved,
     median_ms,
@@ -43,6 +44,7 @@ from benchmarks._common import (
     sqlite_dir,
     write_json,
 )
+from benchmarks.lifecycle import _sqlite_trace
 
 __all__ = ["ScriptedChatModel", "main", "run"]
 
@@ -150,65 +152,90 @@ def _invoker(graph: Any, label: str, calls: int) -> Callable[[int], object]:
 # -- backends -------------------------------------------------------------------
 
 
+Backend = Iterator[tuple[Any, Any, Callable[[], Any]]]
+
+
 @contextmanager
-def _sqlite() -> Iterator[tuple[Any, Any]]:
+def _sqlite(trace: bool = False) -> Backend:
+    """Saver and ledger on two connections to one WAL file, ``synchronous=FULL`` on both."""
     from langgraph.checkpoint.sqlite import SqliteSaver
 
     from langgraph_effects import SQLiteLedger
 
     with sqlite_dir() as directory, ExitStack() as stack:
         path = directory / "graph.db"
-        conn = sqlite3.connect(path, check_same_thread=False)
-        stack.callback(conn.close)
-        saver = SqliteSaver(conn)
+        saver_conn = sqlite3.connect(path, check_same_thread=False)
+        stack.callback(saver_conn.close)
+        saver = SqliteSaver(saver_conn)
         saver.setup()  # turns on WAL
-        conn.execute("PRAGMA synchronous=FULL")
-        ledger = stack.enter_context(SQLiteLedger.from_conn_string(str(path)))
+        saver_conn.execute("PRAGMA synchronous=FULL")
+        ledger_conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        stack.callback(ledger_conn.close)
+        ledger = SQLiteLedger(ledger_conn, synchronous="FULL")
         ledger.setup()
-        yield saver, ledger
+        yield saver, ledger, lambda: _sqlite_trace([saver_conn, ledger_conn])
 
 
 @contextmanager
-def _postgres() -> Iterator[tuple[Any, Any]]:
+def _postgres(trace: bool = False) -> Backend:
+    """Saver and ledger sharing one pool (exactly one connection when tracing)."""
     from langgraph.checkpoint.postgres import PostgresSaver
     from psycopg_pool import ConnectionPool
 
     from langgraph_effects import PostgresLedger
 
+    conns: list[Any] = []
+    size = {"min_size": 1, "max_size": 1} if trace else {"min_size": 4, "max_size": 16}
     with (
         pg_schema() as url,
-        ConnectionPool(url, min_size=4, max_size=16, kwargs=pool_kwargs()) as pool,
+        ConnectionPool(url, kwargs=pool_kwargs(), configure=conns.append, **size) as pool,
     ):
         saver = PostgresSaver(pool)
         saver.setup()
         ledger = PostgresLedger(pool)
         ledger.setup()
-        yield saver, ledger
+        pool.wait()
+        yield saver, ledger, lambda: PgTrace.capture(conns[0])
 
 
-BACKENDS: dict[str, Callable[[], Any]] = {"sqlite": _sqlite, "postgres": _postgres}
+BACKENDS: dict[str, Callable[..., Any]] = {"sqlite": _sqlite, "postgres": _postgres}
 
 
 def measure(backend: str, calls: int, threads: int, warmup: int = 3) -> dict[str, Any]:
     """Time ``threads`` invokes per variant (interleaved) on one backend."""
     from langgraph_effects import EffectToolNode
 
-    with BACKENDS[backend]() as (saver, ledger):
-        provider = FakeTicketing()
+    def variants(saver: Any, ledger: Any, provider: FakeTicketing) -> dict[str, Any]:
         plain, guarded = _tools(provider)
-        variants = {
+        node = EffectToolNode([guarded], ledger=ledger)
+        return {
             "ToolNode": _invoker(_graph(ToolNode([plain]), calls, saver), "plain", calls),
-            "EffectToolNode": _invoker(
-                _graph(EffectToolNode([guarded], ledger=ledger), calls, saver), "effect", calls
-            ),
+            "EffectToolNode": _invoker(_graph(node, calls, saver), "effect", calls),
         }
-        for fn in variants.values():
+
+    with BACKENDS[backend]() as (saver, ledger, _):
+        provider = FakeTicketing()
+        timed_variants = variants(saver, ledger, provider)
+        for fn in timed_variants.values():
             for i in range(warmup):
                 fn(-1 - i)
-        samples = interleaved(variants, threads)
+        samples = interleaved(timed_variants, threads)
         expected = (threads + warmup) * calls * 2
         if provider.created != expected:
             raise AssertionError(f"provider saw {provider.created} effects, expected {expected}")
+    # Untimed: what one invoke sends to the database, saver and ledger together.
+    counts: dict[str, dict[str, int]] = {}
+    with BACKENDS[backend](True) as (saver, ledger, capture):
+        for name, fn in variants(saver, ledger, FakeTicketing()).items():
+            fn(-1)  # first use prepares the statements
+            with capture() as holder:
+                fn(-2)
+            trace = holder[0]
+            counts[name] = {
+                "round_trips": trace.round_trips,
+                "transactions": trace.transactions,
+                "write_commits": trace.write_commits,
+            }
     plain_ms = median_ms(samples["ToolNode"])
     effect_ms = median_ms(samples["EffectToolNode"])
     # The ratio of medians can hide a shift in the tails; the median of paired
@@ -225,6 +252,7 @@ def measure(backend: str, calls: int, threads: int, warmup: int = 3) -> dict[str
         "ratio": effect_ms / plain_ms,
         "paired_ratio": paired,
         "overhead_per_effect_ms": (effect_ms - plain_ms) / calls,
+        "counts_per_invoke": counts,
         "toolnode_p90_ms": _p90(samples["ToolNode"]),
         "effect_p90_ms": _p90(samples["EffectToolNode"]),
     }
@@ -253,6 +281,8 @@ def run(
             "ratio",
             "paired",
             "+ms/effect",
+            "commits plain/effect",
+            "RT plain/effect",
         ],
     )
     chosen = list(backends or BACKENDS)
@@ -273,6 +303,10 @@ def run(
                 row["ratio"],
                 row["paired_ratio"],
                 row["overhead_per_effect_ms"],
+                "{}/{}".format(*(c["write_commits"] for c in row["counts_per_invoke"].values())),
+                "{}/{}".format(*(c["round_trips"] for c in row["counts_per_invoke"].values()))
+                if backend == "postgres"
+                else "-",
             )
             report.ratios[f"{backend}_n{n}"] = row["ratio"]
     report.data["results"] = results
