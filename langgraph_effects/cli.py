@@ -263,8 +263,9 @@ def _echo_json(value: Any) -> None:
 
 def _console() -> Console:
     # Created per command: CliRunner swaps sys.stdout between invocations. A
-    # pipe gets a wide console so ids are never cut.
-    return Console(highlight=False, width=None if sys.stdout.isatty() else 200)
+    # pipe gets a wide console (unless COLUMNS says otherwise) so ids are never cut.
+    wide = sys.stdout.isatty() or "COLUMNS" in os.environ
+    return Console(highlight=False, width=None if wide else 200)
 
 
 # -- parsing -------------------------------------------------------------------------
@@ -681,25 +682,22 @@ def show(
             record.add_row(name, value)
         console.print(record)
         console.print()
-        log = Table(title="events", show_edge=False, pad_edge=False, title_justify="left")
-        for column in ("#", "at", "event", "from -> to", "by", "token", "evidence / reason"):
-            log.add_column(column)
+        # One line per event (soft-wrapped), readable at any terminal width.
+        console.print("[bold]events[/]")
         for e in events:
             note = ""
             if e.evidence is not None:
-                note = f"{e.evidence.kind.value} ({e.evidence.source}): {e.evidence.summary}"
+                note = f"  {e.evidence.kind.value} ({e.evidence.source}): {e.evidence.summary}"
             elif isinstance(e.detail, dict) and e.detail.get("reason"):
-                note = str(e.detail["reason"])
-            log.add_row(
-                str(e.seq),
-                f"{e.at:%Y-%m-%d %H:%M:%S}",
-                e.kind.value,
-                f"{e.from_status.value if e.from_status else '-'} -> {e.to_status.value}",
-                e.actor,
-                "-" if e.fencing_token is None else str(e.fencing_token),
-                note,
+                note = f"  {e.detail['reason']}"
+            source = e.from_status.value if e.from_status else "-"
+            token = "-" if e.fencing_token is None else str(e.fencing_token)
+            console.print(
+                f"{e.seq:>3}  {e.at:%Y-%m-%d %H:%M:%S}  {e.kind.value:<12} "
+                f"{source:>11} -> {e.to_status.value:<11} token {token:<3} by {e.actor}{note}",
+                markup=False,
+                soft_wrap=True,
             )
-        console.print(log)
         console.print()
         console.print(f"[bold]next run:[/] {outlook.next_run}")
         console.print(f"[bold]retry risk:[/] {outlook.risk}")
@@ -718,7 +716,8 @@ def _decide(ledger: Ledger, op: Operation, resolution: Resolution) -> Operation:
             operation_id,
             status=op.status.value,
             target=resolution.decision.value,
-            why=f"only an unknown operation can be decided. Now: {_outlook(op, utcnow()).next_run}",
+            why="only an unknown operation can be decided; on its next run the graph "
+            + _outlook(op, utcnow()).next_run,
         )
     return ledger.resolve(op.tenant_id, operation_id, resolution)
 
@@ -949,7 +948,8 @@ def events(
                         typer.echo(json.dumps(_event_json(event), ensure_ascii=False))
                     else:
                         assert console is not None
-                        console.print(_event_line(event), markup=False)
+                        # One line per event, whatever the width: grep-friendly.
+                        console.print(_event_line(event), markup=False, soft_wrap=True)
                     cursor = event.event_id or cursor
                     shown += 1
                     if budget is not None and shown >= budget:
