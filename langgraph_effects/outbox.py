@@ -50,19 +50,21 @@ commit order and ``seq`` order the same.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
+import inspect
 import json
 import logging
 import sqlite3
 import threading
 import uuid
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Awaitable, Callable, Generator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
@@ -86,6 +88,7 @@ from langgraph_effects.core.model import (
     Operation,
     OperationDraft,
     OperationStatus,
+    Prepared,
     ProviderContract,
     Resolution,
     utcnow,
@@ -98,7 +101,8 @@ from langgraph_effects.errors import (
     PayloadMismatch,
     StaleFencingToken,
 )
-from langgraph_effects.ledger.base import Ledger
+from langgraph_effects.ledger.base import AsyncLedger, Ledger
+from langgraph_effects.testing.faults import CrashPoint, crash_point
 
 __all__ = [
     "Delivery",
@@ -113,6 +117,7 @@ __all__ = [
 logger = logging.getLogger("langgraph_effects.outbox")
 
 JSON = Any
+T = TypeVar("T")
 
 
 class OutboxStatus(StrEnum):
@@ -443,19 +448,63 @@ def _is_missing_table(exc: Exception) -> bool:
 
 # --------------------------------------------------------------------------- relay
 
-Deliver = Callable[[Delivery], "Receipt | str"]
-Reconcile = Callable[[Operation], Evidence]
+Deliver = Callable[[Delivery], "Receipt | str | Awaitable[Receipt | str]"]
+Reconcile = Callable[[Operation], "Evidence | Awaitable[Evidence]"]
 
 _MAX_STEPS = 8  # plan steps per entry per pass; each step moves the record forward
+
+
+# The relay's work is written once, as generators that yield these actions and
+# receive their results (STYLE.md section 3); ``run_once`` and ``arun_once``
+# are the two drivers. An exception raised by an action is thrown back into
+# the generator at its ``yield``.
+
+
+@dataclass(frozen=True, slots=True)
+class _Sql:
+    """One statement on the relay's outbox connection, committed at once."""
+
+    text: str
+    params: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class _Ledger:
+    method: str
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class _Hook:
+    """The user's ``deliver`` or ``reconcile`` (a coroutine function under ``arun_once``)."""
+
+    fn: Callable[[Any], Any]
+    arg: Any
+
+
+_Action = _Sql | _Ledger | _Hook
+_Steps = Generator[_Action, Any, T]
+
+
+def _L(method: str, *args: Any, **kwargs: Any) -> _Ledger:
+    return _Ledger(method, args, kwargs)
 
 
 class OutboxRelay:
     """Deliver outbox entries, each as its own ledger operation. Run once, in a loop or a thread.
 
+    ``run_once`` / ``run_until_idle`` / ``run`` take a sync ``Ledger`` and sync
+    callables; ``arun_once`` / ``arun_until_idle`` take an ``AsyncLedger`` (or a
+    sync one) and sync or async callables. Both follow the same steps; the
+    async driver runs the relay's own short outbox statements in a worker
+    thread (``asyncio.to_thread``), as ``AsyncSQLiteLedger`` does.
+
     Args:
         conn: a connection to the application's database that this relay owns
-            (``sqlite3`` in autocommit mode, ``isolation_level=None``, or psycopg
-            with ``autocommit=True``); each claim and settle is one statement,
+            (``sqlite3`` in autocommit mode, ``isolation_level=None``, and
+            ``check_same_thread=False`` for the async driver; or psycopg with
+            ``autocommit=True``); each claim and settle is one statement,
             committed at once. ``from_conn_string`` opens one.
         ledger: where delivery operations are recorded (may live elsewhere).
         deliver: the provider call. Given a ``Delivery``; returns a ``Receipt``
@@ -480,7 +529,7 @@ class OutboxRelay:
         self,
         conn: Any,
         *,
-        ledger: Ledger,
+        ledger: Ledger | AsyncLedger,
         deliver: Deliver,
         reconcile: Reconcile | None = None,
         contract: ProviderContract | None = None,
@@ -528,6 +577,76 @@ class OutboxRelay:
         finally:
             conn.close()
 
+    # -- drivers --------------------------------------------------------------
+
+    def run_once(self) -> RelayReport:
+        """Claim a batch of due entries and take each as far as it can go now."""
+        return self._drive(self._passes(1))
+
+    def run_until_idle(self, *, max_passes: int = 1000) -> RelayReport:
+        """Run passes until one claims nothing (entries backing off are not due)."""
+        return self._drive(self._passes(max_passes))
+
+    def run(self, stop: threading.Event, *, interval: float = 1.0) -> None:
+        """Loop until ``stop`` is set, sleeping ``interval`` s when idle (run it in a thread)."""
+        while not stop.is_set():
+            if self.run_once().claimed == 0:
+                stop.wait(interval)
+
+    async def arun_once(self) -> RelayReport:
+        """``run_once`` for an async ledger and async ``deliver`` / ``reconcile``."""
+        return await self._adrive(self._passes(1))
+
+    async def arun_until_idle(self, *, max_passes: int = 1000) -> RelayReport:
+        """``run_until_idle`` for an async ledger and async ``deliver`` / ``reconcile``."""
+        return await self._adrive(self._passes(max_passes))
+
+    def _drive(self, steps: _Steps[T]) -> T:
+        if inspect.iscoroutinefunction(getattr(self.ledger, "prepare", None)) or any(
+            inspect.iscoroutinefunction(fn) for fn in (self.deliver, self.reconcile)
+        ):
+            raise InvalidInput("this relay has an async ledger or callable: use arun_once")
+        value: Any = None
+        error: Exception | None = None
+        while True:
+            try:
+                action = steps.throw(error) if error is not None else steps.send(value)
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
+            value, error = None, None
+            try:
+                match action:
+                    case _Sql(text, params):
+                        value = self._exec(text, params)
+                    case _Ledger(method, args, kwargs):
+                        value = getattr(self.ledger, method)(*args, **kwargs)
+                    case _Hook(fn, arg):
+                        value = fn(arg)
+            except Exception as exc:
+                error = exc
+
+    async def _adrive(self, steps: _Steps[T]) -> T:
+        value: Any = None
+        error: Exception | None = None
+        while True:
+            try:
+                action = steps.throw(error) if error is not None else steps.send(value)
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
+            value, error = None, None
+            try:
+                match action:
+                    case _Sql(text, params):
+                        value = await asyncio.to_thread(self._exec, text, params)
+                    case _Ledger(method, args, kwargs):
+                        value = getattr(self.ledger, method)(*args, **kwargs)
+                    case _Hook(fn, arg):
+                        value = fn(arg)
+                if inspect.isawaitable(value):
+                    value = await value
+            except Exception as exc:
+                error = exc
+
     # -- database -------------------------------------------------------------
 
     def _exec(self, text: str, params: dict[str, Any]) -> Rows:
@@ -547,9 +666,26 @@ class OutboxRelay:
         except Exception:  # the connection may be gone; the error that led here matters more
             logger.debug("rollback after a failed outbox statement failed", exc_info=True)
 
-    def _claim(self, now: datetime) -> list[OutboxEntry]:
+    # -- passes ---------------------------------------------------------------
+
+    def _passes(self, max_passes: int) -> _Steps[RelayReport]:
+        """Up to ``max_passes`` passes, stopping after one that claims nothing."""
+        total = RelayReport()
+        for _ in range(max_passes):
+            report = RelayReport()
+            entries = yield from self._claim(self.clock())
+            report.claimed = len(entries)
+            for entry in entries:
+                yield from self._work(entry, report)
+            self.totals.add(report)
+            total.add(report)
+            if report.claimed == 0:
+                break
+        return total
+
+    def _claim(self, now: datetime) -> _Steps[list[OutboxEntry]]:
         text = sql.CLAIM_SQL_PG if self.dialect == "postgres" else sql.CLAIM_SQL_SQLITE
-        rows = self._exec(
+        rows = yield _Sql(
             text,
             {
                 "owner": self.owner.encode(),
@@ -560,19 +696,19 @@ class OutboxRelay:
             },
         )
         claimed = [_entry(r) for r in rows]
-        claimed += self._take_over_dead(now, self.batch_size - len(claimed))
+        claimed += yield from self._take_over_dead(now, self.batch_size - len(claimed))
         return sorted(claimed, key=lambda e: e.seq)
 
-    def _take_over_dead(self, now: datetime, limit: int) -> list[OutboxEntry]:
+    def _take_over_dead(self, now: datetime, limit: int) -> _Steps[list[OutboxEntry]]:
         """Claim entries whose lease owner is provably dead, without waiting for expiry."""
         if limit <= 0:
             return []
         taken: list[OutboxEntry] = []
-        for row in self._exec(sql.LEASED_SQL, {"now": now, "limit": limit}):
+        for row in (yield _Sql(sql.LEASED_SQL, {"now": now, "limit": limit})):
             owner = LeaseOwner.decode(row["lease_owner"]) if row["lease_owner"] else None
             if owner is None or owner == self.owner or not owner.provably_dead():
                 continue
-            rows = self._exec(
+            rows = yield _Sql(
                 sql.TAKE_OVER_SQL,
                 {
                     "owner": self.owner.encode(),
@@ -595,14 +731,14 @@ class OutboxRelay:
         available_at: datetime | None = None,
         error: str | None = None,
         op: Operation | None = None,
-    ) -> None:
+    ) -> _Steps[None]:
         now = self.clock()
         receipt_state = message_id = None
         if status is OutboxStatus.SENT and op is not None:
             result = op.result if isinstance(op.result, dict) else {}
             receipt_state = str(result.get("state") or "accepted")
             message_id = op.provider_result_id
-        rows = self._exec(
+        rows = yield _Sql(
             sql.SETTLE_SQL,
             {
                 "status": status.value,
@@ -630,33 +766,7 @@ class OutboxRelay:
             case OutboxStatus.PENDING:
                 report.deferred += 1
 
-    # -- one pass -------------------------------------------------------------
-
-    def run_once(self) -> RelayReport:
-        """Claim a batch of due entries and take each as far as it can go now."""
-        report = RelayReport()
-        entries = self._claim(self.clock())
-        report.claimed = len(entries)
-        for entry in entries:
-            self._work(entry, report)
-        self.totals.add(report)
-        return report
-
-    def run_until_idle(self, *, max_passes: int = 1000) -> RelayReport:
-        """Run passes until one claims nothing (entries backing off are not due)."""
-        total = RelayReport()
-        for _ in range(max_passes):
-            report = self.run_once()
-            total.add(report)
-            if report.claimed == 0:
-                break
-        return total
-
-    def run(self, stop: threading.Event, *, interval: float = 1.0) -> None:
-        """Loop until ``stop`` is set, sleeping ``interval`` s when idle (run it in a thread)."""
-        while not stop.is_set():
-            if self.run_once().claimed == 0:
-                stop.wait(interval)
+    # -- one entry ------------------------------------------------------------
 
     def _draft(self, entry: OutboxEntry) -> OperationDraft:
         return OperationDraft(
@@ -671,10 +781,12 @@ class OutboxRelay:
             idempotency_key=idempotency_key(entry.operation_id),
         )
 
-    def _work(self, entry: OutboxEntry, report: RelayReport) -> None:
+    def _work(self, entry: OutboxEntry, report: RelayReport) -> _Steps[None]:
         """Follow ``core.plan`` for the entry's operation until it settles or must wait."""
-        ledger, tenant = self.ledger, entry.tenant_id
-        prepared = ledger.prepare(self._draft(entry), owner=self.owner, lease_for=self.lease_for)
+        tenant = entry.tenant_id
+        prepared: Prepared = yield _L(
+            "prepare", self._draft(entry), owner=self.owner, lease_for=self.lease_for
+        )
         op, claimed = prepared.operation, prepared.created
         reconciled = retried = False
         for _ in range(_MAX_STEPS):
@@ -693,49 +805,54 @@ class OutboxRelay:
             claimed = False
             match step:
                 case Step.REPLAY_CONFIRMED:
-                    self._settle(entry, OutboxStatus.SENT, report, op=op)
+                    yield from self._settle(entry, OutboxStatus.SENT, report, op=op)
                     return
                 case Step.REPLAY_REJECTED:
-                    self._settle(entry, OutboxStatus.DEAD, report, op=op)
+                    yield from self._settle(entry, OutboxStatus.DEAD, report, op=op)
                     return
                 case Step.AUTHORIZE_AND_CLAIM | Step.RETRY_SAFE:
                     retried = retried or step is Step.RETRY_SAFE
                     try:
-                        op = ledger.claim(
-                            tenant, op.operation_id, owner=self.owner, lease_for=self.lease_for
+                        op = yield _L(
+                            "claim",
+                            tenant,
+                            op.operation_id,
+                            owner=self.owner,
+                            lease_for=self.lease_for,
                         )
                     except LeaseHeld:
-                        op = self._reload(op)
+                        op = yield from self._reload(op)
                         continue
                     claimed = True
                 case Step.DISPATCH_CLAIMED:
-                    outcome = self._dispatch(entry, op)
+                    outcome = yield from self._dispatch(entry, op)
                     if isinstance(outcome, Operation):
                         op = outcome
                         continue
-                    self._after_refusal(entry, op, outcome, report)
+                    yield from self._after_refusal(entry, op, outcome, report)
                     return
                 case Step.WAIT_PENDING:
                     # Another relay's live lease: never send; look again after it ends.
                     until = op.lease_expires_at or now + self.lease_for
-                    self._settle(entry, OutboxStatus.PENDING, report, available_at=until)
+                    yield from self._settle(entry, OutboxStatus.PENDING, report, available_at=until)
                     return
                 case Step.TAKE_OVER:
-                    try:
-                        op = ledger.mark_unknown(
+                    op = yield from self._fenced(
+                        op,
+                        _L(
+                            "mark_unknown",
                             tenant,
                             op.operation_id,
                             token=op.fencing_token,
                             reason="the relay holding the delivery lease died or its lease expired",
                             actor="outbox-relay",
-                        )
-                    except StaleFencingToken:
-                        op = self._reload(op)
+                        ),
+                    )
                 case Step.RECONCILE:
                     reconciled = True
-                    op = self._reconcile(op)
+                    op = yield from self._reconcile(op)
                 case Step.REVIEW:
-                    self._settle(
+                    yield from self._settle(
                         entry,
                         OutboxStatus.REVIEW,
                         report,
@@ -746,38 +863,51 @@ class OutboxRelay:
                 case _:  # approval steps: outbox operations are prepared already approved
                     raise AssertionError(f"unexpected step {step} for outbox entry")
         # Out of steps: leave it pending for the next pass rather than loop here.
-        self._settle(entry, OutboxStatus.PENDING, report)
+        yield from self._settle(entry, OutboxStatus.PENDING, report)
 
-    def _reload(self, op: Operation) -> Operation:
-        fresh = self.ledger.get(op.tenant_id, op.operation_id)
+    def _reload(self, op: Operation) -> _Steps[Operation]:
+        fresh: Operation | None = yield _L("get", op.tenant_id, op.operation_id)
         assert fresh is not None, "operations are never deleted"
         return fresh
 
+    def _fenced(self, op: Operation, write: _Ledger) -> _Steps[Operation]:
+        """A fenced ledger write; if another relay took the lease over, the current record."""
+        try:
+            result: Operation = yield write
+        except StaleFencingToken:
+            return (yield from self._reload(op))
+        return result
+
     def _dispatch(
         self, entry: OutboxEntry, op: Operation
-    ) -> Operation | tuple[Outcome, BaseException]:
+    ) -> _Steps[Operation | tuple[Outcome, Exception]]:
         """Send once under our lease; save the receipt at once, or classify the failure."""
         key = op.idempotency_key or idempotency_key(op.operation_id)
         delivery = Delivery(
             entry=entry, operation_id=op.operation_id, idempotency_key=key, attempt=op.attempts
         )
+        tenant, op_id, token = op.tenant_id, op.operation_id, op.fencing_token
         try:
-            answer = self.deliver(delivery)
+            answer = yield _Hook(self.deliver, delivery)
         except Exception as exc:
             outcome = classify(exc)
             if outcome is not Outcome.AMBIGUOUS:
                 return outcome, exc
             reason = f"delivery outcome unknown: {type(exc).__name__}: {exc}"
-            return self._fenced(
-                op,
-                lambda: self.ledger.mark_unknown(
-                    op.tenant_id,
-                    op.operation_id,
-                    token=op.fencing_token,
-                    reason=reason,
-                    actor="outbox-relay",
-                ),
+            return (
+                yield from self._fenced(
+                    op,
+                    _L(
+                        "mark_unknown",
+                        tenant,
+                        op_id,
+                        token=token,
+                        reason=reason,
+                        actor="outbox-relay",
+                    ),
+                )
             )
+        crash_point(CrashPoint.AFTER_PROVIDER)  # the provider accepted; the receipt is not saved
         receipt = answer if isinstance(answer, Receipt) else Receipt(message_id=str(answer))
         result = {
             "message_id": receipt.message_id,
@@ -785,76 +915,63 @@ class OutboxRelay:
             "detail": receipt.detail,
         }
         try:
-            return self.ledger.confirm(
-                op.tenant_id,
-                op.operation_id,
-                token=op.fencing_token,
+            confirmed: Operation = yield _L(
+                "confirm",
+                tenant,
+                op_id,
+                token=token,
                 result=result,
                 provider_result_id=receipt.message_id,
             )
         except StaleFencingToken:
             # Our lease was taken over (marked unknown) while we sent. The
             # receipt is still conclusive evidence: record it rather than lose it.
-            current = self._reload(op)
-            if current.status is OperationStatus.UNKNOWN:
-                evidence = Evidence.confirmed(
-                    "receipt arrived after the lease was taken over",
-                    provider_result_id=receipt.message_id,
-                    result=result,
-                    source="receipt",
-                )
-                return self.ledger.resolve(
-                    op.tenant_id,
-                    op.operation_id,
-                    Resolution(decision=Decision.CONFIRM, by="outbox-relay", evidence=evidence),
-                )
-            return current
-
-    def _fenced(self, op: Operation, write: Callable[[], Operation]) -> Operation:
-        try:
-            return write()
-        except StaleFencingToken:
-            return self._reload(op)
+            current = yield from self._reload(op)
+            if current.status is not OperationStatus.UNKNOWN:
+                return current
+            evidence = Evidence.confirmed(
+                "receipt arrived after the lease was taken over",
+                provider_result_id=receipt.message_id,
+                result=result,
+                source="receipt",
+            )
+            resolution = Resolution(decision=Decision.CONFIRM, by="outbox-relay", evidence=evidence)
+            confirmed = yield _L("resolve", tenant, op_id, resolution)
+        return confirmed
 
     def _after_refusal(
         self,
         entry: OutboxEntry,
         op: Operation,
-        outcome: tuple[Outcome, BaseException],
+        outcome: tuple[Outcome, Exception],
         report: RelayReport,
-    ) -> None:
+    ) -> _Steps[None]:
         """A refusal that provably sent nothing: rejected -> dead; transient -> back off or dead."""
         kind, exc = outcome
-        token = op.fencing_token
+        tenant, op_id, token = op.tenant_id, op.operation_id, op.fencing_token
         reason = f"{type(exc).__name__}: {exc}"
-        if kind is Outcome.REJECTED:
-            op = self._fenced(
-                op,
-                lambda: self.ledger.reject(
-                    op.tenant_id, op.operation_id, token=token, reason=reason, actor="outbox-relay"
-                ),
-            )
-            self._settle(entry, OutboxStatus.DEAD, report, failures=entry.failures + 1, op=op)
-            return
         failures = entry.failures + 1
-        op = self._fenced(
-            op,
-            lambda: self.ledger.release(op.tenant_id, op.operation_id, token=token, reason=reason),
-        )
+        if kind is Outcome.REJECTED:
+            op = yield from self._fenced(
+                op, _L("reject", tenant, op_id, token=token, reason=reason, actor="outbox-relay")
+            )
+            yield from self._settle(entry, OutboxStatus.DEAD, report, failures=failures, op=op)
+            return
+        op = yield from self._fenced(op, _L("release", tenant, op_id, token=token, reason=reason))
         if failures >= self.max_failures and op.status is OperationStatus.PREPARED:
-            op = self.ledger.reject(
-                op.tenant_id,
-                op.operation_id,
+            op = yield _L(
+                "reject",
+                tenant,
+                op_id,
                 token=None,
                 reason=f"dead-lettered after {failures} failures that provably sent nothing "
                 f"(last: {reason})",
                 actor="outbox-relay",
             )
-            self._settle(entry, OutboxStatus.DEAD, report, failures=failures, op=op)
+            yield from self._settle(entry, OutboxStatus.DEAD, report, failures=failures, op=op)
             return
-        retry_after = getattr(exc, "retry_after", None)
-        delay = self._backoff(failures, retry_after)
-        self._settle(
+        delay = self._backoff(failures, getattr(exc, "retry_after", None))
+        yield from self._settle(
             entry,
             OutboxStatus.PENDING,
             report,
@@ -864,29 +981,31 @@ class OutboxRelay:
         )
 
     def _backoff(self, failures: int, retry_after: float | None) -> float:
+        # Not core.plan.backoff: that one gives up when the wait would hold a
+        # worker; an entry waits in the table for free, so the provider's
+        # retry-after is always honoured and max_failures alone ends retries.
         policy = self.contract or ProviderContract()
-        initial, cap = policy.backoff_initial, policy.backoff_max
-        delay: float = min(initial * 2.0 ** (failures - 1), cap)
+        delay: float = min(policy.backoff_initial * 2.0 ** (failures - 1), policy.backoff_max)
         return max(delay, retry_after or 0.0)
 
-    def _reconcile(self, op: Operation) -> Operation:
+    def _reconcile(self, op: Operation) -> _Steps[Operation]:
         """Ask the reconciler; conclusive evidence resolves, anything else is logged."""
         assert self.reconcile is not None
         try:
-            evidence = self.reconcile(op)
+            evidence: Evidence = yield _Hook(self.reconcile, op)
         except Exception as exc:  # a failed lookup is no evidence either way
             evidence = Evidence.inconclusive(f"reconciler failed: {type(exc).__name__}: {exc}")
+        recorded: Operation
         if evidence.kind is EvidenceKind.INCONCLUSIVE:
-            return self.ledger.record_evidence(op.tenant_id, op.operation_id, evidence)
+            recorded = yield _L("record_evidence", op.tenant_id, op.operation_id, evidence)
+            return recorded
         decision = Decision.CONFIRM if evidence.kind is EvidenceKind.CONFIRMED else Decision.REJECT
-        return self.ledger.resolve(
-            op.tenant_id,
-            op.operation_id,
-            Resolution(
-                decision=decision,
-                by="outbox-reconciler",
-                reason=evidence.summary,
-                evidence=evidence,
-                provider_result_id=evidence.provider_result_id,
-            ),
+        resolution = Resolution(
+            decision=decision,
+            by="outbox-reconciler",
+            reason=evidence.summary,
+            evidence=evidence,
+            provider_result_id=evidence.provider_result_id,
         )
+        recorded = yield _L("resolve", op.tenant_id, op.operation_id, resolution)
+        return recorded
