@@ -23,7 +23,7 @@ from benchmarks._common import Report, machine, write_json
 # scripts never rot (its figures mean nothing).
 PLAN: dict[str, dict[str, Callable[[], Report]]] = {
     "full": {
-        "tool_call": lambda: tool_call.run(threads=200),
+        "tool_call": lambda: tool_call.run(threads=200, routers=tool_call.ROUTERS),
         "lifecycle": lambda: lifecycle.run(rounds=300),
         "dbos_peer": lambda: dbos_peer.run(rounds=100),
         "concurrency": lambda: concurrency.run(seconds=3.0, rounds=30),
@@ -36,7 +36,9 @@ PLAN: dict[str, dict[str, Callable[[], Report]]] = {
         "dbos_peer": lambda: dbos_peer.run(rounds=60),
     },
     "smoke": {
-        "tool_call": lambda: tool_call.run(threads=2, calls=(1, 10), warmup=1),
+        "tool_call": lambda: tool_call.run(
+            threads=2, calls=(1, 10), warmup=1, routers=tool_call.ROUTERS
+        ),
         "lifecycle": lambda: lifecycle.run(rounds=2),
         "dbos_peer": lambda: dbos_peer.run(rounds=2),
         "concurrency": lambda: concurrency.run(workers=(2,), seconds=0.2, rounds=2),

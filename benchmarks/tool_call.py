@@ -119,7 +119,14 @@ def _tools(provider: FakeTicketing) -> tuple[Any, Any]:
     return plain, guarded
 
 
-def _graph(tool_node: Any, calls: int, saver: Any) -> Any:
+ROUTERS = ("tools_condition", "route_tool_calls")
+"""``tools_condition``: all calls of a message in one task (the node batches their
+prepare). ``route_tool_calls``: one task per call, what the package recommends."""
+
+
+def _graph(tool_node: Any, calls: int, saver: Any, router: str = "tools_condition") -> Any:
+    from langgraph_effects import route_tool_calls
+
     model = ScriptedChatModel(calls=calls)
 
     def agent(state: MessagesState) -> dict[str, list[BaseMessage]]:
@@ -129,7 +136,8 @@ def _graph(tool_node: Any, calls: int, saver: Any) -> Any:
     builder.add_node("agent", agent)
     builder.add_node("tools", tool_node)
     builder.add_edge(START, "agent")
-    builder.add_conditional_edges("agent", tools_condition, ["tools", END])
+    route = tools_condition if router == "tools_condition" else route_tool_calls
+    builder.add_conditional_edges("agent", route, ["tools", END])
     builder.add_edge("tools", "agent")
     return builder.compile(checkpointer=saver)
 
@@ -201,7 +209,9 @@ def _postgres(trace: bool = False) -> Backend:
 BACKENDS: dict[str, Callable[..., Any]] = {"sqlite": _sqlite, "postgres": _postgres}
 
 
-def measure(backend: str, calls: int, threads: int, warmup: int = 3) -> dict[str, Any]:
+def measure(
+    backend: str, calls: int, threads: int, warmup: int = 3, router: str = "tools_condition"
+) -> dict[str, Any]:
     """Time ``threads`` invokes per variant (interleaved) on one backend."""
     from langgraph_effects import EffectToolNode
 
@@ -209,8 +219,8 @@ def measure(backend: str, calls: int, threads: int, warmup: int = 3) -> dict[str
         plain, guarded = _tools(provider)
         node = EffectToolNode([guarded], ledger=ledger)
         return {
-            "ToolNode": _invoker(_graph(ToolNode([plain]), calls, saver), "plain", calls),
-            "EffectToolNode": _invoker(_graph(node, calls, saver), "effect", calls),
+            "ToolNode": _invoker(_graph(ToolNode([plain]), calls, saver, router), "plain", calls),
+            "EffectToolNode": _invoker(_graph(node, calls, saver, router), "effect", calls),
         }
 
     with BACKENDS[backend]() as (saver, ledger, _):
@@ -268,12 +278,18 @@ def run(
     calls: Sequence[int] = (1, 10),
     backends: Sequence[str] | None = None,
     warmup: int = 3,
+    routers: Sequence[str] = ("tools_condition",),
 ) -> Report:
-    """Measure every backend x N; PostgreSQL is skipped (and said so) when unreachable."""
+    """Measure every backend x router x N; PostgreSQL is skipped (and said so) when unreachable.
+
+    Ratios are named ``{backend}_n{N}`` for ``tools_condition`` and
+    ``{backend}_n{N}_per_call`` for ``route_tool_calls``.
+    """
     report = Report(
         name="per tool call: EffectToolNode / ToolNode (same checkpointer, interleaved)",
         columns=[
             "backend",
+            "router",
             "N",
             "threads",
             "ToolNode ms",
@@ -291,11 +307,13 @@ def run(
         report.notes.append(f"postgres skipped: {problem}")
     results = []
     for backend in chosen:
-        for n in calls:
-            row = measure(backend, n, threads, warmup)
+        for router, n in ((r, n) for r in routers for n in calls):
+            row = measure(backend, n, threads, warmup, router)
+            row["router"] = router
             results.append(row)
             report.add(
                 backend,
+                "per call" if router == "route_tool_calls" else "one task",
                 n,
                 threads,
                 row["toolnode_ms"],
@@ -308,10 +326,12 @@ def run(
                 if backend == "postgres"
                 else "-",
             )
-            report.ratios[f"{backend}_n{n}"] = row["ratio"]
+            suffix = "_per_call" if router == "route_tool_calls" else ""
+            report.ratios[f"{backend}_n{n}{suffix}"] = row["ratio"]
     report.data["results"] = results
     report.notes.append(
-        'durability="sync"; router tools_condition (all calls of a message in one task)'
+        'durability="sync"; "one task": tools_condition, all calls of a message in one task '
+        '(the node batches their prepare); "per call": route_tool_calls, one task per call'
     )
     return report
 
@@ -319,8 +339,9 @@ def run(
 def main(argv: Sequence[str] | None = None) -> Report:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=200)
+    parser.add_argument("--per-call", action="store_true", help="also route_tool_calls")
     args = parser.parse_args(argv)
-    report = run(threads=args.threads)
+    report = run(threads=args.threads, routers=ROUTERS if args.per_call else ROUTERS[:1])
     print(report.table())
     write_json("tool_call.json", report.as_dict())
     return report
