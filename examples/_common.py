@@ -89,15 +89,23 @@ def add_model_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
+MARKER = ".langgraph-effects-example"
+
+
 def work_dir(name: str, given: str | None, *, fresh: bool) -> Path:
     """The example's directory (``--dir`` or one under the system temp dir).
 
     ``fresh`` empties it first (a new run); a resume keeps what the crash left.
+    Only a directory an example created (it holds a marker file) or an empty
+    one is ever emptied: a ``--dir`` pointing at anything else is refused.
     """
     path = Path(given) if given else Path(tempfile.gettempdir()) / "langgraph-effects" / name
-    if fresh and path.exists():
+    if fresh and path.exists() and any(path.iterdir()):
+        if not (path / MARKER).exists():
+            raise SystemExit(f"refusing to empty {path}: not a directory an example created")
         shutil.rmtree(path)
     path.mkdir(parents=True, exist_ok=True)
+    (path / MARKER).touch()
     return path
 
 

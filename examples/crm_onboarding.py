@@ -272,6 +272,9 @@ def main(argv: list[str] | None = None) -> int:
             print("\nThe agent (one process; the checkpoint is saved at every step):")
             ask = f"Onboarding of {CASE} is done: close the case, then notify {OWNER}."
             narrate(graph, {"messages": [HumanMessage(ask)]}, config)
+        elif not graph.get_state(config).values:
+            print(f"Nothing to resume in {directory}: run without --resume first.")
+            return 1
         elif graph.get_state(config).next:
             print("\nThe agent resumes its thread: graph.invoke(None, config)")
             narrate(graph, None, config)

@@ -212,6 +212,9 @@ def main(argv: list[str] | None = None) -> int:
             print("\nThe agent:")
             ask = f"Open a support ticket: {TITLE}."
             interrupts = narrate(graph, {"messages": [HumanMessage(ask)]}, config)
+        elif not graph.get_state(config).values:
+            print(f"Nothing to resume in {directory}: run without --resume first.")
+            return 1
         else:
             print("\nThe agent resumes its thread: graph.invoke(None, config)")
             interrupts = narrate(graph, None, config)
