@@ -1,47 +1,68 @@
 """Transactional outbox and relay, on SQLite files and PostgreSQL.
 
-Notifications are counted at the fake mail provider (``FakeMail``, a SQLite
-file shared across processes); entry and operation states are read from the
-outbox table and the ledger.
+Each backend runs with its real ledger: a SQLite app database with a
+``SQLiteLedger`` on a file beside it, a PostgreSQL app schema with a
+``PostgresLedger`` in the same schema. ``InMemoryLedger`` is kept only where a
+test is about the relay's own logic. Notifications are counted at the fake
+mail provider (``FakeMail``, a SQLite file shared across processes); entry
+and operation states are read from the outbox table and the ledger.
 """
 
 from __future__ import annotations
 
+import asyncio
+import multiprocessing
 import os
 import sqlite3
 import subprocess
 import sys
 import textwrap
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager
-from datetime import timedelta
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import AbstractAsyncContextManager, AbstractContextManager, asynccontextmanager
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from langgraph_effects.core.model import Evidence, OperationStatus, ProviderContract
-from langgraph_effects.errors import InvalidInput, PayloadMismatch
+from langgraph_effects.core.model import (
+    EventKind,
+    Evidence,
+    Operation,
+    OperationStatus,
+    ProviderContract,
+    utcnow,
+)
+from langgraph_effects.errors import InvalidInput, LedgerNotSetUp, PayloadMismatch
+from langgraph_effects.ledger.base import AsyncLedger, Ledger
 from langgraph_effects.ledger.memory import InMemoryLedger
 from langgraph_effects.outbox import (
     Delivery,
     Outbox,
+    OutboxEntry,
     OutboxRelay,
     OutboxStatus,
     Receipt,
+    RelayReport,
 )
+from langgraph_effects.testing.faults import CrashPoint, run_in_child
 from langgraph_effects.testing.providers import FakeClock, FakeMail, Fault
 
 BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+KEY_WINDOW = ProviderContract(idempotency_window=timedelta(hours=24))
 
 
 class App:
-    """The application's own database: a ``cases`` table plus the outbox."""
+    """The application's own database (a ``cases`` table plus the outbox) and its ledger.
 
-    def __init__(self, backend: str, target: str) -> None:
+    Plain attributes only: it crosses into spawned relay processes.
+    """
+
+    def __init__(self, backend: str, target: str, ledger_target: str) -> None:
         self.backend = backend
         self.target = target  # a SQLite path or a PostgreSQL URL
+        self.ledger_target = ledger_target  # a SQLite ledger file, or the same URL
 
     def connect(self) -> Any:
         if self.backend == "sqlite":
@@ -53,14 +74,36 @@ class App:
     def relay(self, **kwargs: Any) -> AbstractContextManager[OutboxRelay]:
         return OutboxRelay.from_conn_string(self.target, **kwargs)
 
+    def ledger(self, clock: Callable[[], datetime] = utcnow) -> AbstractContextManager[Ledger]:
+        """Open this backend's real ledger (its own connection or pool)."""
+        if self.backend == "sqlite":
+            from langgraph_effects.ledger.sqlite import SQLiteLedger
+
+            return SQLiteLedger.from_conn_string(self.ledger_target, clock=clock)
+        from langgraph_effects.ledger.postgres import PostgresLedger
+
+        return PostgresLedger.from_conn_string(self.ledger_target, clock=clock)
+
+    def aledger(
+        self, clock: Callable[[], datetime] = utcnow
+    ) -> AbstractAsyncContextManager[AsyncLedger]:
+        """Open this backend's real async ledger."""
+        if self.backend == "sqlite":
+            from langgraph_effects.ledger.sqlite import AsyncSQLiteLedger
+
+            return AsyncSQLiteLedger.from_conn_string(self.ledger_target, clock=clock)
+        from langgraph_effects.ledger.postgres import AsyncPostgresLedger
+
+        return AsyncPostgresLedger.from_conn_string(self.ledger_target, clock=clock)
+
 
 @pytest.fixture(params=BACKENDS)
 def app(request: pytest.FixtureRequest, tmp_path: Path) -> App:
     if request.param == "sqlite":
-        target = str(tmp_path / "app.db")
+        application = App("sqlite", str(tmp_path / "app.db"), str(tmp_path / "ledger.db"))
     else:
-        target = request.getfixturevalue("pg_url")
-    application = App(request.param, target)
+        url = request.getfixturevalue("pg_url")
+        application = App("postgres", url, url)
     conn = application.connect()
     try:
         Outbox().setup(conn)
@@ -68,6 +111,8 @@ def app(request: pytest.FixtureRequest, tmp_path: Path) -> App:
         conn.commit()
     finally:
         conn.close()
+    with application.ledger() as led:
+        led.setup()
     return application
 
 
@@ -83,8 +128,15 @@ def mail(tmp_path: Path, clock: FakeClock) -> Iterator[FakeMail]:
 
 
 @pytest.fixture
-def ledger(clock: FakeClock) -> InMemoryLedger:
-    led = InMemoryLedger(clock=clock.now)  # key windows compare ledger and relay times
+def ledger(app: App, clock: FakeClock) -> Iterator[Ledger]:
+    """The backend's real ledger, on the test's clock (key windows compare ledger and relay)."""
+    with app.ledger(clock.now) as led:
+        yield led
+
+
+@pytest.fixture
+def memory_ledger(clock: FakeClock) -> InMemoryLedger:
+    led = InMemoryLedger(clock=clock.now)
     led.setup()
     return led
 
@@ -100,10 +152,10 @@ def sender(mail: FakeMail) -> Callable[[Delivery], Receipt]:
     return deliver
 
 
-def sent_search(mail: FakeMail) -> Callable[[Any], Evidence]:
+def sent_search(mail: FakeMail) -> Callable[[Operation], Evidence]:
     """Reconciler: look the idempotency key up in the (eventually consistent) Sent folder."""
 
-    def reconcile(op: Any) -> Evidence:
+    def reconcile(op: Operation) -> Evidence:
         found = mail.search(idempotency_key=op.idempotency_key)
         if found:
             return Evidence.confirmed(
@@ -136,7 +188,7 @@ def business(app: App, case_id: str, *, commit: bool = True, **kw: Any) -> str:
         conn.close()
 
 
-def entries(app: App) -> list[Any]:
+def entries(app: App) -> list[OutboxEntry]:
     conn = app.connect()
     try:
         return Outbox.list(conn)
@@ -144,20 +196,57 @@ def entries(app: App) -> list[Any]:
         conn.close()
 
 
+def operations(app: App, ledger: Ledger) -> list[Operation]:
+    """The delivery operation of every entry, in entry order."""
+    ops = [ledger.get(e.tenant_id, e.operation_id) for e in entries(app)]
+    assert all(op is not None for op in ops)
+    return [op for op in ops if op is not None]
+
+
+# --------------------------------------------------------------------------- relay children
+
+# Module level: they run in spawned processes (the module is imported there).
+
+
+def race_child(app: App, mail: FakeMail, start: Any) -> RelayReport:
+    """One of several relay processes: its own connection, ledger pool and relay."""
+    with app.ledger() as ledger, app.relay(ledger=ledger, deliver=sender(mail), batch_size=2) as r:
+        start.wait(30)
+        return r.run_until_idle()
+
+
+def crash_child(app: App, mail: FakeMail, clock: FakeClock, scenario: str) -> RelayReport:
+    """A relay process on the shared file clock, configured for ``scenario``."""
+    options: dict[str, Any] = {
+        "reconcile": {"reconcile": sent_search(mail)},
+        "review": {},
+        "key": {"contract": KEY_WINDOW},
+    }[scenario]
+    with (
+        app.ledger(clock.now) as ledger,
+        app.relay(ledger=ledger, deliver=sender(mail), clock=clock.now, **options) as relay,
+    ):
+        return relay.run_until_idle()
+
+
+# --------------------------------------------------------------------------- enqueue
+
+
 def test_rolled_back_business_change_sends_nothing(
-    app: App, mail: FakeMail, ledger: InMemoryLedger, clock: FakeClock
+    app: App, mail: FakeMail, ledger: Ledger, clock: FakeClock
 ) -> None:
-    """A business transaction that rolls back leaves no entry and no notification."""
+    """A business transaction that rolls back leaves no entry, no operation and no notification."""
     business(app, "case-1", commit=False)
     with app.relay(ledger=ledger, deliver=sender(mail), clock=clock.now) as relay:
         report = relay.run_until_idle()
     assert report.claimed == 0
     assert entries(app) == []
+    assert ledger.list() == []
     assert mail.effects == 0
 
 
 def test_committed_then_killed_before_relay_sends_exactly_once(
-    app: App, mail: FakeMail, ledger: InMemoryLedger, clock: FakeClock
+    app: App, mail: FakeMail, ledger: Ledger, clock: FakeClock
 ) -> None:
     """A child commits business + entry and is killed before any relay; a later relay sends once."""
     script = textwrap.dedent(
@@ -185,224 +274,15 @@ def test_committed_then_killed_before_relay_sends_exactly_once(
     assert mail.effects == 0
     with app.relay(ledger=ledger, deliver=sender(mail), clock=clock.now) as relay:
         relay.run_until_idle()
-        relay.run_until_idle()
     with app.relay(ledger=ledger, deliver=sender(mail), clock=clock.now) as second:
         assert second.run_until_idle().claimed == 0
     assert mail.effects == 1
     (entry,) = entries(app)
     assert entry.status is OutboxStatus.SENT
     assert entry.receipt_state == "accepted"
-    op = ledger.get(entry.tenant_id, entry.operation_id)
-    assert op is not None
+    (op,) = operations(app, ledger)
     assert op.status is OperationStatus.CONFIRMED
     assert op.provider_result_id == entry.provider_message_id
-
-
-def test_three_relay_threads_deliver_each_entry_once(
-    app: App, mail: FakeMail, ledger: InMemoryLedger, clock: FakeClock
-) -> None:
-    """Three relays racing in threads (own connections, one ledger) send each entry once."""
-    for i in range(24):
-        business(app, f"case-{i}")
-    start = threading.Barrier(3)
-    errors: list[BaseException] = []
-
-    def worker() -> None:
-        try:
-            with app.relay(
-                ledger=ledger, deliver=sender(mail), clock=clock.now, batch_size=3
-            ) as relay:
-                start.wait()
-                relay.run_until_idle()
-        except BaseException as exc:  # surfaced below
-            errors.append(exc)
-
-    threads = [threading.Thread(target=worker) for _ in range(3)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
-    assert errors == []
-    assert mail.effects == 24
-    assert mail.duplicates == 0
-    assert {e.status for e in entries(app)} == {OutboxStatus.SENT}
-
-
-@pytest.mark.postgres
-def test_three_relay_processes_on_postgres_deliver_each_entry_once(
-    pg_url: str, tmp_path: Path
-) -> None:
-    """Three relay processes racing on one PostgreSQL outbox send every entry exactly once."""
-    app = App("postgres", pg_url)
-    conn = app.connect()
-    Outbox().setup(conn)
-    conn.execute("CREATE TABLE cases (id TEXT PRIMARY KEY, status TEXT NOT NULL)")
-    conn.commit()
-    conn.close()
-    for i in range(30):
-        business(app, f"case-{i}")
-    mail_path = tmp_path / "mail.db"
-    FakeMail(mail_path).close()
-    script = textwrap.dedent(
-        """
-        import sys
-        from langgraph_effects.ledger.memory import InMemoryLedger
-        from langgraph_effects.outbox import OutboxRelay, Receipt
-        from langgraph_effects.testing.providers import FakeMail
-        mail = FakeMail(sys.argv[2])
-        def deliver(d):
-            p = d.entry.payload
-            m = mail.send(p["to"], p["subject"], p["body"], idempotency_key=d.idempotency_key)
-            return Receipt(message_id=m["message_id"])
-        ledger = InMemoryLedger(); ledger.setup()
-        with OutboxRelay.from_conn_string(sys.argv[1], ledger=ledger, deliver=deliver,
-                                          batch_size=2) as relay:
-            relay.run_until_idle()
-        """
-    )
-    children = [
-        subprocess.Popen([sys.executable, "-c", script, pg_url, str(mail_path)]) for _ in range(3)
-    ]
-    assert [c.wait(timeout=120) for c in children] == [0, 0, 0]
-    with FakeMail(mail_path) as mail:
-        assert mail.effects == 30
-        assert mail.duplicates == 0
-    assert {e.status for e in entries(app)} == {OutboxStatus.SENT}
-
-
-def test_lost_receipt_is_unknown_then_reconciled(
-    app: App, tmp_path: Path, ledger: InMemoryLedger, clock: FakeClock
-) -> None:
-    """A lost receipt stays unknown (under review) until the lagging search confirms it."""
-    with FakeMail(tmp_path / "lag.db", clock=clock, search_delay=timedelta(minutes=5)) as mail:
-        mail.faults.push(Fault.LOSE_RESPONSE)
-        entry_id = business(app, "case-1")
-        with app.relay(
-            ledger=ledger,
-            deliver=sender(mail),
-            reconcile=sent_search(mail),
-            clock=clock.now,
-            review_recheck=timedelta(minutes=1),
-        ) as relay:
-            first = relay.run_until_idle()
-            (entry,) = entries(app)
-            op = ledger.get(entry.tenant_id, entry.operation_id)
-            assert first.review == 1
-            assert entry.status is OutboxStatus.REVIEW
-            assert op is not None
-            assert op.status is OperationStatus.UNKNOWN
-            clock.advance(timedelta(minutes=6))
-            relay.run_until_idle()
-        assert mail.effects == 1
-        (entry,) = entries(app)
-        assert entry.entry_id == entry_id
-        assert entry.status is OutboxStatus.SENT
-        op = ledger.get(entry.tenant_id, entry.operation_id)
-        assert op is not None
-        assert op.status is OperationStatus.CONFIRMED
-        kinds = [
-            e.evidence.kind.value for e in ledger.events("default", op.operation_id) if e.evidence
-        ]
-        assert kinds == ["inconclusive", "confirmed"]
-
-
-def test_lost_receipt_without_evidence_or_key_is_left_for_review(
-    app: App, mail: FakeMail, ledger: InMemoryLedger, clock: FakeClock
-) -> None:
-    """With no reconciler and no key contract a lost receipt stays unknown: never resent."""
-    mail.faults.push(Fault.LOSE_RESPONSE)
-    business(app, "case-1")
-    with app.relay(ledger=ledger, deliver=sender(mail), clock=clock.now) as relay:
-        relay.run_until_idle()
-        clock.advance(timedelta(hours=1))
-        relay.run_until_idle()
-    (entry,) = entries(app)
-    op = ledger.get(entry.tenant_id, entry.operation_id)
-    assert entry.status is OutboxStatus.REVIEW
-    assert op is not None
-    assert op.status is OperationStatus.UNKNOWN
-    assert mail.effects == 1
-
-
-def test_lost_receipt_is_resent_under_the_same_key_inside_the_window(
-    app: App, mail: FakeMail, ledger: InMemoryLedger, clock: FakeClock
-) -> None:
-    """A provider that honours keys gets one resend under the same key and applies nothing twice."""
-    mail.faults.push(Fault.LOSE_RESPONSE)
-    business(app, "case-1")
-    contract = ProviderContract(idempotency_window=timedelta(hours=24))
-    with app.relay(ledger=ledger, deliver=sender(mail), contract=contract, clock=clock.now) as r:
-        r.run_until_idle()
-    (entry,) = entries(app)
-    assert entry.status is OutboxStatus.SENT
-    assert mail.effects == 1
-    assert mail.stats().replays == 1
-    op = ledger.get(entry.tenant_id, entry.operation_id)
-    assert op is not None
-    assert op.attempts == 2
-
-
-def test_transient_failures_back_off_then_dead_letter(
-    app: App, mail: FakeMail, ledger: InMemoryLedger, clock: FakeClock
-) -> None:
-    """Failures that provably sent nothing are retried later, then dead-lettered."""
-    mail.faults.push(Fault.TRANSIENT, times=3, retry_after=10)
-    business(app, "case-1")
-    with app.relay(ledger=ledger, deliver=sender(mail), clock=clock.now, max_failures=3) as relay:
-        for _ in range(3):
-            relay.run_until_idle()
-            assert relay.run_once().claimed == 0  # backing off: not due yet
-            clock.advance(timedelta(seconds=11))
-    (entry,) = entries(app)
-    op = ledger.get(entry.tenant_id, entry.operation_id)
-    assert entry.status is OutboxStatus.DEAD
-    assert entry.failures == 3
-    assert op is not None
-    assert op.status is OperationStatus.REJECTED
-    assert mail.effects == 0
-
-
-def test_definitive_rejection_is_dead_at_once(
-    app: App, mail: FakeMail, ledger: InMemoryLedger, clock: FakeClock
-) -> None:
-    """A definitive refusal dead-letters the entry on the first try and is never retried."""
-    mail.faults.push(Fault.REJECT, reason="mailbox does not exist")
-    business(app, "case-1")
-    with app.relay(ledger=ledger, deliver=sender(mail), clock=clock.now) as relay:
-        relay.run_until_idle()
-        clock.advance(timedelta(hours=1))
-        assert relay.run_until_idle().claimed == 0
-    (entry,) = entries(app)
-    assert entry.status is OutboxStatus.DEAD
-    assert "mailbox does not exist" in (entry.last_error or "")
-    assert mail.stats().requests == 1
-
-
-def test_ordered_entries_wait_for_the_earlier_one_of_their_key(
-    app: App, mail: FakeMail, ledger: InMemoryLedger, clock: FakeClock
-) -> None:
-    """An ordered entry is not sent while an earlier entry of the same key is still pending."""
-    mail.faults.push(Fault.TRANSIENT, retry_after=30)
-    outbox = Outbox(clock=clock.now)
-    conn = app.connect()
-    for step in ("opened", "closed"):
-        outbox.enqueue(
-            conn,
-            topic="case",
-            key="case-9",
-            ordered=True,
-            payload={"to": "o@example.com", "subject": step, "body": step},
-        )
-    conn.commit()
-    conn.close()
-    business(app, "case-other")  # another key is not held up
-    with app.relay(ledger=ledger, deliver=sender(mail), clock=clock.now) as relay:
-        relay.run_until_idle()
-        assert [m.target for m in mail.effect_log()] == ["owner-case-other@example.com"]
-        clock.advance(timedelta(seconds=31))
-        relay.run_until_idle()
-    subjects = [m["subject"] for m in mail.search(to="o@example.com")]
-    assert subjects == ["opened", "closed"]
 
 
 def test_dedupe_key_makes_one_entry_and_refuses_another_payload(app: App) -> None:
@@ -439,8 +319,6 @@ def test_enqueue_refuses_a_connection_that_would_commit_on_its_own(app: App) -> 
 @pytest.mark.postgres
 def test_async_enqueue_commits_with_the_business_change(pg_url: str) -> None:
     """``aenqueue`` on an AsyncConnection commits and rolls back with the caller's transaction."""
-    import asyncio
-
     import psycopg
 
     async def scenario() -> None:
@@ -461,19 +339,6 @@ def test_async_enqueue_commits_with_the_business_change(pg_url: str) -> None:
         assert [e.payload for e in Outbox.list(sync)] == [{"kept": True}]
 
 
-def test_relay_before_setup_says_so(tmp_path: Path, ledger: InMemoryLedger) -> None:
-    """A relay on a database without the outbox table raises an error naming setup()."""
-    from langgraph_effects.errors import LedgerNotSetUp
-
-    with (
-        OutboxRelay.from_conn_string(
-            tmp_path / "empty.db", ledger=ledger, deliver=lambda d: "x"
-        ) as relay,
-        pytest.raises(LedgerNotSetUp, match="setup"),
-    ):
-        relay.run_once()
-
-
 def test_setup_is_idempotent_on_a_fresh_file(tmp_path: Path) -> None:
     """Running setup twice leaves one schema version row and a usable table."""
     conn = sqlite3.connect(tmp_path / "x.db")
@@ -482,6 +347,362 @@ def test_setup_is_idempotent_on_a_fresh_file(tmp_path: Path) -> None:
     assert conn.execute("SELECT version FROM lge_outbox_schema_version").fetchall() == [(1,)]
     conn.close()
     assert os.path.exists(tmp_path / "x.db")
+
+
+# --------------------------------------------------------------------------- races
+
+
+def test_three_relay_threads_deliver_each_entry_once(
+    app: App, mail: FakeMail, clock: FakeClock
+) -> None:
+    """Three relay threads, each with its own connection and ledger on one store, send once each."""
+    for i in range(24):
+        business(app, f"case-{i}")
+    start = threading.Barrier(3)
+    errors: list[BaseException] = []
+
+    def worker() -> None:
+        try:
+            with (
+                app.ledger(clock.now) as led,
+                app.relay(ledger=led, deliver=sender(mail), clock=clock.now, batch_size=3) as r,
+            ):
+                start.wait()
+                r.run_until_idle()
+        except BaseException as exc:  # surfaced below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert errors == []
+    assert mail.effects == 24
+    assert mail.duplicates == 0
+    assert {e.status for e in entries(app)} == {OutboxStatus.SENT}
+    with app.ledger() as led:
+        ops = operations(app, led)
+    assert {op.status for op in ops} == {OperationStatus.CONFIRMED}
+    assert {op.attempts for op in ops} == {1}
+
+
+def test_three_relay_processes_deliver_each_entry_once(app: App, mail: FakeMail) -> None:
+    """Three relay processes, each opening the shared ledger, race and send every entry once."""
+    for i in range(30):
+        business(app, f"case-{i}")
+    ctx = multiprocessing.get_context("spawn")
+    start = ctx.Barrier(3)
+    children = [ctx.Process(target=race_child, args=(app, mail, start)) for _ in range(3)]
+    for child in children:
+        child.start()
+    for child in children:
+        child.join(120)
+    assert [c.exitcode for c in children] == [0, 0, 0]
+    assert mail.effects == 30
+    assert mail.duplicates == 0
+    assert mail.stats().replays == 0
+    assert {e.status for e in entries(app)} == {OutboxStatus.SENT}
+    with app.ledger() as led:
+        ops = operations(app, led)
+        claims = [
+            [e.kind for e in led.events(op.tenant_id, op.operation_id)].count(EventKind.CLAIM)
+            for op in ops
+        ]
+    assert {op.status for op in ops} == {OperationStatus.CONFIRMED}
+    assert {op.attempts for op in ops} == {1}
+    assert {op.idempotency_key for op in ops} == {m.idempotency_key for m in mail.effect_log()}
+    assert claims == [1] * 30  # one claim (and so one dispatch) per entry, never a second
+
+
+# --------------------------------------------------------------------------- lost receipts
+
+
+@pytest.mark.parametrize(
+    ("scenario", "status", "entry_status", "replays"),
+    [
+        ("reconcile", OperationStatus.CONFIRMED, OutboxStatus.SENT, 0),
+        ("review", OperationStatus.UNKNOWN, OutboxStatus.REVIEW, 0),
+        ("key", OperationStatus.CONFIRMED, OutboxStatus.SENT, 1),
+    ],
+)
+def test_relay_killed_after_the_provider_accepted_never_sends_twice(
+    app: App,
+    tmp_path: Path,
+    scenario: str,
+    status: OperationStatus,
+    entry_status: OutboxStatus,
+    replays: int,
+) -> None:
+    """SIGKILLed between the provider's acceptance and the receipt, a new relay process
+    reconciles (confirmed), leaves it for review, or resends under the same key: one message."""
+    clock = FakeClock(path=tmp_path / "clock.db")
+    mail = FakeMail(tmp_path / "mail.db", clock=clock)
+    business(app, "case-1")
+    died = run_in_child(
+        crash_child, app, mail, clock, scenario, crash_at=CrashPoint.AFTER_PROVIDER, mode="kill"
+    )
+    assert died.crashed_at is CrashPoint.AFTER_PROVIDER, died.error
+    assert died.exitcode == -9
+    with app.ledger(clock.now) as led:
+        (op,) = operations(app, led)
+    assert op.status is OperationStatus.DISPATCHING  # accepted, receipt never saved
+    assert mail.effects == 1
+
+    resumed = run_in_child(crash_child, app, mail, clock, scenario)
+    assert resumed.ok, resumed.error
+    assert mail.effects == 1
+    assert mail.duplicates == 0
+    assert mail.stats().replays == replays  # a resend, if any, was under the same key
+    (entry,) = entries(app)
+    assert entry.status is entry_status
+    with app.ledger(clock.now) as led:
+        (op,) = operations(app, led)
+        kinds = [e.kind for e in led.events(op.tenant_id, op.operation_id)]
+    assert op.status is status
+    assert EventKind.MARK_UNKNOWN in kinds  # the dead relay's lease went to unknown first
+    assert op.attempts == 1 + replays
+    if status is OperationStatus.CONFIRMED:
+        (message,) = mail.search(idempotency_key=op.idempotency_key)
+        assert op.provider_result_id == entry.provider_message_id == message["message_id"]
+    mail.close()
+    clock.close()
+
+
+def test_lost_receipt_is_unknown_then_reconciled(
+    app: App, tmp_path: Path, ledger: Ledger, clock: FakeClock
+) -> None:
+    """A lost receipt stays unknown (under review) until the lagging search confirms it."""
+    with FakeMail(tmp_path / "lag.db", clock=clock, search_delay=timedelta(minutes=5)) as mail:
+        mail.faults.push(Fault.LOSE_RESPONSE)
+        entry_id = business(app, "case-1")
+        with app.relay(
+            ledger=ledger,
+            deliver=sender(mail),
+            reconcile=sent_search(mail),
+            clock=clock.now,
+            review_recheck=timedelta(minutes=1),
+        ) as relay:
+            first = relay.run_until_idle()
+            (entry,) = entries(app)
+            (op,) = operations(app, ledger)
+            assert first.review == 1
+            assert entry.status is OutboxStatus.REVIEW
+            assert op.status is OperationStatus.UNKNOWN
+            clock.advance(timedelta(minutes=6))
+            relay.run_until_idle()
+        assert mail.effects == 1
+        (entry,) = entries(app)
+        assert entry.entry_id == entry_id
+        assert entry.status is OutboxStatus.SENT
+        (op,) = operations(app, ledger)
+        assert op.status is OperationStatus.CONFIRMED
+        kinds = [
+            e.evidence.kind.value for e in ledger.events("default", op.operation_id) if e.evidence
+        ]
+        assert kinds == ["inconclusive", "confirmed"]
+
+
+def test_lost_receipt_without_evidence_or_key_is_left_for_review(
+    app: App, mail: FakeMail, ledger: Ledger, clock: FakeClock
+) -> None:
+    """With no reconciler and no key contract a lost receipt stays unknown: never resent."""
+    mail.faults.push(Fault.LOSE_RESPONSE)
+    business(app, "case-1")
+    with app.relay(ledger=ledger, deliver=sender(mail), clock=clock.now) as relay:
+        relay.run_until_idle()
+        clock.advance(timedelta(hours=1))
+        relay.run_until_idle()
+    (entry,) = entries(app)
+    (op,) = operations(app, ledger)
+    assert entry.status is OutboxStatus.REVIEW
+    assert op.status is OperationStatus.UNKNOWN
+    assert op.attempts == 1
+    assert mail.effects == 1
+
+
+def test_lost_receipt_is_resent_under_the_same_key_inside_the_window(
+    app: App, mail: FakeMail, ledger: Ledger, clock: FakeClock
+) -> None:
+    """A provider that honours keys gets one resend under the same key and applies nothing twice."""
+    mail.faults.push(Fault.LOSE_RESPONSE)
+    business(app, "case-1")
+    with app.relay(ledger=ledger, deliver=sender(mail), contract=KEY_WINDOW, clock=clock.now) as r:
+        r.run_until_idle()
+    (entry,) = entries(app)
+    (op,) = operations(app, ledger)
+    assert entry.status is OutboxStatus.SENT
+    assert op.status is OperationStatus.CONFIRMED
+    assert op.attempts == 2
+    assert mail.effects == 1
+    assert mail.stats().replays == 1
+
+
+# --------------------------------------------------------------------------- refusals, order
+
+
+def test_transient_failures_back_off_then_dead_letter(
+    app: App, mail: FakeMail, ledger: Ledger, clock: FakeClock
+) -> None:
+    """Failures that provably sent nothing are retried later, then dead-lettered."""
+    mail.faults.push(Fault.TRANSIENT, times=3, retry_after=10)
+    business(app, "case-1")
+    with app.relay(ledger=ledger, deliver=sender(mail), clock=clock.now, max_failures=3) as relay:
+        for _ in range(3):
+            relay.run_until_idle()
+            assert relay.run_once().claimed == 0  # backing off: not due yet
+            clock.advance(timedelta(seconds=11))
+    (entry,) = entries(app)
+    (op,) = operations(app, ledger)
+    assert entry.status is OutboxStatus.DEAD
+    assert entry.failures == 3
+    assert op.status is OperationStatus.REJECTED
+    assert mail.effects == 0
+
+
+def test_definitive_rejection_is_dead_at_once(
+    app: App, mail: FakeMail, ledger: Ledger, clock: FakeClock
+) -> None:
+    """A definitive refusal dead-letters the entry on the first try and is never retried."""
+    mail.faults.push(Fault.REJECT, reason="mailbox does not exist")
+    business(app, "case-1")
+    with app.relay(ledger=ledger, deliver=sender(mail), clock=clock.now) as relay:
+        relay.run_until_idle()
+        clock.advance(timedelta(hours=1))
+        assert relay.run_until_idle().claimed == 0
+    (entry,) = entries(app)
+    (op,) = operations(app, ledger)
+    assert entry.status is OutboxStatus.DEAD
+    assert op.status is OperationStatus.REJECTED
+    assert "mailbox does not exist" in (entry.last_error or "")
+    assert mail.stats().requests == 1
+
+
+def test_ordered_entries_wait_for_the_earlier_one_of_their_key(
+    app: App, mail: FakeMail, memory_ledger: InMemoryLedger, clock: FakeClock
+) -> None:
+    """An ordered entry is not sent while an earlier entry of the same key is still pending."""
+    mail.faults.push(Fault.TRANSIENT, retry_after=30)
+    outbox = Outbox(clock=clock.now)
+    conn = app.connect()
+    for step in ("opened", "closed"):
+        outbox.enqueue(
+            conn,
+            topic="case",
+            key="case-9",
+            ordered=True,
+            payload={"to": "o@example.com", "subject": step, "body": step},
+        )
+    conn.commit()
+    conn.close()
+    business(app, "case-other")  # another key is not held up
+    with app.relay(ledger=memory_ledger, deliver=sender(mail), clock=clock.now) as relay:
+        relay.run_until_idle()
+        assert [m.target for m in mail.effect_log()] == ["owner-case-other@example.com"]
+        clock.advance(timedelta(seconds=31))
+        relay.run_until_idle()
+    subjects = [m["subject"] for m in mail.search(to="o@example.com")]
+    assert subjects == ["opened", "closed"]
+
+
+def test_relay_before_setup_says_so(tmp_path: Path, memory_ledger: InMemoryLedger) -> None:
+    """A relay on a database without the outbox table raises an error naming setup()."""
+    with (
+        OutboxRelay.from_conn_string(
+            tmp_path / "empty.db", ledger=memory_ledger, deliver=lambda d: "x"
+        ) as relay,
+        pytest.raises(LedgerNotSetUp, match="setup"),
+    ):
+        relay.run_once()
+
+
+# --------------------------------------------------------------------------- async relay
+
+
+@asynccontextmanager
+async def async_mail(mail: FakeMail) -> AsyncIterator[tuple[Any, Any]]:
+    """Async ``deliver`` and ``reconcile`` over the fake (its calls run in a worker thread)."""
+    deliver, reconcile = sender(mail), sent_search(mail)
+
+    async def adeliver(d: Delivery) -> Receipt:
+        return await asyncio.to_thread(deliver, d)
+
+    async def areconcile(op: Operation) -> Evidence:
+        return await asyncio.to_thread(reconcile, op)
+
+    yield adeliver, areconcile
+
+
+def test_async_relay_reconciles_a_lost_receipt(app: App, tmp_path: Path, clock: FakeClock) -> None:
+    """``arun_until_idle`` on the async ledger takes a lost receipt to review, then to confirmed."""
+    lagging = FakeMail(tmp_path / "lag.db", clock=clock, search_delay=timedelta(minutes=5))
+    lagging.faults.push(Fault.LOSE_RESPONSE)
+    business(app, "case-1")
+
+    async def scenario() -> list[OperationStatus]:
+        seen = []
+        async with app.aledger(clock.now) as led, async_mail(lagging) as (deliver, reconcile):
+            with app.relay(ledger=led, deliver=deliver, reconcile=reconcile, clock=clock.now) as r:
+                for _ in range(2):
+                    await r.arun_until_idle()
+                    (entry,) = entries(app)
+                    op = await led.get(entry.tenant_id, entry.operation_id)
+                    assert op is not None
+                    seen.append(op.status)
+                    clock.advance(timedelta(minutes=6))
+        return seen
+
+    assert asyncio.run(scenario()) == [OperationStatus.UNKNOWN, OperationStatus.CONFIRMED]
+    assert [e.status for e in entries(app)] == [OutboxStatus.SENT]
+    assert lagging.effects == 1
+    assert lagging.stats().replays == 0
+    lagging.close()
+
+
+def test_three_async_relays_deliver_each_entry_once(
+    app: App, mail: FakeMail, clock: FakeClock
+) -> None:
+    """Three async relays (own connections, one async ledger) racing in one loop send once each."""
+    for i in range(12):
+        business(app, f"case-{i}")
+
+    async def scenario() -> None:
+        async with app.aledger(clock.now) as led, async_mail(mail) as (deliver, _):
+            with (
+                app.relay(ledger=led, deliver=deliver, clock=clock.now, batch_size=2) as a,
+                app.relay(ledger=led, deliver=deliver, clock=clock.now, batch_size=2) as b,
+                app.relay(ledger=led, deliver=deliver, clock=clock.now, batch_size=2) as c,
+            ):
+                await asyncio.gather(a.arun_until_idle(), b.arun_until_idle(), c.arun_until_idle())
+
+    asyncio.run(scenario())
+    assert mail.effects == 12
+    assert mail.duplicates == 0
+    assert {e.status for e in entries(app)} == {OutboxStatus.SENT}
+    with app.ledger() as led:
+        ops = operations(app, led)
+    assert {op.status for op in ops} == {OperationStatus.CONFIRMED}
+    assert {op.attempts for op in ops} == {1}
+
+
+def test_sync_relay_refuses_an_async_ledger(app: App, mail: FakeMail) -> None:
+    """``run_once`` with an async ledger says to use ``arun_once`` and claims nothing."""
+    business(app, "case-1")
+
+    async def scenario() -> None:
+        async with app.aledger() as led:
+            with (
+                app.relay(ledger=led, deliver=sender(mail)) as relay,
+                pytest.raises(InvalidInput, match="arun_once"),
+            ):
+                relay.run_once()
+
+    asyncio.run(scenario())
+    assert [(e.status, e.lease_owner) for e in entries(app)] == [(OutboxStatus.PENDING, None)]
+    assert mail.effects == 0
+
+
+# --------------------------------------------------------------------------- example
 
 
 OUTBOX_EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "outbox_notify.py"
