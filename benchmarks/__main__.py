@@ -74,6 +74,41 @@ def targets(ratios: dict[str, float]) -> dict[str, dict[str, Any]]:
     return out
 
 
+def markdown(summary: dict[str, Any]) -> str:
+    """The results as Markdown for the README: machine, targets, and every table."""
+    m = summary["machine"]
+    lines = [
+        f"Measured {m['date']} ({summary['mode']} run, {summary['seconds']:.0f} s) on "
+        f"{m['cores']} cores ({m['cpu']}), PostgreSQL {m['postgres']} on loopback, "
+        f"SQLite {m['sqlite']}, Python {m['python']}; load average at start "
+        f"{', '.join(f'{x:.1f}' for x in m['load_avg_at_start'] or [])} (a shared machine: "
+        "read the ratios, measured interleaved in one run, rather than the absolute times).",
+        "",
+        "| target | measured | bound | |",
+        "|---|---|---|---|",
+    ]
+    for name, t in summary["targets"].items():
+        value = "-" if t["value"] is None else f"{t['value']:.3f}"
+        verdict = {True: "met", False: "**missed**", None: "not measured"}[t["met"]]
+        lines.append(f"| `{name}` | {value} | {t['target']} | {verdict} |")
+    for report in summary["reports"].values():
+        lines += ["", f"**{report['name']}**", ""]
+        lines.append("| " + " | ".join(report["columns"]) + " |")
+        lines.append("|" + "---|" * len(report["columns"]))
+        for row in report["rows"]:
+            cells = [
+                f"{v:.3f}"
+                if isinstance(v, float) and abs(v) < 100
+                else f"{v:.0f}"
+                if isinstance(v, float)
+                else str(v)
+                for v in row
+            ]
+            lines.append("| " + " | ".join(cells) + " |")
+        lines += [f"- {note}" for note in report["notes"]]
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="per tool call, lifecycle, DBOS")
@@ -111,7 +146,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "reports": reports,
     }
     path = write_json("latest.json", summary)
-    print(f"\nwrote {path} in {summary['seconds']:.0f} s")
+    (path.parent / "latest.md").write_text(markdown(summary))
+    print(f"\nwrote {path} (and latest.md) in {summary['seconds']:.0f} s")
     return summary
 
 

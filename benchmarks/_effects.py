@@ -8,6 +8,7 @@ benchmark measures the same thing:
   does for a first-time call);
 - ``batch``: ``prepare_many(owner=...)`` for the parallel calls of one
   AIMessage, then one ``confirm`` per call;
+- ``batch_confirmed``: the same, the receipts recorded by one ``confirm_many``;
 - ``replay``: ``prepare`` of an already confirmed operation (what a resumed
   node does before returning the recorded result).
 """
@@ -22,7 +23,16 @@ from langgraph_effects.core.ids import idempotency_key, operation_id
 from langgraph_effects.core.model import LeaseOwner, OperationDraft, OperationStatus
 from langgraph_effects.ledger.base import Ledger
 
-__all__ = ["TENANT", "batch", "draft", "drafts", "fused", "replay", "three_step"]
+__all__ = [
+    "TENANT",
+    "batch",
+    "batch_confirmed",
+    "draft",
+    "drafts",
+    "fused",
+    "replay",
+    "three_step",
+]
 
 TENANT = "bench"
 ACTION = "crm.create_ticket"
@@ -77,6 +87,26 @@ def batch(ledger: Ledger, ds: Sequence[OperationDraft], owner: LeaseOwner) -> No
     for prepared in ledger.prepare_many(ds, owner=owner):
         op = prepared.operation
         ledger.confirm(op.tenant_id, op.operation_id, token=op.fencing_token, result={"ok": 1})
+
+
+def batch_confirmed(ledger: Ledger, ds: Sequence[OperationDraft], owner: LeaseOwner) -> None:
+    """``prepare_many`` then one ``confirm_many`` for the whole batch (when the ledger has it)."""
+    from langgraph_effects.ledger.base import Confirmation
+
+    prepared = ledger.prepare_many(ds, owner=owner)
+    receipts = [
+        Confirmation(
+            tenant_id=p.operation.tenant_id,
+            operation_id=p.operation.operation_id,
+            token=p.operation.fencing_token,
+            result={"ok": 1},
+        )
+        for p in prepared
+    ]
+    outcomes = ledger.confirm_many(receipts)  # type: ignore[attr-defined]
+    failed = [o for o in outcomes if isinstance(o, Exception)]
+    if failed:
+        raise AssertionError(f"confirm_many refused receipts: {failed!r}")
 
 
 def replay(ledger: Ledger, d: OperationDraft, owner: LeaseOwner) -> None:

@@ -158,6 +158,26 @@ WITH op AS (
 SELECT * FROM op
 """
 
+_PG_CONFIRM_MANY = f"""
+WITH c AS (
+    SELECT * FROM unnest(%s::text[], %s::text[], %s::bigint[], %s::jsonb[])
+        AS c(tenant_id, operation_id, token, result)
+), op AS (
+    UPDATE floor_operations AS o
+    SET status = 'confirmed', result = c.result, lease_owner = NULL, lease_expires_at = NULL,
+        resolved_at = now(), record_version = o.record_version + 1, updated_at = now()
+    FROM c
+    WHERE o.tenant_id = c.tenant_id AND o.operation_id = c.operation_id
+      AND o.status = 'dispatching' AND o.fencing_token = c.token
+    RETURNING o.*
+), ev AS (
+    {_PG_EVENT}
+    SELECT tenant_id, operation_id, record_version, 'confirm', 'dispatching', 'confirmed',
+           'ledger', fencing_token, now() FROM op
+)
+SELECT * FROM op
+"""
+
 _PG_GET = "SELECT * FROM floor_operations WHERE tenant_id = %s AND operation_id = %s"
 
 
@@ -215,6 +235,26 @@ class PostgresFloor:
                     _PG_CONFIRM,
                     ('{"ok": 1}', row["tenant_id"], row["operation_id"], row["fencing_token"]),
                 ).fetchone()
+
+    def batch_confirmed(self, ds: Sequence[OperationDraft], owner: LeaseOwner) -> None:
+        """A batch whose receipts are confirmed together: one statement each way."""
+        columns = list(zip(*(_row_values(d) for d in ds), strict=True))
+        actor = owner.encode()
+        with self.pool.connection() as conn:
+            rows = conn.execute(
+                _PG_PREPARE_CLAIMED, (*map(list, columns), actor, _LEASE, actor)
+            ).fetchall()
+            confirmed = conn.execute(
+                _PG_CONFIRM_MANY,
+                (
+                    [r["tenant_id"] for r in rows],
+                    [r["operation_id"] for r in rows],
+                    [r["fencing_token"] for r in rows],
+                    ['{"ok": 1}'] * len(rows),
+                ),
+            ).fetchall()
+        if len(confirmed) != len(ds):
+            raise AssertionError("floor: a batched confirm missed a row")
 
     def replay(self, d: OperationDraft, owner: LeaseOwner) -> None:
         with self.pool.connection() as conn:
@@ -387,6 +427,17 @@ class SQLiteFloor:
             c.execute("BEGIN IMMEDIATE")
             self._confirm(d, token)
             c.execute("COMMIT")
+
+    def batch_confirmed(self, ds: Sequence[OperationDraft], owner: LeaseOwner) -> None:
+        """A batch whose receipts are confirmed together: two transactions in all."""
+        c = self.conn
+        c.execute("BEGIN IMMEDIATE")
+        tokens = [self._insert(d, owner) for d in ds]
+        c.execute("COMMIT")
+        c.execute("BEGIN IMMEDIATE")
+        for d, token in zip(ds, tokens, strict=True):
+            self._confirm(d, token)
+        c.execute("COMMIT")
 
     def replay(self, d: OperationDraft, owner: LeaseOwner) -> None:
         row = self.conn.execute(_SQ_GET, (d.tenant_id, d.operation_id)).fetchone()

@@ -39,8 +39,23 @@ from langgraph_effects.core.model import LeaseOwner
 
 __all__ = ["main", "run"]
 
-SHAPES: dict[str, int] = {"three_step": 1, "fused": 1, "batch10": 10, "replay": 1}
+SHAPES: dict[str, int] = {
+    "three_step": 1,
+    "fused": 1,
+    "batch10": 10,
+    "batch10_confirm_many": 10,
+    "replay": 1,
+}
 """Each shape and the number of effects one iteration handles."""
+
+
+def shapes() -> dict[str, int]:
+    """The shapes this ledger version supports (``confirm_many`` may be absent)."""
+    from langgraph_effects.ledger.base import Ledger
+
+    if hasattr(Ledger, "confirm_many"):
+        return SHAPES
+    return {k: v for k, v in SHAPES.items() if k != "batch10_confirm_many"}
 
 
 @dataclass
@@ -50,6 +65,7 @@ class Side:
     three_step: Callable[[Any, LeaseOwner], None]
     fused: Callable[[Any, LeaseOwner], None]
     batch10: Callable[[Any, LeaseOwner], None]
+    batch10_confirm_many: Callable[[Any, LeaseOwner], None]
     replay: Callable[[Any, LeaseOwner], None]
 
 
@@ -58,12 +74,13 @@ def _ledger_side(ledger: Any) -> Side:
         three_step=lambda d, o: _effects.three_step(ledger, d, o),
         fused=lambda d, o: _effects.fused(ledger, d, o),
         batch10=lambda ds, o: _effects.batch(ledger, ds, o),
+        batch10_confirm_many=lambda ds, o: _effects.batch_confirmed(ledger, ds, o),
         replay=lambda d, o: _effects.replay(ledger, d, o),
     )
 
 
 def _floor_side(floor: Any) -> Side:
-    return Side(floor.three_step, floor.fused, floor.batch, floor.replay)
+    return Side(floor.three_step, floor.fused, floor.batch, floor.batch_confirmed, floor.replay)
 
 
 @contextmanager
@@ -157,6 +174,7 @@ def _inputs(prefix: str, rounds: int) -> dict[str, list[Any]]:
         "three_step": _effects.drafts(f"{prefix}-3", rounds),
         "fused": _effects.drafts(f"{prefix}-2", rounds),
         "batch10": [_effects.drafts(f"{prefix}-b{i}", 10) for i in range(rounds)],
+        "batch10_confirm_many": [_effects.drafts(f"{prefix}-c{i}", 10) for i in range(rounds)],
         "replay": _effects.drafts(f"{prefix}-r", rounds),
     }
 
@@ -170,7 +188,7 @@ def measure(backend: str, rounds: int) -> dict[str, Any]:
         for name, side in sides.items():
             for d in inputs[name]["replay"]:
                 side.fused(d, owner)  # confirmed operations for the replay shape
-            for shape in SHAPES:  # warm up: prepared statements, caches
+            for shape in shapes():  # warm up: prepared statements, caches
                 getattr(side, shape)(inputs[name][shape][rounds], owner)
         variants = {
             f"{shape}/{name}": (
@@ -178,12 +196,12 @@ def measure(backend: str, rounds: int) -> dict[str, Any]:
                     inputs[name][shape][i], owner
                 )
             )
-            for shape in SHAPES
+            for shape in shapes()
             for name, side in sides.items()
         }
         samples = interleaved(variants, rounds)
     per_effect = {
-        key: median_ms(values) / SHAPES[key.split("/")[0]] for key, values in samples.items()
+        key: median_ms(values) / shapes()[key.split("/")[0]] for key, values in samples.items()
     }
     counts = _count(backend, owner)
     return {"per_effect_ms": per_effect, "counts": counts}
@@ -197,7 +215,7 @@ def _count(backend: str, owner: LeaseOwner) -> dict[str, dict[str, float]]:
             fresh = _inputs(f"count-{name}", 3)
             for d in fresh["replay"][:2]:
                 side.fused(d, owner)
-            for shape, per in SHAPES.items():
+            for shape, per in shapes().items():
                 getattr(side, shape)(fresh[shape][0], owner)  # first use prepares statements
                 with capture() as holder:
                     getattr(side, shape)(fresh[shape][1], owner)
@@ -233,7 +251,7 @@ def run(*, rounds: int = 300, backends: Sequence[str] | None = None) -> Report:
         result = measure(backend, rounds)
         report.data[backend] = result
         t, c = result["per_effect_ms"], result["counts"]
-        for shape in SHAPES:
+        for shape in shapes():
             ledger_ms, floor_ms = t[f"{shape}/ledger"], t[f"{shape}/floor"]
             lc, fc = c[f"{shape}/ledger"], c[f"{shape}/floor"]
             rt = (lc["round_trips"], fc["round_trips"]) if backend == "postgres" else ("-", "-")
