@@ -28,36 +28,13 @@ import sqlite3
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from langgraph_effects.core.model import Evidence, Operation
+from langgraph_effects.ledger.sqlite import SQLiteLedger
 from langgraph_effects.outbox import Delivery, Outbox, OutboxRelay, Receipt
 from langgraph_effects.testing.providers import FakeMail, Fault
 
 CRASH_POINTS = ("before_relay", "after_send")
-
-
-def open_ledger(path: Path) -> Any:
-    """The durable SQLite ledger (falls back to memory where it is not installed yet)."""
-    try:
-        from langgraph_effects.ledger.sqlite import SQLiteLedger
-    except ImportError:  # pragma: no cover - only before the SQLite ledger lands
-        from langgraph_effects.ledger.memory import InMemoryLedger
-
-        print("(SQLiteLedger unavailable: using InMemoryLedger, recovery is not durable)")
-        return _nullcontext(InMemoryLedger())
-    return SQLiteLedger.from_conn_string(str(path))
-
-
-class _nullcontext:
-    def __init__(self, value: Any) -> None:
-        self.value = value
-
-    def __enter__(self) -> Any:
-        return self.value
-
-    def __exit__(self, *exc: object) -> None:
-        return None
 
 
 def close_case(app_db: Path, case_id: str, *, commit: bool) -> None:
@@ -139,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"--resume --dir {workdir}"
             )
     with (
-        open_ledger(workdir / "ledger.db") as ledger,
+        SQLiteLedger.from_conn_string(str(workdir / "ledger.db")) as ledger,
         OutboxRelay.from_conn_string(
             app_db, ledger=ledger, deliver=sender(mail), reconcile=reconciler(mail)
         ) as relay,
