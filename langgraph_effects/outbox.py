@@ -18,6 +18,8 @@ same rules as any effect apply (``core.plan``): a receipt is saved at once; a
 lost receipt makes the operation ``unknown``, then it is reconciled, retried
 under the provider's idempotency key while that is safe, or left for review.
 Accepted by the provider is not delivered: the record keeps which one it knows.
+The relay's pass is written once, as a generator of actions, and driven by
+``run_once`` (a sync ``Ledger``) or ``arun_once`` (an ``AsyncLedger``).
 
 Two fences, two purposes::
 
@@ -624,6 +626,10 @@ class OutboxRelay:
                         value = fn(arg)
             except Exception as exc:
                 error = exc
+            if inspect.isawaitable(value):  # never read an unrun coroutine as a receipt
+                steps.close()
+                getattr(value, "close", lambda: None)()
+                raise InvalidInput("a callable returned an awaitable: use arun_once")
 
     async def _adrive(self, steps: _Steps[T]) -> T:
         value: Any = None

@@ -418,13 +418,24 @@ def test_three_relay_processes_deliver_each_entry_once(app: App, mail: FakeMail)
 # --------------------------------------------------------------------------- lost receipts
 
 
+# Every outcome on SQLite; on PostgreSQL the longest path (take over, mark unknown,
+# claim again, resend, confirm): the decisions are shared, only the SQL differs.
 @pytest.mark.parametrize(
-    ("scenario", "status", "entry_status", "replays"),
+    ("app", "scenario", "status", "entry_status", "replays"),
     [
-        ("reconcile", OperationStatus.CONFIRMED, OutboxStatus.SENT, 0),
-        ("review", OperationStatus.UNKNOWN, OutboxStatus.REVIEW, 0),
-        ("key", OperationStatus.CONFIRMED, OutboxStatus.SENT, 1),
+        ("sqlite", "reconcile", OperationStatus.CONFIRMED, OutboxStatus.SENT, 0),
+        ("sqlite", "review", OperationStatus.UNKNOWN, OutboxStatus.REVIEW, 0),
+        ("sqlite", "key", OperationStatus.CONFIRMED, OutboxStatus.SENT, 1),
+        pytest.param(
+            "postgres",
+            "key",
+            OperationStatus.CONFIRMED,
+            OutboxStatus.SENT,
+            1,
+            marks=pytest.mark.postgres,
+        ),
     ],
+    indirect=["app"],
 )
 def test_relay_killed_after_the_provider_accepted_never_sends_twice(
     app: App,
@@ -699,6 +710,25 @@ def test_sync_relay_refuses_an_async_ledger(app: App, mail: FakeMail) -> None:
 
     asyncio.run(scenario())
     assert [(e.status, e.lease_owner) for e in entries(app)] == [(OutboxStatus.PENDING, None)]
+    assert mail.effects == 0
+
+
+def test_sync_relay_never_reads_an_awaitable_as_a_receipt(
+    app: App, mail: FakeMail, memory_ledger: InMemoryLedger
+) -> None:
+    """A sync pass whose ``deliver`` returns a coroutine stops: nothing is sent or confirmed."""
+    business(app, "case-1")
+
+    async def send_later(d: Delivery) -> Receipt:
+        return sender(mail)(d)  # pragma: no cover - never awaited by the sync driver
+
+    with (
+        app.relay(ledger=memory_ledger, deliver=lambda d: send_later(d)) as relay,
+        pytest.raises(InvalidInput, match="arun_once"),
+    ):
+        relay.run_once()
+    (op,) = operations(app, memory_ledger)
+    assert op.status is OperationStatus.DISPATCHING  # claimed, never confirmed
     assert mail.effects == 0
 
 
