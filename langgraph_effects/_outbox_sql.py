@@ -1,15 +1,13 @@
 """SQL of the transactional outbox, for SQLite and PostgreSQL.
 
 Statements are written once with ``:name`` placeholders (sqlite3's named
-style) and turned into psycopg's ``%(name)s`` by :func:`for_postgres`; only
+style); the statement driver (``_sqlrun``) rewrites them for psycopg. Only
 the DDL and the claim (``FOR UPDATE SKIP LOCKED``) differ between the two.
 Timestamps are bound by the caller: ISO-8601 UTC text on SQLite (one fixed
 format, so text order is time order), ``timestamptz`` on PostgreSQL.
 """
 
 from __future__ import annotations
-
-from langgraph_effects._sqlrun import for_postgres
 
 # Parameters that may be NULL are wrapped in CAST(... AS TEXT): PostgreSQL
 # cannot infer the type of a bare ``$1 IS NULL``.
@@ -19,12 +17,17 @@ __all__ = [
     "CLAIM_SQL_SQLITE",
     "GET_ENTRY_SQL",
     "INSERT_ENTRY_SQL",
+    "INSERT_VERSION_SQL",
+    "LEASED_SQL",
     "LIST_ENTRIES_SQL",
     "MIGRATIONS_PG",
     "MIGRATIONS_SQLITE",
-    "SCHEMA_VERSION",
+    "PG_SETUP_LOCK_SQL",
+    "SELECT_VERSION_SQL",
     "SETTLE_SQL",
-    "for_postgres",
+    "TAKE_OVER_SQL",
+    "VERSION_TABLE_PG",
+    "VERSION_TABLE_SQLITE",
 ]
 
 # Append-only: a new schema change is a new tuple entry, never an edit.
@@ -89,8 +92,6 @@ MIGRATIONS_PG: tuple[tuple[str, ...], ...] = (
             WHERE status IN ('pending', 'review')""",
     ),
 )
-
-SCHEMA_VERSION = len(MIGRATIONS_SQLITE)
 
 # The outbox keeps its own version table: it lives in the *application's*
 # database, possibly beside the ledger's tables, and migrates independently.
@@ -164,8 +165,8 @@ RETURNING {columns}
 CLAIM_SQL_SQLITE = _CLAIM.format(candidates=_CANDIDATES, columns=_COLUMNS)
 # SKIP LOCKED: concurrent relays split the open entries instead of queueing
 # on each other's row locks; the outer WHERE re-checks what a lock waited on.
-CLAIM_SQL_PG = for_postgres(
-    _CLAIM.format(candidates=_CANDIDATES + " FOR UPDATE OF o SKIP LOCKED", columns=_COLUMNS)
+CLAIM_SQL_PG = _CLAIM.format(
+    candidates=_CANDIDATES + " FOR UPDATE OF o SKIP LOCKED", columns=_COLUMNS
 )
 
 # Fenced: only the holder of the entry's current token settles it. A stale

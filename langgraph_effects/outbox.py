@@ -161,7 +161,12 @@ class OutboxEntry(BaseModel):
 
     @property
     def action(self) -> str:
-        return f"outbox.{self.topic}"
+        return _action(self.topic)
+
+
+def _action(topic: str) -> str:
+    """The ledger action of an entry's delivery operation."""
+    return f"outbox.{topic}"
 
 
 class Receipt(BaseModel):
@@ -211,7 +216,7 @@ class RelayReport:
             setattr(self, name, getattr(self, name) + getattr(other, name))
 
 
-# --------------------------------------------------------------------------- drivers
+# --------------------------------------------------------------------------- statements
 
 
 def _setup_steps(dialect: Dialect, now: datetime) -> Generator[Stmt, Rows, None]:
@@ -317,7 +322,7 @@ class Outbox:
             # The same (tenant, topic, dedupe key) is the same entry, in any process.
             raw = hashlib.sha256(canonical_json([tenant, topic, dedupe_key])).hexdigest()
             entry_id = f"ob-{raw[:32]}"
-        action = f"outbox.{topic}"
+        action = _action(topic)
         digest = payload_digest(action, 1, key, payload)
         rows = yield (
             sql.INSERT_ENTRY_SQL,
