@@ -14,8 +14,9 @@ re-runs its finished siblings), and ``EffectState``, the state mixin whose
 from __future__ import annotations
 
 import contextvars
+import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Annotated, Any, Literal
 
@@ -36,6 +37,7 @@ from langgraph_effects.runner import (
     OPERATIONS_KEY,
     EffectCall,
     EffectRunner,
+    ParkedReceipt,
     tool_message,
     warn_durability,
 )
@@ -103,6 +105,43 @@ def route_tool_calls(
     return sends or "__end__"
 
 
+@dataclass(slots=True)
+class _Parked:
+    """A call waiting for the batched receipt, and the answer ToolNode already holds."""
+
+    parked: ParkedReceipt
+    request: ToolCallRequest
+    message: ToolMessage
+    owned: list[str] | None
+
+
+@dataclass(slots=True)
+class _Receipts:
+    """The receipts of a task's pre-prepared parallel calls, recorded after the fan-in.
+
+    Each tool thread stops at its receipt and leaves here a placeholder answer;
+    after ToolNode's fan-in, one ``confirm_many`` records them all and each
+    call's decision loop resumes with its own outcome (a stale one goes on to
+    reconcile, as after a single ``confirm``). Once closed, a late call (a
+    sibling still running when the task failed) confirms on its own.
+    """
+
+    entries: list[_Parked] = field(default_factory=list)
+    open: bool = True
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def park(self, entry: _Parked) -> bool:
+        with self.lock:
+            if self.open:
+                self.entries.append(entry)
+            return self.open
+
+    def close(self) -> list[_Parked]:
+        with self.lock:
+            self.open = False
+            return self.entries
+
+
 @dataclass(frozen=True, slots=True)
 class _Task:
     """What the node learned about its task before ToolNode fanned the calls out."""
@@ -110,6 +149,7 @@ class _Task:
     effect_calls: int
     handoff: dict[str, Prepared]
     drafts: dict[str, OperationDraft]
+    receipts: _Receipts | None = None
 
 
 _TASK: contextvars.ContextVar[_Task | None] = contextvars.ContextVar(
@@ -273,17 +313,22 @@ class EffectToolNode(ToolNode):
                 handoff = {p.operation.operation_id: p for p in prepared}
             except Exception:
                 handoff = {}  # e.g. PayloadMismatch: each call meets it on its own
-        token = _TASK.set(
-            _Task(
-                effect_calls=len(calls),
-                handoff=handoff,
-                drafts={c.operation_id: c.draft() for c in calls},
-            )
+        task = _Task(
+            effect_calls=len(calls),
+            handoff=handoff,
+            drafts={c.operation_id: c.draft() for c in calls},
+            receipts=_Receipts() if handoff else None,
         )
+        token = _TASK.set(task)
         try:
-            return super()._func(input, config, runtime)
+            out = super()._func(input, config, runtime)
+        except BaseException:
+            self._record_receipts(task, resume=False)
+            raise
         finally:
             _TASK.reset(token)
+        self._record_receipts(task, resume=True)
+        return out
 
     async def _afunc(self, input: Any, config: RunnableConfig, runtime: Runtime[Any]) -> Any:
         calls = self._effect_calls(input, config)
@@ -300,17 +345,61 @@ class EffectToolNode(ToolNode):
                 handoff = {p.operation.operation_id: p for p in prepared}
             except Exception:
                 handoff = {}
-        token = _TASK.set(
-            _Task(
-                effect_calls=len(calls),
-                handoff=handoff,
-                drafts={c.operation_id: c.draft() for c in calls},
-            )
+        task = _Task(
+            effect_calls=len(calls),
+            handoff=handoff,
+            drafts={c.operation_id: c.draft() for c in calls},
+            receipts=_Receipts() if handoff else None,
         )
+        token = _TASK.set(task)
         try:
-            return await super()._afunc(input, config, runtime)
+            out = await super()._afunc(input, config, runtime)
+        except BaseException:
+            await self._arecord_receipts(task, resume=False)
+            raise
         finally:
             _TASK.reset(token)
+        await self._arecord_receipts(task, resume=True)
+        return out
+
+    # -- batched receipts: one confirm_many after the fan-in -----------------------
+    #
+    # The parallel calls of one AIMessage were prepared (and claimed) together;
+    # their receipts are recorded together too. A crash between a provider's
+    # answer and this confirm_many is the window before a single confirm: the
+    # record stays dispatching, is taken over, marked unknown and reconciled.
+    # While parked, the lease is no longer renewed: if the fan-in outlasts it, a
+    # takeover makes the receipt stale and the call's loop reconciles with it.
+
+    def _record_receipts(self, task: _Task, *, resume: bool) -> None:
+        entries = task.receipts.close() if task.receipts is not None else []
+        if not entries:
+            return
+        try:
+            outcomes = self.runner.ledger.confirm_many([e.parked.confirmation for e in entries])
+        except Exception:
+            if resume:
+                raise
+            return  # the task fails anyway; the records stay dispatching (see above)
+        if resume:
+            for entry, outcome in zip(entries, outcomes, strict=True):
+                _fill(entry, self.runner.finish(entry.parked, outcome))
+
+    async def _arecord_receipts(self, task: _Task, *, resume: bool) -> None:
+        entries = task.receipts.close() if task.receipts is not None else []
+        if not entries:
+            return
+        try:
+            outcomes = await self.runner._ledger_call(
+                "confirm_many", [e.parked.confirmation for e in entries]
+            )
+        except Exception:
+            if resume:
+                raise
+            return
+        if resume:
+            for entry, outcome in zip(entries, outcomes, strict=True):
+                _fill(entry, await self.runner.afinish(entry.parked, outcome))
 
     # -- the wrappers ------------------------------------------------------------
 
@@ -334,6 +423,13 @@ class EffectToolNode(ToolNode):
         task = _TASK.get()
         return None if task is None else task.handoff.pop(call.operation_id, None)
 
+    def _receipts(self, handoff: Prepared | None) -> _Receipts | None:
+        """Where a call records its receipt: the task's batch if this node claimed it."""
+        task = _TASK.get()
+        if task is None or handoff is None or not handoff.created:
+            return None
+        return task.receipts
+
     def _wrap(
         self, request: ToolCallRequest, execute: Callable[[ToolCallRequest], Any]
     ) -> ToolMessage | Command[Any]:
@@ -341,7 +437,18 @@ class EffectToolNode(ToolNode):
         if call is None:
             result: ToolMessage | Command[Any] = execute(request)
             return result
-        op = self.runner.run(call, _execute_with(request, execute), handoff=self._handoff(call))
+        run, handoff = _execute_with(request, execute), self._handoff(call)
+        receipts = self._receipts(handoff)
+        if receipts is None:
+            op = self.runner.run(call, run, handoff=handoff)
+        else:
+            out = self.runner.run_until_receipt(call, run, handoff=handoff)
+            if isinstance(out, ParkedReceipt):
+                answer, entry = self._placeholder(request, call, out)
+                if receipts.park(entry):
+                    return answer
+                out = self.runner.finish(out, None)
+            op = out
         return effect_result(request, call, op, messages_key=self._messages_key)
 
     async def _awrap(
@@ -351,7 +458,43 @@ class EffectToolNode(ToolNode):
         if call is None:
             result: ToolMessage | Command[Any] = await execute(request)
             return result
-        op = await self.runner.arun(
-            call, _execute_with(request, execute), handoff=self._handoff(call)
-        )
+        run, handoff = _execute_with(request, execute), self._handoff(call)
+        receipts = self._receipts(handoff)
+        if receipts is None:
+            op = await self.runner.arun(call, run, handoff=handoff)
+        else:
+            out = await self.runner.arun_until_receipt(call, run, handoff=handoff)
+            if isinstance(out, ParkedReceipt):
+                answer, entry = self._placeholder(request, call, out)
+                if receipts.park(entry):
+                    return answer
+                out = await self.runner.afinish(out, None)
+            op = out
         return effect_result(request, call, op, messages_key=self._messages_key)
+
+    def _placeholder(
+        self, request: ToolCallRequest, call: EffectCall, parked: ParkedReceipt
+    ) -> tuple[ToolMessage | Command[Any], _Parked]:
+        """The answer ToolNode collects now; ``_fill`` writes the recorded outcome into it."""
+        message = ToolMessage(
+            content="", name=call.tool_name, tool_call_id=request.tool_call["id"] or ""
+        )
+        state = request.state
+        if isinstance(state, dict) and OPERATIONS_KEY in state:
+            owned = [call.operation_id]
+            command: Command[Any] = Command(
+                update={self._messages_key: [message], OPERATIONS_KEY: owned}
+            )
+            return command, _Parked(parked, request, message, owned)
+        return message, _Parked(parked, request, message, None)
+
+
+def _fill(entry: _Parked, op: Operation) -> None:
+    """Write the recorded outcome into the answer ToolNode already returned (same object)."""
+    final = tool_message(
+        op, tool_name=entry.parked.call.tool_name, tool_call_id=entry.message.tool_call_id
+    )
+    entry.message.content = final.content
+    entry.message.status = final.status
+    if entry.owned is not None and op.operation_id not in entry.owned:
+        entry.owned.append(op.operation_id)

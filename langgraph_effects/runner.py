@@ -70,7 +70,7 @@ from langgraph_effects.errors import (
     StaleFencingToken,
     TransientProviderError,
 )
-from langgraph_effects.ledger.base import DEFAULT_LEASE
+from langgraph_effects.ledger.base import DEFAULT_LEASE, Confirmation
 from langgraph_effects.review import (
     Answer,
     InvalidAnswer,
@@ -85,6 +85,7 @@ __all__ = [
     "DurabilityWarning",
     "EffectCall",
     "EffectRunner",
+    "ParkedReceipt",
     "tool_message",
 ]
 
@@ -437,6 +438,38 @@ def _run_coroutine_sync(awaitable: Awaitable[Any]) -> Any:
     if errors:
         raise errors[0]
     return result[0]
+
+
+# --------------------------------------------------------------------------- parked receipts
+
+_Decision = Generator[_Action, Any, Operation]
+
+
+@dataclass(frozen=True, slots=True)
+class ParkedReceipt:
+    """A call stopped at its receipt: the decision loop, suspended, and the confirm it yielded.
+
+    Parking changes no crash window: until its ``confirm_many`` commits, the
+    record is ``dispatching`` under our lease, exactly as between a provider's
+    answer and a single ``confirm``; a crash there is taken over, marked
+    ``unknown`` and reconciled either way.
+    """
+
+    gen: _Decision
+    action: _Ledger
+    call: EffectCall
+    execute: Any
+    cancelled: list[bool] = field(default_factory=list)
+
+    @property
+    def confirmation(self) -> Confirmation:
+        tenant_id, operation_id = self.action.args
+        return Confirmation(tenant_id=tenant_id, operation_id=operation_id, **self.action.kwargs)
+
+
+def _split(sent: Any) -> tuple[Any, BaseException | None]:
+    """What to resume a decision loop with: a value to send or an error to throw."""
+    return (None, sent) if isinstance(sent, BaseException) else (sent, None)
 
 
 # --------------------------------------------------------------------------- the runner
@@ -999,15 +1032,45 @@ class EffectRunner:
         ``execute(args)`` runs the tool (it may raise). ``handoff`` is a record
         this node already prepared for the call (batched ``prepare_many``).
         """
+        done = self._drive(self._start(call, handoff), execute, call, park=False)
+        assert isinstance(done, Operation)
+        return done
+
+    def run_until_receipt(
+        self, call: EffectCall, execute: Execute, *, handoff: Prepared | None = None
+    ) -> Operation | ParkedReceipt:
+        """``run``, but stop at the first receipt and hand it back instead of confirming it.
+
+        The caller records the receipts of several calls with one
+        ``confirm_many`` and passes each outcome to ``finish``.
+        """
+        return self._drive(self._start(call, handoff), execute, call, park=True)
+
+    def finish(self, parked: ParkedReceipt, outcome: Operation | EffectsError | None) -> Operation:
+        """Resume a parked call with its ``confirm_many`` outcome (None: confirm it now)."""
+        if outcome is None:
+            try:
+                outcome = self._do_sync(parked.action, parked.execute, parked.call)
+            except GraphBubbleUp:
+                raise
+            except Exception as exc:
+                outcome = exc  # type: ignore[assignment]
+        done = self._drive(parked.gen, parked.execute, parked.call, park=False, sent=outcome)
+        assert isinstance(done, Operation)
+        return done
+
+    def _start(self, call: EffectCall, handoff: Prepared | None) -> _Decision:
         if self.is_async:
             raise EffectsError(
                 "this ledger is async: run the graph with ainvoke/astream, or give "
                 "EffectToolNode a sync ledger"
             )
-        owner = LeaseOwner.current()
-        gen = self._decide(call, handoff, owner)
-        value: Any = None
-        error: BaseException | None = None
+        return self._decide(call, handoff, LeaseOwner.current())
+
+    def _drive(
+        self, gen: _Decision, execute: Execute, call: EffectCall, *, park: bool, sent: Any = None
+    ) -> Operation | ParkedReceipt:
+        value, error = _split(sent)
         while True:
             try:
                 action = gen.throw(error) if error is not None else gen.send(value)
@@ -1018,6 +1081,8 @@ class EffectRunner:
             if isinstance(action, _Interrupt):
                 value = interrupt(action.value, response_schema=action.schema)
                 continue
+            if park and isinstance(action, _Ledger) and action.method == "confirm":
+                return ParkedReceipt(gen, action, call, execute)
             try:
                 value = self._do_sync(action, execute, call)
             except GraphBubbleUp:
@@ -1070,11 +1135,51 @@ class EffectRunner:
         If the task is cancelled mid-dispatch, the dispatch is finished and
         recorded, then ``CancelledError`` is raised.
         """
-        owner = LeaseOwner.current()
-        gen = self._decide(call, handoff, owner)
-        value: Any = None
-        error: BaseException | None = None
-        cancelled: list[bool] = []
+        gen = self._decide(call, handoff, LeaseOwner.current())
+        done = await self._adrive(gen, execute, call, [], park=False)
+        assert isinstance(done, Operation)
+        return done
+
+    async def arun_until_receipt(
+        self,
+        call: EffectCall,
+        execute: Callable[[dict[str, Any]], Awaitable[Any]],
+        *,
+        handoff: Prepared | None = None,
+    ) -> Operation | ParkedReceipt:
+        """The async twin of ``run_until_receipt``."""
+        gen = self._decide(call, handoff, LeaseOwner.current())
+        return await self._adrive(gen, execute, call, [], park=True)
+
+    async def afinish(
+        self, parked: ParkedReceipt, outcome: Operation | EffectsError | None
+    ) -> Operation:
+        """The async twin of ``finish``."""
+        cancelled = parked.cancelled
+        if outcome is None:
+            try:
+                outcome = await self._do_async(parked.action, parked.execute, cancelled)
+            except GraphBubbleUp:
+                raise
+            except Exception as exc:
+                outcome = exc  # type: ignore[assignment]
+        done = await self._adrive(
+            parked.gen, parked.execute, parked.call, cancelled, park=False, sent=outcome
+        )
+        assert isinstance(done, Operation)
+        return done
+
+    async def _adrive(
+        self,
+        gen: _Decision,
+        execute: Callable[[dict[str, Any]], Awaitable[Any]],
+        call: EffectCall,
+        cancelled: list[bool],
+        *,
+        park: bool,
+        sent: Any = None,
+    ) -> Operation | ParkedReceipt:
+        value, error = _split(sent)
         while True:
             try:
                 action = gen.throw(error) if error is not None else gen.send(value)
@@ -1089,6 +1194,8 @@ class EffectRunner:
                     raise asyncio.CancelledError
                 value = interrupt(action.value, response_schema=action.schema)
                 continue
+            if park and isinstance(action, _Ledger) and action.method == "confirm":
+                return ParkedReceipt(gen, action, call, execute, cancelled)
             try:
                 value = await self._do_async(action, execute, cancelled)
             except GraphBubbleUp:

@@ -25,9 +25,9 @@ from langgraph_effects.core.model import (
     Resolution,
     utcnow,
 )
-from langgraph_effects.errors import StaleFencingToken
+from langgraph_effects.errors import EffectsError, StaleFencingToken
 from langgraph_effects.ledger import _logic as logic
-from langgraph_effects.ledger.base import DEFAULT_LEASE, LedgerStats
+from langgraph_effects.ledger.base import DEFAULT_LEASE, Confirmation, LedgerStats
 from langgraph_effects.observe import log_transition
 
 __all__ = ["AsyncFace", "SyncFace"]
@@ -45,9 +45,17 @@ class _Face:
         self._refusals_lock = threading.Lock()
         self._stale_token_refusals = 0
 
-    def _count_refusal(self) -> None:
+    def _count_refusal(self, n: int = 1) -> None:
         with self._refusals_lock:
-            self._stale_token_refusals += 1
+            self._stale_token_refusals += n
+
+    def _counted(
+        self, outcomes: builtins.list[Operation | EffectsError]
+    ) -> builtins.list[Operation | EffectsError]:
+        stale = sum(isinstance(o, StaleFencingToken) for o in outcomes)
+        if stale:
+            self._count_refusal(stale)
+        return outcomes
 
     @staticmethod
     def _log(outcome: logic.Outcome[T]) -> T:
@@ -167,6 +175,13 @@ class SyncFace(_Face):
                 provider_request_id=provider_request_id,
                 evidence=evidence,
             )
+        )
+
+    def confirm_many(
+        self, confirmations: Sequence[Confirmation]
+    ) -> builtins.list[Operation | EffectsError]:
+        return self._counted(
+            self._execute(logic.confirm_many(self._dialect, self._clock, confirmations))
         )
 
     def reject(
@@ -386,6 +401,13 @@ class AsyncFace(_Face):
                 provider_request_id=provider_request_id,
                 evidence=evidence,
             )
+        )
+
+    async def confirm_many(
+        self, confirmations: Sequence[Confirmation]
+    ) -> builtins.list[Operation | EffectsError]:
+        return self._counted(
+            await self._execute(logic.confirm_many(self._dialect, self._clock, confirmations))
         )
 
     async def reject(

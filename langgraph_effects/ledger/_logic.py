@@ -44,6 +44,7 @@ from langgraph_effects.core.model import (
 from langgraph_effects.core.transitions import check_transition
 from langgraph_effects.errors import (
     ConcurrentUpdate,
+    EffectsError,
     IllegalTransition,
     InvalidInput,
     LeaseHeld,
@@ -52,7 +53,7 @@ from langgraph_effects.errors import (
     StaleFencingToken,
 )
 from langgraph_effects.ledger._values import json_text
-from langgraph_effects.ledger.base import LedgerStats
+from langgraph_effects.ledger.base import Confirmation, LedgerStats
 from langgraph_effects.ledger.memory import coerce_status
 
 __all__ = [
@@ -82,6 +83,7 @@ APPROVE = "approve"
 CLAIM = "claim"
 RENEW = "renew"
 CONFIRM = "confirm"
+CONFIRM_MANY = "confirm_many"
 REJECT = "reject"
 RELEASE = "release"
 MARK_UNKNOWN = "mark_unknown"
@@ -104,6 +106,7 @@ STATEMENT_NAMES = (
     CLAIM,
     RENEW,
     CONFIRM,
+    CONFIRM_MANY,
     REJECT,
     RELEASE,
     MARK_UNKNOWN,
@@ -731,6 +734,96 @@ def confirm(
         evidence=evidence,
         diagnose=_fenced(tenant_id, operation_id, token, S.CONFIRMED),
     )
+
+
+def confirm_many(
+    dialect: Dialect,
+    clock: Callable[[], datetime],
+    confirmations: Sequence[Confirmation],
+) -> Program[list[Operation | EffectsError]]:
+    """Several fenced ``dispatching -> confirmed`` moves in one statement (one per row on
+    SQLite, inside one transaction); a receipt that no longer applies yields its error.
+
+    The batch is not all or nothing: each receipt is its own conditional write,
+    so a stale one (taken over while its provider call was in flight) leaves the
+    others to commit. Misses are read back and diagnosed exactly as ``confirm``
+    does; one that fits after all (the row moved back) is written again.
+    """
+    keys = [(c.tenant_id, c.operation_id) for c in confirmations]
+    if len(set(keys)) != len(keys):
+        raise InvalidInput("confirm_many names an operation twice")
+    items: dict[tuple[str, str], dict[str, Any]] = {
+        (c.tenant_id, c.operation_id): {
+            **_key(c.tenant_id, c.operation_id),
+            "token": c.token,
+            "result": json_text(c.result, what="result"),
+            "provider_result_id": c.provider_result_id,
+            "provider_request_id": c.provider_request_id,
+            "evidence": _model_text(c.evidence),
+            "actor": "receipt" if c.evidence is None else c.evidence.source,
+        }
+        for c in confirmations
+    }
+    by_key = dict(zip(keys, confirmations, strict=True))
+
+    def steps() -> Steps[Outcome[list[Operation | EffectsError]]]:
+        done: dict[tuple[str, str], Operation | EffectsError] = {}
+        logged: list[tuple[Operation, OperationEvent]] = []
+        pending = list(keys)
+        for _ in range(_RETRIES):
+            if not pending:
+                break
+            now = dialect.dump_ts(_now(clock))
+            batch = [
+                {**items[k], "evidence_at": None if items[k]["evidence"] is None else now}
+                for k in pending
+            ]
+            params = {
+                "now": now,
+                "event_kind": EventKind.CONFIRM.value,
+                "from_status": S.DISPATCHING.value,
+                "detail": None,
+            }
+            rows = yield Step(CONFIRM_MANY, params, batch=batch)
+            for row in rows:
+                k = (row["tenant_id"], row["operation_id"])
+                op = load_operation(dialect, row)
+                done[k] = op
+                c = by_key[k]
+                event = _event(
+                    op,
+                    EventKind.CONFIRM,
+                    S.DISPATCHING,
+                    actor=items[k]["actor"],
+                    event_id=row["event_id"],
+                    evidence=c.evidence,
+                )
+                logged.append((op, event))
+            missed = [k for k in pending if k not in done]
+            pending = []
+            if not missed:
+                break
+            found = yield Step(GET_MANY, batch=[_key(*k) for k in missed])
+            current = {(r["tenant_id"], r["operation_id"]): r for r in found}
+            for k in missed:
+                now_row = current.get(k)
+                c = by_key[k]
+                verdict = _fenced(c.tenant_id, c.operation_id, c.token, S.CONFIRMED)(
+                    None if now_row is None else load_operation(dialect, now_row)
+                )
+                if verdict is None:
+                    pending.append(k)  # it fits now: write it again
+                elif isinstance(verdict, EffectsError):
+                    done[k] = verdict
+                else:  # pragma: no cover - diagnoses are EffectsErrors
+                    raise verdict
+        for k in pending:
+            done[k] = ConcurrentUpdate(k[1], expected="a row confirm can move", status="moving")
+        return Outcome([done[k] for k in keys], tuple(logged))
+
+    # Each receipt is its own conditional write: statements that commit apart
+    # lose nothing, so an autocommit connection needs no explicit transaction.
+    return Program(steps(), writes=True)
 
 
 def reject(

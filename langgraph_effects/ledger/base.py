@@ -27,6 +27,16 @@ Method contracts (the async twins have the same names and are coroutines):
     is the caller's decision (``core.plan``), never the ledger's.
 ``renew(tenant_id, operation_id, *, token, lease_for) -> Operation``
     Extend a live lease; no event. ``StaleFencingToken`` if taken over.
+``confirm_many(confirmations) -> list[Operation | EffectsError]``
+    Several receipts (``Confirmation``: the arguments of one ``confirm``) in
+    one transaction on SQLite and one statement on PostgreSQL: the receipts of
+    the parallel calls of one AIMessage. Each is fenced by its own token, and
+    one that no longer applies blocks none of the others: the result holds,
+    in order, the confirmed ``Operation`` or the exception ``confirm`` would
+    have raised for that receipt (``StaleFencingToken``, ``IllegalTransition``,
+    ``OperationNotFound``), returned, not raised. Only input errors (a result
+    that is not plain JSON, an operation named twice) and database failures
+    raise, before anything is written or as ``LedgerUnavailable``.
 ``confirm / reject / release / mark_unknown(tenant_id, operation_id, *, token, ...)``
     Fenced transitions out of ``dispatching``; a stale token raises
     ``StaleFencingToken`` and changes nothing. ``reject`` with ``token=None``
@@ -55,6 +65,7 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Protocol, runtime_checkable
 
@@ -70,10 +81,24 @@ from langgraph_effects.core.model import (
     Prepared,
     Resolution,
 )
+from langgraph_effects.errors import EffectsError
 
-__all__ = ["DEFAULT_LEASE", "AsyncLedger", "Ledger", "LedgerStats"]
+__all__ = ["DEFAULT_LEASE", "AsyncLedger", "Confirmation", "Ledger", "LedgerStats"]
 
 DEFAULT_LEASE = timedelta(seconds=30)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Confirmation:
+    """One receipt for ``confirm_many``: the arguments of one ``confirm`` call."""
+
+    tenant_id: str
+    operation_id: str
+    token: int
+    result: Any = None
+    provider_result_id: str | None = None
+    provider_request_id: str | None = None
+    evidence: Evidence | None = None
 
 
 class LedgerStats(BaseModel):
@@ -146,6 +171,10 @@ class Ledger(Protocol):
         provider_request_id: str | None = None,
         evidence: Evidence | None = None,
     ) -> Operation: ...
+
+    def confirm_many(
+        self, confirmations: Sequence[Confirmation]
+    ) -> builtins.list[Operation | EffectsError]: ...
 
     def reject(
         self,
@@ -251,6 +280,10 @@ class AsyncLedger(Protocol):
         provider_request_id: str | None = None,
         evidence: Evidence | None = None,
     ) -> Operation: ...
+
+    async def confirm_many(
+        self, confirmations: Sequence[Confirmation]
+    ) -> builtins.list[Operation | EffectsError]: ...
 
     async def reject(
         self,

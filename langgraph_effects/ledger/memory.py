@@ -30,6 +30,7 @@ from langgraph_effects.core.model import (
 )
 from langgraph_effects.core.transitions import check_transition
 from langgraph_effects.errors import (
+    EffectsError,
     IllegalTransition,
     InvalidInput,
     LeaseHeld,
@@ -39,7 +40,7 @@ from langgraph_effects.errors import (
     StaleFencingToken,
 )
 from langgraph_effects.ledger._values import json_text
-from langgraph_effects.ledger.base import DEFAULT_LEASE, LedgerStats
+from langgraph_effects.ledger.base import DEFAULT_LEASE, Confirmation, LedgerStats
 from langgraph_effects.observe import log_transition
 
 __all__ = ["InMemoryLedger"]
@@ -323,6 +324,33 @@ class InMemoryLedger:
             provider_result_id=provider_result_id,
             provider_request_id=provider_request_id,
         )
+
+    def confirm_many(
+        self, confirmations: Sequence[Confirmation]
+    ) -> builtins.list[Operation | EffectsError]:
+        keys = [(c.tenant_id, c.operation_id) for c in confirmations]
+        if len(set(keys)) != len(keys):
+            raise InvalidInput("confirm_many names an operation twice")
+        for c in confirmations:
+            json_text(c.result, what="result")
+        out: builtins.list[Operation | EffectsError] = []
+        with self._lock:  # one "transaction"; each receipt stands or falls alone
+            for c in confirmations:
+                try:
+                    out.append(
+                        self.confirm(
+                            c.tenant_id,
+                            c.operation_id,
+                            token=c.token,
+                            result=c.result,
+                            provider_result_id=c.provider_result_id,
+                            provider_request_id=c.provider_request_id,
+                            evidence=c.evidence,
+                        )
+                    )
+                except (StaleFencingToken, IllegalTransition, OperationNotFound) as exc:
+                    out.append(exc)
+        return out
 
     def reject(
         self,

@@ -45,7 +45,7 @@ from langgraph_effects.errors import (
     PayloadMismatch,
     StaleFencingToken,
 )
-from langgraph_effects.ledger.base import AsyncLedger, Ledger
+from langgraph_effects.ledger.base import AsyncLedger, Confirmation, Ledger
 
 __all__ = ["LedgerContract", "ManualClock", "SyncFacade", "make_draft"]
 
@@ -400,6 +400,82 @@ class LedgerContract:
         assert ledger.get(T, "op-1") == current
         assert ledger.stats().stale_token_refusals == 1
         self.assert_consistent(ledger, current)
+
+    def test_confirm_many_confirms_each_receipt(self, ledger: Ledger, clock: ManualClock) -> None:
+        """confirm_many records every receipt (result, ids, evidence) with one event each."""
+        ops = [self.dispatching(ledger, f"op-{i}") for i in (1, 2)]
+        clock.advance(seconds=1)
+        evidence = Evidence.confirmed("found by key", source="lookup")
+        outcomes = ledger.confirm_many(
+            [
+                Confirmation(
+                    tenant_id=T,
+                    operation_id="op-1",
+                    token=ops[0].fencing_token,
+                    result={"id": 1},
+                    provider_result_id="c_1",
+                ),
+                Confirmation(
+                    tenant_id=T, operation_id="op-2", token=ops[1].fencing_token, evidence=evidence
+                ),
+            ]
+        )
+        assert [o.operation_id for o in outcomes if isinstance(o, Operation)] == ["op-1", "op-2"]
+        one, two = (ledger.get(T, f"op-{i}") for i in (1, 2))
+        assert one is not None
+        assert two is not None
+        assert outcomes == [one, two]
+        assert (one.status, one.result, one.provider_result_id) == (S.CONFIRMED, {"id": 1}, "c_1")
+        assert (one.resolved_at, one.evidence_checked_at, one.lease_owner) == (
+            clock.now,
+            None,
+            None,
+        )
+        assert (two.status, two.result, two.evidence_checked_at) == (S.CONFIRMED, None, clock.now)
+        assert ledger.events(T, "op-1")[-1].actor == "receipt"
+        assert ledger.events(T, "op-2")[-1].evidence == evidence
+        for op in (one, two):
+            self.assert_consistent(ledger, op)
+
+    def test_confirm_many_returns_a_stale_receipt_and_applies_the_others(
+        self, ledger: Ledger
+    ) -> None:
+        """A stale or unknown receipt comes back as its error; the valid ones still commit."""
+        old = self.dispatching(ledger, "op-1")
+        ledger.mark_unknown(T, "op-1", token=old.fencing_token, reason="timeout")
+        current = ledger.claim(T, "op-1", owner=OTHER)
+        fresh = self.dispatching(ledger, "op-2")
+        outcomes = ledger.confirm_many(
+            [
+                Confirmation(tenant_id=T, operation_id="op-1", token=old.fencing_token),
+                Confirmation(tenant_id=T, operation_id="op-2", token=fresh.fencing_token),
+                Confirmation(tenant_id=T, operation_id="op-9", token=1),
+            ]
+        )
+        stale, confirmed, missing = outcomes
+        assert isinstance(stale, StaleFencingToken)
+        assert (stale.token, stale.current) == (1, current.fencing_token)
+        assert isinstance(confirmed, Operation)
+        assert confirmed.status is S.CONFIRMED
+        assert isinstance(missing, OperationNotFound)
+        assert ledger.get(T, "op-1") == current
+        assert ledger.get(T, "op-2") == confirmed
+        assert ledger.stats().stale_token_refusals == 1
+        self.assert_consistent(ledger, current)
+
+    def test_confirm_many_refuses_bad_input_before_writing(self, ledger: Ledger) -> None:
+        """A non-JSON result or an operation named twice raises and confirms nothing."""
+        ops = [self.dispatching(ledger, f"op-{i}") for i in (1, 2)]
+        good = Confirmation(tenant_id=T, operation_id="op-1", token=ops[0].fencing_token)
+        bad = Confirmation(
+            tenant_id=T, operation_id="op-2", token=ops[1].fencing_token, result={1, 2}
+        )
+        with pytest.raises(InvalidInput):
+            ledger.confirm_many([good, bad])
+        with pytest.raises(InvalidInput):
+            ledger.confirm_many([good, good])
+        assert [ledger.get(T, f"op-{i}") for i in (1, 2)] == ops
+        assert ledger.confirm_many([]) == []
 
     def test_reject_with_token_is_definitive(self, ledger: Ledger) -> None:
         """reject(token) moves dispatching to rejected with the reason."""

@@ -13,6 +13,7 @@ the committed row, so two claims never both succeed.
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from typing import Any
 
@@ -39,8 +40,19 @@ def _load_json(value: Any) -> Any:
     return value  # psycopg has already parsed jsonb
 
 
+def _iso(value: Any) -> str:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def _dumps(rows: Any) -> str:
+    return json.dumps(rows, default=_iso)
+
+
 def _dump_batch(rows: list[dict[str, Any]]) -> Jsonb:
-    return Jsonb(rows)
+    # Timestamps travel as ISO 8601 text (with offset) and come out as timestamptz.
+    return Jsonb(rows, dumps=_dumps)
 
 
 SETUP_LOCK_SQL = f"SELECT pg_advisory_xact_lock({SETUP_LOCK_KEY})"
@@ -180,6 +192,33 @@ CONFIRM_SQL = _move(
     resolved_at = %(now)s, {_STAMP_EVIDENCE}""",
     _FENCED,
 )
+# The receipts of a batch as one JSON array: one UPDATE fenced row by row (a
+# stale receipt matches nothing and blocks no other), one INSERT of their events.
+CONFIRM_MANY_SQL = f"""
+WITH receipt AS (
+    SELECT * FROM jsonb_to_recordset(%(batch)s::jsonb) AS r(
+        tenant_id text, operation_id text, token bigint, result text,
+        provider_result_id text, provider_request_id text, evidence text,
+        evidence_at timestamptz, actor text)
+), moved AS (
+    UPDATE lge_operations AS o
+    SET record_version = o.record_version + 1, updated_at = %(now)s, status = 'confirmed',
+        {_CLEAR_LEASE}, result = r.result::jsonb,
+        provider_result_id = r.provider_result_id, provider_request_id = r.provider_request_id,
+        resolved_at = %(now)s, evidence_checked_at = COALESCE(r.evidence_at, o.evidence_checked_at)
+    FROM receipt AS r
+    WHERE (o.tenant_id, o.operation_id) = (r.tenant_id, r.operation_id)
+        AND o.status = 'dispatching' AND o.fencing_token = r.token
+    RETURNING o.*, %(from_status)s::text AS from_status, r.evidence, r.actor
+), event AS (
+    INSERT INTO lge_events ({_EVENT_COLUMNS})
+    SELECT tenant_id, operation_id, record_version, %(event_kind)s, from_status, status,
+        actor, fencing_token, evidence::jsonb, %(detail)s::jsonb, updated_at
+    FROM moved
+    RETURNING tenant_id, operation_id, event_id
+)
+SELECT moved.*, event.event_id FROM moved JOIN event USING (tenant_id, operation_id)
+"""
 REJECT_SQL = _move(
     f"status = 'rejected', {_CLEAR_LEASE}, error = %(error)s, resolved_at = %(now)s,"
     f" {_STAMP_EVIDENCE}",
@@ -247,6 +286,7 @@ DIALECT = logic.Dialect(
         logic.CLAIM: CLAIM_SQL,
         logic.RENEW: RENEW_SQL,
         logic.CONFIRM: CONFIRM_SQL,
+        logic.CONFIRM_MANY: CONFIRM_MANY_SQL,
         logic.REJECT: REJECT_SQL,
         logic.RELEASE: RELEASE_SQL,
         logic.MARK_UNKNOWN: MARK_UNKNOWN_SQL,

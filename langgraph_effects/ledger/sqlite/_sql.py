@@ -198,6 +198,7 @@ DIALECT = logic.Dialect(
         logic.CLAIM: CLAIM_SQL,
         logic.RENEW: RENEW_SQL,
         logic.CONFIRM: CONFIRM_SQL,
+        logic.CONFIRM_MANY: CONFIRM_SQL,  # row by row, in one BEGIN IMMEDIATE
         logic.REJECT: REJECT_SQL,
         logic.RELEASE: RELEASE_SQL,
         logic.MARK_UNKNOWN: MARK_UNKNOWN_SQL,

@@ -1,0 +1,122 @@
+"""Batched receipts: the parallel effect calls of one AIMessage (one task) cost two ledger commits.
+
+``tools_condition`` puts every call of the AIMessage in one task; EffectToolNode
+prepares them with one ``prepare_many`` and records their receipts with one
+``confirm_many`` after the fan-in. Commits are counted on the ledger's own
+SQLite connection (its statement trace), effects at the tool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+from _graphs import build_graph, call, tool_messages
+from langgraph.checkpoint.memory import InMemorySaver
+
+from langgraph_effects import EffectContext, effect
+from langgraph_effects.core.model import EventKind, OperationStatus
+from langgraph_effects.ledger.sqlite import AsyncSQLiteLedger, SQLiteLedger
+
+S = OperationStatus
+
+
+class Tickets:
+    """The third-party provider: counts what it created."""
+
+    def __init__(self) -> None:
+        self.created: list[str] = []
+
+    def create(self, title: str) -> dict[str, Any]:
+        self.created.append(title)
+        return {"ticket": f"T-{len(self.created)}", "title": title}
+
+
+def _commits(conn: sqlite3.Connection) -> list[str]:
+    seen: list[str] = []
+    conn.set_trace_callback(lambda sql: seen.append(sql) if sql.strip() == "COMMIT" else None)
+    return seen
+
+
+def _calls(n: int) -> list[dict[str, Any]]:
+    return [call("create_ticket", f"call-{i}", title=f"t{i}") for i in range(n)]
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_parallel_receipts_are_recorded_in_one_commit(sqlite_path: Path, mode: str) -> None:
+    """Four parallel calls: one prepare_many and one confirm_many commit, each op confirmed."""
+    provider = Tickets()
+
+    @effect("tickets.create", target=lambda a: a["title"])
+    def create_ticket(title: str, ctx: EffectContext) -> dict[str, Any]:
+        """Create a ticket."""
+        return provider.create(title)
+
+    conn = sqlite3.connect(sqlite_path, check_same_thread=False, isolation_level=None)
+    ledger: Any = (SQLiteLedger if mode == "sync" else AsyncSQLiteLedger)(conn)
+    if mode == "sync":
+        ledger.setup()
+    else:
+        asyncio.run(ledger.setup())
+    commits = _commits(conn)
+    graph = build_graph(
+        [create_ticket], _calls(4), ledger=ledger, checkpointer=InMemorySaver(), per_call=False
+    )
+    config = {"configurable": {"thread_id": "t1"}}
+    value = {"messages": [("user", "go")]}
+    if mode == "sync":
+        result = graph.invoke(value, config, durability="sync")
+    else:
+        result = asyncio.run(graph.ainvoke(value, config, durability="sync"))
+    conn.set_trace_callback(None)
+    assert len(commits) == 2
+    assert sorted(provider.created) == ["t0", "t1", "t2", "t3"]
+    messages = tool_messages(result)
+    assert [m.status for m in messages] == ["success"] * 4
+    assert sorted(m.content for m in messages) == sorted(
+        f'{{"ticket": "T-{i}", "title": "{t}"}}' for i, t in enumerate(provider.created, 1)
+    )
+    sync_ledger = SQLiteLedger(conn)
+    ops = sync_ledger.list(tenant_id="default")
+    assert [op.status for op in ops] == [S.CONFIRMED] * 4
+    assert set(result["effect_operations"]) == {op.operation_id for op in ops}
+    conn.close()
+
+
+def test_a_stale_receipt_in_the_batch_is_reconciled_and_blocks_no_other(
+    sqlite_path: Path,
+) -> None:
+    """A call taken over mid-flight is resolved by its own receipt; its siblings confirm."""
+    provider = Tickets()
+    conn = sqlite3.connect(sqlite_path, check_same_thread=False, isolation_level=None)
+    ledger = SQLiteLedger(conn)
+    ledger.setup()
+
+    @effect("tickets.create", target=lambda a: a["title"])
+    def create_ticket(title: str, ctx: EffectContext) -> dict[str, Any]:
+        """Create a ticket."""
+        if title == "t1":  # another worker takes this operation over while we are in flight
+            op = ledger.get(ctx.tenant_id, ctx.operation_id)
+            assert op is not None
+            ledger.mark_unknown(
+                op.tenant_id, op.operation_id, token=op.fencing_token, reason="takeover"
+            )
+        return provider.create(title)
+
+    graph = build_graph(
+        [create_ticket], _calls(3), ledger=ledger, checkpointer=InMemorySaver(), per_call=False
+    )
+    result = graph.invoke(
+        {"messages": [("user", "go")]}, {"configurable": {"thread_id": "t1"}}, durability="sync"
+    )
+    assert sorted(provider.created) == ["t0", "t1", "t2"]
+    ops = {op.target: op for op in ledger.list(tenant_id="default")}
+    assert {t: op.status for t, op in ops.items()} == dict.fromkeys(("t0", "t1", "t2"), S.CONFIRMED)
+    assert ledger.events("default", ops["t1"].operation_id)[-1].kind is EventKind.RESOLVE
+    assert ledger.events("default", ops["t0"].operation_id)[-1].kind is EventKind.CONFIRM
+    assert ledger.stats().stale_token_refusals == 1
+    assert all(m.status == "success" for m in tool_messages(result))
+    conn.close()
