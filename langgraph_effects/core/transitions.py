@@ -64,7 +64,10 @@ def check_transition(
     if kind is EventKind.RESOLVE and operator is None:
         if target is S.PREPARED:
             raise IllegalTransition(
-                operation_id, status=current, target=target, why="only an operator may order a retry"
+                operation_id,
+                status=current,
+                target=target,
+                why="only an operator may order a retry",
             )
         wanted = EvidenceKind.CONFIRMED if target is S.CONFIRMED else EvidenceKind.REJECTED
         if evidence is None or evidence.kind is not wanted:
