@@ -298,7 +298,7 @@ def effect_tools(
     @effect(
         "mail.send",
         target=lambda a: a["to"],
-        contract=_KEYED,
+        contract=keyed,
         reconcile=find_message,
         authorize=hook,
     )
