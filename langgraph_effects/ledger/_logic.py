@@ -186,6 +186,9 @@ class Program(Generic[T]):
     steps: Steps[Outcome[T]]
     writes: bool
     atomic: bool = False
+    receipt: bool = False
+    """It records receipts only (``confirm``, ``confirm_many``): a backend may commit
+    it with the weaker durability the user chose for receipts (SQLite)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -518,6 +521,7 @@ def _transition(
     evidence: Evidence | None = None,
     detail: Any = None,
     lease_for: timedelta | None = None,
+    receipt: bool = False,
 ) -> Program[Operation]:
     """One conditional write plus its event; on a miss, read and diagnose.
 
@@ -567,7 +571,7 @@ def _transition(
                 return Outcome(verdict)
         raise ConcurrentUpdate(operation_id, expected=f"a row {name} can move", status="moving")
 
-    return Program(steps(), writes=True)
+    return Program(steps(), writes=True, receipt=receipt)
 
 
 def _not_found(tenant_id: str, operation_id: str) -> OperationNotFound:
@@ -733,6 +737,7 @@ def confirm(
         actor="receipt" if evidence is None else evidence.source,
         evidence=evidence,
         diagnose=_fenced(tenant_id, operation_id, token, S.CONFIRMED),
+        receipt=True,
     )
 
 
@@ -823,7 +828,7 @@ def confirm_many(
 
     # Each receipt is its own conditional write: statements that commit apart
     # lose nothing, so an autocommit connection needs no explicit transaction.
-    return Program(steps(), writes=True)
+    return Program(steps(), writes=True, receipt=True)
 
 
 def reject(

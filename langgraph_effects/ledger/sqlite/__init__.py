@@ -5,6 +5,20 @@ transition survives a power loss. ``synchronous="NORMAL"`` is an explicit
 option: about ten times faster commits that survive a process crash but may
 lose the last transactions on a power loss or OS crash.
 
+``receipt_synchronous="NORMAL"`` (opt-in) weakens only receipts (``confirm``,
+``confirm_many``): they skip their own fsync and survive any process crash;
+on a power loss they are durable once the next FULL commit to the same WAL
+(the saver's checkpoint of the tool results, when it shares the file, or the
+ledger's next write) has synced. A lost receipt is never a duplicate: the
+record stays ``dispatching``, is taken over, marked ``unknown`` and reconciled,
+exactly as after a crash between the provider's answer and ``confirm``. The
+write-ahead record (``prepare``, ``claim``) always keeps ``synchronous``: it
+must be on disk before the provider is called. The default stays FULL for
+receipts too, because without a reconciler or an open idempotency window a
+lost receipt costs a person's review, and a user who asked for FULL should
+not get that silently; choose NORMAL receipts where reconciliation is
+automatic (a status lookup or a provider idempotency key) and every fsync counts.
+
 One connection per ledger object, guarded by a lock: every statement of one
 ledger operation runs while holding it, and writes run in
 ``BEGIN IMMEDIATE ... COMMIT``, so parallel tool threads queue on the lock
@@ -58,10 +72,21 @@ def _dict_row(cursor: sqlite3.Cursor, row: tuple[Any, ...]) -> dict[str, Any]:
 class _Driver:
     """Runs programs on one connection: the lock, the transaction, the error boundary."""
 
-    def __init__(self, conn: sqlite3.Connection, synchronous: Synchronous) -> None:
+    def __init__(
+        self,
+        conn: sqlite3.Connection,
+        synchronous: Synchronous,
+        receipt_synchronous: Synchronous | None = None,
+    ) -> None:
         if synchronous not in ("FULL", "NORMAL"):
             raise ValueError(f"synchronous must be 'FULL' or 'NORMAL', not {synchronous!r}")
+        if receipt_synchronous not in ("FULL", "NORMAL", None):
+            raise ValueError(
+                f"receipt_synchronous must be 'FULL' or 'NORMAL', not {receipt_synchronous!r}"
+            )
         self.conn = conn
+        self.synchronous = synchronous
+        self.receipt_synchronous = receipt_synchronous or synchronous
         self.lock = threading.Lock()
         with self.lock, _boundary():
             # WAL persists in the file; ":memory:" keeps its own journal mode.
@@ -79,14 +104,23 @@ class _Driver:
 
             if not program.writes:
                 return logic.drive(execute, logic.compile_steps(DIALECT, program.steps))
-            cur.execute("BEGIN IMMEDIATE")
+            # synchronous applies at commit time, per connection: switch it for
+            # this one receipt transaction only, and back before anything else.
+            relaxed = program.receipt and self.receipt_synchronous != self.synchronous
+            if relaxed:
+                cur.execute(f"PRAGMA synchronous={self.receipt_synchronous}")
             try:
-                outcome = logic.drive(execute, logic.compile_steps(DIALECT, program.steps))
-            except BaseException:
-                with contextlib.suppress(sqlite3.Error):
-                    self.conn.rollback()
-                raise
-            self.conn.commit()
+                cur.execute("BEGIN IMMEDIATE")
+                try:
+                    outcome = logic.drive(execute, logic.compile_steps(DIALECT, program.steps))
+                except BaseException:
+                    with contextlib.suppress(sqlite3.Error):
+                        self.conn.rollback()
+                    raise
+                self.conn.commit()
+            finally:
+                if relaxed:
+                    cur.execute(f"PRAGMA synchronous={self.synchronous}")
             return outcome
 
 
@@ -120,6 +154,9 @@ class SQLiteLedger(SyncFace):
             its own ``BEGIN IMMEDIATE`` transactions.
         synchronous: ``"FULL"`` (default, survives power loss) or ``"NORMAL"``
             (survives a process crash, not a power loss).
+        receipt_synchronous: the durability of receipts alone; default the same
+            as ``synchronous``. ``"NORMAL"`` saves one fsync per effect (see the
+            module docstring for when a lost receipt costs a review).
         clock: the source of every timestamp (tests inject a fake clock).
     """
 
@@ -130,10 +167,11 @@ class SQLiteLedger(SyncFace):
         conn: sqlite3.Connection,
         *,
         synchronous: Synchronous = "FULL",
+        receipt_synchronous: Synchronous | None = None,
         clock: Callable[[], datetime] = utcnow,
     ) -> None:
         super().__init__(clock=clock)
-        self._driver = _Driver(conn, synchronous)
+        self._driver = _Driver(conn, synchronous, receipt_synchronous)
 
     @classmethod
     @contextlib.contextmanager
@@ -142,12 +180,18 @@ class SQLiteLedger(SyncFace):
         path: str,
         *,
         synchronous: Synchronous = "FULL",
+        receipt_synchronous: Synchronous | None = None,
         clock: Callable[[], datetime] = utcnow,
     ) -> Iterator[Self]:
         """Open a ledger on a file path (or ``":memory:"``), closed on exit. Call ``setup()``."""
         conn = _connect(path)
         try:
-            yield cls(conn, synchronous=synchronous, clock=clock)
+            yield cls(
+                conn,
+                synchronous=synchronous,
+                receipt_synchronous=receipt_synchronous,
+                clock=clock,
+            )
         finally:
             conn.close()
 
@@ -165,10 +209,11 @@ class AsyncSQLiteLedger(AsyncFace):
         conn: sqlite3.Connection,
         *,
         synchronous: Synchronous = "FULL",
+        receipt_synchronous: Synchronous | None = None,
         clock: Callable[[], datetime] = utcnow,
     ) -> None:
         super().__init__(clock=clock)
-        self._driver = _Driver(conn, synchronous)
+        self._driver = _Driver(conn, synchronous, receipt_synchronous)
 
     @classmethod
     @contextlib.asynccontextmanager
@@ -177,12 +222,18 @@ class AsyncSQLiteLedger(AsyncFace):
         path: str,
         *,
         synchronous: Synchronous = "FULL",
+        receipt_synchronous: Synchronous | None = None,
         clock: Callable[[], datetime] = utcnow,
     ) -> AsyncIterator[Self]:
         """Open a ledger on a file path (or ``":memory:"``), closed on exit. Await ``setup()``."""
         conn = await asyncio.to_thread(_connect, path)
         try:
-            yield cls(conn, synchronous=synchronous, clock=clock)
+            yield cls(
+                conn,
+                synchronous=synchronous,
+                receipt_synchronous=receipt_synchronous,
+                clock=clock,
+            )
         finally:
             await asyncio.to_thread(conn.close)
 
