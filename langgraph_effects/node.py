@@ -14,6 +14,7 @@ re-runs its finished siblings), and ``EffectState``, the state mixin whose
 from __future__ import annotations
 
 import contextvars
+import dataclasses
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -150,6 +151,8 @@ class _Task:
     handoff: dict[str, Prepared]
     drafts: dict[str, OperationDraft]
     receipts: _Receipts | None = None
+    calls: dict[str, EffectCall] = field(default_factory=dict)
+    """The calls already derived (digest, ids), by tool-call id: derived once per task."""
 
 
 _TASK: contextvars.ContextVar[_Task | None] = contextvars.ContextVar(
@@ -318,6 +321,7 @@ class EffectToolNode(ToolNode):
             handoff=handoff,
             drafts={c.operation_id: c.draft() for c in calls},
             receipts=_Receipts() if handoff else None,
+            calls={c.tool_call_id: c for c in calls},
         )
         token = _TASK.set(task)
         try:
@@ -350,6 +354,7 @@ class EffectToolNode(ToolNode):
             handoff=handoff,
             drafts={c.operation_id: c.draft() for c in calls},
             receipts=_Receipts() if handoff else None,
+            calls={c.tool_call_id: c for c in calls},
         )
         token = _TASK.set(task)
         try:
@@ -409,6 +414,14 @@ class EffectToolNode(ToolNode):
         config = request.runtime.config if request.runtime is not None else None
         warn_durability(config)
         task = _TASK.get()
+        if task is not None:
+            known = task.calls.get(request.tool_call["id"] or "")
+            if (
+                known is not None
+                and known.tool_name == request.tool_call["name"]
+                and known.args == request.tool_call["args"]
+            ):
+                return dataclasses.replace(known, siblings=task.drafts)
         single = task is None or task.effect_calls <= 1
         return build_call(
             request.tool,
