@@ -44,6 +44,7 @@ _EXPORTS: dict[str, str] = {
     "TransientProviderError": "langgraph_effects.errors",
     # ledgers
     "AsyncLedger": "langgraph_effects.ledger.base",
+    "Confirmation": "langgraph_effects.ledger.base",
     "Ledger": "langgraph_effects.ledger.base",
     "LedgerStats": "langgraph_effects.ledger.base",
     "InMemoryLedger": "langgraph_effects.ledger.memory",
