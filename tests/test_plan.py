@@ -23,6 +23,7 @@ def op(status: OperationStatus, **changes: object) -> Operation:
         "operation_id": "op-1",
         "action": "crm.close",
         "payload_digest": "0" * 64,
+        "idempotency_key": "lge-op-1",
         "status": status,
         "created_at": NOW - timedelta(hours=1),
         "updated_at": NOW - timedelta(hours=1),

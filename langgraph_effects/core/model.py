@@ -10,7 +10,7 @@ from enum import StrEnum
 from functools import cache
 from typing import Any, Self
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 __all__ = [
     "Decision",
@@ -25,6 +25,7 @@ __all__ = [
     "Prepared",
     "ProviderContract",
     "Resolution",
+    "key_terms",
     "utcnow",
 ]
 
@@ -169,11 +170,20 @@ class ProviderContract(_Frozen):
     def honours_key(self) -> bool:
         return self.idempotency_window is not None
 
+    @property
+    def key_retention(self) -> timedelta | None:
+        """How long after the first dispatch a resend under the key is safe: the window
+        minus the safety margin (never negative); None without a key contract."""
+        if self.idempotency_window is None:
+            return None
+        return max(self.idempotency_window - self.safety_margin, timedelta(0))
+
     def key_expires_at(self, first_dispatched_at: datetime | None) -> datetime | None:
         """When a retry under the same key stops being safe; None without a key contract."""
-        if self.idempotency_window is None or first_dispatched_at is None:
+        retention = self.key_retention
+        if retention is None or first_dispatched_at is None:
             return None
-        return first_dispatched_at + self.idempotency_window - self.safety_margin
+        return first_dispatched_at + retention
 
     def retry_is_safe(self, first_dispatched_at: datetime | None, now: datetime) -> bool:
         """True while the provider still deduplicates a resend under the same key."""
@@ -184,11 +194,40 @@ class ProviderContract(_Frozen):
         return expires is not None and now < expires
 
 
+def key_terms(contract: ProviderContract | None, key: str) -> dict[str, Any]:
+    """The draft fields that record what the provider is promised under ``contract``.
+
+    With a key contract: the key and its retention (``key_retention_seconds``).
+    Without one: neither, so the record never claims a deduplication the
+    provider does not offer (the tool may still use the key for its own ends).
+    """
+    retention = None if contract is None else contract.key_retention
+    if retention is None:
+        return {"idempotency_key": None, "key_retention_seconds": None}
+    return {"idempotency_key": key, "key_retention_seconds": retention.total_seconds()}
+
+
 @cache
 def _process_started_at(pid: int) -> float:
     import psutil
 
     return round(psutil.Process(pid).create_time(), 2)
+
+
+_identity: tuple[int, str, float] | None = None
+
+
+def _current_identity() -> tuple[int, str, float]:
+    """``(pid, host, process start)`` of this process, computed once per pid.
+
+    Keyed by pid, so a forked child computes its own instead of inheriting its
+    parent's. Two threads racing here compute the same value: no lock needed.
+    """
+    global _identity
+    pid = os.getpid()
+    if _identity is None or _identity[0] != pid:
+        _identity = (pid, socket.gethostname(), _process_started_at(pid))
+    return _identity
 
 
 class LeaseOwner(_Frozen):
@@ -205,13 +244,9 @@ class LeaseOwner(_Frozen):
 
     @classmethod
     def current(cls) -> Self:
-        pid = os.getpid()
-        return cls(
-            host=socket.gethostname(),
-            pid=pid,
-            started_at=_process_started_at(pid),
-            nonce=uuid.uuid4().hex[:12],
-        )
+        """This process as a lease owner, with a fresh nonce (host and start are cached)."""
+        pid, host, started_at = _current_identity()
+        return cls(host=host, pid=pid, started_at=started_at, nonce=uuid.uuid4().hex[:12])
 
     def encode(self) -> str:
         return f"{self.host}|{self.pid}|{self.started_at:.2f}|{self.nonce}"
@@ -228,7 +263,7 @@ class LeaseOwner(_Frozen):
         """
         import psutil
 
-        if self.host != socket.gethostname():
+        if self.host != _current_identity()[1]:
             return False
         try:
             started = round(psutil.Process(self.pid).create_time(), 2)
@@ -259,6 +294,9 @@ class OperationDraft(_Frozen):
     authorization_ref: str | None = None
     provider: str | None = None
     idempotency_key: str | None = Field(default=None, max_length=255)
+    key_retention_seconds: float | None = Field(default=None, ge=0)
+    """How long after the first dispatch the provider still deduplicates ``idempotency_key``
+    (its window minus a safety margin); None: no key contract, or not recorded."""
     tool_call_id: str | None = None
 
     @field_validator("tenant_id", "operation_id", "action")
@@ -286,6 +324,7 @@ class Operation(_Frozen):
     tool_call_id: str | None = None
     status: OperationStatus
     idempotency_key: str | None = None
+    key_retention_seconds: float | None = None
     provider_request_id: str | None = None
     provider_result_id: str | None = None
     result: JSON = None
@@ -298,9 +337,21 @@ class Operation(_Frozen):
     evidence_checked_at: datetime | None = None
     created_at: datetime
     updated_at: datetime
+    """Moves on every write, evidence and approval included."""
+    status_changed_at: datetime
+    """When ``status`` last changed (creation counts): the age of an ``unknown``.
+    Defaults to ``updated_at`` when not given."""
     first_dispatched_at: datetime | None = None
     last_dispatched_at: datetime | None = None
     resolved_at: datetime | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _status_changed_defaults_to_updated(cls, data: Any) -> Any:
+        # Records built by hand (tests, third-party ledgers) before this field existed.
+        if isinstance(data, dict) and data.get("status_changed_at") is None:
+            data = {**data, "status_changed_at": data.get("updated_at")}
+        return data
 
     def lease_alive(self, now: datetime) -> bool:
         return (
@@ -312,6 +363,29 @@ class Operation(_Frozen):
     @property
     def owner(self) -> LeaseOwner | None:
         return LeaseOwner.decode(self.lease_owner) if self.lease_owner else None
+
+    @property
+    def key_expires_at(self) -> datetime | None:
+        """When a resend under the recorded key stops being deduplicated, from the record alone.
+
+        ``first_dispatched_at + key_retention_seconds``. None when the record
+        holds no key, no retention (no key contract, or a row written before
+        the retention was recorded) or was never dispatched: nothing here then
+        proves a resend safe. ``core.plan.key_expires_at`` also weighs the
+        effect's live contract.
+        """
+        if (
+            self.idempotency_key is None
+            or self.key_retention_seconds is None
+            or self.first_dispatched_at is None
+        ):
+            return None
+        return self.first_dispatched_at + timedelta(seconds=self.key_retention_seconds)
+
+    def key_window_open(self, now: datetime) -> bool:
+        """True while the record proves a resend under its key is deduplicated."""
+        expires = self.key_expires_at
+        return expires is not None and now < expires
 
 
 class OperationEvent(_Frozen):

@@ -33,7 +33,7 @@ from enum import StrEnum
 from langgraph_effects.core.model import Operation, OperationStatus, ProviderContract
 from langgraph_effects.errors import EffectRejected, TransientProviderError
 
-__all__ = ["Outcome", "Step", "backoff", "classify", "plan", "retry_allowed"]
+__all__ = ["Outcome", "Step", "backoff", "classify", "key_expires_at", "plan", "retry_allowed"]
 
 S = OperationStatus
 
@@ -65,13 +65,37 @@ class Step(StrEnum):
     REPLAY_REJECTED = "replay_rejected"
 
 
+def key_expires_at(op: Operation, contract: ProviderContract | None) -> datetime | None:
+    """When a resend of ``op`` stops being deduplicated: the stricter of record and contract.
+
+    Two sources speak: the record (the key the provider was given at prepare
+    time and its retention, ``Operation.key_expires_at``) and the effect's live
+    contract. Both must promise deduplication, and the earlier expiry wins: a
+    contract tightened since the record was written applies at once, and one
+    loosened since does not stretch what the provider was promised. A record
+    with no key was sent none, whatever the contract says now. A record with a
+    key but no retention (written before retentions were recorded) leaves the
+    live contract to decide alone. None: no resend is deduplicated (or never
+    dispatched).
+    """
+    live = None if contract is None else contract.key_expires_at(op.first_dispatched_at)
+    if live is None or op.idempotency_key is None:
+        return None
+    recorded = op.key_expires_at
+    return live if recorded is None else min(live, recorded)
+
+
 def retry_allowed(op: Operation, contract: ProviderContract | None, now: datetime) -> bool:
-    """True when a resend is deduplicated by the provider: key contract, window still open."""
-    return (
-        contract is not None
-        and contract.honours_key
-        and contract.retry_is_safe(op.first_dispatched_at, now)
-    )
+    """True when a resend is deduplicated by the provider: key promised, window still open.
+
+    See ``key_expires_at`` for how the record and the live contract combine.
+    """
+    if contract is None or not contract.honours_key:
+        return False
+    if op.first_dispatched_at is None:
+        return True  # never dispatched: a first send is always safe
+    expires = key_expires_at(op, contract)
+    return expires is not None and now < expires
 
 
 def plan(

@@ -3,7 +3,9 @@
 Each method builds a ``Program`` from ``_logic`` and hands it to the backend's
 driver (``_run`` / ``_arun``); nothing here knows SQL. After the driver has
 committed, the transitions are logged; a ``StaleFencingToken`` is counted for
-``stats()`` (process-local: a refusal changes no row).
+``stats()`` (process-local: a refusal changes no row) and reported to
+``observe.log_stale_token`` (without the action: the refusal reads no more of
+the row than it needs).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from langgraph_effects.core.model import (
 from langgraph_effects.errors import EffectsError, StaleFencingToken
 from langgraph_effects.ledger import _logic as logic
 from langgraph_effects.ledger.base import DEFAULT_LEASE, Confirmation, LedgerStats
-from langgraph_effects.observe import log_transition
+from langgraph_effects.observe import log_stale_token, log_transition
 
 __all__ = ["AsyncFace", "SyncFace"]
 
@@ -45,16 +47,25 @@ class _Face:
         self._refusals_lock = threading.Lock()
         self._stale_token_refusals = 0
 
-    def _count_refusal(self, n: int = 1) -> None:
+    def _refused(self, tenant_id: str | None, refusal: StaleFencingToken) -> None:
+        """Count and report one stale-token refusal."""
         with self._refusals_lock:
-            self._stale_token_refusals += n
+            self._stale_token_refusals += 1
+        log_stale_token(
+            tenant_id or "",
+            refusal.operation_id,
+            token=refusal.token,
+            current=refusal.current,
+        )
 
     def _counted(
-        self, outcomes: builtins.list[Operation | EffectsError]
+        self,
+        confirmations: Sequence[Confirmation],
+        outcomes: builtins.list[Operation | EffectsError],
     ) -> builtins.list[Operation | EffectsError]:
-        stale = sum(isinstance(o, StaleFencingToken) for o in outcomes)
-        if stale:
-            self._count_refusal(stale)
+        for confirmation, outcome in zip(confirmations, outcomes, strict=True):
+            if isinstance(outcome, StaleFencingToken):
+                self._refused(confirmation.tenant_id, outcome)
         return outcomes
 
     @staticmethod
@@ -73,8 +84,8 @@ class SyncFace(_Face):
     def _execute(self, program: logic.Program[T]) -> T:
         try:
             outcome = self._run(program)
-        except StaleFencingToken:
-            self._count_refusal()
+        except StaleFencingToken as refusal:
+            self._refused(program.tenant_id, refusal)
             raise
         return self._log(outcome)
 
@@ -181,7 +192,8 @@ class SyncFace(_Face):
         self, confirmations: Sequence[Confirmation]
     ) -> builtins.list[Operation | EffectsError]:
         return self._counted(
-            self._execute(logic.confirm_many(self._dialect, self._clock, confirmations))
+            confirmations,
+            self._execute(logic.confirm_many(self._dialect, self._clock, confirmations)),
         )
 
     def reject(
@@ -299,8 +311,8 @@ class AsyncFace(_Face):
     async def _execute(self, program: logic.Program[T]) -> T:
         try:
             outcome = await self._arun(program)
-        except StaleFencingToken:
-            self._count_refusal()
+        except StaleFencingToken as refusal:
+            self._refused(program.tenant_id, refusal)
             raise
         return self._log(outcome)
 
@@ -407,7 +419,8 @@ class AsyncFace(_Face):
         self, confirmations: Sequence[Confirmation]
     ) -> builtins.list[Operation | EffectsError]:
         return self._counted(
-            await self._execute(logic.confirm_many(self._dialect, self._clock, confirmations))
+            confirmations,
+            await self._execute(logic.confirm_many(self._dialect, self._clock, confirmations)),
         )
 
     async def reject(

@@ -129,6 +129,7 @@ _TIMESTAMP_FIELDS = (
     "evidence_checked_at",
     "created_at",
     "updated_at",
+    "status_changed_at",
     "first_dispatched_at",
     "last_dispatched_at",
     "resolved_at",
@@ -189,6 +190,8 @@ class Program(Generic[T]):
     receipt: bool = False
     """It records receipts only (``confirm``, ``confirm_many``): a backend may commit
     it with the weaker durability the user chose for receipts (SQLite)."""
+    tenant_id: str | None = None
+    """The tenant of the one operation it moves: named when a refusal is reported."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -571,7 +574,7 @@ def _transition(
                 return Outcome(verdict)
         raise ConcurrentUpdate(operation_id, expected=f"a row {name} can move", status="moving")
 
-    return Program(steps(), writes=True, receipt=receipt)
+    return Program(steps(), writes=True, receipt=receipt, tenant_id=tenant_id)
 
 
 def _not_found(tenant_id: str, operation_id: str) -> OperationNotFound:
@@ -705,7 +708,7 @@ def renew(
                 raise verdict
         raise ConcurrentUpdate(operation_id, expected="dispatching", status="moving")
 
-    return Program(steps(), writes=True)
+    return Program(steps(), writes=True, tenant_id=tenant_id)
 
 
 def confirm(

@@ -48,17 +48,29 @@ Method contracts (the async twins have the same names and are coroutines):
     operator; an operator's ``retry`` moves ``unknown`` -> ``prepared`` so the
     next run dispatches again (same key, same pinned payload).
 ``record_evidence(tenant_id, operation_id, evidence) -> Operation``
-    Log inconclusive evidence and stamp ``evidence_checked_at``; status unchanged.
+    Log inconclusive evidence and stamp ``evidence_checked_at``; status unchanged
+    (so ``status_changed_at`` is unchanged too: an unknown keeps its age).
 ``get(tenant_id, operation_id) -> Operation | None``
     ``None`` for an unknown id and for another tenant's operation.
 ``list(*, tenant_id=None, status=None, action=None, updated_before=None, limit=100)``
-    Oldest first. Listing non-terminal statuses is indexed and stays cheap
-    beside millions of terminal rows.
+    Oldest status first: ordered by ``status_changed_at`` (set on every status
+    change, never by evidence, approval or lease renewal), then operation id.
+    ``updated_before`` keeps the rows whose *status* is unchanged since before
+    that instant (the name predates ``status_changed_at``; ``updated_at`` also
+    moves on evidence, which would make an inconclusive check look like
+    progress). Listing non-terminal statuses is indexed and stays cheap beside
+    millions of terminal rows.
 ``events(tenant_id, operation_id) -> list[OperationEvent]``
     The transitions in order.
 ``feed(*, after_id=0, tenant_id=None, limit=100) -> list[OperationEvent]``
     Events of all operations with ``event_id > after_id``, in order (``events --follow``).
 ``stats(*, tenant_id=None) -> LedgerStats``
+    ``oldest_unknown_at`` / ``oldest_dispatching_at``: the earliest
+    ``status_changed_at`` among rows in that status.
+
+Timestamps of a record: ``updated_at`` moves on every write (evidence and
+approval included); ``status_changed_at`` only when the status changes (and
+at creation). Stale-token refusals are reported to ``observe.log_stale_token``.
 """
 
 from __future__ import annotations
@@ -108,6 +120,8 @@ class LedgerStats(BaseModel):
 
     counts: dict[OperationStatus, int]
     oldest_unknown_at: datetime | None = None
+    """The earliest ``status_changed_at`` of an unknown operation: inconclusive
+    reconciliations do not make an old unknown look young."""
     oldest_dispatching_at: datetime | None = None
     reconciliation: dict[str, int] = {}
     """Evidence outcomes recorded (``confirmed``, ``rejected``, ``inconclusive``)."""

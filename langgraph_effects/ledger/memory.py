@@ -41,7 +41,7 @@ from langgraph_effects.errors import (
 )
 from langgraph_effects.ledger._values import json_text
 from langgraph_effects.ledger.base import DEFAULT_LEASE, Confirmation, LedgerStats
-from langgraph_effects.observe import log_transition
+from langgraph_effects.observe import log_stale_token, log_transition
 
 __all__ = ["InMemoryLedger"]
 
@@ -89,8 +89,19 @@ class InMemoryLedger:
 
     def _fence(self, row: Operation, token: int) -> None:
         if token != row.fencing_token:
-            self._stale_refusals += 1
-            raise StaleFencingToken(row.operation_id, token=token, current=row.fencing_token)
+            raise self._refuse_stale(row, token)
+
+    def _refuse_stale(self, row: Operation, token: int) -> StaleFencingToken:
+        """Count and report a stale-token refusal; the caller raises what this returns."""
+        self._stale_refusals += 1
+        log_stale_token(
+            row.tenant_id,
+            row.operation_id,
+            token=token,
+            current=row.fencing_token,
+            action=row.action,
+        )
+        return StaleFencingToken(row.operation_id, token=token, current=row.fencing_token)
 
     @staticmethod
     def _require_dispatching(row: Operation, target: OperationStatus) -> None:
@@ -162,6 +173,7 @@ class InMemoryLedger:
                 "status": target,
                 "record_version": row.record_version + 1,
                 "updated_at": now,
+                "status_changed_at": now,
                 **changes,
             }
         )
@@ -213,6 +225,7 @@ class InMemoryLedger:
                     status=S.PREPARED,
                     created_at=now,
                     updated_at=now,
+                    status_changed_at=now,
                 )
                 self._commit(None, row, EventKind.PREPARE, actor="ledger")
                 if owner is not None:
@@ -370,8 +383,7 @@ class InMemoryLedger:
                     check_transition(operation_id, row.status, S.REJECTED)  # raises
                 if row.status is not S.PREPARED:
                     # Claimed since the caller looked: its view is stale.
-                    self._stale_refusals += 1
-                    raise StaleFencingToken(operation_id, token=0, current=row.fencing_token)
+                    raise self._refuse_stale(row, 0)
                 return self._move(
                     row, S.REJECTED, actor=actor or "ledger", evidence=evidence, error=reason
                 )
@@ -503,9 +515,9 @@ class InMemoryLedger:
                 if (tenant_id is None or r.tenant_id == tenant_id)
                 and (wanted is None or r.status is wanted)
                 and (action is None or r.action == action)
-                and (updated_before is None or r.updated_at < updated_before)
+                and (updated_before is None or r.status_changed_at < updated_before)
             ]
-        rows.sort(key=lambda r: (r.updated_at, r.operation_id))
+        rows.sort(key=lambda r: (r.status_changed_at, r.operation_id))
         return rows[:limit]
 
     def events(self, tenant_id: str, operation_id: str) -> builtins.list[OperationEvent]:
@@ -532,7 +544,7 @@ class InMemoryLedger:
             counts[r.status] += 1
 
         def oldest(status: OperationStatus) -> datetime | None:
-            return min((r.updated_at for r in rows if r.status is status), default=None)
+            return min((r.status_changed_at for r in rows if r.status is status), default=None)
 
         reconciliation: dict[str, int] = {}
         for e in events:

@@ -9,6 +9,7 @@ from __future__ import annotations
 __all__ = ["MIGRATIONS"]
 
 _STATUSES = "'prepared', 'dispatching', 'confirmed', 'rejected', 'unknown'"
+_OPEN = "'prepared', 'dispatching', 'unknown'"
 
 MIGRATIONS: tuple[tuple[str, ...], ...] = (
     (
@@ -68,6 +69,30 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             at timestamptz NOT NULL,
             UNIQUE (tenant_id, operation_id, seq)
         )
+        """,
+    ),
+    # 2: the key's retention as promised at prepare time, and when the status
+    # last changed (updated_at also moves on evidence). Existing rows take the
+    # time of their last status-changing event, else updated_at. Nullable so
+    # rows bulk-written by other tools stay valid (read back as updated_at).
+    # The open-operations index follows the new ordering.
+    (
+        """
+        ALTER TABLE lge_operations
+            ADD COLUMN key_retention_seconds double precision,
+            ADD COLUMN status_changed_at timestamptz
+        """,
+        """
+        UPDATE lge_operations AS o SET status_changed_at = COALESCE(
+            (SELECT max(e.at) FROM lge_events AS e
+             WHERE (e.tenant_id, e.operation_id) = (o.tenant_id, o.operation_id)
+               AND e.from_status IS DISTINCT FROM e.to_status),
+            o.updated_at)
+        """,
+        "DROP INDEX lge_operations_open",
+        f"""
+        CREATE INDEX lge_operations_open ON lge_operations (status, status_changed_at, operation_id)
+        WHERE status IN ({_OPEN})
         """,
     ),
 )

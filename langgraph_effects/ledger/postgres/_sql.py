@@ -79,17 +79,18 @@ WITH draft AS (
         tenant_id text, operation_id text, workflow_id text, action text,
         action_version integer, target text, payload_digest text, payload text,
         payload_stored boolean, authorization_ref text, provider text,
-        idempotency_key text, tool_call_id text)
+        idempotency_key text, key_retention_seconds double precision, tool_call_id text)
 ), inserted AS (
     INSERT INTO lge_operations (
         tenant_id, operation_id, workflow_id, action, action_version, target,
         payload_digest, payload, payload_stored, authorization_ref, provider, tool_call_id,
-        idempotency_key, status, attempts, lease_owner, lease_expires_at, fencing_token,
-        record_version, created_at, updated_at, first_dispatched_at, last_dispatched_at)
+        idempotency_key, key_retention_seconds, status, attempts, lease_owner,
+        lease_expires_at, fencing_token, record_version, created_at, updated_at,
+        status_changed_at, first_dispatched_at, last_dispatched_at)
     SELECT tenant_id, operation_id, workflow_id, action, action_version, target,
         payload_digest, payload::jsonb, payload_stored, authorization_ref, provider, tool_call_id,
-        idempotency_key, %(status)s, %(attempts)s, %(lease_owner)s, %(lease_expires_at)s,
-        %(fencing_token)s, %(record_version)s, %(now)s, %(now)s,
+        idempotency_key, key_retention_seconds, %(status)s, %(attempts)s, %(lease_owner)s,
+        %(lease_expires_at)s, %(fencing_token)s, %(record_version)s, %(now)s, %(now)s, %(now)s,
         %(dispatched_at)s, %(dispatched_at)s
     FROM draft
     ON CONFLICT (tenant_id, operation_id) DO NOTHING
@@ -136,8 +137,14 @@ def _move(
     from_status: str = "%(from_status)s::text",
     prelude: str = "",
     using: str = "",
+    status_change: bool = True,
 ) -> str:
-    """A conditional UPDATE and its event in one statement, returning the new row."""
+    """A conditional UPDATE and its event in one statement, returning the new row.
+
+    ``status_change``: the move changes the status, so ``status_changed_at`` is stamped.
+    """
+    if status_change:
+        sets = f"status_changed_at = %(now)s, {sets}"
     return f"""
     WITH {prelude}moved AS (
         UPDATE lge_operations
@@ -163,6 +170,7 @@ _STAMP_EVIDENCE = "evidence_checked_at = COALESCE(%(evidence_at)s, evidence_chec
 APPROVE_SQL = _move(
     "authorization_ref = %(authorization_ref)s",
     "status = 'prepared' AND payload_digest = %(payload_digest)s",
+    status_change=False,
 )
 # The status the claim leaves (prepared or unknown) is read from the row it
 # locks (FOR UPDATE returns the latest committed version), so the event is
@@ -203,6 +211,7 @@ WITH receipt AS (
 ), moved AS (
     UPDATE lge_operations AS o
     SET record_version = o.record_version + 1, updated_at = %(now)s, status = 'confirmed',
+        status_changed_at = %(now)s,
         {_CLEAR_LEASE}, result = r.result::jsonb,
         provider_result_id = r.provider_result_id, provider_request_id = r.provider_request_id,
         resolved_at = %(now)s, evidence_checked_at = COALESCE(r.evidence_at, o.evidence_checked_at)
@@ -239,13 +248,13 @@ RESOLVE_SQL = _move(
     resolved_at = CASE WHEN %(to_status)s = 'prepared' THEN resolved_at ELSE %(now)s END""",
     "status = 'unknown'",
 )
-RECORD_EVIDENCE_SQL = _move(_STAMP_EVIDENCE, "TRUE", from_status="status")
+RECORD_EVIDENCE_SQL = _move(_STAMP_EVIDENCE, "TRUE", from_status="status", status_change=False)
 
 # Run unprepared (Step.adhoc): planned with the actual status, PostgreSQL sees
 # that it implies the partial index's predicate.
 LIST_SQL = """
 SELECT * FROM lge_operations WHERE {where}
-ORDER BY updated_at, operation_id LIMIT %(limit)s
+ORDER BY status_changed_at, operation_id LIMIT %(limit)s
 """
 EVENTS_SQL = """
 SELECT * FROM lge_events WHERE tenant_id = %(tenant_id)s AND operation_id = %(operation_id)s
@@ -256,7 +265,7 @@ SELECT * FROM lge_events WHERE event_id > %(after_id)s AND {where}
 ORDER BY event_id LIMIT %(limit)s
 """
 STATS_COUNTS_SQL = """
-SELECT status, COUNT(*) AS n, MIN(updated_at) AS oldest FROM lge_operations
+SELECT status, COUNT(*) AS n, MIN(status_changed_at) AS oldest FROM lge_operations
 WHERE {where} GROUP BY status
 """
 STATS_EVIDENCE_SQL = """
@@ -270,7 +279,8 @@ FILTERS = {
     "tenant_id": "tenant_id = %(tenant_id)s",
     "status": "status = %(status)s",
     "action": "action = %(action)s",
-    "updated_before": "updated_at < %(updated_before)s",
+    # Named for API stability: the status unchanged since before this instant.
+    "updated_before": "status_changed_at < %(updated_before)s",
 }
 
 DIALECT = logic.Dialect(

@@ -68,4 +68,23 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         )
         """,
     ),
+    # 2: the key's retention as promised at prepare time, and when the status
+    # last changed (updated_at also moves on evidence). Existing rows take the
+    # time of their last status-changing event, else updated_at. The listing
+    # index follows the new ordering.
+    (
+        "ALTER TABLE lge_operations ADD COLUMN key_retention_seconds REAL",
+        "ALTER TABLE lge_operations ADD COLUMN status_changed_at INTEGER",
+        """
+        UPDATE lge_operations SET status_changed_at = COALESCE(
+            (SELECT MAX(e.at) FROM lge_events AS e
+             WHERE e.tenant_id = lge_operations.tenant_id
+               AND e.operation_id = lge_operations.operation_id
+               AND (e.from_status IS NULL OR e.from_status <> e.to_status)),
+            updated_at)
+        """,
+        "DROP INDEX lge_operations_status",
+        "CREATE INDEX lge_operations_status_age"
+        " ON lge_operations (status, status_changed_at, operation_id)",
+    ),
 )

@@ -56,13 +56,15 @@ PREPARE_SQL = """
 INSERT INTO lge_operations (
     tenant_id, operation_id, workflow_id, action, action_version, target,
     payload_digest, payload, payload_stored, authorization_ref, provider, tool_call_id,
-    idempotency_key, status, attempts, lease_owner, lease_expires_at, fencing_token,
-    record_version, created_at, updated_at, first_dispatched_at, last_dispatched_at
+    idempotency_key, key_retention_seconds, status, attempts, lease_owner, lease_expires_at,
+    fencing_token, record_version, created_at, updated_at, status_changed_at,
+    first_dispatched_at, last_dispatched_at
 ) VALUES (
     :tenant_id, :operation_id, :workflow_id, :action, :action_version, :target,
     :payload_digest, :payload, :payload_stored, :authorization_ref, :provider, :tool_call_id,
-    :idempotency_key, :status, :attempts, :lease_owner, :lease_expires_at, :fencing_token,
-    :record_version, :now, :now, :dispatched_at, :dispatched_at
+    :idempotency_key, :key_retention_seconds, :status, :attempts, :lease_owner,
+    :lease_expires_at, :fencing_token, :record_version, :now, :now, :now,
+    :dispatched_at, :dispatched_at
 )
 ON CONFLICT (tenant_id, operation_id) DO NOTHING
 RETURNING *, 1 AS created
@@ -91,8 +93,15 @@ RETURNING event_id
 """
 
 
-def _move(sets: str, where: str, from_status: str = ":from_status") -> tuple[str, str]:
-    """A conditional UPDATE returning the new row (and the status it left), then its event."""
+def _move(
+    sets: str, where: str, from_status: str = ":from_status", *, status_change: bool = True
+) -> tuple[str, str]:
+    """A conditional UPDATE returning the new row (and the status it left), then its event.
+
+    ``status_change``: the move changes the status, so ``status_changed_at`` is stamped.
+    """
+    if status_change:
+        sets = f"status_changed_at = :now, {sets}"
     return (
         f"""
         UPDATE lge_operations
@@ -111,6 +120,7 @@ _STAMP_EVIDENCE = "evidence_checked_at = COALESCE(:evidence_at, evidence_checked
 APPROVE_SQL = _move(
     "authorization_ref = :authorization_ref",
     "status = 'prepared' AND payload_digest = :payload_digest",
+    status_change=False,
 )
 # RETURNING sees the row after the update; the status it left is the last
 # event's (every status change writes one), read under the same write lock.
@@ -154,11 +164,11 @@ RESOLVE_SQL = _move(
     resolved_at = CASE WHEN :to_status = 'prepared' THEN resolved_at ELSE :now END""",
     "status = 'unknown'",
 )
-RECORD_EVIDENCE_SQL = _move(_STAMP_EVIDENCE, "1 = 1", from_status="status")
+RECORD_EVIDENCE_SQL = _move(_STAMP_EVIDENCE, "1 = 1", from_status="status", status_change=False)
 
 LIST_SQL = """
 SELECT * FROM lge_operations WHERE {where}
-ORDER BY updated_at, operation_id LIMIT :limit
+ORDER BY status_changed_at, operation_id LIMIT :limit
 """
 EVENTS_SQL = """
 SELECT * FROM lge_events WHERE tenant_id = :tenant_id AND operation_id = :operation_id
@@ -169,7 +179,7 @@ SELECT * FROM lge_events WHERE event_id > :after_id AND {where}
 ORDER BY event_id LIMIT :limit
 """
 STATS_COUNTS_SQL = """
-SELECT status, COUNT(*) AS n, MIN(updated_at) AS oldest FROM lge_operations
+SELECT status, COUNT(*) AS n, MIN(status_changed_at) AS oldest FROM lge_operations
 WHERE {where} GROUP BY status
 """
 STATS_EVIDENCE_SQL = """
@@ -183,7 +193,8 @@ FILTERS = {
     "tenant_id": "tenant_id = :tenant_id",
     "status": "status = :status",
     "action": "action = :action",
-    "updated_before": "updated_at < :updated_before",
+    # Named for API stability: the status unchanged since before this instant.
+    "updated_before": "status_changed_at < :updated_before",
 }
 
 DIALECT = logic.Dialect(
