@@ -54,6 +54,8 @@ _COLUMNS = """
     first_dispatched_at {ts},
     last_dispatched_at {ts},
     resolved_at {ts},
+    key_retention_seconds {float},
+    status_changed_at {ts},
     PRIMARY KEY (tenant_id, operation_id)
 """
 
@@ -62,8 +64,11 @@ _OPEN = "status IN ('prepared', 'dispatching', 'unknown')"
 # -- PostgreSQL ---------------------------------------------------------------
 
 _PG_SETUP = [
-    "CREATE TABLE floor_operations (" + _COLUMNS.format(json="jsonb", ts="timestamptz") + ")",
-    f"CREATE INDEX floor_operations_open ON floor_operations (status, updated_at, operation_id) "
+    "CREATE TABLE floor_operations ("
+    + _COLUMNS.format(json="jsonb", ts="timestamptz", float="double precision")
+    + ")",
+    "CREATE INDEX floor_operations_open "
+    "ON floor_operations (status, status_changed_at, operation_id) "
     f"WHERE {_OPEN}",
     """CREATE TABLE floor_events (
         event_id bigserial PRIMARY KEY,
@@ -91,8 +96,8 @@ _PG_PREPARE = f"""
 WITH op AS (
     INSERT INTO floor_operations (tenant_id, operation_id, workflow_id, action, target,
         payload_digest, payload, provider, tool_call_id, idempotency_key, status,
-        created_at, updated_at)
-    VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, 'prepared', now(), now())
+        created_at, updated_at, status_changed_at)
+    VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, 'prepared', now(), now(), now())
     ON CONFLICT DO NOTHING
     RETURNING *
 ), ev AS (
@@ -107,11 +112,11 @@ WITH op AS (
     INSERT INTO floor_operations (tenant_id, operation_id, workflow_id, action, target,
         payload_digest, payload, provider, tool_call_id, idempotency_key, status,
         lease_owner, lease_expires_at, fencing_token, attempts, record_version,
-        first_dispatched_at, last_dispatched_at, created_at, updated_at)
+        first_dispatched_at, last_dispatched_at, created_at, updated_at, status_changed_at)
     SELECT * FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::text[],
         %s::text[], %s::jsonb[], %s::text[], %s::text[], %s::text[]),
         LATERAL (VALUES ('dispatching', %s::text, now() + %s::interval, 1, 1, 2,
-                         now(), now(), now(), now())) AS claimed
+                         now(), now(), now(), now(), now())) AS claimed
     ON CONFLICT DO NOTHING
     RETURNING *
 ), ev AS (
@@ -131,7 +136,8 @@ WITH op AS (
     SET status = 'dispatching', lease_owner = %s, lease_expires_at = now() + %s,
         fencing_token = fencing_token + 1, attempts = attempts + 1,
         first_dispatched_at = coalesce(first_dispatched_at, now()),
-        last_dispatched_at = now(), record_version = record_version + 1, updated_at = now()
+        last_dispatched_at = now(), record_version = record_version + 1, updated_at = now(),
+        status_changed_at = now()
     WHERE tenant_id = %s AND operation_id = %s AND status IN ('prepared', 'unknown')
     RETURNING *
 ), ev AS (
@@ -146,7 +152,8 @@ _PG_CONFIRM = f"""
 WITH op AS (
     UPDATE floor_operations
     SET status = 'confirmed', result = %s, lease_owner = NULL, lease_expires_at = NULL,
-        resolved_at = now(), record_version = record_version + 1, updated_at = now()
+        resolved_at = now(), record_version = record_version + 1, updated_at = now(),
+        status_changed_at = now()
     WHERE tenant_id = %s AND operation_id = %s AND status = 'dispatching'
       AND fencing_token = %s
     RETURNING *
@@ -165,7 +172,8 @@ WITH c AS (
 ), op AS (
     UPDATE floor_operations AS o
     SET status = 'confirmed', result = c.result, lease_owner = NULL, lease_expires_at = NULL,
-        resolved_at = now(), record_version = o.record_version + 1, updated_at = now()
+        resolved_at = now(), record_version = o.record_version + 1, updated_at = now(),
+        status_changed_at = now()
     FROM c
     WHERE o.tenant_id = c.tenant_id AND o.operation_id = c.operation_id
       AND o.status = 'dispatching' AND o.fencing_token = c.token
@@ -267,10 +275,10 @@ class PostgresFloor:
 
 _SQLITE_SETUP = [
     "CREATE TABLE IF NOT EXISTS floor_operations ("
-    + _COLUMNS.format(json="text", ts="text")
+    + _COLUMNS.format(json="text", ts="text", float="real")
     + ") WITHOUT ROWID",
     "CREATE INDEX IF NOT EXISTS floor_operations_open "
-    f"ON floor_operations (status, updated_at, operation_id) WHERE {_OPEN}",
+    f"ON floor_operations (status, status_changed_at, operation_id) WHERE {_OPEN}",
     """CREATE TABLE IF NOT EXISTS floor_events (
         event_id integer PRIMARY KEY AUTOINCREMENT,
         tenant_id text NOT NULL,
@@ -294,21 +302,22 @@ _SQ_EVENT = """INSERT INTO floor_events (tenant_id, operation_id, seq, kind, fro
 _SQ_PREPARE = """INSERT INTO floor_operations (tenant_id, operation_id, workflow_id, action,
     target, payload_digest, payload, provider, tool_call_id, idempotency_key, status,
     lease_owner, lease_expires_at, fencing_token, attempts, record_version,
-    first_dispatched_at, last_dispatched_at, created_at, updated_at)
-    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+    first_dispatched_at, last_dispatched_at, created_at, updated_at, status_changed_at)
+    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
     ON CONFLICT DO NOTHING RETURNING fencing_token"""
 
 _SQ_CLAIM = """UPDATE floor_operations
     SET status = 'dispatching', lease_owner = ?, lease_expires_at = ?,
         fencing_token = fencing_token + 1, attempts = attempts + 1,
         first_dispatched_at = coalesce(first_dispatched_at, ?), last_dispatched_at = ?,
-        record_version = record_version + 1, updated_at = ?
+        record_version = record_version + 1, updated_at = ?, status_changed_at = updated_at
     WHERE tenant_id = ? AND operation_id = ? AND status IN ('prepared', 'unknown')
     RETURNING fencing_token, record_version"""
 
 _SQ_CONFIRM = """UPDATE floor_operations
     SET status = 'confirmed', result = ?, lease_owner = NULL, lease_expires_at = NULL,
-        resolved_at = ?, record_version = record_version + 1, updated_at = ?
+        resolved_at = ?, record_version = record_version + 1, updated_at = ?,
+        status_changed_at = resolved_at
     WHERE tenant_id = ? AND operation_id = ? AND status = 'dispatching' AND fencing_token = ?
     RETURNING record_version"""
 
@@ -351,6 +360,7 @@ class SQLiteFloor:
             2 if claimed else 1,
             now if claimed else None,
             now if claimed else None,
+            now,
             now,
             now,
         )

@@ -54,6 +54,7 @@ _BULK: dict[str, str] = {
     "first_dispatched_at": "now() - make_interval(secs => g)",
     "last_dispatched_at": "now() - make_interval(secs => g)",
     "resolved_at": "now() - make_interval(secs => g)",
+    "status_changed_at": "now() - make_interval(secs => g)",
 }
 
 
