@@ -365,8 +365,10 @@ def _summary(op: Operation, now: datetime) -> dict[str, Any]:
         "idempotency_key": op.idempotency_key,
         "created_at": _iso(op.created_at),
         "updated_at": _iso(op.updated_at),
+        "status_changed_at": _iso(op.status_changed_at),
         "first_dispatched_at": _iso(op.first_dispatched_at),
-        "age_seconds": _seconds(now - op.updated_at),
+        # Time in the current status: evidence and approvals do not reset it.
+        "age_seconds": _seconds(now - op.status_changed_at),
         "error": op.error,
     }
 
@@ -411,12 +413,10 @@ class _Outlook:
     next_run: str
     risk: str
 
-    def as_json(
-        self, op: Operation, now: datetime, since: datetime | None = None
-    ) -> dict[str, Any]:
+    def as_json(self, op: Operation, now: datetime) -> dict[str, Any]:
         return {
             "decisions": [d.value for d in self.decisions],
-            "status_since": _iso(since),
+            "status_since": _iso(op.status_changed_at),
             "next_run": self.next_run,
             "risk": self.risk,
             "attempts": op.attempts,
@@ -425,11 +425,43 @@ class _Outlook:
             "key_age_seconds": (
                 _seconds(now - op.first_dispatched_at) if op.first_dispatched_at else None
             ),
-            # The provider's retention window lives in the effect's contract,
-            # not in the ledger row: whether the key is still honoured cannot
-            # be decided from here.
-            "key_window_known": False,
+            # Recorded at prepare time from the effect's contract (None: the
+            # provider promised no deduplication, or a row from before schema v2).
+            "key_window_known": op.key_expires_at is not None,
+            "key_retention_seconds": op.key_retention_seconds,
+            "key_expires_at": _iso(op.key_expires_at),
+            "key_window_open": op.key_window_open(now),
         }
+
+
+def _resend_risk(op: Operation, now: datetime) -> str | None:
+    """Why a resend may not be deduplicated, judged from the record alone; None: it is.
+
+    Only a recorded key with a recorded retention, first sent less than that
+    retention ago, proves a resend safe (``Operation.key_window_open``).
+    """
+    if op.key_window_open(now):
+        return None
+    if not op.idempotency_key:
+        return "the provider got no idempotency key, so a resend is not deduplicated"
+    if op.key_expires_at is None:
+        return (
+            f"the provider promised no deduplication of idempotency key {op.idempotency_key!r}"
+            " (no key contract recorded), so a resend may not be deduplicated"
+        )
+    return (
+        f"the provider's key window closed at {_iso(op.key_expires_at)}: it may have "
+        f"forgotten idempotency key {op.idempotency_key!r}, so a resend may not be deduplicated"
+    )
+
+
+def _key_expiry(op: Operation) -> str:
+    expires = op.key_expires_at
+    if expires is not None:
+        return f"{_iso(expires)} (recorded retention {op.key_retention_seconds:g} s)"
+    if op.idempotency_key and op.first_dispatched_at is not None:
+        return "- (no key window recorded: the provider promised no deduplication)"
+    return "-"
 
 
 def _outlook(op: Operation, now: datetime) -> _Outlook:
@@ -472,18 +504,24 @@ def _outlook(op: Operation, now: datetime) -> _Outlook:
     sent = f"sent {op.attempts} time(s), first at {_iso(op.first_dispatched_at)}"
     if op.first_dispatched_at is not None:
         sent += f" ({_age(now - op.first_dispatched_at)} ago)"
-    if op.idempotency_key:
+    problem = _resend_risk(op, now)
+    if problem is None:
         risk = (
             f"{sent} under idempotency key {op.idempotency_key!r}. A retry resends the same "
-            "key and pinned payload: the provider deduplicates it only while it still "
-            "remembers the key (its retention window, e.g. at least 24 h for Stripe, is not "
-            "recorded in the ledger: check it before retrying)."
+            "key and pinned payload, and the provider deduplicates it until "
+            f"{_iso(op.key_expires_at)} (its recorded retention): a retry cannot apply "
+            "the effect twice."
         )
-    else:
+    elif not op.idempotency_key:
         risk = (
             f"{sent} with no idempotency key: the provider cannot deduplicate. If the earlier "
             "attempt was applied, a retry applies the effect twice. Check the provider first; "
             "confirm or reject if you can tell."
+        )
+    else:
+        risk = (
+            f"{sent}; {problem}. If the earlier attempt was applied, a retry may apply the "
+            "effect twice. Check the provider first; confirm or reject if you can tell."
         )
     return _Outlook(
         [Decision.CONFIRM, Decision.REJECT, Decision.RETRY],
@@ -564,7 +602,7 @@ def list_operations(
     action: Annotated[str | None, typer.Option("--action", "-a", help="Only this action.")] = None,
     older_than: Annotated[
         str | None,
-        typer.Option("--older-than", help="Unchanged for at least this long (10m, 2h, 1d)."),
+        typer.Option("--older-than", help="Status unchanged for at least this long (10m, 2h, 1d)."),
     ] = None,
     include_terminal: Annotated[
         bool, typer.Option("--all", help="Also confirmed and rejected operations.")
@@ -572,11 +610,15 @@ def list_operations(
     limit: Annotated[int, typer.Option("--limit", min=1, help="At most this many rows.")] = 100,
     as_json: JsonOption = False,
 ) -> None:
-    """List operations: by default the open ones, unknown first, oldest first.
+    """List operations: by default the open ones, unknown first, oldest status first.
+
+    Age is the time in the current status (``status_changed_at``): recording
+    inconclusive evidence does not make an old unknown look young.
 
     JSON: {"operations": [{tenant_id, operation_id, workflow_id, action,
     action_version, target, provider, status, attempts, idempotency_key,
-    created_at, updated_at, first_dispatched_at, age_seconds, error}], "count": N}
+    created_at, updated_at, status_changed_at, first_dispatched_at, age_seconds,
+    error}], "count": N}
     """
     with _reporting(as_json), _ledger(ctx, db) as ledger:
         now = utcnow()
@@ -610,7 +652,7 @@ def list_operations(
                 op.target or "-",
                 _status(op.status),
                 str(op.attempts),
-                _age(now - op.updated_at),
+                _age(now - op.status_changed_at),
             )
         console.print(table)
         if len(rows) == limit:
@@ -629,22 +671,20 @@ def show(
 
     JSON: {"operation": {every record field}, "events": [event...],
     "outlook": {decisions, status_since, next_run, risk, attempts,
-    idempotency_key, first_dispatched_at, key_age_seconds, key_window_known}}
+    idempotency_key, first_dispatched_at, key_age_seconds, key_window_known,
+    key_retention_seconds, key_expires_at, key_window_open}}
     """
     with _reporting(as_json), _ledger(ctx, db) as ledger:
         op = _require(ledger, tenant, operation_id)
         events = ledger.events(tenant, operation_id)
         now = utcnow()
         outlook = _outlook(op, now)
-        # updated_at also moves on inconclusive evidence; the event log knows
-        # when the status itself last changed.
-        since = next((e.at for e in reversed(events) if e.from_status != e.to_status), None)
         if as_json:
             _echo_json(
                 {
                     "operation": op.model_dump(mode="json"),
                     "events": [_event_json(e) for e in events],
-                    "outlook": outlook.as_json(op, now, since),
+                    "outlook": outlook.as_json(op, now),
                 }
             )
             return
@@ -659,9 +699,10 @@ def show(
             ("action", f"{op.action} v{op.action_version}"),
             ("target", op.target or "-"),
             ("provider", op.provider or "-"),
-            ("status", _status(op.status) + (f" since {_iso(since)}" if since else "")),
+            ("status", f"{_status(op.status)} since {_iso(op.status_changed_at)}"),
             ("attempts", str(op.attempts)),
             ("idempotency key", op.idempotency_key or "- (none: the provider cannot deduplicate)"),
+            ("key expires", _key_expiry(op)),
             ("provider request", op.provider_request_id or "-"),
             ("provider result", op.provider_result_id or "-"),
             ("payload digest", op.payload_digest),
@@ -813,7 +854,8 @@ def retry(
         bool,
         typer.Option(
             "--accept-duplicate-risk",
-            help="Retry even though the provider got no idempotency key "
+            help="Retry even though the record does not prove the provider deduplicates the "
+            "resend: no idempotency key, no recorded key window, or the window has passed "
             "(you checked that the first attempt did not apply).",
         ),
     ] = False,
@@ -823,9 +865,10 @@ def retry(
 ) -> None:
     """Authorize a retry of an unknown operation: the next run dispatches it again.
 
-    The resend reuses the operation's idempotency key and pinned payload.
-    Without a key the provider cannot deduplicate, so the retry is refused
-    unless --accept-duplicate-risk says you checked.
+    The resend reuses the operation's idempotency key and pinned payload. It
+    is refused (exit 4) unless the record proves the provider still
+    deduplicates it (a key, a recorded retention, first sent less than that
+    ago), or --accept-duplicate-risk says you checked the provider.
 
     JSON: {"operation": {every record field, after the decision}}
     """
@@ -837,14 +880,15 @@ def retry(
         with _ledger(ctx, db) as ledger:
             op = _require(ledger, tenant, operation_id)
             _check_policy(loaded, operator, op, Decision.RETRY)
-            if op.status is S.UNKNOWN and not op.idempotency_key and not accept_duplicate_risk:
+            problem = _resend_risk(op, utcnow()) if op.status is S.UNKNOWN else None
+            if problem is not None and not accept_duplicate_risk:
                 raise IllegalTransition(
                     operation_id,
                     status=op.status.value,
                     target="retry",
-                    why="the provider got no idempotency key, so a resend is not deduplicated: "
-                    "if the first attempt applied, a retry applies it twice. Check the provider "
-                    "and resolve --confirm/--reject, or pass --accept-duplicate-risk",
+                    why=f"{problem}: if the first attempt applied, a retry applies it twice. "
+                    "Check the provider and resolve --confirm/--reject, or pass "
+                    "--accept-duplicate-risk",
                 )
             order = Resolution(decision=Decision.RETRY, by=operator, reason=reason)
             _report_decision(_decide(ledger, op, order), as_json)

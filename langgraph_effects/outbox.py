@@ -93,6 +93,7 @@ from langgraph_effects.core.model import (
     Prepared,
     ProviderContract,
     Resolution,
+    key_retention_seconds,
     utcnow,
 )
 from langgraph_effects.core.plan import Outcome, Step, classify, plan
@@ -790,6 +791,7 @@ class OutboxRelay:
             payload=entry.payload,
             provider=self.provider,
             idempotency_key=idempotency_key(entry.operation_id),
+            key_retention_seconds=key_retention_seconds(self.contract),
         )
 
     def _work(self, entry: OutboxEntry, report: RelayReport) -> _Steps[None]:

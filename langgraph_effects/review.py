@@ -32,7 +32,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from langgraph_effects.core.model import Decision, Evidence, Operation, ProviderContract
-from langgraph_effects.core.plan import retry_allowed
+from langgraph_effects.core.plan import key_expires_at, retry_allowed
 from langgraph_effects.errors import InvalidInput
 
 __all__ = [
@@ -95,9 +95,14 @@ def _evidence_json(evidence: Evidence) -> dict[str, Any]:
 
 
 def retry_risk(op: Operation, contract: ProviderContract | None, now: datetime) -> dict[str, Any]:
-    """What resending this operation would risk, for a person deciding on ``retry``."""
-    honours = contract is not None and contract.honours_key
-    expires = contract.key_expires_at(op.first_dispatched_at) if contract else None
+    """What resending this operation would risk, for a person deciding on ``retry``.
+
+    The key counts only if the record says the provider was given one; its
+    expiry is the stricter of the record's and the live contract's
+    (``core.plan.key_expires_at``).
+    """
+    honours = contract is not None and contract.honours_key and op.idempotency_key is not None
+    expires = key_expires_at(op, contract)
     open_ = retry_allowed(op, contract, now)
     if open_:
         summary = (

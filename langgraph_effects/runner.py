@@ -57,6 +57,7 @@ from langgraph_effects.core.model import (
     OperationStatus,
     Prepared,
     Resolution,
+    key_retention_seconds,
     utcnow,
 )
 from langgraph_effects.core.plan import Outcome, Step, backoff, classify, plan
@@ -71,6 +72,7 @@ from langgraph_effects.errors import (
     TransientProviderError,
 )
 from langgraph_effects.ledger.base import DEFAULT_LEASE, Confirmation
+from langgraph_effects.observe import count_replay
 from langgraph_effects.review import (
     Answer,
     InvalidAnswer,
@@ -95,6 +97,9 @@ OPERATIONS_KEY = "effect_operations"
 
 _MAX_STEPS = 64
 _REPLACED = "replaced by "  # rejection reason of a call a reviewer edited
+_SETTLING = frozenset({Step.DISPATCH_CLAIMED, Step.RECONCILE, Step.REVIEW})
+"""Steps whose own write may confirm the record: a confirmation right after one is
+this pass's outcome, not a replay (``observe.count_replay``)."""
 
 
 class DurabilityWarning(UserWarning):
@@ -219,6 +224,9 @@ class EffectCall:
             payload=self.args if self.spec.store_payload else None,
             payload_stored=self.spec.store_payload,
             idempotency_key=self.idempotency_key,
+            # What the provider promises for that key (None: no deduplication):
+            # the CLI and reviews judge a resend from the record alone.
+            key_retention_seconds=key_retention_seconds(self.spec.contract),
             tool_call_id=self.tool_call_id,
         )
 
@@ -544,6 +552,7 @@ class EffectRunner:
             if not p.claimed and prepared.created:
                 crash_point(CrashPoint.AFTER_PREPARE)
 
+        last: Step | None = None
         for _ in range(_MAX_STEPS):
             now = self.clock()
             owner_dead = False
@@ -562,6 +571,9 @@ class EffectRunner:
             )
             match step:
                 case Step.REPLAY_CONFIRMED:
+                    if last not in _SETTLING:
+                        # Confirmed before this pass could act on it: one duplicate prevented.
+                        count_replay(op)
                     return op
                 case Step.REPLAY_REJECTED:
                     if op.error and op.error.startswith(_REPLACED):
@@ -618,6 +630,7 @@ class EffectRunner:
                     if not self.interrupt_on_unknown:
                         return op
                     op = yield from self._ask(p, op, kind="review")
+            last = step
             call = p.call
         raise EffectsError(
             f"operation {op.operation_id!r} made no progress in {_MAX_STEPS} steps (status "

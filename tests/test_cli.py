@@ -23,6 +23,7 @@ from langgraph_effects.cli import ExitCode, app, parse_duration
 from langgraph_effects.core.digest import payload_digest
 from langgraph_effects.core.model import (
     EventKind,
+    Evidence,
     LeaseOwner,
     Operation,
     OperationDraft,
@@ -47,7 +48,17 @@ class Clock:
         return self.now
 
 
-def draft(tenant: str, operation_id: str, *, key: bool = True, action: str = "crm.close_case"):  # type: ignore[no-untyped-def]
+KEY_RETENTION = 24 * 3600 - 300  # a 24 h key window minus a 5 min safety margin
+
+
+def draft(  # type: ignore[no-untyped-def]
+    tenant: str,
+    operation_id: str,
+    *,
+    key: bool = True,
+    retention: float | None = KEY_RETENTION,
+    action: str = "crm.close_case",
+):
     payload = {"case": operation_id}
     return OperationDraft(
         tenant_id=tenant,
@@ -58,6 +69,7 @@ def draft(tenant: str, operation_id: str, *, key: bool = True, action: str = "cr
         payload_digest=payload_digest(action, 1, "case-318", payload),
         payload=payload,
         idempotency_key=f"lge-{operation_id}" if key else None,
+        key_retention_seconds=retention if key else None,
     )
 
 
@@ -230,7 +242,12 @@ def test_show_gives_record_events_and_retry_outlook(cli: Invoke) -> None:
     assert outlook["idempotency_key"] == "lge-op-old"
     assert outlook["attempts"] == 1
     assert outlook["key_age_seconds"] >= 7200
-    assert outlook["key_window_known"] is False
+    assert outlook["key_window_known"] is True
+    assert outlook["key_retention_seconds"] == KEY_RETENTION
+    first = datetime.fromisoformat(data["operation"]["first_dispatched_at"])
+    expires = datetime.fromisoformat(outlook["key_expires_at"])
+    assert expires == first + timedelta(seconds=KEY_RETENTION)
+    assert outlook["key_window_open"] is True
 
 
 def test_show_warns_that_a_keyless_retry_may_duplicate(cli: Invoke) -> None:
@@ -382,6 +399,55 @@ def test_retry_without_idempotency_key_needs_explicit_acceptance(cli: Invoke, le
     )  # fmt: skip
     assert accepted.exit_code == 0, accepted.output
     assert ledger.get("acme", "op-nokey").status is S.PREPARED  # type: ignore[union-attr]
+
+
+def test_retry_is_refused_when_the_provider_promised_no_key_window(
+    cli: Invoke, ledger: Any
+) -> None:
+    """A key recorded without a retention (no key contract) proves nothing: retry is exit 4."""
+    make_unknown(ledger, "acme", "op-nocontract", retention=None)
+    shown = as_json(cli("show", "op-nocontract", "-t", "acme", "--json"))["outlook"]
+    assert (shown["key_window_known"], shown["key_window_open"]) == (False, False)
+    assert "may apply the effect twice" in shown["risk"]
+    refused = cli("retry", "op-nocontract", "-t", "acme", "--by", "ana", "--reason", "x", "--json")
+    assert refused.exit_code == ExitCode.REFUSED
+    assert "promised no deduplication" in error(refused)["message"]
+    assert ledger.get("acme", "op-nocontract").status is S.UNKNOWN
+    accepted = cli(
+        "retry", "op-nocontract", "-t", "acme", "--by", "ana", "--reason", "checked",
+        "--accept-duplicate-risk",
+    )  # fmt: skip
+    assert accepted.exit_code == 0, accepted.output
+    assert ledger.get("acme", "op-nocontract").status is S.PREPARED
+
+
+def test_retry_is_refused_once_the_recorded_key_window_has_passed(
+    cli: Invoke, ledger: Any, clock: Clock
+) -> None:
+    """A key first sent longer ago than its recorded retention may be forgotten: exit 4."""
+    clock.now -= timedelta(hours=2)
+    make_unknown(ledger, "acme", "op-stale", retention=3600)
+    clock.now += timedelta(hours=2)
+    shown = as_json(cli("show", "op-stale", "-t", "acme", "--json"))["outlook"]
+    assert (shown["key_window_known"], shown["key_window_open"]) == (True, False)
+    refused = cli("retry", "op-stale", "-t", "acme", "--by", "ana", "--reason", "x", "--json")
+    assert refused.exit_code == ExitCode.REFUSED
+    assert "key window closed" in error(refused)["message"]
+    assert ledger.get("acme", "op-stale").status is S.UNKNOWN
+
+
+def test_list_age_and_show_since_ignore_inconclusive_evidence(
+    cli: Invoke, ledger: Any, clock: Clock
+) -> None:
+    """Evidence recorded on an old unknown keeps its age: --older-than, show and stats agree."""
+    ledger.record_evidence("acme", "op-old", Evidence.inconclusive("still nothing"))
+    assert [
+        r["operation_id"]
+        for r in as_json(cli("list", "--json", "--older-than", "1h"))["operations"]
+    ] == ["op-old"]
+    shown = as_json(cli("show", "op-old", "-t", "acme", "--json"))
+    assert shown["outlook"]["status_since"] == shown["events"][-2]["at"]  # the mark_unknown
+    assert as_json(cli("stats", "--json"))["oldest_unknown_age_seconds"] >= 7200
 
 
 @pytest.mark.parametrize(

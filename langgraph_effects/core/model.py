@@ -25,7 +25,7 @@ __all__ = [
     "Prepared",
     "ProviderContract",
     "Resolution",
-    "key_terms",
+    "key_retention_seconds",
     "utcnow",
 ]
 
@@ -194,17 +194,15 @@ class ProviderContract(_Frozen):
         return expires is not None and now < expires
 
 
-def key_terms(contract: ProviderContract | None, key: str) -> dict[str, Any]:
-    """The draft fields that record what the provider is promised under ``contract``.
+def key_retention_seconds(contract: ProviderContract | None) -> float | None:
+    """The retention a record keeps of ``contract``'s promise (``Operation.key_retention_seconds``).
 
-    With a key contract: the key and its retention (``key_retention_seconds``).
-    Without one: neither, so the record never claims a deduplication the
-    provider does not offer (the tool may still use the key for its own ends).
+    The window minus the safety margin, in seconds; None when the provider
+    honours no key, so the record never claims a deduplication the provider
+    does not offer.
     """
     retention = None if contract is None else contract.key_retention
-    if retention is None:
-        return {"idempotency_key": None, "key_retention_seconds": None}
-    return {"idempotency_key": key, "key_retention_seconds": retention.total_seconds()}
+    return None if retention is None else retention.total_seconds()
 
 
 @cache

@@ -68,15 +68,17 @@ class Step(StrEnum):
 def key_expires_at(op: Operation, contract: ProviderContract | None) -> datetime | None:
     """When a resend of ``op`` stops being deduplicated: the stricter of record and contract.
 
-    Two sources speak: the record (the key the provider was given at prepare
-    time and its retention, ``Operation.key_expires_at``) and the effect's live
-    contract. Both must promise deduplication, and the earlier expiry wins: a
-    contract tightened since the record was written applies at once, and one
-    loosened since does not stretch what the provider was promised. A record
-    with no key was sent none, whatever the contract says now. A record with a
-    key but no retention (written before retentions were recorded) leaves the
-    live contract to decide alone. None: no resend is deduplicated (or never
-    dispatched).
+    Two sources speak: the record (the key the tool was given and the
+    retention the contract promised at prepare time, ``Operation.key_expires_at``)
+    and the effect's live contract, which must honour keys. When both state an
+    expiry the earlier wins: a contract tightened since the record was written
+    applies at once, and one loosened since does not stretch what the provider
+    was promised. A record with no key was given none to send, whatever the
+    contract says now. A record with a key but no retention (prepared without
+    a key contract, or before schema v2 recorded retentions) leaves the live
+    contract to decide alone: a contract describes the provider, and the tool
+    had the key all along. The CLI has no live contract and so trusts only a
+    recorded retention. None: no resend is deduplicated (or never dispatched).
     """
     live = None if contract is None else contract.key_expires_at(op.first_dispatched_at)
     if live is None or op.idempotency_key is None:
