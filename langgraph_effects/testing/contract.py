@@ -177,7 +177,12 @@ class LedgerContract:
         self, ledger: Ledger, clock: ManualClock
     ) -> None:
         """prepare inserts a prepared row with every draft field and one prepare event."""
-        draft = make_draft(workflow_id="thread-1", target="contact:ada", tool_call_id="call-1")
+        draft = make_draft(
+            workflow_id="thread-1",
+            target="contact:ada",
+            tool_call_id="call-1",
+            key_retention_seconds=86100.5,
+        )
         prepared = ledger.prepare(draft)
         op = prepared.operation
         assert prepared.created
@@ -185,7 +190,7 @@ class LedgerContract:
         assert op.record_version == 1
         for name, value in draft.model_dump().items():
             assert getattr(op, name) == value, name
-        assert op.created_at == op.updated_at == clock.now
+        assert op.created_at == op.updated_at == op.status_changed_at == clock.now
         assert op.created_at.utcoffset() == timedelta(0)
         assert ledger.get(T, "op-1") == op
         (event,) = ledger.events(T, "op-1")
@@ -715,6 +720,47 @@ class LedgerContract:
         assert ids(tenant_id="tenant-b", status=S.DISPATCHING) == []
         with pytest.raises(InvalidInput, match="prepared"):
             ledger.list(status="pending")
+
+    def test_status_changed_at_moves_with_the_status_only(
+        self, ledger: Ledger, clock: ManualClock
+    ) -> None:
+        """status_changed_at moves on each status change, never on approval, renewal or
+        evidence; list(updated_before=...) and stats' oldest unknown use it."""
+        ledger.prepare(make_draft())
+        clock.advance(seconds=1)
+        approved = ledger.approve(T, "op-1", payload_digest=make_draft().payload_digest, by="ana")
+        assert approved.status_changed_at == approved.created_at < approved.updated_at
+        clock.advance(seconds=1)
+        claimed = ledger.claim(T, "op-1", owner=OWNER, lease_for=LEASE)
+        assert claimed.status_changed_at == claimed.updated_at == clock.now
+        clock.advance(seconds=1)
+        renewed = ledger.renew(T, "op-1", token=claimed.fencing_token, lease_for=LEASE)
+        assert renewed.status_changed_at == claimed.status_changed_at
+        clock.advance(seconds=1)
+        unknown_at = clock.now
+        ledger.mark_unknown(T, "op-1", token=claimed.fencing_token, reason="timeout")
+        clock.advance(hours=1)
+        checked = ledger.record_evidence(T, "op-1", Evidence.inconclusive("nothing yet"))
+        assert checked.updated_at == clock.now
+        assert checked.status_changed_at == unknown_at
+        assert ledger.stats().oldest_unknown_at == unknown_at
+        cutoff = unknown_at + timedelta(microseconds=1)
+        assert [op.operation_id for op in ledger.list(updated_before=cutoff)] == ["op-1"]
+        assert ledger.list(updated_before=unknown_at) == []
+        clock.advance(seconds=1)
+        retried = ledger.resolve(T, "op-1", Resolution(decision=Decision.RETRY, by="ana"))
+        assert retried.status_changed_at == clock.now
+
+    def test_key_expiry_follows_the_recorded_retention(self, ledger: Ledger) -> None:
+        """A recorded retention gives key_expires_at = first dispatch + retention; none, none."""
+        op = self.dispatching(ledger, "op-1", key_retention_seconds=3600.0)
+        assert op.key_retention_seconds == 3600.0
+        assert op.first_dispatched_at is not None
+        assert op.key_expires_at == op.first_dispatched_at + timedelta(hours=1)
+        assert op.key_window_open(op.first_dispatched_at + timedelta(minutes=59))
+        assert not op.key_window_open(op.first_dispatched_at + timedelta(hours=1))
+        bare = self.dispatching(ledger, "op-2")
+        assert (bare.key_retention_seconds, bare.key_expires_at) == (None, None)
 
     def test_list_breaks_ties_by_operation_id(self, ledger: Ledger) -> None:
         """Rows updated at the same instant list in operation_id order."""
