@@ -1,0 +1,234 @@
+"""The scenario runner and the assertions: real graphs, real ledgers, effects counted at fakes."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from langgraph_effects.core.model import Evidence, LeaseOwner, OperationDraft, Resolution
+from langgraph_effects.core.model import OperationStatus as S
+from langgraph_effects.ledger.memory import InMemoryLedger
+from langgraph_effects.ledger.sqlite import AsyncSQLiteLedger, SQLiteLedger
+from langgraph_effects.testing import CrashPoint, Fault
+from langgraph_effects.testing.assertions import (
+    assert_no_duplicate_effects,
+    assert_no_unevidenced_rejections,
+    assert_unknowns_accounted,
+)
+from langgraph_effects.testing.campaign import KillCase, _kill_child
+from langgraph_effects.testing.scenario import (
+    ProviderKind,
+    Providers,
+    Scenario,
+    Schedule,
+    builtin_call,
+    confirm_if_seen,
+    control_tools,
+    defer,
+    effect_tools,
+    run_in_forked_child,
+    run_scenario,
+)
+
+
+@pytest.fixture
+def providers() -> Iterator[Providers]:
+    world = Providers.open(None)
+    yield world
+    world.close()
+
+
+def _ledger(providers: Providers) -> InMemoryLedger:
+    ledger = InMemoryLedger(clock=providers.clock.now)
+    ledger.setup()
+    return ledger
+
+
+def _scenario(providers: Providers, kind: ProviderKind, **kwargs: object) -> Scenario:
+    defaults: dict[str, object] = {
+        "tools": effect_tools(providers),
+        "tool_calls": [builtin_call(kind, 0, tag="t")],
+        "providers": providers.all,
+        "clock": providers.clock,
+        "policy": confirm_if_seen(providers.shows),
+        "applied": providers.applied,
+        "thread_id": "t",
+    }
+    return Scenario(**{**defaults, **kwargs})  # type: ignore[arg-type]
+
+
+def test_crash_after_the_provider_acted_resumes_to_one_confirmed_effect(
+    providers: Providers,
+) -> None:
+    """A crash between the CRM's answer and the receipt resumes to one effect, confirmed."""
+    ledger = _ledger(providers)
+    report = run_scenario(
+        _scenario(providers, ProviderKind.CRM, crash_at=CrashPoint.AFTER_PROVIDER), ledger=ledger
+    )
+    assert (report.crashes, report.effects, report.duplicates) == (1, 1, 0)
+    assert (report.completed, report.mislabelled, report.unknown) == (1, 0, 0)
+    assert [op.status for op in ledger.list(tenant_id="t")] == [S.CONFIRMED]
+    assert providers.crm.effects_for("case-t-0") == 1
+
+
+def test_the_control_toolnode_applies_the_same_crash_twice(providers: Providers) -> None:
+    """The same crash under a plain ToolNode re-runs the tool: the case is closed twice."""
+    report = run_scenario(
+        _scenario(
+            providers,
+            ProviderKind.CRM,
+            tools=control_tools(providers),
+            crash_at=CrashPoint.AFTER_PROVIDER,
+            control=True,
+        )
+    )
+    assert (report.crashes, report.effects, report.duplicates) == (1, 2, 1)
+    with pytest.raises(AssertionError, match="FakeCRM: 1"):
+        assert_no_duplicate_effects(*providers.all)
+
+
+def test_an_unknown_ticket_is_decided_by_the_review_policy(providers: Providers) -> None:
+    """A lost ticketing response goes to review; the policy sees the ticket and confirms it."""
+    providers.ticketing.faults.push(Fault.LOSE_RESPONSE)
+    ledger = _ledger(providers)
+    report = run_scenario(_scenario(providers, ProviderKind.TICKETING), ledger=ledger)
+    assert (report.effects, report.duplicates, report.human_resolved) == (1, 0, 1)
+    (op,) = ledger.list(tenant_id="t")
+    assert op.status is S.CONFIRMED
+    assert report.completion_rate == 1.0
+
+
+def test_a_deferred_review_stays_unknown_and_is_accounted_only_as_pending(
+    providers: Providers,
+) -> None:
+    """Nobody answers: the ticket stays unknown, which is fine only while a review is pending."""
+    providers.ticketing.faults.push(Fault.LOSE_RESPONSE)
+    ledger = _ledger(providers)
+    report = run_scenario(_scenario(providers, ProviderKind.TICKETING, policy=defer), ledger=ledger)
+    (op,) = ledger.list(tenant_id="t")
+    assert (op.status, report.unknown, report.completed, report.mislabelled) == (S.UNKNOWN, 1, 0, 0)
+    assert_unknowns_accounted(ledger, pending_review={op.operation_id})
+    with pytest.raises(AssertionError, match="no evidence and no pending review"):
+        assert_unknowns_accounted(ledger)
+
+
+def test_concurrent_resumers_dispatch_once(providers: Providers) -> None:
+    """Three resumers racing on a thread crashed after its claim: one effect per intent."""
+    ledger = SQLiteLedger(
+        sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None),
+        clock=providers.clock.now,
+    )
+    ledger.setup()
+    calls = [
+        builtin_call(ProviderKind.CRM, 0, tag="t"),
+        builtin_call(ProviderKind.MAIL, 1, tag="t"),
+    ]
+    report = run_scenario(
+        _scenario(
+            providers,
+            ProviderKind.CRM,
+            tool_calls=calls,
+            crash_at=CrashPoint.AFTER_CLAIM,
+            resumers=3,
+        ),
+        ledger=ledger,
+    )
+    assert (report.intents, report.effects, report.duplicates, report.mislabelled) == (2, 2, 0, 0)
+    assert providers.crm.stats().replays + providers.mail.stats().replays == 0
+
+
+def test_an_async_scenario_runs_on_the_async_ledger(providers: Providers) -> None:
+    """The same crash driven with ainvoke on AsyncSQLiteLedger: one effect, confirmed."""
+    ledger = AsyncSQLiteLedger(
+        sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None),
+        clock=providers.clock.now,
+    )
+    asyncio.run(ledger.setup())
+    report = run_scenario(
+        _scenario(
+            providers, ProviderKind.MAIL, crash_at=CrashPoint.AFTER_RECEIPT, asynchronous=True
+        ),
+        ledger=ledger,
+    )
+    assert (report.crashes, report.effects, report.duplicates, report.completed) == (1, 1, 0, 1)
+
+
+def test_schedules_are_reproducible_from_their_seed() -> None:
+    """A seed names one schedule on every run; other seeds give other schedules."""
+    assert Schedule.generate(321) == Schedule.generate(321)
+    assert len({Schedule.generate(seed) for seed in range(50)}) == 50
+
+
+def test_unevidenced_rejection_is_found_in_the_event_log() -> None:
+    """An unknown rejected by an operator passes; one rejected by a refused resend is flagged."""
+    ledger = InMemoryLedger()
+    ledger.setup()
+    owner = LeaseOwner.current()
+    for op_id in ("op-operator", "op-resend"):
+        draft = OperationDraft(
+            tenant_id="t", operation_id=op_id, action="a", payload_digest="0" * 64
+        )
+        op = ledger.prepare(draft, owner=owner).operation
+        ledger.mark_unknown("t", op_id, token=op.fencing_token, reason="timeout")
+    ledger.resolve("t", "op-operator", Resolution(decision="reject", by="alice", reason="checked"))
+    resent = ledger.claim("t", "op-resend", owner=owner)
+    ledger.reject(
+        "t",
+        "op-resend",
+        token=resent.fencing_token,
+        reason="revoked",
+        evidence=Evidence.rejected("revoked", source="provider"),
+        actor="provider",
+    )
+    with pytest.raises(AssertionError, match="op-resend") as failure:
+        assert_no_unevidenced_rejections(ledger)
+    assert "op-operator" not in str(failure.value)
+
+
+def test_a_real_kill_in_a_forked_child_resumes_in_another(tmp_path: Path) -> None:
+    """Killed (os._exit) after the provider acted, resumed in a fresh process: one effect."""
+    ledger_path = tmp_path / "ledger.db"
+    with SQLiteLedger.from_conn_string(str(ledger_path)) as ledger:
+        ledger.setup()
+    case = KillCase(
+        backend="sqlite",
+        asynchronous=False,
+        kind=ProviderKind.CRM,
+        point=CrashPoint.AFTER_PROVIDER,
+        ledger_url=str(ledger_path),
+        checkpoint_url=str(tmp_path / "checkpoints.db"),
+        directory=str(tmp_path),
+        run="t",
+    )
+    first = run_in_forked_child(_kill_child, case, True, crash_at=case.point, mode="exit")
+    assert first.crashed_at is CrashPoint.AFTER_PROVIDER
+    second = run_in_forked_child(_kill_child, case, False)
+    assert second.ok, second.error
+    assert (second.value.effects, second.value.duplicates, second.value.completed) == (1, 0, 1)
+
+
+def test_a_refused_resend_does_not_relabel_an_applied_unknown_as_rejected(
+    providers: Providers,
+) -> None:
+    """BUG (bugs.md #1): the CRM closed the case, the response was lost, then the
+    authorization was revoked; the refused resend must not record "rejected: not carried out".
+    """
+    providers.crm.faults.push(Fault.LOSE_RESPONSE)
+    ledger = _ledger(providers)
+    report = run_scenario(
+        _scenario(
+            providers,
+            ProviderKind.CRM,
+            crash_at=CrashPoint.DURING_RECONCILE,
+            between=providers.crm.revoke_authorization,
+        ),
+        ledger=ledger,
+    )
+    (op,) = ledger.list(tenant_id="t")
+    assert providers.crm.effects_for("case-t-0") == 1
+    assert op.status is not S.REJECTED, report.problems
+    assert report.mislabelled == 0, report.problems
