@@ -209,7 +209,7 @@ def key_retention_seconds(contract: ProviderContract | None) -> float | None:
 def _process_started_at(pid: int) -> float:
     import psutil
 
-    return round(psutil.Process(pid).create_time(), 2)
+    return round(float(psutil.Process(pid).create_time()), 2)
 
 
 _identity: tuple[int, str, float] | None = None
@@ -272,7 +272,7 @@ class LeaseOwner(_Frozen):
         if abs(started - self.started_at) > 0.05:
             return True  # the pid was reused by another process
         try:
-            return psutil.Process(self.pid).status() == psutil.STATUS_ZOMBIE
+            return bool(psutil.Process(self.pid).status() == psutil.STATUS_ZOMBIE)
         except psutil.Error:
             return True
 
