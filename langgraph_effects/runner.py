@@ -54,6 +54,7 @@ from langgraph_effects.core.model import (
     LeaseOwner,
     Operation,
     OperationDraft,
+    OperationEvent,
     OperationStatus,
     Prepared,
     Resolution,
@@ -775,6 +776,15 @@ class EffectRunner:
         match classify(error):
             case Outcome.REJECTED:
                 assert isinstance(error, EffectRejected)
+                if (yield from self._earlier_attempt_ambiguous(op)):
+                    # The refusal speaks for this resend only: an earlier attempt
+                    # may have acted. Back to unknown; a person decides, no retry.
+                    p.retry_forbidden = True
+                    return (
+                        yield from self._back_to_unknown(
+                            p, op, token, f"the provider refused a resend: {error.reason}"
+                        )
+                    )
                 new = yield from self._guarded(
                     p,
                     op,
@@ -794,6 +804,14 @@ class EffectRunner:
                 assert isinstance(error, TransientProviderError)
                 delay = backoff(call.spec.contract, p.transient_retries, error.retry_after)
                 if delay is None:
+                    if (yield from self._earlier_attempt_ambiguous(op)):
+                        # Releasing to prepared would claim "nothing applied" and let a
+                        # later run send without a key-window check: stay unknown.
+                        return (
+                            yield from self._back_to_unknown(
+                                p, op, token, f"transient refusals of a resend: {error.reason}"
+                            )
+                        )
                     return (
                         yield from self._guarded(
                             p,
@@ -828,6 +846,39 @@ class EffectRunner:
                         ),
                     )
                 )
+
+    def _earlier_attempt_ambiguous(self, op: Operation) -> Generator[_Action, Any, bool]:
+        """True when an earlier dispatch of ``op`` ended without a known outcome.
+
+        Only a first dispatch's refusal (or one after attempts that were all
+        provably refused) is conclusive about the operation. One extra read, on
+        the rare path of a refused resend.
+        """
+        if op.attempts <= 1:
+            return False
+        events: list[OperationEvent] = yield _L("events", op.tenant_id, op.operation_id)
+        return any(e.to_status is S.UNKNOWN for e in events)
+
+    def _back_to_unknown(
+        self, p: _Pass, op: Operation, token: int, summary: str
+    ) -> Generator[_Action, Any, Operation]:
+        """Record a resend's refusal as inconclusive evidence; the operation is unknown again."""
+        p.evidence.append(Evidence.inconclusive(summary, source="provider"))
+        return (
+            yield from self._guarded(
+                p,
+                op,
+                _L(
+                    "mark_unknown",
+                    op.tenant_id,
+                    op.operation_id,
+                    token=token,
+                    reason=f"{summary}; an earlier attempt may have applied"[:2000],
+                    evidence=Evidence.inconclusive(summary, source="provider"),
+                    actor="provider",
+                ),
+            )
+        )
 
     def _wait(self, p: _Pass, op: Operation) -> Generator[_Action, Any, Operation]:
         """Wait for a live owner's outcome, up to the lease expiry seen now.
