@@ -71,7 +71,7 @@ _EXPORTS: dict[str, str] = {
     "Transition": "langgraph_effects.journal",
 }
 
-__all__ = sorted(_EXPORTS)  # noqa: PLE0605
+__all__ = sorted(_EXPORTS)
 
 
 def __getattr__(name: str) -> Any:

@@ -96,7 +96,7 @@ from langgraph_effects.core.model import (
     key_retention_seconds,
     utcnow,
 )
-from langgraph_effects.core.plan import Outcome, Step, classify, plan
+from langgraph_effects.core.plan import Outcome, Step, classify, earlier_attempt_ambiguous, plan
 from langgraph_effects.errors import (
     InvalidInput,
     LeaseHeld,
@@ -842,6 +842,14 @@ class OutboxRelay:
                     if isinstance(outcome, Operation):
                         op = outcome
                         continue
+                    if op.attempts > 1:
+                        events = yield _L("events", tenant, op.operation_id)
+                        if earlier_attempt_ambiguous(op, events):
+                            # The refusal speaks for this resend only: an earlier
+                            # attempt may have delivered. Unknown again; no resend now.
+                            op = yield from self._refused_resend(op, outcome[1])
+                            retried = True
+                            continue
                     yield from self._after_refusal(entry, op, outcome, report)
                     return
                 case Step.WAIT_PENDING:
@@ -951,6 +959,23 @@ class OutboxRelay:
             resolution = Resolution(decision=Decision.CONFIRM, by="outbox-relay", evidence=evidence)
             confirmed = yield _L("resolve", tenant, op_id, resolution)
         return confirmed
+
+    def _refused_resend(self, op: Operation, exc: Exception) -> _Steps[Operation]:
+        summary = f"the provider refused a resend: {type(exc).__name__}: {exc}"
+        return (
+            yield from self._fenced(
+                op,
+                _L(
+                    "mark_unknown",
+                    op.tenant_id,
+                    op.operation_id,
+                    token=op.fencing_token,
+                    reason=f"{summary}; an earlier attempt may have delivered"[:2000],
+                    evidence=Evidence.inconclusive(summary, source="provider"),
+                    actor="outbox-relay",
+                ),
+            )
+        )
 
     def _after_refusal(
         self,

@@ -61,7 +61,14 @@ from langgraph_effects.core.model import (
     key_retention_seconds,
     utcnow,
 )
-from langgraph_effects.core.plan import Outcome, Step, backoff, classify, plan
+from langgraph_effects.core.plan import (
+    Outcome,
+    Step,
+    backoff,
+    classify,
+    earlier_attempt_ambiguous,
+    plan,
+)
 from langgraph_effects.effects import _CURRENT, EffectContext, EffectSpec, _Call
 from langgraph_effects.errors import (
     ConcurrentUpdate,
@@ -848,16 +855,11 @@ class EffectRunner:
                 )
 
     def _earlier_attempt_ambiguous(self, op: Operation) -> Generator[_Action, Any, bool]:
-        """True when an earlier dispatch of ``op`` ended without a known outcome.
-
-        Only a first dispatch's refusal (or one after attempts that were all
-        provably refused) is conclusive about the operation. One extra read, on
-        the rare path of a refused resend.
-        """
+        """``core.plan.earlier_attempt_ambiguous``, reading the events only when it can matter."""
         if op.attempts <= 1:
             return False
         events: list[OperationEvent] = yield _L("events", op.tenant_id, op.operation_id)
-        return any(e.to_status is S.UNKNOWN for e in events)
+        return earlier_attempt_ambiguous(op, events)
 
     def _back_to_unknown(
         self, p: _Pass, op: Operation, token: int, summary: str

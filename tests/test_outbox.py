@@ -549,6 +549,26 @@ def test_lost_receipt_is_resent_under_the_same_key_inside_the_window(
     assert mail.stats().replays == 1
 
 
+@pytest.mark.parametrize("refusal", [Fault.REJECT, Fault.TRANSIENT])
+def test_refused_resend_after_a_lost_receipt_stays_unknown(
+    app: App, mail: FakeMail, ledger: Ledger, clock: FakeClock, refusal: Fault
+) -> None:
+    """Delivered, receipt lost, the resend refused: unknown for review, never dead or released."""
+    mail.faults.script([Fault.LOSE_RESPONSE, refusal])
+    business(app, "case-1")
+    with app.relay(ledger=ledger, deliver=sender(mail), contract=KEY_WINDOW, clock=clock.now) as r:
+        r.run_until_idle()
+    (entry,) = entries(app)
+    (op,) = operations(app, ledger)
+    assert mail.effects == 1
+    assert op.status is OperationStatus.UNKNOWN
+    assert entry.status is OutboxStatus.REVIEW
+    events = ledger.events("default", op.operation_id)
+    assert [e.kind.value for e in events].count("reject") == 0
+    assert events[-1].evidence is not None
+    assert events[-1].evidence.kind.value == "inconclusive"
+
+
 # --------------------------------------------------------------------------- refusals, order
 
 

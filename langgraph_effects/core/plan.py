@@ -27,13 +27,28 @@ reconciliation: an expired lease never by itself permits a second dispatch.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime
 from enum import StrEnum
 
-from langgraph_effects.core.model import Operation, OperationStatus, ProviderContract
+from langgraph_effects.core.model import (
+    Operation,
+    OperationEvent,
+    OperationStatus,
+    ProviderContract,
+)
 from langgraph_effects.errors import EffectRejected, TransientProviderError
 
-__all__ = ["Outcome", "Step", "backoff", "classify", "key_expires_at", "plan", "retry_allowed"]
+__all__ = [
+    "Outcome",
+    "Step",
+    "backoff",
+    "classify",
+    "earlier_attempt_ambiguous",
+    "key_expires_at",
+    "plan",
+    "retry_allowed",
+]
 
 S = OperationStatus
 
@@ -172,6 +187,18 @@ def classify(exc: BaseException) -> Outcome:
     if isinstance(exc, TransientProviderError):
         return Outcome.TRANSIENT
     return Outcome.AMBIGUOUS
+
+
+def earlier_attempt_ambiguous(op: Operation, events: Iterable[OperationEvent]) -> bool:
+    """True when an earlier dispatch of ``op`` ended without a known outcome.
+
+    A provider's refusal (definitive or transient) speaks for the dispatch it
+    answers. It is conclusive about the *operation* only when no earlier
+    dispatch may have acted, i.e. none ever ended in ``unknown``; otherwise the
+    operation goes back to ``unknown`` and a person decides. Callers read the
+    events only on this rare path (``op.attempts > 1``).
+    """
+    return op.attempts > 1 and any(e.to_status is S.UNKNOWN for e in events)
 
 
 def backoff(
