@@ -611,13 +611,17 @@ def _story(sc: Scenario, tally: _Tally) -> Generator[_Request, Any, ScenarioRepo
 
     def settle(outcomes: list[BaseException | None]) -> None:
         for outcome in outcomes:
+            if outcome is None:
+                continue
             if isinstance(outcome, InjectedCrash):
                 tally.crashes += 1
-                if sc.clock is not None:
-                    # The crashed worker is "gone": let its lease expire (see module doc).
-                    sc.clock.advance(sc.lease_for + timedelta(seconds=1))
-            elif outcome is not None:
+            else:
                 tally.errors += 1
+            if sc.clock is not None:
+                # The failed worker is "gone": let its lease expire (see module doc).
+                # An async crash can leave a sibling call's lease behind too (its
+                # task is cancelled mid-dispatch), so any failure moves the clock.
+                sc.clock.advance(sc.lease_for + timedelta(seconds=1))
 
     if sc.fresh:
         first = {"messages": [HumanMessage(content="go", id="human")]}
@@ -959,6 +963,9 @@ class Schedule:
             control=control,
             asynchronous=self.asynchronous and not control,
             thread_id=tag,
+            # Short in real time: a resumer meeting a lease left by a cancelled
+            # sibling waits at most this long before it reports LeaseHeld.
+            lease_for=timedelta(seconds=0.5),
             name=f"schedule {self.seed}",
         )
 
