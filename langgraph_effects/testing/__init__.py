@@ -56,6 +56,25 @@ _EXPORTS: dict[str, str] = {
     "crash_env": "langgraph_effects.testing.faults",
     "crash_point": "langgraph_effects.testing.faults",
     "run_in_child": "langgraph_effects.testing.faults",
+    # scenario runner and assertions
+    "ProviderKind": "langgraph_effects.testing.scenario",
+    "Providers": "langgraph_effects.testing.scenario",
+    "ReviewPolicy": "langgraph_effects.testing.scenario",
+    "Scenario": "langgraph_effects.testing.scenario",
+    "ScenarioReport": "langgraph_effects.testing.scenario",
+    "Schedule": "langgraph_effects.testing.scenario",
+    "arun_scenario": "langgraph_effects.testing.scenario",
+    "builtin_call": "langgraph_effects.testing.scenario",
+    "confirm_if_seen": "langgraph_effects.testing.scenario",
+    "control_tools": "langgraph_effects.testing.scenario",
+    "defer": "langgraph_effects.testing.scenario",
+    "effect_tools": "langgraph_effects.testing.scenario",
+    "retry_when_safe": "langgraph_effects.testing.scenario",
+    "run_in_forked_child": "langgraph_effects.testing.scenario",
+    "run_scenario": "langgraph_effects.testing.scenario",
+    "assert_no_duplicate_effects": "langgraph_effects.testing.assertions",
+    "assert_no_unevidenced_rejections": "langgraph_effects.testing.assertions",
+    "assert_unknowns_accounted": "langgraph_effects.testing.assertions",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -14,7 +14,7 @@ Point it at your own effect tools::
 
     from langgraph_effects import SQLiteLedger
     from langgraph_effects.testing import (
-        CrashPoint, FakeClock, Scenario, confirm_if_seen, run_scenario,
+        CrashPoint, FakeClock, FakeCRM, Scenario, confirm_if_seen, run_scenario,
     )
 
     clock = FakeClock()
