@@ -71,6 +71,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ConfigDict
 
 from langgraph_effects import _outbox_sql as sql
+from langgraph_effects._faults import CrashPoint, crash_point
 from langgraph_effects._sqlrun import (
     Dialect,
     Rows,
@@ -105,7 +106,6 @@ from langgraph_effects.errors import (
     StaleFencingToken,
 )
 from langgraph_effects.ledger.base import AsyncLedger, Ledger
-from langgraph_effects.testing.faults import CrashPoint, crash_point
 
 __all__ = [
     "Delivery",

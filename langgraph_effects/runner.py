@@ -45,6 +45,7 @@ from langgraph.prebuilt.tool_node import msg_content_output
 from langgraph.types import Command, interrupt
 from pydantic import AfterValidator
 
+from langgraph_effects._faults import CrashPoint, crash_point
 from langgraph_effects.core.digest import canonical_json, payload_digest
 from langgraph_effects.core.ids import idempotency_key, intent_operation_id, operation_id
 from langgraph_effects.core.model import (
@@ -88,7 +89,6 @@ from langgraph_effects.review import (
     parse_answer,
     review_request,
 )
-from langgraph_effects.testing.faults import CrashPoint, crash_point
 
 __all__ = [
     "OPERATIONS_KEY",
