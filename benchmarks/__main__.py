@@ -36,9 +36,7 @@ PLAN: dict[str, dict[str, Callable[[], Report]]] = {
         "dbos_peer": lambda: dbos_peer.run(rounds=60),
     },
     "smoke": {
-        "tool_call": lambda: tool_call.run(
-            threads=2, calls=(1, 10), warmup=1, routers=tool_call.ROUTERS
-        ),
+        "tool_call": lambda: tool_call.run(threads=2, calls=(1, 10), warmup=1),
         "lifecycle": lambda: lifecycle.run(rounds=2),
         "dbos_peer": lambda: dbos_peer.run(rounds=2),
         "concurrency": lambda: concurrency.run(workers=(2,), seconds=0.2, rounds=2),
