@@ -33,6 +33,7 @@ from datetime import datetime
 from typing import Any, Self, TypeVar
 
 import psycopg
+from psycopg import pq
 from psycopg.rows import DictRow, dict_row
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
@@ -59,6 +60,16 @@ def _boundary() -> Iterator[None]:
         raise LedgerNotSetUp(f"PostgreSQL: {exc}") from exc
     except psycopg.Error as exc:  # includes the pool's PoolTimeout and PoolClosed
         raise LedgerUnavailable(f"PostgreSQL failed: {exc}") from exc
+
+
+def _has_rows(cur: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any]) -> bool:
+    """The statement returned a result set (possibly empty).
+
+    Read from the result status, not ``cur.description``: that builds a
+    ``Column`` object per column (30 us per statement on a 30-column row).
+    """
+    result = cur.pgresult
+    return result is not None and result.status == pq.ExecStatus.TUPLES_OK
 
 
 def _needs_transaction(
@@ -122,7 +133,7 @@ class PostgresLedger(SyncFace):
 
             def execute(sql: str, params: Mapping[str, Any], adhoc: bool) -> list[DictRow]:
                 cur.execute(sql, params, prepare=False if adhoc else None)
-                return cur.fetchall() if cur.description is not None else []
+                return cur.fetchall() if _has_rows(cur) else []
 
             raw = logic.compile_steps(DIALECT, program.steps)
             if not _needs_transaction(conn, program.atomic):
@@ -184,7 +195,7 @@ class AsyncPostgresLedger(AsyncFace):
                     sql: str, params: Mapping[str, Any], adhoc: bool
                 ) -> list[DictRow]:
                     await cur.execute(sql, params, prepare=False if adhoc else None)
-                    return await cur.fetchall() if cur.description is not None else []
+                    return await cur.fetchall() if _has_rows(cur) else []
 
                 raw = logic.compile_steps(DIALECT, program.steps)
                 if not _needs_transaction(conn, program.atomic):
