@@ -109,9 +109,15 @@ class SyncFace(_Face):
         owner: LeaseOwner | None = None,
         lease_for: timedelta = DEFAULT_LEASE,
     ) -> list[Prepared]:
-        return self._execute(
-            logic.prepare_many(self._dialect, self._clock, drafts, owner=owner, lease_for=lease_for)
+        # Built first: it checks the drafts (JSON, size) whichever way they go.
+        program = logic.prepare_many(
+            self._dialect, self._clock, drafts, owner=owner, lease_for=lease_for
         )
+        if self._dialect.read_first:
+            known = self._execute(logic.recorded(self._dialect, drafts))
+            if known is not None:
+                return known
+        return self._execute(program)
 
     def approve(
         self, tenant_id: str, operation_id: str, *, payload_digest: str, by: str, reason: str = ""
@@ -336,9 +342,15 @@ class AsyncFace(_Face):
         owner: LeaseOwner | None = None,
         lease_for: timedelta = DEFAULT_LEASE,
     ) -> list[Prepared]:
-        return await self._execute(
-            logic.prepare_many(self._dialect, self._clock, drafts, owner=owner, lease_for=lease_for)
+        # Built first: it checks the drafts (JSON, size) whichever way they go.
+        program = logic.prepare_many(
+            self._dialect, self._clock, drafts, owner=owner, lease_for=lease_for
         )
+        if self._dialect.read_first:
+            known = await self._execute(logic.recorded(self._dialect, drafts))
+            if known is not None:
+                return known
+        return await self._execute(program)
 
     async def approve(
         self, tenant_id: str, operation_id: str, *, payload_digest: str, by: str, reason: str = ""

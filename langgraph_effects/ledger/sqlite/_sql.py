@@ -228,4 +228,5 @@ DIALECT = logic.Dialect(
     load_json=_load_json,
     dump_batch=_no_batch,
     batch=False,
+    read_first=True,
 )
