@@ -17,7 +17,17 @@ from typing import Any, Literal, TypeVar
 
 from langgraph_effects.errors import InvalidInput
 
-__all__ = ["Dialect", "Rows", "Stmt", "dialect_of", "for_postgres", "one", "run_async", "run_sync"]
+__all__ = [
+    "Dialect",
+    "Rows",
+    "Stmt",
+    "dialect_of",
+    "for_postgres",
+    "migrate",
+    "one",
+    "run_async",
+    "run_sync",
+]
 
 T = TypeVar("T")
 Dialect = Literal["sqlite", "postgres"]
@@ -93,3 +103,29 @@ async def run_async(conn: Any, steps: Generator[Stmt, Rows, T]) -> T:
 def one(text: str, params: dict[str, Any]) -> Generator[Stmt, Rows, Rows]:
     rows = yield text, params
     return rows
+
+
+def migrate(dialect: Dialect, sql: Any, now: datetime) -> Generator[Stmt, Rows, None]:
+    """Apply the append-only migrations of a module's ``sql`` namespace, idempotently.
+
+    ``sql`` provides ``PG_SETUP_LOCK_SQL`` (an advisory lock: concurrent setups
+    queue), ``VERSION_TABLE_PG`` / ``VERSION_TABLE_SQLITE``, ``SELECT_VERSION_SQL``
+    (one row, one column: the current version), ``INSERT_VERSION_SQL`` and
+    ``MIGRATIONS_PG`` / ``MIGRATIONS_SQLITE`` (tuples of statement tuples).
+    The caller runs it in one transaction (``BEGIN IMMEDIATE`` on SQLite).
+    """
+    if dialect == "postgres":
+        yield sql.PG_SETUP_LOCK_SQL, {}
+        yield sql.VERSION_TABLE_PG, {}
+        migrations = sql.MIGRATIONS_PG
+    else:
+        yield sql.VERSION_TABLE_SQLITE, {}
+        migrations = sql.MIGRATIONS_SQLITE
+    rows = yield sql.SELECT_VERSION_SQL, {}
+    current = int(next(iter(rows[0].values())))
+    for version, statements in enumerate(migrations, start=1):
+        if version <= current:
+            continue
+        for statement in statements:
+            yield statement, {}
+        yield sql.INSERT_VERSION_SQL, {"version": version, "now": now}

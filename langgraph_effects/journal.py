@@ -33,7 +33,16 @@ from typing import Any, Self
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from langgraph_effects import _journal_sql as sql
-from langgraph_effects._sqlrun import Dialect, Rows, Stmt, dialect_of, one, run_async, run_sync
+from langgraph_effects._sqlrun import (
+    Dialect,
+    Rows,
+    Stmt,
+    dialect_of,
+    migrate,
+    one,
+    run_async,
+    run_sync,
+)
 from langgraph_effects.core.digest import canonical_json
 from langgraph_effects.core.model import utcnow
 from langgraph_effects.errors import IllegalTransition, InvalidInput, LedgerNotSetUp, StaleVersion
@@ -311,20 +320,7 @@ def _dump(model: BaseModel) -> str:
 
 
 def _setup_steps(dialect: Dialect, now: datetime) -> Generator[Stmt, Rows, None]:
-    if dialect == "postgres":
-        yield sql.PG_SETUP_LOCK_SQL, {}
-        yield sql.VERSION_TABLE_PG, {}
-        migrations = sql.MIGRATIONS_PG
-    else:
-        yield sql.VERSION_TABLE_SQLITE, {}
-        migrations = sql.MIGRATIONS_SQLITE
-    rows = yield sql.SELECT_VERSION_SQL, {}
-    for version, statements in enumerate(migrations, start=1):
-        if version <= int(rows[0]["v"]):
-            continue
-        for statement in statements:
-            yield statement, {}
-        yield sql.INSERT_VERSION_SQL, {"version": version, "now": now}
+    return migrate(dialect, sql, now)
 
 
 def _replay(row: dict[str, Any], event: RunEvent, run_id: str) -> RunSnapshot:

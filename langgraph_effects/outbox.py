@@ -77,6 +77,7 @@ from langgraph_effects._sqlrun import (
     Rows,
     Stmt,
     dialect_of,
+    migrate,
     one,
     run_async,
     run_sync,
@@ -221,21 +222,7 @@ class RelayReport:
 
 
 def _setup_steps(dialect: Dialect, now: datetime) -> Generator[Stmt, Rows, None]:
-    if dialect == "postgres":
-        yield sql.PG_SETUP_LOCK_SQL, {}
-        yield sql.VERSION_TABLE_PG, {}
-        migrations = sql.MIGRATIONS_PG
-    else:
-        yield sql.VERSION_TABLE_SQLITE, {}
-        migrations = sql.MIGRATIONS_SQLITE
-    rows = yield sql.SELECT_VERSION_SQL, {}
-    current = int(next(iter(rows[0].values())))
-    for version, statements in enumerate(migrations, start=1):
-        if version <= current:
-            continue
-        for statement in statements:
-            yield statement, {}
-        yield sql.INSERT_VERSION_SQL, {"version": version, "now": now}
+    return migrate(dialect, sql, now)
 
 
 def _require_open_transaction(conn: Any, dialect: Dialect) -> None:
