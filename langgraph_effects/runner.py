@@ -396,7 +396,10 @@ class _Renewer:
                     target=self._loop, name="langgraph-effects-lease-renewer", daemon=True
                 )
                 self._thread.start()
-            self._cond.notify()
+            elif self._heap[0][1] == job:
+                # Only a new earliest deadline changes the sleeping thread's wait;
+                # waking it for every dispatch would cost a context switch each.
+                self._cond.notify()
             return job
 
     def drop(self, job: int) -> None:
