@@ -130,16 +130,33 @@ class PostgresLedger(SyncFace):
 
     def _run(self, program: logic.Program[T]) -> logic.Outcome[T]:
         with _boundary(), self._connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+            pipes: list[psycopg.Pipeline] = []
 
             def execute(sql: str, params: Mapping[str, Any], adhoc: bool) -> list[DictRow]:
                 cur.execute(sql, params, prepare=False if adhoc else None)
+                for pipe in pipes:
+                    pipe.sync()  # the queued BEGIN and this statement: one round trip
                 return cur.fetchall() if _has_rows(cur) else []
 
             raw = logic.compile_steps(DIALECT, program.steps)
             if not _needs_transaction(conn, program.atomic):
                 return logic.drive(execute, raw)
-            with conn.transaction():
-                return logic.drive(execute, raw)
+            if not (conn.autocommit and psycopg.Pipeline.is_supported()):
+                with conn.transaction():
+                    return logic.drive(execute, raw)
+            # Pipeline mode: BEGIN travels with the first statement and COMMIT
+            # (or ROLLBACK) with the pipeline's closing sync, instead of each
+            # waiting for its own answer: two round trips fewer per transaction.
+            with conn.pipeline() as pipe:
+                pipes.append(pipe)
+                cur.execute("BEGIN")
+                try:
+                    outcome = logic.drive(execute, raw)
+                except BaseException:
+                    cur.execute("ROLLBACK")
+                    raise
+                cur.execute("COMMIT")
+                return outcome
 
 
 class AsyncPostgresLedger(AsyncFace):
@@ -190,15 +207,29 @@ class AsyncPostgresLedger(AsyncFace):
     async def _arun(self, program: logic.Program[T]) -> logic.Outcome[T]:
         with _boundary():
             async with self._connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+                pipes: list[psycopg.AsyncPipeline] = []
 
                 async def execute(
                     sql: str, params: Mapping[str, Any], adhoc: bool
                 ) -> list[DictRow]:
                     await cur.execute(sql, params, prepare=False if adhoc else None)
+                    for pipe in pipes:
+                        await pipe.sync()
                     return await cur.fetchall() if _has_rows(cur) else []
 
                 raw = logic.compile_steps(DIALECT, program.steps)
                 if not _needs_transaction(conn, program.atomic):
                     return await logic.adrive(execute, raw)
-                async with conn.transaction():
-                    return await logic.adrive(execute, raw)
+                if not (conn.autocommit and psycopg.AsyncPipeline.is_supported()):
+                    async with conn.transaction():
+                        return await logic.adrive(execute, raw)
+                async with conn.pipeline() as pipe:  # see PostgresLedger._run
+                    pipes.append(pipe)
+                    await cur.execute("BEGIN")
+                    try:
+                        outcome = await logic.adrive(execute, raw)
+                    except BaseException:
+                        await cur.execute("ROLLBACK")
+                        raise
+                    await cur.execute("COMMIT")
+                    return outcome
