@@ -207,6 +207,7 @@ class Dialect:
         filters: filter name -> SQL fragment, for ``Step.where``.
         migrations: append-only; migration ``i`` makes schema version ``i + 1``.
         batch: runs a ``Step.batch`` as one statement (see ``Step``).
+        single: see the attribute.
     """
 
     statements: Mapping[str, str | tuple[str, ...]]
@@ -217,6 +218,9 @@ class Dialect:
     load_json: Callable[[Any], Any]
     dump_batch: Callable[[list[dict[str, Any]]], Any]
     batch: bool = False
+    single: Mapping[str, str] = field(default_factory=dict)
+    """With ``batch``: statement name -> the same statement for a batch of one row,
+    its values bound as plain parameters (cheaper than a one-element JSON array)."""
     read_first: bool = False
     """``prepare`` reads before it writes (``recorded``): worth it where a read is
     far cheaper than a write transaction (SQLite: no write lock, no commit) and a
@@ -256,6 +260,9 @@ def _run_step(dialect: Dialect, step: Step) -> Raw[Rows]:
     if step.batch is None:
         return (yield from _chain(sqls, step.params, step.adhoc))
     if dialect.batch:
+        one = dialect.single.get(step.name) if len(step.batch) == 1 else None
+        if one is not None:
+            return (yield one, {**step.params, **step.batch[0]}, step.adhoc)
         params = {**step.params, "batch": dialect.dump_batch([dict(b) for b in step.batch])}
         return (yield sqls[0], params, step.adhoc)
     out: Rows = []
