@@ -32,6 +32,7 @@ _EXPORTS: dict[str, str] = {
     "EffectRejected": "langgraph_effects.errors",
     "EffectsError": "langgraph_effects.errors",
     "IllegalTransition": "langgraph_effects.errors",
+    "InvalidAnswer": "langgraph_effects.errors",
     "InvalidInput": "langgraph_effects.errors",
     "LeaseHeld": "langgraph_effects.errors",
     "LedgerError": "langgraph_effects.errors",

@@ -4,7 +4,8 @@ The tree::
 
     EffectsError
     ├── InvalidInput (also ValueError)        bad ids, payloads, statuses, answers
-    │   └── PayloadMismatch                   same operation key, another payload digest
+    │   ├── PayloadMismatch                   same operation key, another payload digest
+    │   └── InvalidAnswer                     a resume value that answers no pending request
     ├── IllegalTransition                     the state machine refuses the move
     ├── LedgerError
     │   ├── LedgerNotSetUp                    call ledger.setup() first
@@ -32,6 +33,7 @@ __all__ = [
     "EffectRejected",
     "EffectsError",
     "IllegalTransition",
+    "InvalidAnswer",
     "InvalidInput",
     "LeaseHeld",
     "LedgerError",
@@ -65,6 +67,20 @@ class PayloadMismatch(InvalidInput):
             f"operation {operation_id!r} was prepared with payload digest {expected[:12]}…, "
             f"this call has {actual[:12]}…: the same intent key cannot carry another payload"
         )
+
+
+class InvalidAnswer(InvalidInput):
+    """A resume value is not a valid answer to the request; nothing was recorded.
+
+    Marked as an invalid resume for LangGraph, so ``ToolNode`` never turns it
+    into a ToolMessage: the run fails and the same interrupt can be answered again.
+    """
+
+    def __init__(self, message: str, *, operation_id: str | None = None) -> None:
+        self.operation_id = operation_id
+        super().__init__(message)
+        # langgraph.errors.is_invalid_resume() reads this flag.
+        self._langgraph_invalid_resume = True
 
 
 class IllegalTransition(EffectsError):

@@ -33,7 +33,7 @@ from typing import Any, Literal
 
 from langgraph_effects.core.model import Decision, Evidence, Operation, ProviderContract
 from langgraph_effects.core.plan import key_expires_at, retry_allowed
-from langgraph_effects.errors import InvalidInput
+from langgraph_effects.errors import InvalidAnswer
 
 __all__ = [
     "APPROVAL_KIND",
@@ -51,20 +51,6 @@ RequestKind = Literal["review", "approval"]
 
 _REVIEW_DECISIONS = (Decision.CONFIRM, Decision.REJECT, Decision.RETRY)
 _APPROVAL_DECISIONS = (Decision.APPROVE, Decision.REJECT)
-
-
-class InvalidAnswer(InvalidInput):
-    """A resume value is not a valid answer to the request; nothing was recorded.
-
-    Marked as an invalid resume for LangGraph, so ``ToolNode`` never turns it
-    into a ToolMessage: the run fails and the same interrupt can be answered again.
-    """
-
-    def __init__(self, message: str, *, operation_id: str | None = None) -> None:
-        self.operation_id = operation_id
-        super().__init__(message)
-        # langgraph.errors.is_invalid_resume() reads this flag.
-        self._langgraph_invalid_resume = True
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
