@@ -104,6 +104,7 @@ OPERATIONS_KEY = "effect_operations"
 """The state key (a reducer channel) listing the operation ids a thread owns."""
 
 _MAX_STEPS = 64
+_RESEND_REFUSED = "provider:resend_refused"  # evidence source of a definitively refused resend
 _REPLACED = "replaced by "  # rejection reason of a call a reviewer edited
 _SETTLING = frozenset({Step.DISPATCH_CLAIMED, Step.RECONCILE, Step.REVIEW})
 """Steps whose own write may confirm the record: a confirmation right after one is
@@ -609,6 +610,10 @@ class EffectRunner:
                     )
                 case Step.ASK_APPROVAL:
                     op = yield from self._ask(p, op, kind="approval")
+                case Step.RETRY_SAFE if (yield from self._resend_refused(op)):
+                    # An earlier pass saw the provider refuse a resend: only a person
+                    # may order another one (the review offers no retry).
+                    p.retry_forbidden = True
                 case Step.AUTHORIZE_AND_CLAIM | Step.RETRY_SAFE:
                     op = yield from self._authorize_and_claim(p, op, owner, step)
                 case Step.DISPATCH_CLAIMED:
@@ -792,7 +797,11 @@ class EffectRunner:
                     p.retry_forbidden = True
                     return (
                         yield from self._back_to_unknown(
-                            p, op, token, f"the provider refused a resend: {error.reason}"
+                            p,
+                            op,
+                            token,
+                            f"the provider refused a resend: {error.reason}",
+                            source=_RESEND_REFUSED,
                         )
                     )
                 new = yield from self._guarded(
@@ -864,11 +873,26 @@ class EffectRunner:
         events: list[OperationEvent] = yield _L("events", op.tenant_id, op.operation_id)
         return earlier_attempt_ambiguous(op, events)
 
+    def _resend_refused(self, op: Operation) -> Generator[_Action, Any, bool]:
+        """True when ``op`` became unknown because the provider definitively refused a resend.
+
+        Read from the event log, so it holds across passes (a review's resume re-runs
+        the node from its first line); one read, only on the rare safe-retry path.
+        """
+        events: list[OperationEvent] = yield _L("events", op.tenant_id, op.operation_id)
+        last = next((e for e in reversed(events) if e.to_status is S.UNKNOWN), None)
+        return (
+            last is not None
+            and last.evidence is not None
+            and last.evidence.source == _RESEND_REFUSED
+        )
+
     def _back_to_unknown(
-        self, p: _Pass, op: Operation, token: int, summary: str
+        self, p: _Pass, op: Operation, token: int, summary: str, *, source: str = "provider"
     ) -> Generator[_Action, Any, Operation]:
         """Record a resend's refusal as inconclusive evidence; the operation is unknown again."""
-        p.evidence.append(Evidence.inconclusive(summary, source="provider"))
+        evidence = Evidence.inconclusive(summary, source=source)
+        p.evidence.append(evidence)
         return (
             yield from self._guarded(
                 p,
@@ -879,7 +903,7 @@ class EffectRunner:
                     op.operation_id,
                     token=token,
                     reason=f"{summary}; an earlier attempt may have applied"[:2000],
-                    evidence=Evidence.inconclusive(summary, source="provider"),
+                    evidence=evidence,
                     actor="provider",
                 ),
             )

@@ -54,7 +54,11 @@ def _interrupts(env: Env, graph: Any) -> list[Any]:
 def test_refused_resend_returns_to_unknown_for_review(env: Env, refusal: Fault) -> None:
     """Applied, response lost, resend refused: unknown with the refusal as evidence, then review."""
     crm = FakeCRM()
-    crm.faults.script([Fault.LOSE_RESPONSE, refusal, refusal])
+    # A transient refusal may be retried on the resume (the provider then replays the first
+    # response under the key); a definitive one is never resent, even across the resume.
+    # Transient: refused on the resend and on its one in-process retry.
+    refusals = [refusal] if refusal is Fault.REJECT else [refusal, refusal]
+    crm.faults.script([Fault.LOSE_RESPONSE, *refusals])
     graph = build_graph(
         [close_tool(crm)], [CLOSE_A], ledger=env.ledger, checkpointer=env.checkpointer
     )
@@ -74,6 +78,7 @@ def test_refused_resend_returns_to_unknown_for_review(env: Env, refusal: Fault) 
     # A definitive refusal forbids resending; a transient one only postpones it.
     assert ("retry" in pending.value["allowed_decisions"]) is (refusal is Fault.TRANSIENT)
 
+    requests = crm.stats().requests
     answer = {
         "operation_id": op.operation_id,
         "decision": "confirm",
@@ -84,6 +89,8 @@ def test_refused_resend_returns_to_unknown_for_review(env: Env, refusal: Fault) 
     [op] = env.ops()
     assert op.status is S.CONFIRMED
     assert crm.effects == 1
+    if refusal is Fault.REJECT:
+        assert crm.stats().requests == requests  # the resume sent nothing
 
 
 def test_first_dispatch_refusal_stays_conclusive(env: Env) -> None:
