@@ -34,7 +34,6 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from langgraph_effects import _journal_sql as sql
 from langgraph_effects._sqlrun import (
-    Dialect,
     Rows,
     Stmt,
     dialect_of,
@@ -319,10 +318,6 @@ def _dump(model: BaseModel) -> str:
     return model.model_dump_json()
 
 
-def _setup_steps(dialect: Dialect, now: datetime) -> Generator[Stmt, Rows, None]:
-    return migrate(dialect, sql, now)
-
-
 def _replay(row: dict[str, Any], event: RunEvent, run_id: str) -> RunSnapshot:
     """A repeated append: the same content returns the first result; other content is refused."""
     if RunEvent.model_validate_json(row["event"]) != event:
@@ -550,7 +545,7 @@ class RunJournal(_JournalBase):
 
     def setup(self) -> None:
         """Create or migrate the journal's tables (idempotent, locked)."""
-        self._tx(_setup_steps(self.dialect, self.clock()))
+        self._tx(migrate(self.dialect, sql, self.clock()))
 
     def start(
         self,
@@ -659,7 +654,7 @@ class AsyncRunJournal(_JournalBase):
             raise
 
     async def setup(self) -> None:
-        await self._tx(_setup_steps("postgres", self.clock()))
+        await self._tx(migrate("postgres", sql, self.clock()))
 
     async def start(
         self,

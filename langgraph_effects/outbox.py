@@ -221,10 +221,6 @@ class RelayReport:
 # --------------------------------------------------------------------------- statements
 
 
-def _setup_steps(dialect: Dialect, now: datetime) -> Generator[Stmt, Rows, None]:
-    return migrate(dialect, sql, now)
-
-
 def _require_open_transaction(conn: Any, dialect: Dialect) -> None:
     """Refuse to enqueue on a connection that would commit the INSERT on its own."""
     if dialect == "sqlite":
@@ -270,13 +266,13 @@ class Outbox:
         dialect = dialect_of(conn)
         if dialect == "postgres":
             with conn.transaction():
-                run_sync(conn, dialect, _setup_steps(dialect, self._clock()))
+                run_sync(conn, dialect, migrate(dialect, sql, self._clock()))
             return
         if conn.in_transaction:
             raise InvalidInput("Outbox.setup commits: call it outside an open transaction")
         conn.execute("BEGIN IMMEDIATE")  # one writer migrates at a time
         try:
-            run_sync(conn, dialect, _setup_steps(dialect, self._clock()))
+            run_sync(conn, dialect, migrate(dialect, sql, self._clock()))
         except BaseException:
             conn.execute("ROLLBACK")
             raise
@@ -285,7 +281,7 @@ class Outbox:
     async def asetup(self, conn: Any) -> None:
         """``setup`` on a psycopg ``AsyncConnection``."""
         async with conn.transaction():
-            await run_async(conn, _setup_steps("postgres", self._clock()))
+            await run_async(conn, migrate("postgres", sql, self._clock()))
 
     # -- enqueue --------------------------------------------------------------
 
