@@ -139,7 +139,9 @@ def _check_upgraded(ledger: Any, clock: ManualClock) -> None:
     assert bare.status_changed_at == bare.updated_at == T0 + 5 * SECOND
     assert ledger.stats().oldest_unknown_at == T0 + 2 * SECOND
     assert [o.operation_id for o in ledger.list(updated_before=T0 + 3 * SECOND)] == ["op-v1"]
-    ledger.setup()  # idempotent at v2
+    ledger.setup()  # idempotent at the latest version
+    # v3 bound the threads that already had operations to their tenant.
+    assert ledger.bind_thread(V1_ROW["workflow_id"], "intruder") == "acme"
     retried = ledger.resolve("acme", "op-v1", Resolution(decision=Decision.RETRY, by="ana"))
     assert (retried.status, retried.status_changed_at) == (S.PREPARED, clock.now)
     new = ledger.prepare(make_draft("op-v2", key_retention_seconds=60.0)).operation
@@ -166,7 +168,7 @@ def test_a_v1_sqlite_ledger_upgrades_with_setup(sqlite_path: Path) -> None:
         ledger = SQLiteLedger(conn, clock=clock)
         ledger.setup()
         (version,) = conn.execute("SELECT MAX(version) FROM lge_schema_version").fetchone()
-        assert version == len(MIGRATIONS) == 2
+        assert version == len(MIGRATIONS) == 3
         _check_upgraded(ledger, clock)
     finally:
         conn.close()
@@ -196,7 +198,7 @@ def test_a_v1_postgres_ledger_upgrades_with_setup(pg_url: str) -> None:
         with psycopg.connect(pg_url, row_factory=dict_row) as conn:
             row = conn.execute("SELECT MAX(version) AS v FROM lge_schema_version").fetchone()
         assert row is not None
-        assert row["v"] == len(MIGRATIONS) == 2
+        assert row["v"] == len(MIGRATIONS) == 3
         _check_upgraded(ledger, clock)
 
 

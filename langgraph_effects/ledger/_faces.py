@@ -265,6 +265,9 @@ class SyncFace(_Face):
             logic.record_evidence(self._dialect, self._clock, tenant_id, operation_id, evidence)
         )
 
+    def bind_thread(self, workflow_id: str, tenant_id: str) -> str:
+        return self._execute(logic.bind_thread(self._dialect, self._clock, workflow_id, tenant_id))
+
     def get(self, tenant_id: str, operation_id: str) -> Operation | None:
         return self._execute(logic.get(self._dialect, tenant_id, operation_id))
 
@@ -500,6 +503,11 @@ class AsyncFace(_Face):
     ) -> Operation:
         return await self._execute(
             logic.record_evidence(self._dialect, self._clock, tenant_id, operation_id, evidence)
+        )
+
+    async def bind_thread(self, workflow_id: str, tenant_id: str) -> str:
+        return await self._execute(
+            logic.bind_thread(self._dialect, self._clock, workflow_id, tenant_id)
         )
 
     async def get(self, tenant_id: str, operation_id: str) -> Operation | None:

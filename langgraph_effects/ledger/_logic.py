@@ -94,6 +94,7 @@ EVENTS = "events"
 FEED = "feed"
 STATS_COUNTS = "stats_counts"
 STATS_EVIDENCE = "stats_evidence"
+BIND_THREAD = "bind_thread"
 
 STATEMENT_NAMES = (
     SCHEMA_VERSION_TABLE,
@@ -117,6 +118,7 @@ STATEMENT_NAMES = (
     FEED,
     STATS_COUNTS,
     STATS_EVIDENCE,
+    BIND_THREAD,
 )
 """Every name a dialect must define (``SETUP_LOCK`` is optional)."""
 
@@ -1105,6 +1107,27 @@ def record_evidence(
 
 
 # -- queries -----------------------------------------------------------------------
+
+
+def bind_thread(
+    dialect: Dialect, clock: Callable[[], datetime], workflow_id: str, tenant_id: str
+) -> Program[str]:
+    """Bind a thread to a tenant the first time; return the tenant it is bound to.
+
+    One upsert that changes nothing when the thread is bound already, so two
+    first runs racing under different tenants agree on one of them.
+    """
+    if not workflow_id or not tenant_id:
+        raise InvalidInput("bind_thread needs a thread id and a tenant id")
+
+    def steps() -> Steps[Outcome[str]]:
+        rows = yield Step(
+            BIND_THREAD,
+            {"workflow_id": workflow_id, "tenant_id": tenant_id, "at": dialect.dump_ts(clock())},
+        )
+        return Outcome(str(rows[0]["tenant_id"]))
+
+    return Program(steps(), writes=True)
 
 
 def get(dialect: Dialect, tenant_id: str, operation_id: str) -> Program[Operation | None]:

@@ -50,6 +50,10 @@ Method contracts (the async twins have the same names and are coroutines):
 ``record_evidence(tenant_id, operation_id, evidence) -> Operation``
     Log inconclusive evidence and stamp ``evidence_checked_at``; status unchanged
     (so ``status_changed_at`` is unchanged too: an unknown keeps its age).
+``bind_thread(workflow_id, tenant_id) -> str``
+    Bind a thread (LangGraph's ``thread_id``) to a tenant the first time and
+    return the tenant it is bound to, which may be another one: the caller
+    refuses to run a thread under a tenant it is not bound to.
 ``get(tenant_id, operation_id) -> Operation | None``
     ``None`` for an unknown id and for another tenant's operation.
 ``list(*, tenant_id=None, status=None, action=None, updated_before=None, limit=100)``
@@ -222,6 +226,8 @@ class Ledger(Protocol):
         self, tenant_id: str, operation_id: str, evidence: Evidence
     ) -> Operation: ...
 
+    def bind_thread(self, workflow_id: str, tenant_id: str) -> str: ...
+
     def get(self, tenant_id: str, operation_id: str) -> Operation | None: ...
 
     def list(
@@ -332,6 +338,8 @@ class AsyncLedger(Protocol):
     async def record_evidence(
         self, tenant_id: str, operation_id: str, evidence: Evidence
     ) -> Operation: ...
+
+    async def bind_thread(self, workflow_id: str, tenant_id: str) -> str: ...
 
     async def get(self, tenant_id: str, operation_id: str) -> Operation | None: ...
 

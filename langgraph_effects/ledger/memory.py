@@ -71,6 +71,7 @@ class InMemoryLedger:
         self._ready = False
         self._stale_refusals = 0
         self._feed: list[OperationEvent] = []
+        self._threads: dict[str, str] = {}
 
     def setup(self) -> None:
         self._ready = True
@@ -491,6 +492,13 @@ class InMemoryLedger:
             )
 
     # -- queries -------------------------------------------------------------
+
+    def bind_thread(self, workflow_id: str, tenant_id: str) -> str:
+        if not workflow_id or not tenant_id:
+            raise InvalidInput("bind_thread needs a thread id and a tenant id")
+        with self._lock:
+            self._require_setup()
+            return self._threads.setdefault(workflow_id, tenant_id)
 
     def get(self, tenant_id: str, operation_id: str) -> Operation | None:
         with self._lock:

@@ -689,6 +689,17 @@ class LedgerContract:
 
     # -- queries --------------------------------------------------------------------
 
+    def test_bind_thread_keeps_the_first_tenant(self, ledger: Ledger) -> None:
+        """A thread is bound to its first tenant; later binds return that tenant."""
+        assert ledger.bind_thread("thread-1", "tenant-a") == "tenant-a"
+        assert ledger.bind_thread("thread-1", "tenant-b") == "tenant-a"
+        assert ledger.bind_thread("thread-1", "tenant-a") == "tenant-a"
+        assert ledger.bind_thread("thread-2", "tenant-b") == "tenant-b"
+        with pytest.raises(InvalidInput):
+            ledger.bind_thread("", "tenant-a")
+        with pytest.raises(InvalidInput):
+            ledger.bind_thread("thread-3", "")
+
     def test_get_of_another_tenants_operation_is_none(self, ledger: Ledger) -> None:
         """get scopes by tenant: another tenant's operation id reads as absent."""
         ledger.prepare(make_draft("op-1", tenant_id="tenant-a"))

@@ -95,4 +95,22 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         WHERE status IN ({_OPEN})
         """,
     ),
+    # 3: a thread belongs to the tenant of its first effect (``bind_thread``).
+    # Threads with operations already are bound to their oldest operation's tenant.
+    (
+        """
+        CREATE TABLE lge_threads (
+            workflow_id text PRIMARY KEY,
+            tenant_id text NOT NULL,
+            bound_at timestamptz NOT NULL
+        )
+        """,
+        """
+        INSERT INTO lge_threads (workflow_id, tenant_id, bound_at)
+        SELECT DISTINCT ON (workflow_id) workflow_id, tenant_id, created_at FROM lge_operations
+        WHERE workflow_id IS NOT NULL AND workflow_id <> 'no-thread'
+        ORDER BY workflow_id, created_at
+        ON CONFLICT DO NOTHING
+        """,
+    ),
 )

@@ -315,6 +315,15 @@ FROM lge_events WHERE evidence IS NOT NULL AND {where}
 GROUP BY 1, 2, 3
 """
 
+# The no-op update makes RETURNING yield the row already there: one statement
+# answers both "bound now" and "bound before, to whom".
+BIND_THREAD_SQL = """
+INSERT INTO lge_threads (workflow_id, tenant_id, bound_at)
+VALUES (%(workflow_id)s, %(tenant_id)s, %(at)s)
+ON CONFLICT (workflow_id) DO UPDATE SET workflow_id = excluded.workflow_id
+RETURNING tenant_id
+"""
+
 FILTERS = {
     "tenant_id": "tenant_id = %(tenant_id)s",
     "status": "status = %(status)s",
@@ -347,6 +356,7 @@ DIALECT = logic.Dialect(
         logic.FEED: FEED_SQL,
         logic.STATS_COUNTS: STATS_COUNTS_SQL,
         logic.STATS_EVIDENCE: STATS_EVIDENCE_SQL,
+        logic.BIND_THREAD: BIND_THREAD_SQL,
     },
     filters=FILTERS,
     migrations=MIGRATIONS,

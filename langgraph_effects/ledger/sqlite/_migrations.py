@@ -87,4 +87,21 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "CREATE INDEX lge_operations_status_age"
         " ON lge_operations (status, status_changed_at, operation_id)",
     ),
+    # 3: a thread belongs to the tenant of its first effect (``bind_thread``).
+    # Threads with operations already are bound to their oldest operation's tenant.
+    (
+        """
+        CREATE TABLE lge_threads (
+            workflow_id TEXT PRIMARY KEY,
+            tenant_id TEXT NOT NULL,
+            bound_at INTEGER NOT NULL
+        ) WITHOUT ROWID
+        """,
+        """
+        INSERT OR IGNORE INTO lge_threads (workflow_id, tenant_id, bound_at)
+        SELECT workflow_id, tenant_id, MIN(created_at) FROM lge_operations
+        WHERE workflow_id IS NOT NULL AND workflow_id <> 'no-thread'
+        GROUP BY workflow_id, tenant_id ORDER BY MIN(created_at)
+        """,
+    ),
 )

@@ -189,6 +189,14 @@ FROM lge_events WHERE evidence IS NOT NULL AND {where}
 GROUP BY kind, evidence_kind, source
 """
 
+# The no-op update makes RETURNING yield the row already there: one statement
+# answers both "bound now" and "bound before, to whom".
+BIND_THREAD_SQL = """
+INSERT INTO lge_threads (workflow_id, tenant_id, bound_at) VALUES (:workflow_id, :tenant_id, :at)
+ON CONFLICT (workflow_id) DO UPDATE SET workflow_id = excluded.workflow_id
+RETURNING tenant_id
+"""
+
 FILTERS = {
     "tenant_id": "tenant_id = :tenant_id",
     "status": "status = :status",
@@ -220,6 +228,7 @@ DIALECT = logic.Dialect(
         logic.FEED: FEED_SQL,
         logic.STATS_COUNTS: STATS_COUNTS_SQL,
         logic.STATS_EVIDENCE: STATS_EVIDENCE_SQL,
+        logic.BIND_THREAD: BIND_THREAD_SQL,
     },
     filters=FILTERS,
     migrations=MIGRATIONS,
