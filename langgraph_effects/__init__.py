@@ -42,6 +42,7 @@ _EXPORTS: dict[str, str] = {
     "PayloadMismatch": "langgraph_effects.errors",
     "StaleFencingToken": "langgraph_effects.errors",
     "StaleVersion": "langgraph_effects.errors",
+    "TenantMismatch": "langgraph_effects.errors",
     "TransientProviderError": "langgraph_effects.errors",
     # ledgers
     "AsyncLedger": "langgraph_effects.ledger.base",

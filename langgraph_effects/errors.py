@@ -5,7 +5,8 @@ The tree::
     EffectsError
     ├── InvalidInput (also ValueError)        bad ids, payloads, statuses, answers
     │   ├── PayloadMismatch                   same operation key, another payload digest
-    │   └── InvalidAnswer                     a resume value that answers no pending request
+    │   ├── InvalidAnswer                     a resume value that answers no pending request
+    │   └── TenantMismatch                    a thread resumed under a tenant it is not bound to
     ├── IllegalTransition                     the state machine refuses the move
     ├── LedgerError
     │   ├── LedgerNotSetUp                    call ledger.setup() first
@@ -44,6 +45,7 @@ __all__ = [
     "ProviderError",
     "StaleFencingToken",
     "StaleVersion",
+    "TenantMismatch",
     "TransientProviderError",
 ]
 
@@ -81,6 +83,23 @@ class InvalidAnswer(InvalidInput):
         super().__init__(message)
         # langgraph.errors.is_invalid_resume() reads this flag.
         self._langgraph_invalid_resume = True
+
+
+class TenantMismatch(InvalidInput):
+    """A thread runs under a tenant other than the one it is bound to; nothing was dispatched.
+
+    A thread is bound to the tenant of its first effect (``Ledger.bind_thread``).
+    """
+
+    def __init__(self, workflow_id: str, *, bound: str, requested: str) -> None:
+        super().__init__(
+            f"thread {workflow_id!r} belongs to tenant {bound!r}, not {requested!r}: "
+            "nothing was dispatched. Resume it with its own tenant (or none: the bound "
+            "tenant is used)."
+        )
+        self.workflow_id = workflow_id
+        self.bound = bound
+        self.requested = requested
 
 
 class IllegalTransition(EffectsError):

@@ -31,7 +31,13 @@ from langgraph.types import Command
 from langgraph_effects.core.model import utcnow
 from langgraph_effects.effects import effect_spec
 from langgraph_effects.ledger.base import DEFAULT_LEASE
-from langgraph_effects.node import _execute_with, add_operations, build_call, effect_result
+from langgraph_effects.node import (
+    _execute_with,
+    add_operations,
+    build_call,
+    effect_result,
+    task_id_of,
+)
 from langgraph_effects.runner import EffectCall, EffectRunner, warn_durability
 
 __all__ = ["EffectAgentState", "EffectMiddleware"]
@@ -75,7 +81,8 @@ class EffectMiddleware(AgentMiddleware[EffectAgentState, Any, Any]):
         self.tenant_id = tenant_id
         self.hitl = hitl
 
-    def _prepare(self, request: ToolCallRequest) -> tuple[ToolCallRequest, EffectCall] | None:
+    def _effect_request(self, request: ToolCallRequest) -> ToolCallRequest | None:
+        """The request to run (with HITL's edit applied), or None for a plain tool."""
         tool = request.tool
         if tool is None or effect_spec(tool) is None:
             return None
@@ -84,19 +91,28 @@ class EffectMiddleware(AgentMiddleware[EffectAgentState, Any, Any]):
         if edited is not None and edited.get("name") == request.tool_call["name"]:
             # The reviewer's call is what runs, so it is what the operation binds to.
             request = request.override(tool_call={**request.tool_call, "args": edited["args"]})
-        config = request.runtime.config if request.runtime is not None else None
-        warn_durability(config)
+        warn_durability(self._config(request))
+        return request
+
+    @staticmethod
+    def _config(request: ToolCallRequest) -> Any:
+        return (request.runtime.config if request.runtime is not None else None) or {}
+
+    def _build(self, request: ToolCallRequest, thread: tuple[str, str]) -> EffectCall:
+        assert request.tool is not None
         gated = self.hitl is not None and request.tool_call["name"] in getattr(
             self.hitl, "interrupt_on", {}
         )
-        call = build_call(
-            tool,
+        workflow_id, tenant_id = thread
+        return build_call(
+            request.tool,
             request.tool_call,
-            config,
-            tenant_id=self.tenant_id,
+            tenant_id=tenant_id,
+            workflow_id=workflow_id,
+            state=request.state,
+            task_id=task_id_of(request.runtime),
             preapproved_by="human-in-the-loop" if gated else None,
         )
-        return request, call
 
     def wrap_tool_call(
         self,
@@ -104,10 +120,11 @@ class EffectMiddleware(AgentMiddleware[EffectAgentState, Any, Any]):
         handler: Callable[[ToolCallRequest], ToolMessage | Command[Any]],
     ) -> ToolMessage | Command[Any]:
         """Decide an effect call through the ledger; pass other tools through."""
-        prepared = self._prepare(request)
-        if prepared is None:
+        effect_request = self._effect_request(request)
+        if effect_request is None:
             return handler(request)
-        request, call = prepared
+        request = effect_request
+        call = self._build(request, self.runner.tenant_for(self._config(request), self.tenant_id))
         op = self.runner.run(call, _execute_with(request, handler))
         return effect_result(request, call, op)
 
@@ -117,9 +134,11 @@ class EffectMiddleware(AgentMiddleware[EffectAgentState, Any, Any]):
         handler: Callable[[ToolCallRequest], Awaitable[ToolMessage | Command[Any]]],
     ) -> ToolMessage | Command[Any]:
         """Async twin of ``wrap_tool_call``."""
-        prepared = self._prepare(request)
-        if prepared is None:
+        effect_request = self._effect_request(request)
+        if effect_request is None:
             return await handler(request)
-        request, call = prepared
+        request = effect_request
+        thread = await self.runner.atenant_for(self._config(request), self.tenant_id)
+        call = self._build(request, thread)
         op = await self.runner.arun(call, _execute_with(request, handler))
         return effect_result(request, call, op)

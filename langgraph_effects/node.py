@@ -30,6 +30,7 @@ from langgraph.runtime import Runtime
 from langgraph.types import Command, Send
 from typing_extensions import TypedDict
 
+from langgraph_effects.core.digest import canonical_json
 from langgraph_effects.core.model import LeaseOwner, Operation, OperationDraft, Prepared, utcnow
 from langgraph_effects.effects import effect_spec
 from langgraph_effects.errors import EffectsError
@@ -52,9 +53,6 @@ __all__ = [
     "effect_result",
     "route_tool_calls",
 ]
-
-DEFAULT_TENANT = "default"
-NO_THREAD = "no-thread"
 
 
 def add_operations(left: list[str] | None, right: list[str] | None) -> list[str]:
@@ -160,36 +158,85 @@ _TASK: contextvars.ContextVar[_Task | None] = contextvars.ContextVar(
 )
 
 
-def _configurable(config: RunnableConfig | None) -> dict[str, Any]:
-    return dict((config or {}).get("configurable") or {})
+def call_occurrence(
+    state: Any, tool_call: ToolCall, *, messages_key: str = "messages"
+) -> int | None:
+    """The call's place among identical calls of its thread (see ``occurrence_operation_id``).
+
+    Identical means same tool and same canonical arguments. Counts the identical
+    calls of earlier AIMessages that were answered (a ToolMessage with their id),
+    plus the call's index among identical calls of its own AIMessage. None when
+    the call is not found in the state's messages.
+    """
+    if isinstance(state, list):
+        messages = state
+    elif isinstance(state, dict):
+        messages = state.get(messages_key) or []
+    else:
+        messages = getattr(state, messages_key, None) or []
+    call_id, name = tool_call.get("id"), tool_call["name"]
+    if not call_id or not messages:
+        return None
+    try:
+        args = canonical_json(tool_call["args"])
+    except EffectsError:
+        return None
+    answered = {m.tool_call_id for m in messages if isinstance(m, ToolMessage)}
+    earlier = 0
+    for message in messages:
+        if not isinstance(message, AIMessage) or not message.tool_calls:
+            continue
+        twins = [tc for tc in message.tool_calls if tc["name"] == name and _same(tc, args)]
+        for index, twin in enumerate(twins):
+            if twin["id"] == call_id:
+                return earlier + index
+        earlier += sum(1 for twin in twins if twin["id"] in answered)
+    return None
+
+
+def _same(tool_call: ToolCall, args: bytes) -> bool:
+    try:
+        return canonical_json(tool_call["args"]) == args
+    except EffectsError:
+        return False
 
 
 def build_call(
     tool: BaseTool,
     tool_call: ToolCall,
-    config: RunnableConfig | None,
     *,
-    tenant_id: str | None,
+    tenant_id: str,
+    workflow_id: str,
+    state: Any = None,
+    messages_key: str = "messages",
+    task_id: str | None = None,
     single: bool = True,
     siblings: dict[str, OperationDraft] | None = None,
     preapproved_by: str | None = None,
 ) -> EffectCall:
-    """The ``EffectCall`` of a tool call: tenant from the face or the config, thread id."""
+    """The ``EffectCall`` of a tool call, for a tenant and thread resolved by the face."""
     spec = effect_spec(tool)
     if spec is None:
         raise EffectsError(f"tool {tool.name!r} is not an effect")
-    conf = _configurable(config)
     return EffectCall.build(
         spec,
         tool_name=tool_call["name"],
         tool_call_id=tool_call["id"] or "",
         args=tool_call["args"],
-        tenant_id=tenant_id or conf.get("tenant_id") or DEFAULT_TENANT,
-        workflow_id=str(conf.get("thread_id") or NO_THREAD),
+        tenant_id=tenant_id,
+        workflow_id=workflow_id,
         single=single,
         siblings=siblings,
         preapproved_by=preapproved_by,
+        occurrence=call_occurrence(state, tool_call, messages_key=messages_key),
+        task_id=task_id,
     )
+
+
+def task_id_of(runtime: Any) -> str | None:
+    """LangGraph's task id from a ``ToolRuntime`` / ``Runtime`` (None outside a task)."""
+    info = getattr(runtime, "execution_info", None)
+    return getattr(info, "task_id", None)
 
 
 def effect_result(
@@ -276,7 +323,9 @@ class EffectToolNode(ToolNode):
 
     # -- batching: one prepare_many for the parallel effect calls of a task ----
 
-    def _effect_calls(self, input: Any, config: RunnableConfig) -> list[EffectCall]:
+    def _effect_calls(
+        self, input: Any, config: RunnableConfig, runtime: Runtime[Any], thread: tuple[str, str]
+    ) -> list[EffectCall]:
         try:
             tool_calls, _ = self._parse_input(input)
         except ValueError:
@@ -286,11 +335,26 @@ class EffectToolNode(ToolNode):
             for tc in tool_calls
             if tc["name"] in self.tools_by_name and effect_spec(self.tools_by_name[tc["name"]])
         ]
+        if not effect_tool_calls:
+            return []
         single = len(effect_tool_calls) <= 1
+        state = self._extract_state(input, config)
+        workflow_id, tenant_id = thread
         calls = []
         for tool, tc in effect_tool_calls:
             try:
-                calls.append(build_call(tool, tc, config, tenant_id=self.tenant_id, single=single))
+                calls.append(
+                    build_call(
+                        tool,
+                        tc,
+                        tenant_id=tenant_id,
+                        workflow_id=workflow_id,
+                        state=state,
+                        messages_key=self._messages_key,
+                        task_id=task_id_of(runtime),
+                        single=single,
+                    )
+                )
             except Exception:
                 continue  # the call's own run reports it
         return calls
@@ -302,8 +366,17 @@ class EffectToolNode(ToolNode):
             if not c.spec.require_approval and c.spec.authorize is None and not c.single
         ]
 
+    def _has_effects(self) -> bool:
+        return any(effect_spec(tool) is not None for tool in self.tools_by_name.values())
+
     def _func(self, input: Any, config: RunnableConfig, runtime: Runtime[Any]) -> Any:
-        calls = self._effect_calls(input, config)
+        calls = (
+            self._effect_calls(
+                input, config, runtime, self.runner.tenant_for(config, self.tenant_id)
+            )
+            if self._has_effects() and not self.runner.is_async
+            else []
+        )
         handoff: dict[str, Prepared] = {}
         batch = self._batchable(calls)
         if len(batch) > 1 and not self.runner.is_async:
@@ -335,7 +408,13 @@ class EffectToolNode(ToolNode):
         return out
 
     async def _afunc(self, input: Any, config: RunnableConfig, runtime: Runtime[Any]) -> Any:
-        calls = self._effect_calls(input, config)
+        calls = (
+            self._effect_calls(
+                input, config, runtime, await self.runner.atenant_for(config, self.tenant_id)
+            )
+            if self._has_effects()
+            else []
+        )
         handoff: dict[str, Prepared] = {}
         batch = self._batchable(calls)
         if len(batch) > 1:
@@ -408,11 +487,7 @@ class EffectToolNode(ToolNode):
 
     # -- the wrappers ------------------------------------------------------------
 
-    def _call(self, request: ToolCallRequest) -> EffectCall | None:
-        if request.tool is None or effect_spec(request.tool) is None:
-            return None
-        config = request.runtime.config if request.runtime is not None else None
-        warn_durability(config)
+    def _call(self, request: ToolCallRequest, thread: tuple[str, str]) -> EffectCall:
         task = _TASK.get()
         if task is not None:
             known = task.calls.get(request.tool_call["id"] or "")
@@ -422,15 +497,29 @@ class EffectToolNode(ToolNode):
                 and known.args == request.tool_call["args"]
             ):
                 return dataclasses.replace(known, siblings=task.drafts)
+        assert request.tool is not None
         single = task is None or task.effect_calls <= 1
+        workflow_id, tenant_id = thread
         return build_call(
             request.tool,
             request.tool_call,
-            config,
-            tenant_id=self.tenant_id,
+            tenant_id=tenant_id,
+            workflow_id=workflow_id,
+            state=request.state,
+            messages_key=self._messages_key,
+            task_id=task_id_of(request.runtime),
             single=single,
             siblings=None if task is None else task.drafts,
         )
+
+    @staticmethod
+    def _config(request: ToolCallRequest) -> RunnableConfig | None:
+        """The run's config, for an effect call (None for a plain tool)."""
+        if request.tool is None or effect_spec(request.tool) is None:
+            return None
+        config = request.runtime.config if request.runtime is not None else None
+        warn_durability(config)
+        return config or {}
 
     def _handoff(self, call: EffectCall) -> Prepared | None:
         task = _TASK.get()
@@ -446,10 +535,11 @@ class EffectToolNode(ToolNode):
     def _wrap(
         self, request: ToolCallRequest, execute: Callable[[ToolCallRequest], Any]
     ) -> ToolMessage | Command[Any]:
-        call = self._call(request)
-        if call is None:
+        config = self._config(request)
+        if config is None:
             result: ToolMessage | Command[Any] = execute(request)
             return result
+        call = self._call(request, self.runner.tenant_for(config, self.tenant_id))
         run, handoff = _execute_with(request, execute), self._handoff(call)
         receipts = self._receipts(handoff)
         if receipts is None:
@@ -467,10 +557,11 @@ class EffectToolNode(ToolNode):
     async def _awrap(
         self, request: ToolCallRequest, execute: Callable[[ToolCallRequest], Any]
     ) -> ToolMessage | Command[Any]:
-        call = self._call(request)
-        if call is None:
+        config = self._config(request)
+        if config is None:
             result: ToolMessage | Command[Any] = await execute(request)
             return result
+        call = self._call(request, await self.runner.atenant_for(config, self.tenant_id))
         run, handoff = _execute_with(request, execute), self._handoff(call)
         receipts = self._receipts(handoff)
         if receipts is None:

@@ -47,7 +47,12 @@ from pydantic import AfterValidator
 
 from langgraph_effects._faults import CrashPoint, crash_point
 from langgraph_effects.core.digest import canonical_json, payload_digest
-from langgraph_effects.core.ids import idempotency_key, intent_operation_id, operation_id
+from langgraph_effects.core.ids import (
+    idempotency_key,
+    intent_operation_id,
+    occurrence_operation_id,
+    operation_id,
+)
 from langgraph_effects.core.model import (
     Decision,
     Evidence,
@@ -76,8 +81,10 @@ from langgraph_effects.errors import (
     EffectRejected,
     EffectsError,
     IllegalTransition,
+    InvalidInput,
     LeaseHeld,
     StaleFencingToken,
+    TenantMismatch,
     TransientProviderError,
 )
 from langgraph_effects.ledger.base import DEFAULT_LEASE, Confirmation
@@ -100,10 +107,15 @@ __all__ = [
 ]
 
 S = OperationStatus
+DEFAULT_TENANT = "default"
+"""The tenant of a thread that never named one."""
+NO_THREAD = "no-thread"
+"""The workflow id of a run without a checkpointer (no thread, so no thread binding)."""
 OPERATIONS_KEY = "effect_operations"
 """The state key (a reducer channel) listing the operation ids a thread owns."""
 
 _MAX_STEPS = 64
+_BINDINGS_CACHED = 10_000  # thread -> tenant bindings kept per runner (they never change)
 _RESEND_REFUSED = "provider:resend_refused"  # evidence source of a definitively refused resend
 _REPLACED = "replaced by "  # rejection reason of a call a reviewer edited
 _SETTLING = frozenset({Step.DISPATCH_CLAIMED, Step.RECONCILE, Step.REVIEW})
@@ -123,15 +135,18 @@ def warn_durability(config: Mapping[str, Any] | None) -> None:
     global _durability_warned
     if _durability_warned or config is None:
         return
-    mode = config.get("configurable", {}).get("__pregel_durability", "sync")
+    # LangGraph leaves the key out when ``durability`` is not passed, and then
+    # runs with its default, "async" (so does LangGraph Server).
+    mode = config.get("configurable", {}).get("__pregel_durability") or "async"
     if mode == "sync":
         return
     _durability_warned = True
     warnings.warn(
         f"langgraph-effects: this graph runs with durability={mode!r}. A crash before the "
-        "AIMessage is checkpointed can make the model mint new tool-call ids, and so new "
-        "operations. Use durability='sync', or give effects an intent_key, which maps a "
-        "re-proposed call to the same operation.",
+        "AIMessage is checkpointed makes the model propose the call again: the same call "
+        "(same tool, same arguments) maps to the same operation, but a call re-proposed "
+        "with other arguments is a new one. Use durability='sync', or give effects an "
+        "intent_key, which maps every re-proposal to the same operation.",
         DurabilityWarning,
         stacklevel=3,
     )
@@ -161,6 +176,12 @@ class EffectCall:
     preapproved_by: str | None = None
     """A person already approved this exact call upstream (LangChain's HITL middleware):
     the approval is recorded under that name instead of asking twice."""
+    occurrence: int | None = None
+    """The call's place among identical calls of its thread (``occurrence_operation_id``);
+    None when the thread's messages are not at hand (the id then uses the tool-call id)."""
+    task_id: str | None = None
+    """LangGraph's task running the call: answers it applied are recorded under it, so
+    the values LangGraph hands that task again are recognised and never re-applied."""
 
     @classmethod
     def build(
@@ -175,14 +196,29 @@ class EffectCall:
         single: bool = True,
         siblings: Mapping[str, OperationDraft] | None = None,
         preapproved_by: str | None = None,
+        occurrence: int | None = None,
+        task_id: str | None = None,
     ) -> EffectCall:
-        """Derive target, digest and ids. Default id: tenant, thread, call id, action, digest."""
+        """Derive target, digest and ids.
+
+        The operation id, in order of preference: the application's intent key;
+        else tenant, thread, action, digest and the call's ``occurrence`` in the
+        thread; else tenant, thread, tool-call id, action and digest.
+        """
         args = dict(args)
         target = spec.target_of(args)
         digest = payload_digest(spec.action, spec.version, target, args)
         intent = spec.intent_of(args)
         if intent is not None:
             op_id = intent_operation_id(tenant_id=tenant_id, action=spec.action, intent_key=intent)
+        elif occurrence is not None:
+            op_id = occurrence_operation_id(
+                tenant_id=tenant_id,
+                workflow_id=workflow_id,
+                action=spec.action,
+                payload_digest=digest,
+                occurrence=occurrence,
+            )
         else:
             op_id = operation_id(
                 tenant_id=tenant_id,
@@ -205,6 +241,8 @@ class EffectCall:
             single=single,
             siblings=siblings or {},
             preapproved_by=preapproved_by,
+            occurrence=occurrence,
+            task_id=task_id,
         )
 
     def with_args(self, args: Mapping[str, Any]) -> EffectCall:
@@ -219,6 +257,8 @@ class EffectCall:
             single=self.single,
             siblings=self.siblings,
             preapproved_by=self.preapproved_by,
+            occurrence=self.occurrence,
+            task_id=self.task_id,
         )
 
     def draft(self) -> OperationDraft:
@@ -540,6 +580,46 @@ class EffectRunner:
         self.clock = clock
         self.interrupt_on_unknown = interrupt_on_unknown
         self.is_async = inspect.iscoroutinefunction(getattr(ledger, "prepare", None))
+        self._bound: dict[str, str] = {}
+
+    # -- the thread's tenant -------------------------------------------------
+    #
+    # A thread belongs to the tenant of its first effect. A run that names no
+    # tenant (a time-travel config from get_state_history carries none) uses
+    # the bound one; a run under another tenant is refused before anything is
+    # prepared. Bindings never change, so each is read once per process.
+
+    def tenant_for(
+        self, config: Mapping[str, Any] | None, explicit: str | None = None
+    ) -> tuple[str, str]:
+        """The thread's ``(workflow_id, tenant_id)``, binding the thread on first use.
+
+        Raises:
+            InvalidInput: the config's ``tenant_id`` is not a non-empty string.
+            TenantMismatch: the thread is bound to another tenant.
+        """
+        workflow, requested = _tenant_request(config, explicit)
+        bound = self._bound.get(workflow)
+        if bound is None and workflow != NO_THREAD:
+            bound = self.ledger.bind_thread(workflow, requested or DEFAULT_TENANT)
+            self._remember(workflow, bound)
+        return workflow, _checked_tenant(workflow, bound, requested)
+
+    async def atenant_for(
+        self, config: Mapping[str, Any] | None, explicit: str | None = None
+    ) -> tuple[str, str]:
+        """The async twin of ``tenant_for`` (the ledger may be sync or async)."""
+        workflow, requested = _tenant_request(config, explicit)
+        bound = self._bound.get(workflow)
+        if bound is None and workflow != NO_THREAD:
+            bound = await self._ledger_call("bind_thread", workflow, requested or DEFAULT_TENANT)
+            self._remember(workflow, bound)
+        return workflow, _checked_tenant(workflow, bound, requested)
+
+    def _remember(self, workflow: str, tenant: str) -> None:
+        if len(self._bound) >= _BINDINGS_CACHED:
+            self._bound.clear()
+        self._bound[workflow] = tenant
 
     # -- the decision loop ---------------------------------------------------
 
@@ -1358,6 +1438,29 @@ class EffectRunner:
 
 
 # --------------------------------------------------------------------------- helpers
+
+
+def _tenant_request(
+    config: Mapping[str, Any] | None, explicit: str | None
+) -> tuple[str, str | None]:
+    """The run's thread, and the tenant it asks for (the face's, else the config's)."""
+    conf = (config or {}).get("configurable") or {}
+    workflow = str(conf.get("thread_id") or NO_THREAD)
+    requested = explicit if explicit is not None else conf.get("tenant_id")
+    if requested is not None and (not isinstance(requested, str) or not requested.strip()):
+        raise InvalidInput(
+            f"tenant_id must be a non-empty string, got {requested!r}: leave it out to use "
+            "the tenant the thread is bound to"
+        )
+    return workflow, requested
+
+
+def _checked_tenant(workflow: str, bound: str | None, requested: str | None) -> str:
+    if bound is None:
+        return requested or DEFAULT_TENANT
+    if requested is not None and requested != bound:
+        raise TenantMismatch(workflow, bound=bound, requested=requested)
+    return bound
 
 
 def _provably_dead(op: Operation) -> bool:

@@ -47,7 +47,8 @@ def _calls(n: int) -> list[dict[str, Any]]:
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_parallel_receipts_are_recorded_in_one_commit(sqlite_path: Path, mode: str) -> None:
-    """Four parallel calls: one prepare_many and one confirm_many commit, each op confirmed."""
+    """Four parallel calls: one prepare_many and one confirm_many commit (after the thread's
+    binding), each op confirmed."""
     provider = Tickets()
 
     @effect("tickets.create", target=lambda a: a["title"])
@@ -72,7 +73,8 @@ def test_parallel_receipts_are_recorded_in_one_commit(sqlite_path: Path, mode: s
     else:
         result = asyncio.run(graph.ainvoke(value, config, durability="sync"))
     conn.set_trace_callback(None)
-    assert len(commits) == 2
+    # The thread's tenant binding (once per thread and process), prepare_many, confirm_many.
+    assert len(commits) == 3
     assert sorted(provider.created) == ["t0", "t1", "t2", "t3"]
     messages = tool_messages(result)
     assert [m.status for m in messages] == ["success"] * 4

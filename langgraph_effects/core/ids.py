@@ -13,7 +13,7 @@ import hashlib
 from langgraph_effects.core.digest import canonical_json
 from langgraph_effects.errors import InvalidInput
 
-__all__ = ["idempotency_key", "intent_operation_id", "operation_id"]
+__all__ = ["idempotency_key", "intent_operation_id", "occurrence_operation_id", "operation_id"]
 
 
 def _hash_id(prefix: str, *parts: object) -> str:
@@ -34,6 +34,25 @@ def operation_id(
     so is another operation with its own authorization.
     """
     return _hash_id("op-", "call", tenant_id, workflow_id, tool_call_id, action, payload_digest)
+
+
+def occurrence_operation_id(
+    *, tenant_id: str, workflow_id: str, action: str, payload_digest: str, occurrence: int
+) -> str:
+    """The default id of a tool call whose place in the thread's messages is known.
+
+    ``occurrence`` counts the identical calls (same action and digest) the
+    thread already answered, plus the call's index among identical calls of
+    its own AIMessage. A call re-issued with a new tool-call id (the AIMessage
+    was lost in a crash, or the user sent the request again) meets the same
+    operation, because the call it repeats was never answered; a call repeated
+    on purpose after the first one was answered is a new operation.
+    """
+    if occurrence < 0:
+        raise InvalidInput("occurrence must not be negative")
+    return _hash_id(
+        "op-", "occurrence", tenant_id, workflow_id, action, payload_digest, str(occurrence)
+    )
 
 
 def intent_operation_id(*, tenant_id: str, action: str, intent_key: str) -> str:
