@@ -28,6 +28,7 @@ Crash windows (``crash_point`` names them; the ledger makes each safe)::
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import heapq
 import inspect
 import itertools
@@ -92,6 +93,7 @@ from langgraph_effects.observe import count_replay
 from langgraph_effects.review import (
     Answer,
     InvalidAnswer,
+    RequestKind,
     approval_request,
     parse_answer,
     review_request,
@@ -540,6 +542,30 @@ Execute = Callable[[dict[str, Any]], Any]
 
 
 @dataclass(slots=True)
+class _Answers:
+    """The answers applied to one operation in one LangGraph task, in order, as logged.
+
+    LangGraph hands a re-run task its earlier resume values again, by position:
+    the k-th ``interrupt()`` of the run gets the k-th value the task was given.
+    The ledger logs every answer it applied with its task and digest, so the
+    values handed back are consumed in order and never applied twice::
+
+        run 1: ask r1 -> "retry"  (applied, logged: task:d(retry))
+        run 2: ask r2 -> "retry"  == logged[0] -> consumed; ask again -> "reject" (applied)
+    """
+
+    logged: list[str]
+    consumed: int = 0
+
+    def next_is(self, mark: str | None) -> bool:
+        return (
+            mark is not None
+            and self.consumed < len(self.logged)
+            and (self.logged[self.consumed] == mark)
+        )
+
+
+@dataclass(slots=True)
 class _Pass:
     """What one run of the decision loop has learned so far."""
 
@@ -551,6 +577,9 @@ class _Pass:
     transient_retries: int = 0
     evidence: list[Evidence] = field(default_factory=list)
     late_receipt: Evidence | None = None
+    answers: dict[str, _Answers] = field(default_factory=dict)
+    """By operation id: the answers applied to it in this task, and how many of them
+    LangGraph has handed back to this run so far (see ``_Answers``)."""
 
 
 class EffectRunner:
@@ -1054,7 +1083,12 @@ class EffectRunner:
         )
 
     def _ask(self, p: _Pass, op: Operation, *, kind: str) -> Generator[_Action, Any, Operation]:
-        """Interrupt for a person and apply the answer to the operation it names."""
+        """Interrupt for a person and apply the answer to the operation it names.
+
+        Each request is one round (``request_id``: the operation and its record
+        version). Values LangGraph hands back from earlier rounds of this task
+        are recognised through the ledger's log and consumed, never re-applied.
+        """
         call = p.call
         if kind == "approval":
             request = approval_request(op, tool_name=call.tool_name, args=call.args)
@@ -1067,25 +1101,61 @@ class EffectRunner:
                 now=self.clock(),
                 allow_retry=not p.retry_forbidden,
             )
-        value = yield _Interrupt(request, _answer_schema(call, op))
-        crash_point(CrashPoint.DURING_REVIEW_RESUME)
-        answer = parse_answer(value, tool_name=call.tool_name)
-        named = answer.operation_id or op.operation_id
-        if named != op.operation_id:
-            # Answers are matched by position within a task, and position is not
-            # identity: apply it to the operation it names, then ask again for ours.
-            yield from self._apply_elsewhere(p, named, answer)
-            fresh: Operation | None = yield _L("get", op.tenant_id, op.operation_id)
-            assert fresh is not None
-            return fresh
-        return (yield from self._apply(p, op, answer))
+        request["request_id"] = f"{op.operation_id}@{op.record_version}"
+        mine = yield from self._answers(p, op.operation_id)
+        schema = _answer_schema(
+            call,
+            op,
+            kind="approval" if kind == "approval" else "review",
+            retry_forbidden=p.retry_forbidden,
+            stale=lambda value: mine.next_is(_answer_mark(call, value)),
+        )
+        while True:
+            value = yield _Interrupt(request, schema)
+            crash_point(CrashPoint.DURING_REVIEW_RESUME)
+            answer = parse_answer(value, tool_name=call.tool_name)
+            named = answer.operation_id or op.operation_id
+            mark = _answer_mark(call, value)
+            answers = yield from self._answers(p, named)
+            if answers.next_is(mark):
+                answers.consumed += 1  # an earlier round's answer, applied already
+                continue
+            if mark is not None:
+                answers.logged.insert(answers.consumed, mark)
+                answers.consumed += 1
+            if named != op.operation_id:
+                # Answers are matched by position within a task, and position is not
+                # identity: apply it to the operation it names, then ask again for ours.
+                yield from self._apply_elsewhere(p, named, answer, mark)
+                fresh: Operation | None = yield _L("get", op.tenant_id, op.operation_id)
+                assert fresh is not None
+                return fresh
+            return (yield from self._apply(p, op, answer, mark))
 
-    def _apply(self, p: _Pass, op: Operation, answer: Answer) -> Generator[_Action, Any, Operation]:
+    def _answers(self, p: _Pass, operation_id: str) -> Generator[_Action, Any, _Answers]:
+        """The answers applied to ``operation_id`` in this task, read once per pass."""
+        known = p.answers.get(operation_id)
+        if known is not None:
+            return known
+        task = p.call.task_id
+        logged: list[str] = []
+        if task is not None:
+            events: list[OperationEvent] = yield _L("events", p.call.tenant_id, operation_id)
+            for event in events:
+                mark = event.detail.get("answer") if isinstance(event.detail, dict) else None
+                if isinstance(mark, str) and mark.startswith(f"{task}:"):
+                    logged.append(mark)
+        p.answers[operation_id] = known = _Answers(logged)
+        return known
+
+    def _apply(
+        self, p: _Pass, op: Operation, answer: Answer, mark: str | None
+    ) -> Generator[_Action, Any, Operation]:
         tenant, op_id = op.tenant_id, op.operation_id
         _check_decision(op, answer, retry_forbidden=p.retry_forbidden)
         if op.status is S.PREPARED:
             if answer.edited_args is not None:
-                return (yield from self._edit(p, op, answer))
+                return (yield from self._edit(p, op, answer, mark))
             if answer.decision is Decision.APPROVE:
                 action = _L(
                     "approve",
@@ -1094,6 +1164,7 @@ class EffectRunner:
                     payload_digest=op.payload_digest,
                     by=answer.by,
                     reason=answer.reason,
+                    answer=mark,
                 )
             else:
                 reason = f"approval refused by {answer.by}" + (
@@ -1107,17 +1178,24 @@ class EffectRunner:
                     reason=reason,
                     evidence=Evidence.rejected(reason, source="operator"),
                     actor=answer.by,
+                    answer=mark,
                 )
             return (yield from self._guarded(p, op, action))
         resolution = Resolution(
-            decision=answer.decision, by=answer.by, reason=answer.reason, result=answer.result
+            decision=answer.decision,
+            by=answer.by,
+            reason=answer.reason,
+            result=answer.result,
+            answer=mark,
         )
         new = yield from self._guarded(p, op, _L("resolve", tenant, op_id, resolution))
         if answer.decision is Decision.RETRY:
             p.retried = False
         return new
 
-    def _edit(self, p: _Pass, op: Operation, answer: Answer) -> Generator[_Action, Any, Operation]:
+    def _edit(
+        self, p: _Pass, op: Operation, answer: Answer, mark: str | None
+    ) -> Generator[_Action, Any, Operation]:
         """A reviewer's edit is a new call: a new operation, approved by that reviewer."""
         assert answer.edited_args is not None
         new_call = p.call.with_args(answer.edited_args)
@@ -1147,6 +1225,7 @@ class EffectRunner:
                 reason=f"{_REPLACED}{new_op.operation_id} (edited by {answer.by})",
                 evidence=Evidence.rejected("edited by the reviewer", source="operator"),
                 actor=answer.by,
+                answer=mark,
             ),
         )
         p.call = new_call
@@ -1162,7 +1241,7 @@ class EffectRunner:
         return new_op
 
     def _apply_elsewhere(
-        self, p: _Pass, named: str, answer: Answer
+        self, p: _Pass, named: str, answer: Answer, mark: str | None
     ) -> Generator[_Action, Any, None]:
         other: Operation | None = yield _L("get", p.call.tenant_id, named)
         if other is None and named in p.call.siblings:
@@ -1188,7 +1267,7 @@ class EffectRunner:
                 operation_id=named,
             )
         _check_decision(other, answer, retry_forbidden=False)
-        yield from self._apply(_Pass(call=p.call), other, answer)
+        yield from self._apply(_Pass(call=p.call), other, answer, mark)
         return None
 
     # -- drivers ---------------------------------------------------------------
@@ -1477,10 +1556,33 @@ def _message_text(message: Any) -> str:
     return ""
 
 
-def _answer_schema(call: EffectCall, op: Operation) -> Any:
+def _answer_mark(call: EffectCall, value: Any) -> str | None:
+    """How the ledger logs an answer: the task that received it and the value's digest."""
+    if call.task_id is None:
+        return None
+    try:
+        raw = canonical_json(value)
+    except EffectsError:
+        raw = repr(value).encode()
+    return f"{call.task_id}:{hashlib.sha256(raw).hexdigest()[:32]}"
+
+
+_MAX_ANSWER_BYTES = 64 * 1024
+"""Largest result or edited arguments an answer may carry (canonical JSON)."""
+
+
+def _answer_schema(
+    call: EffectCall,
+    op: Operation,
+    *,
+    kind: RequestKind,
+    retry_forbidden: bool,
+    stale: Callable[[Any], bool],
+) -> Any:
     """The interrupt's ``response_schema``: LangGraph checks an answer with it *before*
-    saving it, so a malformed answer, or one naming an operation this step does not
-    own, fails the run and the interrupt can be answered again."""
+    saving it, so an answer that would fail when applied fails the run instead, and
+    the interrupt can be answered again. Values LangGraph hands back from earlier
+    rounds (``stale``) pass unchecked: the runner consumes them without applying."""
     owned = {op.operation_id, *call.siblings}
 
     def check(value: Any) -> Any:
@@ -1495,9 +1597,34 @@ def _answer_schema(call: EffectCall, op: Operation) -> Any:
                 f"the answer names operation {answer.operation_id!r}, which this step does "
                 f"not own (this request is about {op.operation_id!r})"
             )
+        if stale(value):
+            return value
+        if answer.operation_id in (None, op.operation_id):
+            parse_answer(value, tool_name=call.tool_name, kind=kind)
+            _check_decision(op, answer, retry_forbidden=retry_forbidden)
+        _check_applicable(answer)
         return value
 
     return Annotated[Any, AfterValidator(check)]
+
+
+def _check_applicable(answer: Answer) -> None:
+    """Refuse what the ledger would refuse when the answer is applied."""
+    if len(answer.by) > 200:
+        raise InvalidAnswer("'by' is longer than 200 characters")
+    if len(answer.reason) > 4000:
+        raise InvalidAnswer("'reason' is longer than 4000 characters")
+    for what, value in (("result", answer.result), ("edited arguments", answer.edited_args)):
+        if value is None:
+            continue
+        try:
+            size = len(canonical_json(value))
+        except EffectsError as exc:
+            raise InvalidAnswer(f"the answer's {what} must be plain JSON: {exc}") from None
+        if size > _MAX_ANSWER_BYTES:
+            raise InvalidAnswer(
+                f"the answer's {what} is {size} bytes of JSON; the limit is {_MAX_ANSWER_BYTES}"
+            )
 
 
 def _check_decision(op: Operation, answer: Answer, *, retry_forbidden: bool) -> None:

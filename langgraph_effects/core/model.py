@@ -143,6 +143,9 @@ class Resolution(_Frozen):
     result: JSON = None
     provider_result_id: str | None = None
     evidence: Evidence | None = None
+    answer: str | None = Field(default=None, max_length=400)
+    """The interrupt answer this resolution applies (its task and digest), logged in the
+    event so the value LangGraph hands the task again is recognised, never re-applied."""
 
 
 class ProviderContract(_Frozen):

@@ -120,7 +120,14 @@ class SyncFace(_Face):
         return self._execute(program)
 
     def approve(
-        self, tenant_id: str, operation_id: str, *, payload_digest: str, by: str, reason: str = ""
+        self,
+        tenant_id: str,
+        operation_id: str,
+        *,
+        payload_digest: str,
+        by: str,
+        reason: str = "",
+        answer: str | None = None,
     ) -> Operation:
         return self._execute(
             logic.approve(
@@ -131,6 +138,7 @@ class SyncFace(_Face):
                 payload_digest=payload_digest,
                 by=by,
                 reason=reason,
+                answer=answer,
             )
         )
 
@@ -211,6 +219,7 @@ class SyncFace(_Face):
         reason: str,
         evidence: Evidence | None = None,
         actor: str | None = None,
+        answer: str | None = None,
     ) -> Operation:
         return self._execute(
             logic.reject(
@@ -222,6 +231,7 @@ class SyncFace(_Face):
                 reason=reason,
                 evidence=evidence,
                 actor=actor,
+                answer=answer,
             )
         )
 
@@ -356,7 +366,14 @@ class AsyncFace(_Face):
         return await self._execute(program)
 
     async def approve(
-        self, tenant_id: str, operation_id: str, *, payload_digest: str, by: str, reason: str = ""
+        self,
+        tenant_id: str,
+        operation_id: str,
+        *,
+        payload_digest: str,
+        by: str,
+        reason: str = "",
+        answer: str | None = None,
     ) -> Operation:
         return await self._execute(
             logic.approve(
@@ -367,6 +384,7 @@ class AsyncFace(_Face):
                 payload_digest=payload_digest,
                 by=by,
                 reason=reason,
+                answer=answer,
             )
         )
 
@@ -447,6 +465,7 @@ class AsyncFace(_Face):
         reason: str,
         evidence: Evidence | None = None,
         actor: str | None = None,
+        answer: str | None = None,
     ) -> Operation:
         return await self._execute(
             logic.reject(
@@ -458,6 +477,7 @@ class AsyncFace(_Face):
                 reason=reason,
                 evidence=evidence,
                 actor=actor,
+                answer=answer,
             )
         )
 

@@ -52,7 +52,7 @@ from langgraph_effects.errors import (
     PayloadMismatch,
     StaleFencingToken,
 )
-from langgraph_effects.ledger._values import json_text
+from langgraph_effects.ledger._values import json_text, with_answer
 from langgraph_effects.ledger.base import Confirmation, LedgerStats
 from langgraph_effects.ledger.memory import coerce_status
 
@@ -669,6 +669,7 @@ def approve(
     payload_digest: str,
     by: str,
     reason: str,
+    answer: str | None = None,
 ) -> Program[Operation]:
     if not by.strip():
         raise InvalidInput("an approval needs the approver's identity (by)")
@@ -695,7 +696,7 @@ def approve(
         },
         kind=EventKind.APPROVE,
         actor=by,
-        detail={"reason": reason},
+        detail=with_answer({"reason": reason}, answer),
         diagnose=diagnose,
     )
 
@@ -900,6 +901,7 @@ def reject(
     reason: str,
     evidence: Evidence | None,
     actor: str | None,
+    answer: str | None = None,
 ) -> Program[Operation]:
     """Fenced ``dispatching -> rejected``, or with ``token=None`` ``prepared -> rejected``."""
     if token is not None:
@@ -932,6 +934,7 @@ def reject(
         kind=EventKind.REJECT,
         actor=actor or ("ledger" if token is None else "provider"),
         evidence=evidence,
+        detail=with_answer(None, answer),
         diagnose=diagnose,
     )
 
@@ -1077,7 +1080,10 @@ def resolve(
         kind=kind,
         actor=resolution.by,
         evidence=evidence,
-        detail={"decision": resolution.decision.value, "reason": resolution.reason},
+        detail=with_answer(
+            {"decision": resolution.decision.value, "reason": resolution.reason},
+            resolution.answer,
+        ),
         diagnose=diagnose,
     )
 

@@ -22,3 +22,8 @@ def json_text(value: Any, *, what: str = "value") -> str | None:
         return json.dumps(value, allow_nan=False, separators=(",", ":"), ensure_ascii=False)
     except (TypeError, ValueError, RecursionError) as exc:
         raise InvalidInput(f"the {what} is not plain JSON: {exc}") from exc
+
+
+def with_answer(detail: dict[str, Any] | None, answer: str | None) -> dict[str, Any] | None:
+    """An event's detail, plus the interrupt answer the transition applies (if any)."""
+    return detail if answer is None else {**(detail or {}), "answer": answer}

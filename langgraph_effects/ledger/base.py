@@ -18,8 +18,10 @@ Method contracts (the async twins have the same names and are coroutines):
     fencing token 1, attempts 1): one commit instead of two.
 ``prepare_many(drafts, *, owner=None, lease_for=...) -> list[Prepared]``
     The same for several drafts in one transaction (parallel tool calls).
-``approve(tenant_id, operation_id, *, payload_digest, by, reason="") -> Operation``
+``approve(tenant_id, operation_id, *, payload_digest, by, reason="", answer=None) -> Operation``
     Record a person's approval of a ``prepared`` operation; binds to the digest.
+    ``answer`` (also on ``reject`` and ``Resolution``) names the interrupt answer
+    the transition applies; it is logged in the event's detail.
 ``claim(tenant_id, operation_id, *, owner, lease_for, actor=None) -> Operation``
     ``prepared`` or ``unknown`` -> ``dispatching`` with a new lease, the next
     fencing token and ``attempts + 1``. ``LeaseHeld`` if dispatching,
@@ -161,7 +163,14 @@ class Ledger(Protocol):
     ) -> list[Prepared]: ...
 
     def approve(
-        self, tenant_id: str, operation_id: str, *, payload_digest: str, by: str, reason: str = ""
+        self,
+        tenant_id: str,
+        operation_id: str,
+        *,
+        payload_digest: str,
+        by: str,
+        reason: str = "",
+        answer: str | None = None,
     ) -> Operation: ...
 
     def claim(
@@ -203,6 +212,7 @@ class Ledger(Protocol):
         reason: str,
         evidence: Evidence | None = None,
         actor: str | None = None,
+        answer: str | None = None,
     ) -> Operation: ...
 
     def release(
@@ -272,7 +282,14 @@ class AsyncLedger(Protocol):
     ) -> list[Prepared]: ...
 
     async def approve(
-        self, tenant_id: str, operation_id: str, *, payload_digest: str, by: str, reason: str = ""
+        self,
+        tenant_id: str,
+        operation_id: str,
+        *,
+        payload_digest: str,
+        by: str,
+        reason: str = "",
+        answer: str | None = None,
     ) -> Operation: ...
 
     async def claim(
@@ -314,6 +331,7 @@ class AsyncLedger(Protocol):
         reason: str,
         evidence: Evidence | None = None,
         actor: str | None = None,
+        answer: str | None = None,
     ) -> Operation: ...
 
     async def release(

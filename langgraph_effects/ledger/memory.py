@@ -39,7 +39,7 @@ from langgraph_effects.errors import (
     PayloadMismatch,
     StaleFencingToken,
 )
-from langgraph_effects.ledger._values import json_text
+from langgraph_effects.ledger._values import json_text, with_answer
 from langgraph_effects.ledger.base import DEFAULT_LEASE, Confirmation, LedgerStats
 from langgraph_effects.observe import log_stale_token, log_transition
 
@@ -235,7 +235,14 @@ class InMemoryLedger:
             return out
 
     def approve(
-        self, tenant_id: str, operation_id: str, *, payload_digest: str, by: str, reason: str = ""
+        self,
+        tenant_id: str,
+        operation_id: str,
+        *,
+        payload_digest: str,
+        by: str,
+        reason: str = "",
+        answer: str | None = None,
     ) -> Operation:
         if not by.strip():
             raise InvalidInput("an approval needs the approver's identity (by)")
@@ -257,7 +264,13 @@ class InMemoryLedger:
                     "updated_at": self._clock(),
                 }
             )
-            return self._commit(row, new, EventKind.APPROVE, actor=by, detail={"reason": reason})
+            return self._commit(
+                row,
+                new,
+                EventKind.APPROVE,
+                actor=by,
+                detail=with_answer({"reason": reason}, answer),
+            )
 
     def _claimed(
         self, row: Operation, owner: LeaseOwner, lease_for: timedelta, *, actor: str
@@ -375,6 +388,7 @@ class InMemoryLedger:
         reason: str,
         evidence: Evidence | None = None,
         actor: str | None = None,
+        answer: str | None = None,
     ) -> Operation:
         if token is None:
             with self._lock:
@@ -386,7 +400,12 @@ class InMemoryLedger:
                     # Claimed since the caller looked: its view is stale.
                     raise self._refuse_stale(row, 0)
                 return self._move(
-                    row, S.REJECTED, actor=actor or "ledger", evidence=evidence, error=reason
+                    row,
+                    S.REJECTED,
+                    actor=actor or "ledger",
+                    evidence=evidence,
+                    error=reason,
+                    detail=with_answer(None, answer),
                 )
         return self._fenced_move(
             tenant_id,
@@ -471,7 +490,10 @@ class InMemoryLedger:
                 actor=resolution.by,
                 evidence=evidence,
                 operator=resolution.by if is_operator else None,
-                detail={"decision": resolution.decision.value, "reason": resolution.reason},
+                detail=with_answer(
+                    {"decision": resolution.decision.value, "reason": resolution.reason},
+                    resolution.answer,
+                ),
                 **changes,
             )
 
