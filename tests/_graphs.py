@@ -210,6 +210,8 @@ class Env:
 
     def invoke(self, graph: Any, value: Any, config: dict[str, Any], **kw: Any) -> Any:
         kw.setdefault("durability", "sync")
+        if kw["durability"] is None:
+            del kw["durability"]  # LangGraph's default: the config carries no durability key
         if self.is_async:
             return self.run(graph.ainvoke(value, config, **kw))
         return graph.invoke(value, config, **kw)
