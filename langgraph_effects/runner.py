@@ -724,6 +724,7 @@ class EffectRunner:
                     # may order another one (the review offers no retry).
                     p.retry_forbidden = True
                 case Step.AUTHORIZE_AND_CLAIM | Step.RETRY_SAFE:
+                    yield from self._drain(p, op)
                     op = yield from self._authorize_and_claim(p, op, owner, step)
                 case Step.DISPATCH_CLAIMED:
                     op = yield from self._dispatch(p, op, owner)
@@ -1131,6 +1132,29 @@ class EffectRunner:
                 assert fresh is not None
                 return fresh
             return (yield from self._apply(p, op, answer, mark))
+
+    def _drain(self, p: _Pass, op: Operation) -> Generator[_Action, Any, None]:
+        """Before a dispatch that follows a person's answer in an earlier run of this task,
+        take back the values LangGraph hands out for that answer: a tool that calls
+        ``interrupt()`` itself must meet its own answers, not ours.
+
+        Read only on that rare path (approved or retried, nothing asked in this pass).
+        """
+        human = op.authorization_ref is not None or op.attempts > 0
+        if p.call.task_id is None or op.operation_id in p.answers or not human:
+            return
+        mine = yield from self._answers(p, op.operation_id)
+        request = approval_request(op, tool_name=p.call.tool_name, args=p.call.args)
+        request["request_id"] = f"{op.operation_id}@{op.record_version}"
+        passthrough = Annotated[Any, AfterValidator(lambda value: value)]
+        while mine.consumed < len(mine.logged):
+            value = yield _Interrupt(request, passthrough)
+            matched = mine.next_is(_answer_mark(p.call, value))
+            mine.consumed += 1
+            if not matched:
+                # Not the value we logged (one lost with a crash): nothing to apply, and
+                # the rest of the task's values belong to whoever asked for them.
+                break
 
     def _answers(self, p: _Pass, operation_id: str) -> Generator[_Action, Any, _Answers]:
         """The answers applied to ``operation_id`` in this task, read once per pass."""
