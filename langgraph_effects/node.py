@@ -182,16 +182,18 @@ def call_occurrence(
     except EffectsError:
         return None
     answered = {m.tool_call_id for m in messages if isinstance(m, ToolMessage)}
-    earlier = 0
+    earlier, found = 0, None
     for message in messages:
         if not isinstance(message, AIMessage) or not message.tool_calls:
             continue
         twins = [tc for tc in message.tool_calls if tc["name"] == name and _same(tc, args)]
         for index, twin in enumerate(twins):
             if twin["id"] == call_id:
-                return earlier + index
+                # The last AIMessage holding the id is the call's own (some models
+                # reuse ids such as "call_0" from turn to turn).
+                found = earlier + index
         earlier += sum(1 for twin in twins if twin["id"] in answered)
-    return None
+    return found
 
 
 def _same(tool_call: ToolCall, args: bytes) -> bool:

@@ -776,18 +776,21 @@ class EffectRunner:
             assert fresh is not None
             return fresh
 
+    def _refusal(self, p: _Pass, op: Operation) -> Generator[_Action, Any, str | None]:
+        """Ask the effect's ``authorize`` hook; the refusal's text, or None if allowed."""
+        assert p.call.spec.authorize is not None
+        try:
+            allowed = yield _Hook(p.call.spec.authorize, p.call.context(op))
+        except EffectRejected as exc:
+            return f"authorization refused: {exc.reason}"
+        return None if allowed else "authorization refused"
+
     def _authorize_and_claim(
         self, p: _Pass, op: Operation, owner: LeaseOwner, step: Step
     ) -> Generator[_Action, Any, Operation]:
         spec = p.call.spec
         if spec.authorize is not None:
-            refusal: str | None = None
-            try:
-                allowed = yield _Hook(spec.authorize, p.call.context(op))
-                if not allowed:
-                    refusal = "authorization refused"
-            except EffectRejected as exc:
-                refusal = f"authorization refused: {exc.reason}"
+            refusal = yield from self._refusal(p, op)
             if refusal is not None:
                 if op.status is S.PREPARED:
                     return (
@@ -1205,6 +1208,22 @@ class EffectRunner:
                     answer=mark,
                 )
             return (yield from self._guarded(p, op, action))
+        if answer.decision is Decision.RETRY and p.call.spec.authorize is not None:
+            # Asked before the operation leaves unknown: a refused resend proves nothing
+            # about the earlier attempt, so the operation stays unknown for a person
+            # (no retry offered), never "rejected".
+            refusal = yield from self._refusal(p, op)
+            if refusal is not None:
+                p.retry_forbidden = True
+                evidence = Evidence.inconclusive(
+                    f"the retry ordered by {answer.by} was refused: {refusal}", source="authorize"
+                )
+                p.evidence.append(evidence)
+                return (
+                    yield from self._guarded(
+                        p, op, _L("record_evidence", tenant, op_id, evidence, answer=mark)
+                    )
+                )
         resolution = Resolution(
             decision=answer.decision,
             by=answer.by,

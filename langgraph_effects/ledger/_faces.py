@@ -270,9 +270,13 @@ class SyncFace(_Face):
             logic.resolve(self._dialect, self._clock, tenant_id, operation_id, resolution)
         )
 
-    def record_evidence(self, tenant_id: str, operation_id: str, evidence: Evidence) -> Operation:
+    def record_evidence(
+        self, tenant_id: str, operation_id: str, evidence: Evidence, answer: str | None = None
+    ) -> Operation:
         return self._execute(
-            logic.record_evidence(self._dialect, self._clock, tenant_id, operation_id, evidence)
+            logic.record_evidence(
+                self._dialect, self._clock, tenant_id, operation_id, evidence, answer
+            )
         )
 
     def bind_thread(self, workflow_id: str, tenant_id: str) -> str:
@@ -519,10 +523,12 @@ class AsyncFace(_Face):
         )
 
     async def record_evidence(
-        self, tenant_id: str, operation_id: str, evidence: Evidence
+        self, tenant_id: str, operation_id: str, evidence: Evidence, answer: str | None = None
     ) -> Operation:
         return await self._execute(
-            logic.record_evidence(self._dialect, self._clock, tenant_id, operation_id, evidence)
+            logic.record_evidence(
+                self._dialect, self._clock, tenant_id, operation_id, evidence, answer
+            )
         )
 
     async def bind_thread(self, workflow_id: str, tenant_id: str) -> str:

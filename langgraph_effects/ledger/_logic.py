@@ -1094,6 +1094,7 @@ def record_evidence(
     tenant_id: str,
     operation_id: str,
     evidence: Evidence,
+    answer: str | None = None,
 ) -> Program[Operation]:
     def diagnose(op: Operation | None) -> Exception | None:
         return _not_found(tenant_id, operation_id) if op is None else None
@@ -1108,6 +1109,7 @@ def record_evidence(
         kind=EventKind.EVIDENCE,
         actor=evidence.source,
         evidence=evidence,
+        detail=with_answer(None, answer),
         diagnose=diagnose,
     )
 

@@ -49,7 +49,7 @@ Method contracts (the async twins have the same names and are coroutines):
     ``unknown`` -> ``confirmed`` | ``rejected`` on conclusive evidence or an
     operator; an operator's ``retry`` moves ``unknown`` -> ``prepared`` so the
     next run dispatches again (same key, same pinned payload).
-``record_evidence(tenant_id, operation_id, evidence) -> Operation``
+``record_evidence(tenant_id, operation_id, evidence, answer=None) -> Operation``
     Log inconclusive evidence and stamp ``evidence_checked_at``; status unchanged
     (so ``status_changed_at`` is unchanged too: an unknown keeps its age).
 ``bind_thread(workflow_id, tenant_id) -> str``
@@ -233,7 +233,7 @@ class Ledger(Protocol):
     def resolve(self, tenant_id: str, operation_id: str, resolution: Resolution) -> Operation: ...
 
     def record_evidence(
-        self, tenant_id: str, operation_id: str, evidence: Evidence
+        self, tenant_id: str, operation_id: str, evidence: Evidence, answer: str | None = None
     ) -> Operation: ...
 
     def bind_thread(self, workflow_id: str, tenant_id: str) -> str: ...
@@ -354,7 +354,7 @@ class AsyncLedger(Protocol):
     ) -> Operation: ...
 
     async def record_evidence(
-        self, tenant_id: str, operation_id: str, evidence: Evidence
+        self, tenant_id: str, operation_id: str, evidence: Evidence, answer: str | None = None
     ) -> Operation: ...
 
     async def bind_thread(self, workflow_id: str, tenant_id: str) -> str: ...

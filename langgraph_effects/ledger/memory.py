@@ -497,7 +497,9 @@ class InMemoryLedger:
                 **changes,
             )
 
-    def record_evidence(self, tenant_id: str, operation_id: str, evidence: Evidence) -> Operation:
+    def record_evidence(
+        self, tenant_id: str, operation_id: str, evidence: Evidence, answer: str | None = None
+    ) -> Operation:
         with self._lock:
             self._require_setup()
             row = self._row(tenant_id, operation_id)
@@ -510,7 +512,12 @@ class InMemoryLedger:
                 }
             )
             return self._commit(
-                row, new, EventKind.EVIDENCE, actor=evidence.source, evidence=evidence
+                row,
+                new,
+                EventKind.EVIDENCE,
+                actor=evidence.source,
+                evidence=evidence,
+                detail=with_answer(None, answer),
             )
 
     # -- queries -------------------------------------------------------------
