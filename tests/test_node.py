@@ -446,7 +446,9 @@ def test_authorization_revoked_while_approval_pending(env: Env) -> None:
 
 
 def test_authorization_revoked_before_recovery_retry(env: Env) -> None:
-    """Scenario 9: an operator's retry meets a revoked authorization: rejected, nothing re-sent."""
+    """Scenario 9: an operator's retry meets a revoked authorization: nothing re-sent, and
+    the operation stays unknown for a person (no retry offered): the refusal proves nothing
+    about the earlier attempt, so it is never "rejected, not carried out"."""
     crm = FakeCRM()
     allowed = {"ok": True}
     crm.faults.push(Fault.LOSE_RESPONSE)
@@ -456,12 +458,18 @@ def test_authorization_revoked_before_recovery_retry(env: Env) -> None:
     allowed["ok"] = False
     env.invoke(graph, Command(resume={"decision": "retry", "by": "bob"}), CFG)
     [op] = env.ops()
-    assert op.status is S.REJECTED
+    assert op.status is S.UNKNOWN
     assert crm.effects == 1
-    assert any(
-        e.kind is EventKind.MARK_UNKNOWN
-        for e in env.ledger_call("events", "default", op.operation_id)
-    )
+    events = env.ledger_call("events", "default", op.operation_id)
+    assert any(e.kind is EventKind.MARK_UNKNOWN for e in events)
+    refusal = events[-1].evidence
+    assert refusal is not None
+    assert (refusal.source, refusal.kind.value) == ("authorize", "inconclusive")
+    [review] = pending_interrupts(env, graph, CFG)
+    assert "retry" not in review.value["allowed_decisions"]
+    env.invoke(graph, Command(resume={"decision": "reject", "by": "bob"}), CFG)
+    assert env.ops()[0].status is S.REJECTED
+    assert crm.effects == 1
 
 
 def test_parallel_sibling_not_rerun_when_one_interrupts(env: Env) -> None:
