@@ -354,13 +354,34 @@ def _start_steps(
             "now": now,
         },
     )
-    if not rows:  # already started: the same start returns the first snapshot
+    if not rows:  # already started: the same start returns the run as it is now
         existing = yield sql.GET_EVENT_SQL, {"run_id": run_id, "event_id": start.event_id}
         if not existing:
             raise InvalidInput(f"run {run_id!r} already exists (started by another event)")
-        return _replay(existing[0], start, run_id)
+        first = _start_args(
+            RunEvent.model_validate_json(existing[0]["event"]),
+            RunSnapshot.model_validate_json(existing[0]["snapshot"]),
+        )
+        if first != _start_args(start, snap):
+            raise InvalidInput(
+                f"run {run_id!r} was already started with {first}; "
+                f"this start asks for {_start_args(start, snap)}"
+            )
+        current = yield sql.GET_RUN_SQL, {"run_id": run_id}
+        return RunSnapshot.model_validate_json(current[0]["snapshot"])
     yield _write_event(snap, start, now)
     return snap
+
+
+def _start_args(start: RunEvent, snap: RunSnapshot) -> str:
+    """What a start asked for, in words: equal for a repeated start, whenever it runs.
+
+    The lease is compared as the duration asked for (expiry minus start time),
+    not as the expiry, which moves with the clock of each call.
+    """
+    lease_for = None if start.lease_expires_at is None else start.lease_expires_at - snap.updated_at
+    data = ", ".join(f"{k}={v!r}" for k, v in sorted(start.data.items()))
+    return f"machine={snap.machine!r}, {data}, lease_for={lease_for}"
 
 
 def _append_steps(
@@ -557,7 +578,13 @@ class RunJournal(_JournalBase):
         lease_for: timedelta | None = None,
         event_id: str = "start",
     ) -> RunSnapshot:
-        """Create the run at version 1 in the machine's initial state (idempotent per event id)."""
+        """Create the run at version 1 in the machine's initial state; return its snapshot.
+
+        Idempotent: a repeated start with the same arguments (and event id)
+        writes nothing and returns the run's current snapshot, so a restarted
+        worker may call it again; ``lease_for`` counts as the duration asked
+        for. Other arguments for an existing run raise ``InvalidInput``.
+        """
         m, now = self._machine(machine), self.clock()
         expires = None if lease_for is None else now + lease_for
         start = RunEvent(

@@ -113,6 +113,48 @@ def test_repeating_the_same_append_returns_the_same_result(journal: RunJournal) 
         journal.append("r1", 3, RunEvent(event_id="p1", type="message_discarded"))
 
 
+def test_repeating_a_start_with_a_lease_returns_the_existing_run(
+    journal: RunJournal, clock: FakeClock
+) -> None:
+    """A start repeated later with the same arguments (lease_for included) returns the run now."""
+    lease = timedelta(minutes=30)
+    first = journal.start("r1", MACHINE.name, resource="box@x", attempts=5, lease_for=lease)
+    clock.advance(timedelta(seconds=7))
+    again = journal.start("r1", MACHINE.name, resource="box@x", attempts=5, lease_for=lease)
+    assert again == first
+    moved = journal.append(
+        "r1", 1, RunEvent(event_id="request", type="message_requested", evidence_id="req-1")
+    )
+    clock.advance(timedelta(minutes=1))
+    restarted = journal.start("r1", MACHINE.name, resource="box@x", attempts=5, lease_for=lease)
+    assert restarted == moved
+    assert (restarted.version, restarted.lease_expires_at) == (2, first.lease_expires_at)
+    assert [e.type for e in journal.events("r1")] == ["started", "message_requested"]
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        ({"attempts": 4}, "attempts=5"),
+        ({"resource": "other@x"}, "resource='box@x'"),
+        ({"lease_for": timedelta(minutes=31)}, "lease_for=0:30:00"),
+        ({"lease_for": None}, "lease_for=0:30:00"),
+    ],
+)
+def test_a_conflicting_start_is_refused_and_changes_nothing(
+    journal: RunJournal, clock: FakeClock, change: dict[str, Any], named: str
+) -> None:
+    """A start of an existing run with other arguments fails naming them; the run is unchanged."""
+    args: dict[str, Any] = {"resource": "box@x", "attempts": 5, "lease_for": timedelta(minutes=30)}
+    first = journal.start("r1", MACHINE.name, **args)
+    clock.advance(timedelta(seconds=1))
+    with pytest.raises(InvalidInput, match="already started with") as refused:
+        journal.start("r1", MACHINE.name, **{**args, **change})
+    assert named in str(refused.value)
+    assert journal.get("r1") == first
+    assert len(journal.events("r1")) == 1
+
+
 def test_machine_refuses_undeclared_transitions(journal: RunJournal) -> None:
     """An event the state does not allow, or a poll without attempts left, is refused."""
     requested(journal)
@@ -243,5 +285,27 @@ def test_async_journal_appends_with_the_same_rules(pg_url: str) -> None:
             with pytest.raises(StaleVersion):
                 await journal.append("r1", 1, RunEvent(event_id="p", type="inbox_polled"))
             assert (await journal.stats()).stale_version_rejections == 1
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.postgres
+def test_async_journal_start_is_idempotent_with_a_lease(pg_url: str) -> None:
+    """The async journal returns the existing run for a repeated start and refuses a conflict."""
+    import psycopg
+
+    clock = FakeClock()
+    lease = timedelta(minutes=30)
+
+    async def scenario() -> None:
+        async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as conn:
+            journal = AsyncRunJournal(conn, [MACHINE], clock=clock.now)
+            await journal.setup()
+            first = await journal.start("r1", MACHINE.name, attempts=5, lease_for=lease)
+            clock.advance(timedelta(seconds=7))
+            assert await journal.start("r1", MACHINE.name, attempts=5, lease_for=lease) == first
+            with pytest.raises(InvalidInput, match="already started with"):
+                await journal.start("r1", MACHINE.name, attempts=4, lease_for=lease)
+            assert await journal.get("r1") == first
 
     asyncio.run(scenario())
