@@ -24,6 +24,7 @@ from typing import Any, TypeAlias, overload
 from langchain_core.tools import BaseTool, StructuredTool
 from langchain_core.tools.base import create_schema_from_function
 
+from langgraph_effects.core.digest import payload_digest, resolve_payload_key
 from langgraph_effects.core.model import Evidence, Operation, ProviderContract
 from langgraph_effects.errors import EffectsError, InvalidInput
 
@@ -78,6 +79,12 @@ class EffectSpec:
     authorize: Authorizer | None = None
     intent_key: str | Callable[[dict[str, Any]], str] | None = None
     store_payload: bool = True
+    payload_key: bytes | None = field(default=None, repr=False)
+    """The secret keying the payload digest; set exactly when ``store_payload`` is False."""
+
+    def digest_of(self, target: str | None, args: dict[str, Any]) -> str:
+        """The payload digest of a call: keyed (HMAC) when only the digest is kept."""
+        return payload_digest(self.action, self.version, target, args, key=self.payload_key)
 
     def target_of(self, args: dict[str, Any]) -> str | None:
         """The target for these call arguments (a string, or computed from them)."""
@@ -316,6 +323,7 @@ def effect(
     authorize: Authorizer | None = ...,
     intent_key: str | Callable[[dict[str, Any]], str] | None = ...,
     store_payload: bool = ...,
+    payload_key: bytes | str | None = ...,
     name: str | None = ...,
     description: str | None = ...,
 ) -> Callable[[Callable[..., Any] | BaseTool], EffectTool]: ...
@@ -336,6 +344,7 @@ def effect(
     authorize: Authorizer | None = None,
     intent_key: str | Callable[[dict[str, Any]], str] | None = None,
     store_payload: bool = True,
+    payload_key: bytes | str | None = None,
     name: str | None = None,
     description: str | None = None,
 ) -> Callable[[Callable[..., Any] | BaseTool], EffectTool] | EffectTool:
@@ -365,7 +374,15 @@ def effect(
             arguments). The operation id then derives from tenant, action and
             key only, so a re-proposed call maps to the same operation, and the
             same key with another payload raises ``PayloadMismatch``.
-        store_payload: False keeps only the payload digest in the ledger.
+        store_payload: False keeps only the payload digest in the ledger. That
+            digest is then an HMAC-SHA256 under a secret key (``payload_key``, else
+            the ``LGE_PAYLOAD_KEY`` environment variable; refused without one), so
+            a low-entropy payload (a PIN) cannot be recovered from the record by
+            trying every value. Keep the key stable: it is part of each call's
+            identity, and another key makes an unfinished call a new operation.
+        payload_key: the secret for ``store_payload=False`` (at least 16 bytes;
+            text is read as UTF-8). Refused with ``store_payload=True``, where the
+            payload is stored anyway and the digest is a plain SHA-256.
         name, description: override the tool's name and description.
 
     Returns:
@@ -377,6 +394,12 @@ def effect(
         return effect(str(name_))(action)
     if not action.strip():
         raise InvalidInput("an effect needs a non-blank action name")
+    if store_payload and payload_key is not None:
+        raise InvalidInput(
+            f"effect {action!r}: payload_key is for store_payload=False "
+            "(a stored payload is digested with plain SHA-256)"
+        )
+    key = None if store_payload else resolve_payload_key(payload_key, what=f"effect {action!r}")
     spec = EffectSpec(
         action=action,
         version=version,
@@ -387,6 +410,7 @@ def effect(
         authorize=authorize,
         intent_key=intent_key,
         store_payload=store_payload,
+        payload_key=key,
     )
 
     def decorate(obj: Callable[..., Any] | BaseTool) -> EffectTool:

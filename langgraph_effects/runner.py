@@ -47,7 +47,7 @@ from langgraph.types import Command, interrupt
 from pydantic import AfterValidator
 
 from langgraph_effects._faults import CrashPoint, crash_point
-from langgraph_effects.core.digest import canonical_json, payload_digest
+from langgraph_effects.core.digest import canonical_json
 from langgraph_effects.core.ids import (
     idempotency_key,
     intent_operation_id,
@@ -209,7 +209,7 @@ class EffectCall:
         """
         args = dict(args)
         target = spec.target_of(args)
-        digest = payload_digest(spec.action, spec.version, target, args)
+        digest = spec.digest_of(target, args)
         intent = spec.intent_of(args)
         if intent is not None:
             op_id = intent_operation_id(tenant_id=tenant_id, action=spec.action, intent_key=intent)

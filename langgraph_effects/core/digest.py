@@ -1,18 +1,49 @@
-"""Canonical payload digests (RFC 8785 JSON Canonicalization Scheme + SHA-256)."""
+"""Canonical payload digests (RFC 8785 JSON Canonicalization Scheme + SHA-256 or HMAC-SHA256).
+
+Two formats, told apart by their prefix:
+
+* ``<64 hex>``: plain SHA-256. Used when the ledger also keeps the payload,
+  so the digest reveals nothing the record does not already show.
+* ``hmac:<64 hex>``: HMAC-SHA256 under a secret the deployment provides.
+  Required when only the digest is kept (``store_payload=False``): a plain hash
+  of a low-entropy payload (a 6-digit PIN) is reversed by trying every value;
+  without the key that search is impossible. The key must stay the same while
+  operations may be resumed: the digest is part of the operation's identity.
+"""
 
 from __future__ import annotations
 
 import hashlib
+import hmac
+import os
 from typing import Any
 
 import rfc8785
 
 from langgraph_effects.errors import InvalidInput
 
-__all__ = ["MAX_PAYLOAD_BYTES", "canonical_json", "payload_digest"]
+__all__ = [
+    "DIGEST_PATTERN",
+    "MAX_PAYLOAD_BYTES",
+    "MIN_PAYLOAD_KEY_BYTES",
+    "PAYLOAD_KEY_ENV",
+    "canonical_json",
+    "payload_digest",
+    "resolve_payload_key",
+]
 
 MAX_PAYLOAD_BYTES = 1 << 20
 """Largest canonical payload accepted (1 MiB): ledgers are not blob stores."""
+
+PAYLOAD_KEY_ENV = "LGE_PAYLOAD_KEY"
+"""Environment variable holding the deployment's payload digest key."""
+
+MIN_PAYLOAD_KEY_BYTES = 16
+"""Shortest key accepted: a guessable key would make the keyed digest guessable too."""
+
+KEYED_PREFIX = "hmac:"
+DIGEST_PATTERN = r"^(hmac:)?[0-9a-f]{64}$"
+"""Both digest formats (records written before keyed digests have no prefix)."""
 
 
 def canonical_json(value: Any) -> bytes:
@@ -32,11 +63,41 @@ def canonical_json(value: Any) -> bytes:
     return data
 
 
-def payload_digest(action: str, version: int, target: str | None, payload: Any) -> str:
-    """SHA-256 (hex) over canonical JSON of the payload plus action, version and target.
+def resolve_payload_key(explicit: bytes | str | None, *, what: str) -> bytes:
+    """The digest key: ``explicit``, else ``$LGE_PAYLOAD_KEY``; refused when missing or short.
 
-    Equal for equal JSON values whatever the dict order; different when any of
-    the four changes.
+    Args:
+        explicit: the key given in code (bytes, or text read as UTF-8), or None.
+        what: names the caller in errors (``"effect 'auth.send_pin'"``).
+    """
+    key = explicit if explicit is not None else os.environ.get(PAYLOAD_KEY_ENV)
+    if key is None or key == "" or key == b"":
+        raise InvalidInput(
+            f"{what}: store_payload=False needs a secret key for the payload digest "
+            f"(an unkeyed hash of a low-entropy payload can be reversed by trying every "
+            f"value): pass payload_key=... or set {PAYLOAD_KEY_ENV}"
+        )
+    raw = key.encode() if isinstance(key, str) else bytes(key)
+    if len(raw) < MIN_PAYLOAD_KEY_BYTES:
+        raise InvalidInput(
+            f"{what}: the payload digest key is {len(raw)} bytes; use at least "
+            f"{MIN_PAYLOAD_KEY_BYTES} random bytes (e.g. secrets.token_hex(32))"
+        )
+    return raw
+
+
+def payload_digest(
+    action: str, version: int, target: str | None, payload: Any, *, key: bytes | None = None
+) -> str:
+    """Digest of canonical JSON of the payload plus action, version and target.
+
+    Without ``key``: SHA-256 hex. With ``key``: ``"hmac:"`` + HMAC-SHA256 hex,
+    which nobody without the key can compute, so nobody can test guesses of
+    the payload against it. Equal for equal JSON values whatever the dict
+    order; different when any of the four (or the key) changes.
     """
     envelope = {"action": action, "version": version, "target": target, "payload": payload}
-    return hashlib.sha256(canonical_json(envelope)).hexdigest()
+    data = canonical_json(envelope)
+    if key is None:
+        return hashlib.sha256(data).hexdigest()
+    return KEYED_PREFIX + hmac.new(key, data, hashlib.sha256).hexdigest()

@@ -12,6 +12,8 @@ from typing import Any, Self
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from langgraph_effects.core.digest import DIGEST_PATTERN
+
 __all__ = [
     "Decision",
     "EventKind",
@@ -289,7 +291,7 @@ class OperationDraft(_Frozen):
     action: str = Field(min_length=1, max_length=200)
     action_version: int = Field(default=1, ge=1)
     target: str | None = Field(default=None, max_length=1000)
-    payload_digest: str = Field(pattern=r"^[0-9a-f]{64}$")
+    payload_digest: str = Field(pattern=DIGEST_PATTERN)
     payload: JSON = None
     payload_stored: bool = True
     authorization_ref: str | None = None
