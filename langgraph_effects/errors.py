@@ -68,7 +68,14 @@ class PayloadMismatch(InvalidInput):
         super().__init__(
             f"operation {operation_id!r} was prepared with payload digest {expected[:12]}…, "
             f"this call has {actual[:12]}…: the same intent key cannot carry another payload"
+            + _KEYED_HINT * (expected.startswith("hmac:") != actual.startswith("hmac:"))
         )
+
+
+_KEYED_HINT = (
+    " (one digest is keyed, 'hmac:', the other plain SHA-256: the effect's store_payload "
+    "policy changed since the record was written, or it predates keyed digests)"
+)
 
 
 class InvalidAnswer(InvalidInput):

@@ -24,7 +24,9 @@ PHONE = "+3460000"
 
 
 def _pin_tool(**kw: Any) -> Any:
-    @effect("auth.send_pin", target=lambda a: a["phone"], store_payload=False, **kw)
+    kw.setdefault("store_payload", False)
+
+    @effect("auth.send_pin", target=lambda a: a["phone"], **kw)
     def text_pin(phone: str, attempt_id: str, pin: str) -> str:
         """Text a one-time PIN to a phone."""
         return "sent"
@@ -136,6 +138,27 @@ def test_another_payload_under_the_same_intent_key_is_still_a_mismatch() -> None
     with pytest.raises(PayloadMismatch):
         ledger.prepare(draft("000000", "c3"))
     assert len(ledger.list(tenant_id="acme")) == 1
+
+
+def test_a_record_with_a_plain_digest_meets_a_mismatch_that_says_why() -> None:
+    """A record from before the policy (plain SHA-256) is refused, not replayed, and named so."""
+    ledger = InMemoryLedger()
+    ledger.setup()
+    args = {"phone": PHONE, "attempt_id": "login-7", "pin": PIN}
+    drafts = []
+    for tool in (
+        _pin_tool(store_payload=True, intent_key="login-7"),
+        _pin_tool(payload_key=KEY, intent_key="login-7"),
+    ):
+        spec = effect_spec(tool)
+        assert spec is not None
+        call = EffectCall.build(
+            spec, tool_name="text_pin", tool_call_id="c1", args=args, tenant_id="t", workflow_id="w"
+        )
+        drafts.append(call.draft())
+    ledger.prepare(drafts[0])
+    with pytest.raises(PayloadMismatch, match="store_payload policy changed"):
+        ledger.prepare(drafts[1])
 
 
 def test_the_same_call_is_the_same_operation_after_a_restart(tmp_path: Path) -> None:
