@@ -13,16 +13,25 @@ from __future__ import annotations
 # cannot infer the type of a bare ``$1 IS NULL``.
 
 __all__ = [
+    "CLAIM_CHECK_SQL_PG",
+    "CLAIM_CHECK_SQL_SQLITE",
     "CLAIM_SQL_PG",
     "CLAIM_SQL_SQLITE",
+    "ENTRY_EVENTS_SQL",
+    "GET_ENTRY_BY_MESSAGE_SQL",
     "GET_ENTRY_SQL",
+    "GET_EVENT_SQL",
     "INSERT_ENTRY_SQL",
+    "INSERT_EVENT_SQL",
     "INSERT_VERSION_SQL",
     "LEASED_SQL",
     "LIST_ENTRIES_SQL",
+    "MARK_DELIVERED_FENCED_SQL",
+    "MARK_DELIVERED_SQL",
     "MIGRATIONS_PG",
     "MIGRATIONS_SQLITE",
     "PG_SETUP_LOCK_SQL",
+    "RELEASE_CHECK_SQL",
     "SELECT_VERSION_SQL",
     "SETTLE_SQL",
     "TAKE_OVER_SQL",
@@ -60,6 +69,23 @@ MIGRATIONS_SQLITE: tuple[tuple[str, ...], ...] = (
         """CREATE INDEX IF NOT EXISTS lge_outbox_key ON lge_outbox (tenant_id, topic, key, seq)
             WHERE status IN ('pending', 'review')""",
     ),
+    # v2: delivery evidence after "accepted" (webhooks, status checks), one row
+    # per (entry, evidence id) so a repeated webhook records nothing new.
+    (
+        """CREATE TABLE IF NOT EXISTS lge_outbox_events (
+            entry_id TEXT NOT NULL,
+            evidence_id TEXT NOT NULL,
+            kind TEXT NOT NULL,
+            source TEXT NOT NULL,
+            message_id TEXT,
+            detail TEXT,
+            at TEXT NOT NULL,
+            PRIMARY KEY (entry_id, evidence_id))""",
+        """CREATE INDEX IF NOT EXISTS lge_outbox_accepted ON lge_outbox (available_at, seq)
+            WHERE status = 'sent' AND receipt_state = 'accepted'""",
+        """CREATE INDEX IF NOT EXISTS lge_outbox_message ON lge_outbox (provider_message_id)
+            WHERE provider_message_id IS NOT NULL""",
+    ),
 )
 
 MIGRATIONS_PG: tuple[tuple[str, ...], ...] = (
@@ -90,6 +116,21 @@ MIGRATIONS_PG: tuple[tuple[str, ...], ...] = (
             WHERE status IN ('pending', 'review')""",
         """CREATE INDEX IF NOT EXISTS lge_outbox_key ON lge_outbox (tenant_id, topic, key, seq)
             WHERE status IN ('pending', 'review')""",
+    ),
+    (
+        """CREATE TABLE IF NOT EXISTS lge_outbox_events (
+            entry_id TEXT NOT NULL,
+            evidence_id TEXT NOT NULL,
+            kind TEXT NOT NULL,
+            source TEXT NOT NULL,
+            message_id TEXT,
+            detail TEXT,
+            at TIMESTAMPTZ NOT NULL,
+            PRIMARY KEY (entry_id, evidence_id))""",
+        """CREATE INDEX IF NOT EXISTS lge_outbox_accepted ON lge_outbox (available_at, seq)
+            WHERE status = 'sent' AND receipt_state = 'accepted'""",
+        """CREATE INDEX IF NOT EXISTS lge_outbox_message ON lge_outbox (provider_message_id)
+            WHERE provider_message_id IS NOT NULL""",
     ),
 )
 
@@ -170,11 +211,13 @@ CLAIM_SQL_PG = _CLAIM.format(
 )
 
 # Fenced: only the holder of the entry's current token settles it. A stale
-# relay's write matches no row and changes nothing.
+# relay's write matches no row and changes nothing. A delivery already
+# recorded (a webhook that beat the receipt) is never turned back into "accepted".
 SETTLE_SQL = """
 UPDATE lge_outbox
 SET status = :status, failures = :failures, available_at = :available_at,
-    receipt_state = COALESCE(:receipt_state, receipt_state),
+    receipt_state = CASE WHEN receipt_state = 'delivered' THEN receipt_state
+                         ELSE COALESCE(:receipt_state, receipt_state) END,
     provider_message_id = COALESCE(:provider_message_id, provider_message_id),
     last_error = :last_error, lease_owner = NULL, lease_expires_at = NULL,
     updated_at = :now, resolved_at = :resolved_at
@@ -196,4 +239,80 @@ SET lease_owner = :owner, lease_expires_at = :lease_expires_at,
     fencing_token = fencing_token + 1, updated_at = :now
 WHERE seq = :seq AND fencing_token = :token AND status IN ('pending', 'review')
 RETURNING {_COLUMNS}
+"""
+
+# --------------------------------------------------------------------------- delivery evidence
+
+GET_ENTRY_BY_MESSAGE_SQL = (
+    f"SELECT {_COLUMNS} FROM lge_outbox WHERE provider_message_id = :message_id ORDER BY seq"
+)
+
+# Unfenced: a provider's webhook holds no lease. It only ever raises the
+# receipt to "delivered" and leaves any relay's lease and token alone.
+MARK_DELIVERED_SQL = f"""
+UPDATE lge_outbox SET receipt_state = 'delivered', updated_at = :now
+WHERE seq = :seq
+RETURNING {_COLUMNS}
+"""
+
+# Fenced: a status check claimed the entry; only its token records the answer
+# and releases the claim.
+MARK_DELIVERED_FENCED_SQL = f"""
+UPDATE lge_outbox
+SET receipt_state = 'delivered', lease_owner = NULL, lease_expires_at = NULL, updated_at = :now
+WHERE seq = :seq AND fencing_token = :token
+RETURNING {_COLUMNS}
+"""
+
+INSERT_EVENT_SQL = """
+INSERT INTO lge_outbox_events (entry_id, evidence_id, kind, source, message_id, detail, at)
+VALUES (:entry_id, :evidence_id, :kind, :source, :message_id, :detail, :now)
+ON CONFLICT (entry_id, evidence_id) DO NOTHING
+RETURNING entry_id
+"""
+
+_EVENT_COLUMNS = "entry_id, evidence_id, kind, source, message_id, detail, at"
+GET_EVENT_SQL = (
+    f"SELECT {_EVENT_COLUMNS} FROM lge_outbox_events "
+    "WHERE entry_id = :entry_id AND evidence_id = :evidence_id"
+)
+ENTRY_EVENTS_SQL = (
+    f"SELECT {_EVENT_COLUMNS} FROM lge_outbox_events WHERE entry_id = :entry_id "
+    "ORDER BY at, evidence_id"
+)
+
+# Status checks claim sent entries whose receipt still says "accepted", due
+# and not older than the checking horizon, the same way a delivery pass
+# claims (a lease and a new fencing token).
+_CHECK_CANDIDATES = """
+SELECT o.seq FROM lge_outbox o
+WHERE o.status = 'sent' AND o.receipt_state = 'accepted' AND o.available_at <= :now
+  AND o.resolved_at > :since
+  AND (o.lease_expires_at IS NULL OR o.lease_expires_at <= :now)
+  AND (CAST(:tenant_id AS TEXT) IS NULL OR o.tenant_id = :tenant_id)
+ORDER BY o.seq
+LIMIT :limit
+"""
+
+_CLAIM_CHECK = """
+UPDATE lge_outbox
+SET lease_owner = :owner, lease_expires_at = :lease_expires_at,
+    fencing_token = fencing_token + 1, updated_at = :now
+WHERE seq IN ({candidates})
+  AND status = 'sent' AND receipt_state = 'accepted'
+  AND (lease_expires_at IS NULL OR lease_expires_at <= :now)
+RETURNING {columns}
+"""
+
+CLAIM_CHECK_SQL_SQLITE = _CLAIM_CHECK.format(candidates=_CHECK_CANDIDATES, columns=_COLUMNS)
+CLAIM_CHECK_SQL_PG = _CLAIM_CHECK.format(
+    candidates=_CHECK_CANDIDATES + " FOR UPDATE OF o SKIP LOCKED", columns=_COLUMNS
+)
+
+# Still only accepted: check again later. Fenced like every settle.
+RELEASE_CHECK_SQL = """
+UPDATE lge_outbox
+SET available_at = :available_at, lease_owner = NULL, lease_expires_at = NULL, updated_at = :now
+WHERE seq = :seq AND fencing_token = :token
+RETURNING seq
 """

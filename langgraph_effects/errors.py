@@ -65,10 +65,10 @@ class PayloadMismatch(InvalidInput):
         self.operation_id = operation_id
         self.expected = expected
         self.actual = actual
+        hint = _KEYED_HINT if expected.startswith("hmac:") != actual.startswith("hmac:") else ""
         super().__init__(
             f"operation {operation_id!r} was prepared with payload digest {expected[:12]}…, "
-            f"this call has {actual[:12]}…: the same intent key cannot carry another payload"
-            + _KEYED_HINT * (expected.startswith("hmac:") != actual.startswith("hmac:"))
+            f"this call has {actual[:12]}…: the same intent key cannot carry another payload{hint}"
         )
 
 

@@ -53,6 +53,7 @@ commit order and ``seq`` order the same.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import hashlib
 import inspect
 import json
@@ -112,6 +113,7 @@ __all__ = [
     "Delivery",
     "Outbox",
     "OutboxEntry",
+    "OutboxEvent",
     "OutboxRelay",
     "OutboxStatus",
     "Receipt",
@@ -189,6 +191,30 @@ class Receipt(BaseModel):
         return "delivered" if self.delivered else "accepted"
 
 
+class OutboxEvent(BaseModel):
+    """Delivery evidence recorded for an entry after the provider accepted it.
+
+    One row per (entry, ``evidence_id``): the same webhook delivered twice is
+    one event. ``source`` says where it came from (``"webhook"``,
+    ``"status_check"``); ``detail`` holds small facts (ids, timestamps), never bodies.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    entry_id: str
+    evidence_id: str
+    kind: str
+    """``delivered``: the provider says the message reached its destination."""
+    source: str
+    message_id: str | None
+    detail: JSON
+    at: datetime
+
+
+MAX_EVENT_DETAIL_BYTES = 4096
+DELIVERED = "delivered"
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Delivery:
     """What the delivery function is given: the entry and the stable key to send with it."""
@@ -212,6 +238,8 @@ class RelayReport:
     """Left pending: another live relay is dispatching it, or a transient failure backs off."""
     lost_lease: int = 0
     """Settles refused because another relay took the entry over (the ledger still decides)."""
+    delivered: int = 0
+    """Entries whose delivery a status check recorded (``check_deliveries``)."""
 
     def add(self, other: RelayReport) -> None:
         for name in self.__slots__:
@@ -425,6 +453,91 @@ class Outbox:
         rows = run_sync(conn, dialect_of(conn), one(sql.LIST_ENTRIES_SQL, params))
         return [_entry(r) for r in rows]
 
+    # -- delivery evidence ------------------------------------------------------
+
+    def mark_delivered(
+        self,
+        conn: Any,
+        *,
+        evidence_id: str,
+        entry_id: str | None = None,
+        message_id: str | None = None,
+        source: str = "webhook",
+        detail: JSON = None,
+        token: int | None = None,
+    ) -> OutboxEntry | None:
+        """Record the provider's word that an entry was delivered (a webhook, a status check).
+
+        Idempotent per ``evidence_id`` (use the provider's event id): repeating it
+        records nothing new; the same id with other content raises
+        ``InvalidInput``. Out of order is fine: a webhook that arrives before
+        the relay saved the receipt is kept, and the receipt never turns the
+        entry back into ``accepted``. One transaction on ``conn``: the caller's
+        if one is open, else its own, committed here.
+
+        Args:
+            conn: a ``sqlite3`` or psycopg connection to the application's database.
+            evidence_id: the provider's id for this piece of evidence.
+            entry_id: the entry (the application may pass it to the provider as
+                metadata); or
+            message_id: the provider's message id from the receipt.
+            source: where the evidence comes from.
+            detail: small JSON facts (at most 4 KiB), never message bodies.
+            token: the entry's fencing token when the caller claimed it (a
+                status check): a stale token raises ``StaleFencingToken`` and
+                nothing is written. Webhooks hold no claim and pass None.
+
+        Returns:
+            The entry as now recorded, or None when no entry matches (yet): a
+            webhook naming a message id whose receipt is not saved yet; answer
+            it so the provider retries, or identify entries by ``entry_id``.
+        """
+        steps = _delivered_steps(
+            entry_id=entry_id,
+            message_id=message_id,
+            evidence_id=evidence_id,
+            source=source,
+            detail=detail,
+            token=token,
+            now=self._clock(),
+        )
+        return _transact(conn, dialect_of(conn), steps)
+
+    async def amark_delivered(
+        self,
+        conn: Any,
+        *,
+        evidence_id: str,
+        entry_id: str | None = None,
+        message_id: str | None = None,
+        source: str = "webhook",
+        detail: JSON = None,
+        token: int | None = None,
+    ) -> OutboxEntry | None:
+        """``mark_delivered`` on a psycopg ``AsyncConnection``."""
+        steps = _delivered_steps(
+            entry_id=entry_id,
+            message_id=message_id,
+            evidence_id=evidence_id,
+            source=source,
+            detail=detail,
+            token=token,
+            now=self._clock(),
+        )
+        try:
+            async with conn.transaction():
+                return await run_async(conn, steps)
+        except Exception as exc:
+            if _is_missing_table(exc):
+                raise LedgerNotSetUp(_SETUP_AGAIN) from exc
+            raise
+
+    @staticmethod
+    def events(conn: Any, entry_id: str) -> builtins.list[OutboxEvent]:
+        """The delivery evidence recorded for an entry, oldest first (any connection; no commit)."""
+        rows = run_sync(conn, dialect_of(conn), one(sql.ENTRY_EVENTS_SQL, {"entry_id": entry_id}))
+        return [_event(r) for r in rows]
+
 
 def _entry(row: dict[str, Any]) -> OutboxEntry:
     return OutboxEntry.model_validate(
@@ -437,10 +550,102 @@ def _is_missing_table(exc: Exception) -> bool:
     return "no such table" in text or ("lge_outbox" in text and "does not exist" in text)
 
 
+_SETUP_AGAIN = "outbox tables are missing or older than this version: call Outbox().setup(conn)"
+
+
+def _event(row: dict[str, Any]) -> OutboxEvent:
+    detail = None if row["detail"] is None else json.loads(row["detail"])
+    return OutboxEvent.model_validate({**row, "detail": detail})
+
+
+def _transact(conn: Any, dialect: Dialect, steps: Generator[Stmt, Rows, T]) -> T:
+    """Run ``steps`` in the caller's open transaction, or in one of its own, committed here."""
+    try:
+        if dialect == "postgres":
+            with conn.transaction():  # a savepoint inside the caller's transaction
+                return run_sync(conn, dialect, steps)
+        if conn.in_transaction:
+            return run_sync(conn, dialect, steps)
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            result = run_sync(conn, dialect, steps)
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+        return result
+    except Exception as exc:
+        if _is_missing_table(exc):
+            raise LedgerNotSetUp(_SETUP_AGAIN) from exc
+        raise
+
+
+def _delivered_steps(
+    *,
+    entry_id: str | None,
+    message_id: str | None,
+    evidence_id: str,
+    source: str,
+    detail: JSON,
+    token: int | None,
+    now: datetime,
+) -> Generator[Stmt, Rows, OutboxEntry | None]:
+    """Raise the entry's receipt to ``delivered`` and record the evidence, in one transaction.
+
+    The write comes first and is fenced when ``token`` is given, so a stale
+    claim changes nothing; the event insert is idempotent per evidence id.
+    """
+    if entry_id is None and message_id is None:
+        raise InvalidInput("mark_delivered needs entry_id or message_id")
+    if not evidence_id.strip() or not source.strip():
+        raise InvalidInput("mark_delivered needs a non-blank evidence_id and source")
+    detail_text = None if detail is None else canonical_json(detail).decode()
+    if detail_text is not None and len(detail_text) > MAX_EVENT_DETAIL_BYTES:
+        raise InvalidInput(
+            f"delivery detail is over {MAX_EVENT_DETAIL_BYTES} bytes: keep ids, not bodies"
+        )
+    if entry_id is not None:
+        rows = yield sql.GET_ENTRY_SQL, {"entry_id": entry_id}
+    else:
+        rows = yield sql.GET_ENTRY_BY_MESSAGE_SQL, {"message_id": message_id}
+    if not rows:
+        return None
+    entry = _entry(rows[0])
+    if message_id is not None and entry.provider_message_id not in (None, message_id):
+        raise InvalidInput(
+            f"entry {entry.entry_id!r} was sent as message {entry.provider_message_id!r}, "
+            f"not {message_id!r}: this evidence is about another message"
+        )
+    if token is None:
+        rows = yield sql.MARK_DELIVERED_SQL, {"seq": entry.seq, "now": now}
+    else:
+        rows = yield sql.MARK_DELIVERED_FENCED_SQL, {"seq": entry.seq, "token": token, "now": now}
+        if not rows:
+            raise StaleFencingToken(entry.entry_id, token=token, current=entry.fencing_token)
+    event = {
+        "entry_id": entry.entry_id,
+        "evidence_id": evidence_id,
+        "kind": DELIVERED,
+        "source": source,
+        "message_id": message_id,
+        "detail": detail_text,
+    }
+    if not (yield sql.INSERT_EVENT_SQL, {**event, "now": now}):
+        (first,) = yield sql.GET_EVENT_SQL, {"entry_id": entry.entry_id, "evidence_id": evidence_id}
+        if {k: first[k] for k in event} != event:
+            raise InvalidInput(
+                f"entry {entry.entry_id!r}: evidence {evidence_id!r} was already recorded "
+                "with other content"
+            )
+    return _entry(rows[0])
+
+
 # --------------------------------------------------------------------------- relay
 
 Deliver = Callable[[Delivery], "Receipt | str | Awaitable[Receipt | str]"]
 Reconcile = Callable[[Operation], "Evidence | Awaitable[Evidence]"]
+CheckDelivery = Callable[[OutboxEntry], "bool | Awaitable[bool]"]
+"""Given a sent entry, True when the provider says its message was delivered."""
 
 _MAX_STEPS = 8  # plan steps per entry per pass; each step moves the record forward
 
@@ -474,7 +679,14 @@ class _Hook:
     arg: Any
 
 
-_Action = _Sql | _Ledger | _Hook
+@dataclass(frozen=True, slots=True)
+class _Tx:
+    """Several statements on the relay's outbox connection, in one transaction."""
+
+    steps: Generator[Stmt, Rows, Any]
+
+
+_Action = _Sql | _Ledger | _Hook | _Tx
 _Steps = Generator[_Action, Any, T]
 
 
@@ -609,6 +821,8 @@ class OutboxRelay:
                 match action:
                     case _Sql(text, params):
                         value = self._exec(text, params)
+                    case _Tx(statements):
+                        value = _transact(self.conn, self.dialect, statements)
                     case _Ledger(method, args, kwargs):
                         value = getattr(self.ledger, method)(*args, **kwargs)
                     case _Hook(fn, arg):
@@ -633,6 +847,10 @@ class OutboxRelay:
                 match action:
                     case _Sql(text, params):
                         value = await asyncio.to_thread(self._exec, text, params)
+                    case _Tx(statements):
+                        value = await asyncio.to_thread(
+                            _transact, self.conn, self.dialect, statements
+                        )
                     case _Ledger(method, args, kwargs):
                         value = getattr(self.ledger, method)(*args, **kwargs)
                     case _Hook(fn, arg):
@@ -1030,3 +1248,94 @@ class OutboxRelay:
         )
         recorded = yield _L("resolve", op.tenant_id, op.operation_id, resolution)
         return recorded
+
+    # -- after "accepted": delivery status checks --------------------------------
+
+    def check_deliveries(
+        self,
+        check: CheckDelivery,
+        *,
+        recheck: timedelta = timedelta(minutes=5),
+        give_up_after: timedelta = timedelta(days=3),
+    ) -> RelayReport:
+        """Ask the provider about sent entries still only *accepted*; record deliveries.
+
+        Claims a batch of due entries (a lease and a new fencing token, as a
+        delivery pass does), asks ``check(entry)`` for each, and records a
+        ``delivered`` event (``source="status_check"``) where it answers True;
+        otherwise the entry is checked again ``recheck`` later, until
+        ``give_up_after`` past its sending. Every write is fenced: a relay whose
+        claim was taken over records nothing (``lost_lease``). A failing check
+        is no evidence either way. Webhooks use ``Outbox.mark_delivered``.
+
+        Returns:
+            ``claimed`` (entries checked), ``delivered``, ``deferred`` (still
+            accepted) and ``lost_lease``.
+        """
+        return self._drive(self._check_pass(check, recheck, give_up_after))
+
+    async def acheck_deliveries(
+        self,
+        check: CheckDelivery,
+        *,
+        recheck: timedelta = timedelta(minutes=5),
+        give_up_after: timedelta = timedelta(days=3),
+    ) -> RelayReport:
+        """``check_deliveries`` with a sync or async ``check``."""
+        return await self._adrive(self._check_pass(check, recheck, give_up_after))
+
+    def _check_pass(
+        self, check: CheckDelivery, recheck: timedelta, give_up_after: timedelta
+    ) -> _Steps[RelayReport]:
+        report = RelayReport()
+        now = self.clock()
+        rows = yield _Sql(
+            sql.CLAIM_CHECK_SQL_PG if self.dialect == "postgres" else sql.CLAIM_CHECK_SQL_SQLITE,
+            {
+                "owner": self.owner.encode(),
+                "lease_expires_at": now + self.lease_for,
+                "now": now,
+                "since": now - give_up_after,
+                "tenant_id": self.tenant_id,
+                "limit": self.batch_size,
+            },
+        )
+        report.claimed = len(rows)
+        for entry in sorted((_entry(r) for r in rows), key=lambda e: e.seq):
+            try:
+                delivered = bool((yield _Hook(check, entry)))
+            except Exception:  # a failed lookup is no evidence either way
+                logger.warning("delivery check of %s failed", entry.entry_id, exc_info=True)
+                delivered = False
+            if delivered:
+                steps = _delivered_steps(
+                    entry_id=entry.entry_id,
+                    message_id=entry.provider_message_id,
+                    evidence_id=f"status_check:{entry.provider_message_id or entry.entry_id}",
+                    source="status_check",
+                    detail=None,
+                    token=entry.fencing_token,
+                    now=self.clock(),
+                )
+                try:
+                    yield _Tx(steps)
+                    report.delivered += 1
+                except StaleFencingToken:
+                    report.lost_lease += 1
+                continue
+            later = self.clock()
+            released = yield _Sql(
+                sql.RELEASE_CHECK_SQL,
+                {
+                    "available_at": later + recheck,
+                    "now": later,
+                    "seq": entry.seq,
+                    "token": entry.fencing_token,
+                },
+            )
+            if released:
+                report.deferred += 1
+            else:
+                report.lost_lease += 1
+        self.totals.add(report)
+        return report

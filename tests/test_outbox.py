@@ -344,7 +344,8 @@ def test_setup_is_idempotent_on_a_fresh_file(tmp_path: Path) -> None:
     conn = sqlite3.connect(tmp_path / "x.db")
     Outbox().setup(conn)
     Outbox().setup(conn)
-    assert conn.execute("SELECT version FROM lge_outbox_schema_version").fetchall() == [(1,)]
+    versions = conn.execute("SELECT version FROM lge_outbox_schema_version ORDER BY version")
+    assert versions.fetchall() == [(1,), (2,)]
     conn.close()
     assert os.path.exists(tmp_path / "x.db")
 
