@@ -41,6 +41,12 @@ evidence that it was not sent, or ``max_failures`` failures that provably did
 not deliver). Nothing is compensated automatically: a dead entry stays dead
 until a person enqueues something else.
 
+After "accepted": the provider's later word that a message was delivered
+arrives as a webhook (``Outbox.mark_delivered``) or from a status check
+(``OutboxRelay.check_deliveries``, fenced like a delivery pass). Each is an
+event in ``lge_outbox_events``, idempotent per evidence id, and raises the
+entry's ``receipt_state`` to ``delivered``, never back.
+
 Ordering (``ordered=True`` at enqueue): an entry is not claimed while an
 earlier entry (lower ``seq``) of the same tenant, topic and key is still
 ``pending`` or ``review``; ``sent`` and ``dead`` entries do not block. ``seq``
