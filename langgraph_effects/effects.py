@@ -376,10 +376,11 @@ def effect(
             same key with another payload raises ``PayloadMismatch``.
         store_payload: False keeps only the payload digest in the ledger. That
             digest is then an HMAC-SHA256 under a secret key (``payload_key``, else
-            the ``LGE_PAYLOAD_KEY`` environment variable; refused without one), so
-            a low-entropy payload (a PIN) cannot be recovered from the record by
-            trying every value. Keep the key stable: it is part of each call's
-            identity, and another key makes an unfinished call a new operation.
+            the ``LGE_PAYLOAD_KEY`` environment variable read when the effect is
+            declared; refused without one), so a low-entropy payload (a PIN)
+            cannot be recovered from the record by trying every value. Keep the
+            key stable: it is part of each call's identity, and another key makes
+            an unfinished call a new operation.
         payload_key: the secret for ``store_payload=False`` (at least 16 bytes;
             text is read as UTF-8). Refused with ``store_payload=True``, where the
             payload is stored anyway and the digest is a plain SHA-256.
