@@ -24,6 +24,7 @@ from langgraph_effects.journal import (
     RunState,
     Transition,
 )
+from langgraph_effects.testing.faults import run_in_child
 from langgraph_effects.testing.providers import FakeClock
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "email_verification.py"
@@ -130,6 +131,33 @@ def test_repeating_a_start_with_a_lease_returns_the_existing_run(
     assert restarted == moved
     assert (restarted.version, restarted.lease_expires_at) == (2, first.lease_expires_at)
     assert [e.type for e in journal.events("r1")] == ["started", "message_requested"]
+
+
+def start_worker(target: str, clock_path: str, request: bool) -> dict[str, Any]:
+    """A worker process: start run r1 as the README does, optionally request the message."""
+    clock = FakeClock(path=clock_path)
+    with RunJournal.from_conn_string(target, [MACHINE], clock=clock.now) as journal:
+        snap = journal.start(
+            "r1", MACHINE.name, resource="box@x", attempts=5, lease_for=timedelta(minutes=30)
+        )
+        if request:
+            event = RunEvent(event_id="request", type="message_requested", evidence_id="req-1")
+            snap = journal.append("r1", snap.version, event)
+        return snap.model_dump(mode="json")
+
+
+def test_a_restarted_worker_starting_again_gets_the_run_as_it_stands(
+    target: str, journal: RunJournal, tmp_path: Path
+) -> None:
+    """After a real process restart the same start returns the run as the first worker left it."""
+    clock = FakeClock(path=tmp_path / "clock.db")
+    first = run_in_child(start_worker, target, str(tmp_path / "clock.db"), True)
+    assert first.error is None, first.error
+    clock.advance(timedelta(minutes=5))
+    again = run_in_child(start_worker, target, str(tmp_path / "clock.db"), False)
+    assert again.error is None, again.error
+    assert again.value == first.value
+    assert (again.value["version"], again.value["state"]) == (2, "requested")
 
 
 @pytest.mark.parametrize(
