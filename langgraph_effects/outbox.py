@@ -103,6 +103,7 @@ from langgraph_effects.core.model import (
     ProviderContract,
     Resolution,
     key_retention_seconds,
+    reconciled_evidence,
     utcnow,
 )
 from langgraph_effects.core.plan import Outcome, Step, classify, earlier_attempt_ambiguous, plan
@@ -110,6 +111,7 @@ from langgraph_effects.errors import (
     InvalidInput,
     LeaseHeld,
     LedgerNotSetUp,
+    LedgerUnavailable,
     PayloadMismatch,
     StaleFencingToken,
 )
@@ -895,7 +897,21 @@ class OutboxRelay:
             entries = yield from self._claim(self.clock())
             report.claimed = len(entries)
             for entry in entries:
-                yield from self._work(entry, report)
+                try:
+                    yield from self._work(entry, report)
+                except (LedgerUnavailable, LedgerNotSetUp):
+                    raise  # no entry can move: the pass stops, nothing is misfiled
+                except Exception as exc:
+                    # A poison entry (a hook or a value that fails every time) goes to
+                    # review with the error, and never starves the entries after it.
+                    logger.warning("outbox entry %s sent to review", entry.seq, exc_info=True)
+                    yield from self._settle(
+                        entry,
+                        OutboxStatus.REVIEW,
+                        report,
+                        available_at=self.clock() + self.review_recheck,
+                        error=f"the relay failed on this entry: {type(exc).__name__}: {exc}"[:2000],
+                    )
             self.totals.add(report)
             total.add(report)
             if report.claimed == 0:
@@ -1237,7 +1253,8 @@ class OutboxRelay:
         """Ask the reconciler; conclusive evidence resolves, anything else is logged."""
         assert self.reconcile is not None
         try:
-            evidence: Evidence = yield _Hook(self.reconcile, op)
+            # None or junk is a broken lookup: inconclusive, so the entry goes to review.
+            evidence = reconciled_evidence((yield _Hook(self.reconcile, op)))
         except Exception as exc:  # a failed lookup is no evidence either way
             evidence = Evidence.inconclusive(f"reconciler failed: {type(exc).__name__}: {exc}")
         recorded: Operation

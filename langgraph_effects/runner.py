@@ -66,6 +66,7 @@ from langgraph_effects.core.model import (
     Prepared,
     Resolution,
     key_retention_seconds,
+    reconciled_evidence,
     utcnow,
 )
 from langgraph_effects.core.plan import (
@@ -75,7 +76,10 @@ from langgraph_effects.core.plan import (
     classify,
     earlier_attempt_ambiguous,
     plan,
+    receipt_conflict,
+    renewal_delay,
 )
+from langgraph_effects.core.storable import storable
 from langgraph_effects.effects import _CURRENT, EffectContext, EffectSpec, _Call
 from langgraph_effects.errors import (
     ConcurrentUpdate,
@@ -84,6 +88,7 @@ from langgraph_effects.errors import (
     IllegalTransition,
     InvalidInput,
     LeaseHeld,
+    OperationNotFound,
     StaleFencingToken,
     TenantMismatch,
     TransientProviderError,
@@ -120,6 +125,8 @@ _MAX_STEPS = 64
 _BINDINGS_CACHED = 10_000  # thread -> tenant bindings kept per runner (they never change)
 _RESEND_REFUSED = "provider:resend_refused"  # evidence source of a definitively refused resend
 _REPLACED = "replaced by "  # rejection reason of a call a reviewer edited
+_LATE_RECEIPT = "late receipt: the provider applied it after this worker's lease was taken over"
+_CONFLICT = "CONFLICT: "  # a rejected record whose late receipt says the provider applied it
 _SETTLING = frozenset({Step.DISPATCH_CLAIMED, Step.RECONCILE, Step.REVIEW})
 """Steps whose own write may confirm the record: a confirmation right after one is
 this pass's outcome, not a replay (``observe.count_replay``)."""
@@ -319,6 +326,12 @@ def tool_message(op: Operation, *, tool_name: str, tool_call_id: str) -> ToolMes
             if op.result is None
             else msg_content_output(op.result)
         )
+    elif op.status is S.REJECTED and (op.error or "").startswith(_CONFLICT):
+        content = (
+            f"Error: {_describe(op)} was recorded as refused, but the provider reported "
+            f"afterwards that it WAS carried out (operation {op.operation_id}). A person must "
+            "review this conflict: do not assume it was not done, and do not repeat it."
+        )
     elif op.status is S.REJECTED:
         content = (
             f"Error: {_describe(op)} was refused and NOT carried out "
@@ -349,10 +362,22 @@ def tool_message(op: Operation, *, tool_name: str, tool_call_id: str) -> ToolMes
     )
 
 
+def _conflicted(op: Operation, receipt: Evidence) -> Operation:
+    """The rejected record as answered: its error says a late receipt contradicts it."""
+    return op.model_copy(
+        update={
+            "error": f"{_CONFLICT}recorded as rejected ({op.error or 'rejected'}), but the "
+            f"provider's late receipt ({receipt.observed_at.isoformat()}) says it was carried "
+            "out; a person must review this operation"
+        }
+    )
+
+
 def _recordable(value: Any) -> Any:
     """The JSON value to record for a tool's return value (content text otherwise)."""
     if isinstance(value, ToolMessage):
         value = value.content
+    value = storable(value)  # NUL and lone surrogates escaped: the receipt is always stored
     try:
         canonical_json(value)
     except EffectsError:
@@ -415,6 +440,10 @@ def _L(method: str, *args: Any, **kwargs: Any) -> _Ledger:
 # --------------------------------------------------------------------------- lease renewal
 
 
+_LEASE_LOST = (StaleFencingToken, IllegalTransition, OperationNotFound)
+"""Renewal errors that prove the lease gone; any other failure is retried (``renewal_delay``)."""
+
+
 class _Renewer:
     """One daemon thread renewing the leases of in-flight sync dispatches.
 
@@ -425,14 +454,14 @@ class _Renewer:
     def __init__(self) -> None:
         self._cond = threading.Condition()
         self._heap: list[tuple[float, int]] = []
-        self._jobs: dict[int, tuple[float, Callable[[], None]]] = {}
+        self._jobs: dict[int, tuple[float, Callable[[], None], int]] = {}
         self._ids = itertools.count()
         self._thread: threading.Thread | None = None
 
     def hold(self, fn: Callable[[], None], interval: float) -> int:
         with self._cond:
             job = next(self._ids)
-            self._jobs[job] = (interval, fn)
+            self._jobs[job] = (interval, fn, 0)
             heapq.heappush(self._heap, (time.monotonic() + interval, job))
             if self._thread is None:
                 self._thread = threading.Thread(
@@ -459,17 +488,22 @@ class _Renewer:
                 entry = self._jobs.get(job)
             if entry is None:
                 continue
-            interval, fn = entry
+            interval, fn, failures = entry
             try:
                 fn()
-            except Exception:
-                # Taken over or the ledger failed: the dispatch's own write will
-                # find out through its fencing token. Stop renewing.
+            except _LEASE_LOST:
+                # Taken over: the dispatch's own fenced write will find out. Stop.
                 self.drop(job)
                 continue
+            except Exception:
+                failures += 1  # a dropped connection: try again soon (core.plan)
+            else:
+                failures = 0
             with self._cond:
                 if job in self._jobs:
-                    heapq.heappush(self._heap, (time.monotonic() + interval, job))
+                    self._jobs[job] = (interval, fn, failures)
+                    due = time.monotonic() + renewal_delay(failures, interval)
+                    heapq.heappush(self._heap, (due, job))
 
 
 _renewer = _Renewer()
@@ -703,7 +737,7 @@ class EffectRunner:
                         if nxt is not None:
                             op = nxt
                             continue
-                    return op
+                    return (yield from self._receipt_conflict(op))
                 case Step.ASK_APPROVAL if p.call.preapproved_by is not None:
                     op = yield from self._guarded(
                         p,
@@ -889,16 +923,7 @@ class EffectRunner:
                     "confirm", op.tenant_id, op.operation_id, token=token, result=value
                 )
             except (StaleFencingToken, IllegalTransition, ConcurrentUpdate):
-                # Taken over while we were in flight: the record is not ours to
-                # write. Our receipt is still conclusive evidence for whoever
-                # resolves the operation next (this loop included).
-                p.late_receipt = Evidence.confirmed(
-                    "receipt of a worker whose lease was taken over", result=value, source="receipt"
-                )
-                p.reconciled = False
-                fresh: Operation | None = yield _L("get", op.tenant_id, op.operation_id)
-                assert fresh is not None
-                return fresh
+                return (yield from self._late_receipt(p, op, value))
             crash_point(CrashPoint.AFTER_RECEIPT)
             return confirmed
         match classify(error):
@@ -979,6 +1004,39 @@ class EffectRunner:
                     )
                 )
 
+    def _late_receipt(
+        self, p: _Pass, op: Operation, value: Any
+    ) -> Generator[_Action, Any, Operation]:
+        """Keep a receipt the fence refused: record it, then let it settle what it may.
+
+        The provider acted, but the operation was taken over while this call was
+        in flight (a frozen process, a lapsed lease), so the confirm is not ours
+        to write. The receipt is recorded at once, as an ``evidence`` event with
+        the provider's answer; then DESIGN's rules settle the operation::
+
+            unknown       conclusive evidence: reconciled to confirmed (this loop)
+            dispatching   another owner resends under the key: wait for it; an
+                          unknown outcome is then settled by this receipt
+            confirmed     nothing more to do
+            rejected      terminal, never moved: a conflict for a person to review,
+                          and the answer says the provider applied it (_conflicted)
+        """
+        receipt = Evidence.confirmed(_LATE_RECEIPT, result=value, source="receipt")
+        fresh: Operation = yield _L("record_evidence", op.tenant_id, op.operation_id, receipt)
+        if fresh.status is S.REJECTED:
+            return _conflicted(fresh, receipt)
+        p.late_receipt = receipt
+        p.reconciled = False
+        return fresh
+
+    def _receipt_conflict(self, op: Operation) -> Generator[_Action, Any, Operation]:
+        """A rejected record, marked when a late receipt says the provider applied it."""
+        if op.attempts == 0:
+            return op  # never dispatched: no receipt can exist
+        events: list[OperationEvent] = yield _L("events", op.tenant_id, op.operation_id)
+        receipt = receipt_conflict(op, events)
+        return op if receipt is None else _conflicted(op, receipt)
+
     def _earlier_attempt_ambiguous(self, op: Operation) -> Generator[_Action, Any, bool]:
         """``core.plan.earlier_attempt_ambiguous``, reading the events only when it can matter."""
         if op.attempts <= 1:
@@ -1056,13 +1114,9 @@ class EffectRunner:
             reconcile = p.call.spec.reconcile
             assert reconcile is not None
             try:
-                evidence = yield _Hook(reconcile, op)
+                evidence = reconciled_evidence((yield _Hook(reconcile, op)))
             except Exception as exc:
                 evidence = Evidence.inconclusive(f"reconciler failed: {type(exc).__name__}: {exc}")
-            if not isinstance(evidence, Evidence):
-                evidence = Evidence.inconclusive(
-                    f"reconciler returned {type(evidence).__name__}, not Evidence"
-                )
         crash_point(CrashPoint.DURING_RECONCILE)
         p.evidence.append(evidence)
         if evidence.kind is EvidenceKind.INCONCLUSIVE:
@@ -1545,8 +1599,9 @@ class EffectRunner:
 
     async def _renew_loop(self, op: Operation) -> None:
         interval = self.lease_for.total_seconds() / 3
+        failures = 0
         while True:
-            await asyncio.sleep(interval)
+            await asyncio.sleep(renewal_delay(failures, interval))
             try:
                 await self._ledger_call(
                     "renew",
@@ -1555,8 +1610,12 @@ class EffectRunner:
                     token=op.fencing_token,
                     lease_for=self.lease_for,
                 )
-            except Exception:
+            except _LEASE_LOST:
                 return  # taken over: the dispatch's own fenced write will say so
+            except Exception:
+                failures += 1  # a dropped connection: try again soon (core.plan)
+            else:
+                failures = 0
 
 
 # --------------------------------------------------------------------------- helpers

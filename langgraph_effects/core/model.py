@@ -10,7 +10,23 @@ from enum import StrEnum
 from functools import cache
 from typing import Any, Self
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+from langgraph_effects.core.storable import (
+    MAX_SOURCE,
+    MAX_SUMMARY,
+    clip,
+    plain_json,
+    storable,
+    storable_text,
+)
 
 from langgraph_effects.core.digest import DIGEST_PATTERN
 
@@ -26,6 +42,7 @@ __all__ = [
     "OperationStatus",
     "Prepared",
     "ProviderContract",
+    "reconciled_evidence",
     "Resolution",
     "key_retention_seconds",
     "utcnow",
@@ -101,6 +118,21 @@ class Evidence(_Frozen):
     source: str = "reconciler"
     observed_at: datetime = Field(default_factory=utcnow)
 
+    @field_validator("summary", "source", "provider_result_id", "provider_request_id")
+    @classmethod
+    def _storable_text(cls, value: str | None, info: ValidationInfo) -> str | None:
+        # Evidence is stored as it is made, and a long summary or source must
+        # still fit the Resolution it settles (core.storable).
+        if value is None:
+            return None
+        limit = {"summary": MAX_SUMMARY, "source": MAX_SOURCE}.get(info.field_name or "", 1000)
+        return clip(storable_text(value), limit)
+
+    @field_validator("result")
+    @classmethod
+    def _storable_result(cls, value: JSON) -> JSON:
+        return storable(value) if plain_json(value) else storable_text(str(value))
+
     @property
     def conclusive(self) -> bool:
         return self.kind is not EvidenceKind.INCONCLUSIVE
@@ -134,6 +166,20 @@ class Evidence(_Frozen):
     def inconclusive(cls, summary: str, *, source: str = "reconciler") -> Self:
         """Not enough to decide; the operation stays ``unknown``."""
         return cls(kind=EvidenceKind.INCONCLUSIVE, summary=summary, source=source)
+
+
+def reconciled_evidence(answer: Any) -> Evidence:
+    """What a reconciler's return value proves: itself if it is ``Evidence``, else nothing.
+
+    A reconciler that returns ``None`` or anything else is a broken lookup, not
+    evidence either way: inconclusive evidence naming what came back, so the
+    operation goes to review instead of failing every pass (runner and relay).
+    """
+    if isinstance(answer, Evidence):
+        return answer
+    return Evidence.inconclusive(
+        f"the reconciler returned {type(answer).__name__}, not Evidence: {answer!r:.200}"
+    )
 
 
 class Resolution(_Frozen):

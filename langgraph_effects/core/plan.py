@@ -27,11 +27,14 @@ reconciliation: an expired lease never by itself permits a second dispatch.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from enum import StrEnum
 
 from langgraph_effects.core.model import (
+    EventKind,
+    Evidence,
+    EvidenceKind,
     Operation,
     OperationEvent,
     OperationStatus,
@@ -47,6 +50,8 @@ __all__ = [
     "earlier_attempt_ambiguous",
     "key_expires_at",
     "plan",
+    "receipt_conflict",
+    "renewal_delay",
     "retry_allowed",
 ]
 
@@ -221,3 +226,46 @@ def backoff(
             return None
         delay = max(delay, retry_after)
     return delay
+
+
+RENEWAL_RETRY_INITIAL = 0.05
+"""First retry of a failed lease renewal, in seconds; doubled after each failure."""
+
+
+def renewal_delay(failures: int, interval: float) -> float:
+    """Seconds until the next renewal of an in-flight dispatch's lease.
+
+    ``failures`` is how many renewals failed in a row without proving the lease
+    lost (a dropped connection, a locked database). None failed: the regular
+    ``interval`` (a third of the lease). After a failure, retry soon and back
+    off (0.05 s, 0.1 s, ...), never later than ``interval``: many tries fit
+    before the lease would lapse, so one dropped connection never lets a live
+    worker's lease expire. Renewal is fenced, so a try after a lapse is still
+    safe: it succeeds only while nobody took the operation over. A renewal
+    refused by the fence (stale token, no longer dispatching) stops instead.
+    """
+    if failures <= 0:
+        return interval
+    return float(min(RENEWAL_RETRY_INITIAL * 2 ** (failures - 1), interval))
+
+
+def receipt_conflict(op: Operation, events: Sequence[OperationEvent]) -> Evidence | None:
+    """The recorded proof that a rejected operation was applied after all, if the log holds one.
+
+    A receipt refused by the fence (its worker's lease was taken over) is kept
+    as an ``evidence`` event with conclusive ``confirmed`` evidence. On a
+    ``rejected`` record (a person, or a refused resend, decided first) that is a
+    conflict: terminal states never move, so the record stays ``rejected`` and
+    the answers name the conflict for a person to review.
+    """
+    if op.status is not S.REJECTED:
+        return None
+    for event in reversed(events):
+        evidence = event.evidence
+        if (
+            event.kind is EventKind.EVIDENCE
+            and evidence is not None
+            and evidence.kind is EvidenceKind.CONFIRMED
+        ):
+            return evidence
+    return None

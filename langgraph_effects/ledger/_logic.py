@@ -52,7 +52,7 @@ from langgraph_effects.errors import (
     PayloadMismatch,
     StaleFencingToken,
 )
-from langgraph_effects.ledger._values import json_text, with_answer
+from langgraph_effects.ledger._values import json_text, text, with_answer
 from langgraph_effects.ledger.base import Confirmation, LedgerStats
 from langgraph_effects.ledger.memory import coerce_status
 
@@ -928,7 +928,7 @@ def reject(
         operation_id,
         {
             "token": token,
-            "error": reason,
+            "error": text(reason),
             "from_status": from_status.value,
         },
         kind=EventKind.REJECT,
@@ -981,7 +981,7 @@ def mark_unknown(
         operation_id,
         {
             "token": token,
-            "error": reason,
+            "error": text(reason),
             "from_status": S.DISPATCHING.value,
         },
         kind=EventKind.MARK_UNKNOWN,
@@ -1069,7 +1069,7 @@ def resolve(
         values["result"] = json_text(result, what="result")
         values["provider_result_id"] = resolution.provider_result_id or evidence.provider_result_id
     elif target is S.REJECTED:
-        values["error"] = resolution.reason or evidence.summary
+        values["error"] = text(resolution.reason or evidence.summary)
     return _transition(
         dialect,
         clock,
