@@ -52,7 +52,7 @@ def odd_tool(crm: FakeCRM, reconcile: Any = None) -> Any:
 
 
 def test_result_with_nul_and_surrogate_is_confirmed(env: Env) -> None:
-    """The provider's answer holds NUL and a lone surrogate: confirmed, stored escaped, sent once."""
+    """The answer holds NUL and a lone surrogate: confirmed, stored escaped, sent once."""
     crm = FakeCRM()
     graph = build_graph(
         [odd_tool(crm)], [CLOSE_A], ledger=env.ledger, checkpointer=env.checkpointer
@@ -101,7 +101,8 @@ def test_reconciler_echoing_odd_long_evidence_settles(env: Env) -> None:
     [message] = tool_messages(out)
     assert message.status == "success"
     [resolved] = [
-        e for e in env.ledger_call("events", "default", op.operation_id)
+        e
+        for e in env.ledger_call("events", "default", op.operation_id)
         if e.kind is EventKind.RESOLVE
     ]
     assert resolved.evidence is not None
@@ -133,5 +134,6 @@ def test_ambiguous_error_with_odd_text_is_recorded_unknown(env: Env) -> None:
     env.invoke(graph, {"messages": [("user", "close A")]}, CFG)
     [op] = env.ops()
     assert op.status is S.UNKNOWN
-    assert op.error is not None and ESCAPED in op.error
+    assert op.error is not None
+    assert ESCAPED in op.error
     assert crm.effects == 1
