@@ -91,12 +91,12 @@ class Worker:
             self.sqlite.fail = 1
             return 1
         import psycopg
-
         from conftest import POSTGRES_URL
 
         with psycopg.connect(POSTGRES_URL, autocommit=True) as admin:
             rows = admin.execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s",
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE application_name = %s",
                 (self.name,),
             ).fetchall()
         return len(rows)
