@@ -59,7 +59,7 @@ def _graph(env: Env, crm: FakeCRM, flag: Path) -> Any:
 
     async def aclose(case_id: str, resolution: str, ctx: EffectContext) -> dict[str, Any]:
         """Close a CRM case."""
-        flag.write_text(str(os.getpid()))
+        await asyncio.to_thread(flag.write_text, str(os.getpid()))
         await asyncio.sleep(0.5)  # the test freezes the process here
         return crm.close_case(case_id, resolution, idempotency_key=ctx.idempotency_key)
 

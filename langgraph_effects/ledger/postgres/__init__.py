@@ -38,7 +38,7 @@ from psycopg.rows import DictRow, dict_row
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from langgraph_effects.core.model import utcnow
-from langgraph_effects.errors import LedgerNotSetUp, LedgerUnavailable
+from langgraph_effects.errors import InvalidInput, LedgerNotSetUp, LedgerUnavailable
 from langgraph_effects.ledger import _logic as logic
 from langgraph_effects.ledger._faces import AsyncFace, SyncFace
 from langgraph_effects.ledger.postgres._sql import DIALECT
@@ -58,6 +58,10 @@ def _boundary() -> Iterator[None]:
         yield
     except (psycopg.errors.UndefinedTable, psycopg.errors.UndefinedColumn) as exc:
         raise LedgerNotSetUp(f"PostgreSQL: {exc}") from exc
+    except (UnicodeEncodeError, psycopg.DataError) as exc:
+        # A value PostgreSQL cannot hold (a NUL, a lone surrogate): bad input, not an outage.
+        # Results and evidence never get here: they are escaped first (core.storable).
+        raise InvalidInput(f"PostgreSQL cannot store a value: {exc}") from exc
     except psycopg.Error as exc:  # includes the pool's PoolTimeout and PoolClosed
         raise LedgerUnavailable(f"PostgreSQL failed: {exc}") from exc
 

@@ -49,7 +49,7 @@ from datetime import datetime
 from typing import Any, Literal, Self, TypeVar
 
 from langgraph_effects.core.model import utcnow
-from langgraph_effects.errors import LedgerNotSetUp, LedgerUnavailable
+from langgraph_effects.errors import InvalidInput, LedgerNotSetUp, LedgerUnavailable
 from langgraph_effects.ledger import _logic as logic
 from langgraph_effects.ledger._faces import AsyncFace, SyncFace
 from langgraph_effects.ledger.sqlite._sql import DIALECT
@@ -135,6 +135,10 @@ def _boundary() -> Iterator[None]:
         raise LedgerUnavailable(f"SQLite failed: {exc}") from exc
     except sqlite3.Error as exc:
         raise LedgerUnavailable(f"SQLite failed: {exc}") from exc
+    except UnicodeEncodeError as exc:
+        # A lone surrogate UTF-8 cannot encode: bad input, not an outage. Results
+        # and evidence never get here: they are escaped first (core.storable).
+        raise InvalidInput(f"SQLite cannot store a value: {exc}") from exc
 
 
 def _connect(path: str) -> sqlite3.Connection:
