@@ -62,6 +62,7 @@ from langgraph_effects.core.model import (
     Resolution,
     utcnow,
 )
+from langgraph_effects.core.plan import receipt_conflict
 from langgraph_effects.errors import (
     ConcurrentUpdate,
     EffectsError,
@@ -670,6 +671,7 @@ def show(
     """Show one operation: its record, events, evidence and what a retry would risk.
 
     JSON: {"operation": {every record field}, "events": [event...],
+    "conflict": the late receipt contradicting a rejected record, or null,
     "outlook": {decisions, status_since, next_run, risk, attempts,
     idempotency_key, first_dispatched_at, key_age_seconds, key_window_known,
     key_retention_seconds, key_expires_at, key_window_open}}
@@ -679,12 +681,14 @@ def show(
         events = ledger.events(tenant, operation_id)
         now = utcnow()
         outlook = _outlook(op, now)
+        conflict = receipt_conflict(op, events)
         if as_json:
             _echo_json(
                 {
                     "operation": op.model_dump(mode="json"),
                     "events": [_event_json(e) for e in events],
                     "outlook": outlook.as_json(op, now),
+                    "conflict": None if conflict is None else conflict.model_dump(mode="json"),
                 }
             )
             return
@@ -717,6 +721,14 @@ def show(
             fields.append(("lease", f"{op.lease_owner} until {_iso(op.lease_expires_at)}"))
         if op.error:
             fields.append(("error", op.error))
+        if conflict is not None:
+            fields.append(
+                (
+                    "CONFLICT",
+                    f"recorded rejected, but a receipt of {_iso(conflict.observed_at)} says the "
+                    "provider carried it out: review it with the provider",
+                )
+            )
         if op.status is S.CONFIRMED:
             fields.append(("result", json.dumps(op.result)))
         for name, value in fields:

@@ -18,6 +18,7 @@ The CRM counts one effect either way. SQLite and PostgreSQL, sync and async.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import threading
@@ -29,8 +30,10 @@ from typing import Any
 import pytest
 from _graphs import Env, build_graph, call, tool_messages
 from langgraph.types import Command
+from typer.testing import CliRunner
 
 from langgraph_effects import EffectContext, Evidence, OperationStatus, effect
+from langgraph_effects.cli import app
 from langgraph_effects.core.model import EventKind, EvidenceKind
 from langgraph_effects.core.plan import receipt_conflict
 from langgraph_effects.testing.faults import ChildExit, run_in_child
@@ -172,6 +175,13 @@ def test_frozen_worker_receipt_is_kept(
             assert receipt_conflict(op, events) == receipt
             assert "WAS carried out" in answer_a["content"]
             assert "review" in answer_a["content"]
+            # The operator's `show` names the conflict.
+            db = where if kind == "postgres" else f"sqlite:///{where}"
+            shown = CliRunner().invoke(
+                app, ["show", op.operation_id, "--tenant", "default", "--json"], env={"LGE_DB": db}
+            )
+            assert shown.exit_code == 0, shown.output
+            assert json.loads(shown.output)["conflict"]["result"]["case_id"] == "A"
     finally:
         if pid and a.is_alive():
             os.kill(pid, signal.SIGCONT)
