@@ -1171,14 +1171,17 @@ class OutboxRelay:
             # Our lease was taken over (marked unknown) while we sent. The
             # receipt is still conclusive evidence: record it rather than lose it.
             current = yield from self._reload(op)
-            if current.status is not OperationStatus.UNKNOWN:
-                return current
             evidence = Evidence.confirmed(
                 "receipt arrived after the lease was taken over",
                 provider_result_id=receipt.message_id,
                 result=result,
                 source="receipt",
             )
+            if current.status is not OperationStatus.UNKNOWN:
+                # Not ours to settle, but never lost: kept as evidence (a rejected
+                # record with it is a conflict, core.plan.receipt_conflict).
+                kept: Operation = yield _L("record_evidence", tenant, op_id, evidence)
+                return kept
             resolution = Resolution(decision=Decision.CONFIRM, by="outbox-relay", evidence=evidence)
             confirmed = yield _L("resolve", tenant, op_id, resolution)
         return confirmed
