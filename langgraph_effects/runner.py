@@ -923,7 +923,7 @@ class EffectRunner:
                     "confirm", op.tenant_id, op.operation_id, token=token, result=value
                 )
             except (StaleFencingToken, IllegalTransition, ConcurrentUpdate):
-                return (yield from self._late_receipt(p, op, value))
+                return (yield from self._late_receipt(p, op, owner, value))
             crash_point(CrashPoint.AFTER_RECEIPT)
             return confirmed
         match classify(error):
@@ -1005,7 +1005,7 @@ class EffectRunner:
                 )
 
     def _late_receipt(
-        self, p: _Pass, op: Operation, value: Any
+        self, p: _Pass, op: Operation, owner: LeaseOwner, value: Any
     ) -> Generator[_Action, Any, Operation]:
         """Keep a receipt the fence refused: record it, then let it settle what it may.
 
@@ -1015,6 +1015,8 @@ class EffectRunner:
         the provider's answer; then DESIGN's rules settle the operation::
 
             unknown       conclusive evidence: reconciled to confirmed (this loop)
+            prepared      a person ordered a retry not sent yet: the receipt makes it
+                          moot; claim and confirm with the receipt, never send again
             dispatching   another owner resends under the key: wait for it; an
                           unknown outcome is then settled by this receipt
             confirmed     nothing more to do
@@ -1025,6 +1027,33 @@ class EffectRunner:
         fresh: Operation = yield _L("record_evidence", op.tenant_id, op.operation_id, receipt)
         if fresh.status is S.REJECTED:
             return _conflicted(fresh, receipt)
+        if fresh.status is S.PREPARED:
+            fresh = yield from self._guarded(
+                p,
+                fresh,
+                _L(
+                    "claim",
+                    fresh.tenant_id,
+                    fresh.operation_id,
+                    owner=owner,
+                    lease_for=self.lease_for,
+                    actor=owner.encode(),
+                ),
+            )
+            if fresh.status is S.DISPATCHING and fresh.lease_owner == owner.encode():
+                return (
+                    yield from self._guarded(
+                        p,
+                        fresh,
+                        _L(
+                            "confirm",
+                            fresh.tenant_id,
+                            fresh.operation_id,
+                            token=fresh.fencing_token,
+                            result=value,
+                        ),
+                    )
+                )
         p.late_receipt = receipt
         p.reconciled = False
         return fresh

@@ -34,7 +34,7 @@ from typer.testing import CliRunner
 
 from langgraph_effects import EffectContext, Evidence, OperationStatus, effect
 from langgraph_effects.cli import app
-from langgraph_effects.core.model import EventKind, EvidenceKind
+from langgraph_effects.core.model import Decision, EventKind, EvidenceKind, Resolution
 from langgraph_effects.core.plan import receipt_conflict
 from langgraph_effects.testing.faults import ChildExit, run_in_child
 from langgraph_effects.testing.providers import FakeCRM
@@ -187,4 +187,76 @@ def test_frozen_worker_receipt_is_kept(
             os.kill(pid, signal.SIGCONT)
         a.join(90)
         env_b.close()
+        crm.close()
+
+
+def test_late_receipt_makes_an_ordered_retry_moot(
+    backend: tuple[str, str, str], tmp_path: Path
+) -> None:
+    """A is slow; meanwhile the operation is taken over and a person orders a retry that has not
+    gone out: A's late receipt confirms it (claim + confirm), nothing is sent a second time."""
+    kind, mode, where = backend
+    crm = FakeCRM(tmp_path / "crm.db")
+    entered, go = threading.Event(), threading.Event()
+
+    def close(case_id: str, resolution: str, ctx: EffectContext) -> dict[str, Any]:
+        """Close a CRM case (held until the test lets it act)."""
+        entered.set()
+        assert go.wait(30)
+        return crm.close_case(case_id, resolution, idempotency_key=ctx.idempotency_key)
+
+    async def aclose(case_id: str, resolution: str, ctx: EffectContext) -> dict[str, Any]:
+        """Close a CRM case (held until the test lets it act)."""
+        entered.set()
+        assert await asyncio.to_thread(go.wait, 30)
+        return crm.close_case(case_id, resolution, idempotency_key=ctx.idempotency_key)
+
+    tool = effect("crm.close_case", target=lambda a: a["case_id"], name="close_case")(
+        aclose if mode == "async" else close
+    )
+    other = Env(kind, mode, path=Path(where), url=where)  # the other worker / operator
+    answers: list[Any] = []
+
+    def run_a() -> None:
+        env = Env(kind, mode, path=Path(where), url=where)
+        try:
+            graph = build_graph([tool], [CLOSE_A], ledger=env.ledger, checkpointer=env.checkpointer)
+            out = env.invoke(graph, {"messages": [("user", "close A")]}, CFG)
+            answers.extend(tool_messages(out))
+        except BaseException as exc:
+            answers.append(exc)
+        finally:
+            env.close()
+
+    a = threading.Thread(target=run_a)
+    a.start()
+    try:
+        assert entered.wait(30)
+        [op] = other.ops()
+        assert op.status is S.DISPATCHING
+        other.ledger_call(
+            "mark_unknown",
+            "default",
+            op.operation_id,
+            token=op.fencing_token,
+            reason="taken over: the lease lapsed",
+            actor="other-worker",
+        )
+        retry = Resolution(decision=Decision.RETRY, by="ana", reason="resend it")
+        op = other.ledger_call("resolve", "default", op.operation_id, retry)
+        assert op.status is S.PREPARED
+        go.set()
+        a.join(60)
+        [message] = answers
+        assert not isinstance(message, BaseException), message
+        assert message.status == "success"
+        [op] = other.ops()
+        assert op.status is S.CONFIRMED
+        assert op.result["case_id"] == "A"
+        assert crm.stats().requests == 1
+        assert crm.effects == 1
+    finally:
+        go.set()
+        a.join(60)
+        other.close()
         crm.close()
