@@ -107,6 +107,7 @@ from langgraph_effects.core.model import (
     utcnow,
 )
 from langgraph_effects.core.plan import Outcome, Step, classify, earlier_attempt_ambiguous, plan
+from langgraph_effects.core.storable import storable_text
 from langgraph_effects.errors import (
     InvalidInput,
     LeaseHeld,
@@ -910,7 +911,9 @@ class OutboxRelay:
                         OutboxStatus.REVIEW,
                         report,
                         available_at=self.clock() + self.review_recheck,
-                        error=f"the relay failed on this entry: {type(exc).__name__}: {exc}"[:2000],
+                        error=storable_text(
+                            f"the relay failed on this entry: {type(exc).__name__}: {exc}"[:2000]
+                        ),
                     )
             self.totals.add(report)
             total.add(report)
