@@ -170,6 +170,18 @@ def test_frozen_worker_receipt_is_kept(
             assert op.status is S.CONFIRMED
             assert op.result["case_id"] == "A"
             assert answer_a["status"] == "success"
+            # B's review, still pending, is moot: answering it replays the confirmation.
+            late_answer = {
+                "operation_id": op.operation_id,
+                "decision": "reject",
+                "by": "ana",
+                "reason": "answered before seeing the receipt",
+            }
+            out = env_b.invoke(graph_b, Command(resume=late_answer), CFG)
+            [message_b] = tool_messages(out)
+            assert message_b.status == "success"
+            [op] = env_b.ops()
+            assert op.status is S.CONFIRMED
         else:
             assert op.status is S.REJECTED  # a person's decision is never overwritten
             assert receipt_conflict(op, events) == receipt
