@@ -57,13 +57,13 @@ def _graph(env: Env, crm: FakeCRM, flag: Path) -> Any:
     def close(case_id: str, resolution: str, ctx: EffectContext) -> dict[str, Any]:
         """Close a CRM case."""
         flag.write_text(str(os.getpid()))
-        time.sleep(0.5)  # the test freezes the process here
+        time.sleep(2.0)  # the test freezes the process here (well within this)
         return crm.close_case(case_id, resolution, idempotency_key=ctx.idempotency_key)
 
     async def aclose(case_id: str, resolution: str, ctx: EffectContext) -> dict[str, Any]:
         """Close a CRM case."""
         await asyncio.to_thread(flag.write_text, str(os.getpid()))
-        await asyncio.sleep(0.5)  # the test freezes the process here
+        await asyncio.sleep(2.0)  # the test freezes the process here (well within this)
         return crm.close_case(case_id, resolution, idempotency_key=ctx.idempotency_key)
 
     declare = effect(

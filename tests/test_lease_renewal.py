@@ -33,8 +33,8 @@ from langgraph_effects.testing.providers import FakeCRM
 S = OperationStatus
 CFG = {"configurable": {"thread_id": "t1"}}
 CLOSE_A = call("close_case", "call-a", case_id="A", resolution="fixed")
-LEASE = timedelta(seconds=1.2)
-CALL_SECONDS = 2.6  # the provider call outlasts two leases
+LEASE = timedelta(seconds=2.4)  # renewed every 0.8 s: slack for a loaded machine
+CALL_SECONDS = 5.0  # the provider call outlasts two leases
 KEYED = ProviderContract(idempotency_window=timedelta(hours=24))
 
 
