@@ -77,6 +77,7 @@ from langgraph_effects.core.plan import (
     earlier_attempt_ambiguous,
     plan,
     receipt_conflict,
+    recorded_receipt,
     renewal_delay,
 )
 from langgraph_effects.core.storable import storable
@@ -611,6 +612,8 @@ class _Pass:
     transient_retries: int = 0
     evidence: list[Evidence] = field(default_factory=list)
     late_receipt: Evidence | None = None
+    receipts_read: bool = False
+    """The log was searched for a receipt kept but not applied (``recorded_receipt``)."""
     answers: dict[str, _Answers] = field(default_factory=dict)
     """By operation id: the answers applied to it in this task, and how many of them
     LangGraph has handed back to this run so far (see ``_Answers``)."""
@@ -709,6 +712,11 @@ class EffectRunner:
 
         last: Step | None = None
         for _ in range(_MAX_STEPS):
+            if op.status is S.UNKNOWN and p.late_receipt is None and not p.receipts_read:
+                # A receipt kept by a worker that died before it settled anything.
+                p.receipts_read = True
+                events: list[OperationEvent] = yield _L("events", op.tenant_id, op.operation_id)
+                p.late_receipt = recorded_receipt(events)
             now = self.clock()
             owner_dead = False
             if op.status is S.DISPATCHING and not p.claimed and op.lease_alive(now):

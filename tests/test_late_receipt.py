@@ -12,7 +12,10 @@ recorded as evidence (an ``evidence`` event with the provider's answer), and:
   ``rejected``, the conflict is in the log (``core.plan.receipt_conflict``) and
   A's answer to the model says the provider carried it out, never "NOT carried out".
 
-The CRM counts one effect either way. SQLite and PostgreSQL, sync and async.
+The CRM counts one effect either way. Also: a late receipt makes a retry a person
+ordered (not yet sent) moot, and a receipt kept by a worker that died before it
+settled anything confirms the operation on the next run. SQLite and PostgreSQL,
+sync and async.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from langgraph_effects.cli import app
 from langgraph_effects.core.model import Decision, EventKind, EvidenceKind, Resolution
 from langgraph_effects.core.plan import receipt_conflict
 from langgraph_effects.testing.faults import ChildExit, run_in_child
-from langgraph_effects.testing.providers import FakeCRM
+from langgraph_effects.testing.providers import FakeCRM, Fault
 
 S = OperationStatus
 CFG = {"configurable": {"thread_id": "t1"}}
@@ -272,3 +275,47 @@ def test_late_receipt_makes_an_ordered_retry_moot(
         a.join(60)
         other.close()
         crm.close()
+
+
+def test_receipt_kept_by_a_worker_that_died_settles_the_next_run(
+    backend: tuple[str, str, str], tmp_path: Path
+) -> None:
+    """A receipt recorded as evidence whose worker died before applying it confirms the unknown
+    operation on the next run: no review, no resend; the CRM counts one request."""
+    kind, mode, where = backend
+    crm = FakeCRM(tmp_path / "crm.db")
+    crm.faults.push(Fault.LOSE_RESPONSE)
+    env = Env(kind, mode, path=Path(where), url=where)
+    try:
+        tool = effect("crm.close_case", target=lambda a: a["case_id"], name="close_case")(
+            _plain_close(crm)
+        )
+        graph = build_graph([tool], [CLOSE_A], ledger=env.ledger, checkpointer=env.checkpointer)
+        env.invoke(graph, {"messages": [("user", "close A")]}, CFG)
+        [op] = env.ops()
+        assert op.status is S.UNKNOWN  # and a review is pending
+        # What a worker whose confirm the fence refused writes first (then it died).
+        kept = Evidence.confirmed(
+            "late receipt", result={"case_id": "A", "status": "closed"}, source="receipt"
+        )
+        env.ledger_call("record_evidence", "default", op.operation_id, kept)
+
+        out = env.invoke(graph, None, CFG)
+        [message] = tool_messages(out)
+        assert message.status == "success"
+        [op] = env.ops()
+        assert op.status is S.CONFIRMED
+        assert op.result == {"case_id": "A", "status": "closed"}
+        assert crm.stats().requests == 1
+        assert crm.effects == 1
+    finally:
+        env.close()
+        crm.close()
+
+
+def _plain_close(crm: FakeCRM) -> Any:
+    def close(case_id: str, resolution: str, ctx: EffectContext) -> dict[str, Any]:
+        """Close a CRM case."""
+        return crm.close_case(case_id, resolution, idempotency_key=ctx.idempotency_key)
+
+    return close

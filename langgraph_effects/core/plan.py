@@ -51,6 +51,7 @@ __all__ = [
     "key_expires_at",
     "plan",
     "receipt_conflict",
+    "recorded_receipt",
     "renewal_delay",
     "retry_allowed",
 ]
@@ -249,17 +250,15 @@ def renewal_delay(failures: int, interval: float) -> float:
     return float(min(RENEWAL_RETRY_INITIAL * 2 ** (failures - 1), interval))
 
 
-def receipt_conflict(op: Operation, events: Sequence[OperationEvent]) -> Evidence | None:
-    """The recorded proof that a rejected operation was applied after all, if the log holds one.
+def recorded_receipt(events: Sequence[OperationEvent]) -> Evidence | None:
+    """The latest receipt the log keeps without having applied it, if any.
 
     A receipt refused by the fence (its worker's lease was taken over) is kept
-    as an ``evidence`` event with conclusive ``confirmed`` evidence. On a
-    ``rejected`` record (a person, or a refused resend, decided first) that is a
-    conflict: terminal states never move, so the record stays ``rejected`` and
-    the answers name the conflict for a person to review.
+    as an ``evidence`` event with conclusive ``confirmed`` evidence, before
+    anything else is tried. If that worker dies before the receipt settles the
+    operation, the next run finds it here: on an ``unknown`` record it is
+    conclusive and confirms it, before any reconciler, resend or person.
     """
-    if op.status is not S.REJECTED:
-        return None
     for event in reversed(events):
         evidence = event.evidence
         if (
@@ -269,3 +268,14 @@ def receipt_conflict(op: Operation, events: Sequence[OperationEvent]) -> Evidenc
         ):
             return evidence
     return None
+
+
+def receipt_conflict(op: Operation, events: Sequence[OperationEvent]) -> Evidence | None:
+    """The recorded proof that a rejected operation was applied after all, if the log holds one.
+
+    On a ``rejected`` record (a person, or a refused resend, decided first) a
+    ``recorded_receipt`` is a conflict: terminal states never move, so the
+    record stays ``rejected`` and the answers name the conflict for a person
+    to review.
+    """
+    return recorded_receipt(events) if op.status is S.REJECTED else None
