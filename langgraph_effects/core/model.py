@@ -19,6 +19,7 @@ from pydantic import (
     model_validator,
 )
 
+from langgraph_effects.core.digest import DIGEST_PATTERN
 from langgraph_effects.core.storable import (
     MAX_SOURCE,
     MAX_SUMMARY,
@@ -27,8 +28,6 @@ from langgraph_effects.core.storable import (
     storable,
     storable_text,
 )
-
-from langgraph_effects.core.digest import DIGEST_PATTERN
 
 __all__ = [
     "Decision",
