@@ -1031,7 +1031,15 @@ def resolve(
     operation_id: str,
     resolution: Resolution,
 ) -> Program[Operation]:
-    """``unknown -> confirmed | rejected | prepared`` on conclusive evidence or an operator."""
+    """``unknown -> confirmed | rejected | prepared`` on conclusive evidence or an operator;
+    an operator's ``approve`` or ``reject`` of a ``prepared`` operation (out of band).
+
+    A ``reject`` tries ``unknown -> rejected`` first; only when that matched
+    nothing and the row turns out to be ``prepared`` does it write
+    ``prepared -> rejected`` (again one conditional write plus its event).
+    """
+    if resolution.decision is Decision.APPROVE:
+        return _approve_prepared(dialect, clock, tenant_id, operation_id, resolution)
     target, evidence, operator = resolution_plan(resolution)
     try:
         kind = check_transition(
@@ -1040,12 +1048,18 @@ def resolve(
         refusal: IllegalTransition | None = None
     except IllegalTransition as exc:
         kind, refusal = EventKind.RESOLVE, exc
+    prepared_too = target is S.REJECTED and operator is not None
 
     def diagnose(op: Operation | None) -> Exception | None:
         if op is None:
             return _not_found(tenant_id, operation_id)
+        if prepared_too and op.status is S.PREPARED:
+            return _IsPrepared()
         if op.status is not S.UNKNOWN:
-            return _illegal(op, target, "only an unknown operation is resolved")
+            why = "only an unknown operation is resolved"
+            if prepared_too or resolution.decision is not Decision.REJECT:
+                why += " (a prepared one is approved or rejected)"
+            return _illegal(op, target, why)
         return refusal
 
     if refusal is not None:
@@ -1070,7 +1084,7 @@ def resolve(
         values["provider_result_id"] = resolution.provider_result_id or evidence.provider_result_id
     elif target is S.REJECTED:
         values["error"] = resolution.reason or evidence.summary
-    return _transition(
+    move = _transition(
         dialect,
         clock,
         RESOLVE,
@@ -1080,10 +1094,83 @@ def resolve(
         kind=kind,
         actor=resolution.by,
         evidence=evidence,
-        detail=with_answer(
-            {"decision": resolution.decision.value, "reason": resolution.reason},
-            resolution.answer,
-        ),
+        detail=with_answer(resolution.detail(), resolution.answer),
+        diagnose=diagnose,
+    )
+    if not prepared_too:
+        return move
+
+    def refuse_prepared(op: Operation | None) -> Exception | None:
+        if op is None:
+            return _not_found(tenant_id, operation_id)
+        if op.status is S.PREPARED:
+            return None
+        return _illegal(op, S.REJECTED, "it left prepared while the rejection was written")
+
+    reject_prepared = _transition(
+        dialect,
+        clock,
+        REJECT,
+        tenant_id,
+        operation_id,
+        {"token": None, "error": values["error"], "from_status": S.PREPARED.value},
+        kind=EventKind.REJECT,
+        actor=resolution.by,
+        evidence=evidence,
+        detail=with_answer(resolution.detail(), resolution.answer),
+        diagnose=refuse_prepared,
+    )
+
+    def steps() -> Steps[Outcome[Operation]]:
+        try:
+            return (yield from move.steps)
+        except _IsPrepared:
+            return (yield from reject_prepared.steps)
+
+    return Program(steps(), writes=True, tenant_id=tenant_id)
+
+
+class _IsPrepared(Exception):
+    """A rejection met a ``prepared`` row: write ``prepared -> rejected`` instead."""
+
+
+def _approve_prepared(
+    dialect: Dialect,
+    clock: Callable[[], datetime],
+    tenant_id: str,
+    operation_id: str,
+    resolution: Resolution,
+) -> Program[Operation]:
+    """An operator's out-of-band approval: the next run dispatches without asking.
+
+    The approval binds to the record's pinned payload (``payload_digest`` never
+    changes under an operation id). Approving an operation that is no longer
+    ``prepared`` is refused: it was dispatched, decided or rejected meanwhile.
+    """
+    if resolution.evidence is not None and resolution.evidence.source != "operator":
+        raise InvalidInput("only an operator approves; evidence approves nothing")
+
+    def diagnose(op: Operation | None) -> Exception | None:
+        if op is None:
+            return _not_found(tenant_id, operation_id)
+        if op.status is not S.PREPARED:
+            return _illegal(op, S.PREPARED, "only a prepared operation is approved")
+        return None
+
+    return _transition(
+        dialect,
+        clock,
+        APPROVE,
+        tenant_id,
+        operation_id,
+        {
+            "payload_digest": None,
+            "authorization_ref": f"approved-by:{resolution.by}",
+            "from_status": S.PREPARED.value,
+        },
+        kind=EventKind.APPROVE,
+        actor=resolution.by,
+        detail=with_answer(resolution.detail(), resolution.answer),
         diagnose=diagnose,
     )
 

@@ -209,7 +209,7 @@ _STAMP_EVIDENCE = "evidence_checked_at = COALESCE(%(evidence_at)s, evidence_chec
 
 APPROVE_SQL = _move(
     "authorization_ref = %(authorization_ref)s",
-    "status = 'prepared' AND payload_digest = %(payload_digest)s",
+    "status = 'prepared' AND payload_digest = COALESCE(%(payload_digest)s, payload_digest)",
     status_change=False,
 )
 # The status the claim leaves (prepared or unknown) is read from the row it
