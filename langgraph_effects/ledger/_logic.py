@@ -48,6 +48,7 @@ from langgraph_effects.errors import (
     IllegalTransition,
     InvalidInput,
     LeaseHeld,
+    LedgerNotSetUp,
     OperationNotFound,
     PayloadMismatch,
     StaleFencingToken,
@@ -126,6 +127,7 @@ _RETRIES = 3
 """Conditional writes retried when the row moved back under them (see module doc)."""
 
 _OPERATION_FIELDS = tuple(Operation.model_fields)
+_COLUMNS = frozenset(_OPERATION_FIELDS) | frozenset(OperationEvent.model_fields)
 _TIMESTAMP_FIELDS = (
     "lease_expires_at",
     "evidence_checked_at",
@@ -239,7 +241,11 @@ Raw = Generator[tuple[str, Mapping[str, Any], bool], Rows, T]
 
 
 def compile_steps(dialect: Dialect, steps: Steps[T]) -> Raw[T]:
-    """Turn a program's steps into ``(sql, params, adhoc)`` for a driver to execute."""
+    """Turn a program's steps into ``(sql, params, adhoc)`` for a driver to execute.
+
+    A row that lacks a column this release reads comes from an older schema:
+    the schema version is read and ``LedgerNotSetUp`` names the migrations to run.
+    """
     try:
         step = next(steps)
     except StopIteration as stop:
@@ -250,6 +256,22 @@ def compile_steps(dialect: Dialect, steps: Steps[T]) -> Raw[T]:
             step = steps.send(rows)
         except StopIteration as stop:
             return stop.value  # type: ignore[no-any-return]
+        except KeyError as exc:
+            if exc.args[0] not in _COLUMNS:
+                raise
+            (row,) = yield from _run_step(dialect, Step(SCHEMA_VERSION))
+            raise old_schema(dialect, int(row["version"]), str(exc.args[0])) from None
+
+
+def old_schema(dialect: Dialect, version: int, column: str) -> LedgerNotSetUp:
+    """The error for a ledger whose schema predates this release: which migrations to run."""
+    latest = len(dialect.migrations)
+    todo = f"migration {latest}" if latest == version + 1 else f"migrations {version + 1}-{latest}"
+    return LedgerNotSetUp(
+        f"its schema is version {version}, older than this release's {latest} (column "
+        f"{column!r} is missing): run ledger.setup() once to apply {todo}; "
+        "it is idempotent, locked and keeps every row"
+    )
 
 
 def _run_step(dialect: Dialect, step: Step) -> Raw[Rows]:
@@ -1241,6 +1263,7 @@ def list_operations(
     action: str | None,
     updated_before: datetime | None,
     limit: int,
+    id_prefix: str | None = None,
 ) -> Program[list[Operation]]:
     wanted = coerce_status(status)
     if limit < 0:
@@ -1252,6 +1275,7 @@ def list_operations(
         "status": None if wanted is None else wanted.value,
         "action": action,
         "updated_before": dialect.dump_ts(updated_before),
+        "id_prefix": id_prefix,
     }
     present = {k: v for k, v in filters.items() if v is not None}
 

@@ -58,14 +58,15 @@ Method contracts (the async twins have the same names and are coroutines):
     refuses to run a thread under a tenant it is not bound to.
 ``get(tenant_id, operation_id) -> Operation | None``
     ``None`` for an unknown id and for another tenant's operation.
-``list(*, tenant_id=None, status=None, action=None, updated_before=None, limit=100)``
+``list(*, tenant_id=None, status=None, action=None, updated_before=None, limit=100, id_prefix=None)``
     Oldest status first: ordered by ``status_changed_at`` (set on every status
     change, never by evidence, approval or lease renewal), then operation id.
     ``updated_before`` keeps the rows whose *status* is unchanged since before
     that instant (the name predates ``status_changed_at``; ``updated_at`` also
     moves on evidence, which would make an inconclusive check look like
     progress). Listing non-terminal statuses is indexed and stays cheap beside
-    millions of terminal rows.
+    millions of terminal rows. ``id_prefix`` keeps the operation ids that start
+    with it (the CLI's abbreviated ids, as git's).
 ``events(tenant_id, operation_id) -> list[OperationEvent]``
     The transitions in order.
 ``feed(*, after_id=0, tenant_id=None, limit=100) -> list[OperationEvent]``
@@ -248,6 +249,7 @@ class Ledger(Protocol):
         action: str | None = None,
         updated_before: datetime | None = None,
         limit: int = 100,
+        id_prefix: str | None = None,
     ) -> builtins.list[Operation]: ...
 
     def events(self, tenant_id: str, operation_id: str) -> builtins.list[OperationEvent]: ...
@@ -369,6 +371,7 @@ class AsyncLedger(Protocol):
         action: str | None = None,
         updated_before: datetime | None = None,
         limit: int = 100,
+        id_prefix: str | None = None,
     ) -> builtins.list[Operation]: ...
 
     async def events(self, tenant_id: str, operation_id: str) -> builtins.list[OperationEvent]: ...

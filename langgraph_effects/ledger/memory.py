@@ -575,6 +575,7 @@ class InMemoryLedger:
         action: str | None = None,
         updated_before: datetime | None = None,
         limit: int = 100,
+        id_prefix: str | None = None,
     ) -> builtins.list[Operation]:
         wanted = coerce_status(status)
         with self._lock:
@@ -586,6 +587,7 @@ class InMemoryLedger:
                 and (wanted is None or r.status is wanted)
                 and (action is None or r.action == action)
                 and (updated_before is None or r.status_changed_at < updated_before)
+                and (id_prefix is None or r.operation_id.startswith(id_prefix))
             ]
         rows.sort(key=lambda r: (r.status_changed_at, r.operation_id))
         return rows[:limit]

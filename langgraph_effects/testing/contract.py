@@ -861,6 +861,21 @@ class LedgerContract:
         bare = self.dispatching(ledger, "op-2")
         assert (bare.key_retention_seconds, bare.key_expires_at) == (None, None)
 
+    def test_list_by_id_prefix_finds_the_operations_it_starts(self, ledger: Ledger) -> None:
+        """id_prefix keeps the ids starting with it, literally (``%`` and ``_`` match themselves)."""
+        for op_id in ("op-abc1", "op-abc2", "op-abd", "op-%x", "other-abc"):
+            ledger.prepare(make_draft(op_id))
+        ledger.prepare(make_draft("op-abc3", tenant_id="tenant-b"))
+
+        def ids(prefix: str) -> list[str]:
+            return sorted(o.operation_id for o in ledger.list(tenant_id=T, id_prefix=prefix))
+
+        assert ids("op-abc") == ["op-abc1", "op-abc2"]
+        assert ids("op-ab") == ["op-abc1", "op-abc2", "op-abd"]
+        assert ids("op-%") == ["op-%x"]
+        assert ids("op-_bc") == []
+        assert ids("op-abc2") == ["op-abc2"]
+
     def test_list_breaks_ties_by_operation_id(self, ledger: Ledger) -> None:
         """Rows updated at the same instant list in operation_id order."""
         ledger.prepare_many([make_draft("op-2"), make_draft("op-1")])

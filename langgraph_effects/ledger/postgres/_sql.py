@@ -330,6 +330,7 @@ FILTERS = {
     "action": "action = %(action)s",
     # Named for API stability: the status unchanged since before this instant.
     "updated_before": "status_changed_at < %(updated_before)s",
+    "id_prefix": "starts_with(operation_id, %(id_prefix)s)",
 }
 
 DIALECT = logic.Dialect(

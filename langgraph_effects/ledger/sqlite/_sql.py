@@ -203,6 +203,7 @@ FILTERS = {
     "action": "action = :action",
     # Named for API stability: the status unchanged since before this instant.
     "updated_before": "status_changed_at < :updated_before",
+    "id_prefix": "substr(operation_id, 1, length(:id_prefix)) = :id_prefix",
 }
 
 DIALECT = logic.Dialect(
