@@ -93,6 +93,8 @@ RECORD_EVIDENCE = "record_evidence"
 LIST = "list"
 EVENTS = "events"
 FEED = "feed"
+FEED_PENDING = "feed_pending"
+PAUSE = "pause"
 STATS_COUNTS = "stats_counts"
 STATS_EVIDENCE = "stats_evidence"
 BIND_THREAD = "bind_thread"
@@ -121,7 +123,8 @@ STATEMENT_NAMES = (
     STATS_EVIDENCE,
     BIND_THREAD,
 )
-"""Every name a dialect must define (``SETUP_LOCK`` is optional)."""
+"""Every name a dialect must define (``SETUP_LOCK`` is optional; so are ``FEED_PENDING``
+and ``PAUSE``, for a backend whose event ids may commit out of order: see ``feed``)."""
 
 _RETRIES = 3
 """Conditional writes retried when the row moved back under them (see module doc)."""
@@ -1294,21 +1297,70 @@ def events(dialect: Dialect, tenant_id: str, operation_id: str) -> Program[list[
     return Program(steps(), writes=False)
 
 
+_FEED_ROUNDS = 3
+_FEED_WAITS = 20
+"""``feed`` waits at most this many pauses (``PAUSE``: 10 ms) for writers in flight."""
+
+
 def feed(
     dialect: Dialect, *, after_id: int, tenant_id: str | None, limit: int
 ) -> Program[list[OperationEvent]]:
+    """Events with ``event_id > after_id`` in order, never skipping one that commits late.
+
+    Where ids are handed out in commit order (SQLite's single writer, the
+    memory ledger) the visible events are all there is. On PostgreSQL a writer
+    draws its id from a sequence and commits later, so a smaller id can become
+    visible after a larger one::
+
+        writer A: nextval -> 5 ....................... COMMIT
+        writer B:    nextval -> 6   COMMIT
+        reader:                            sees 6, not 5 (a gap)
+
+    A reader that moved its cursor to 6 would never see 5. So the feed returns
+    events only below the first gap. A gap below the largest id a read saw can
+    only be held by a transaction in progress at that read (it drew its id,
+    after its xid, before the larger one committed), so once every transaction
+    of that snapshot has ended, each such gap is final: committed (now visible)
+    or rolled back (never will be). The feed waits briefly for that; if they
+    are still running it returns what is safe (possibly nothing) and the next
+    poll tries again: late, never skipped.
+    """
     if limit < 0:
         raise InvalidInput(f"limit must be >= 0, not {limit}")
     present = {} if tenant_id is None else {"tenant_id": tenant_id}
+    gaps = FEED_PENDING in dialect.statements
 
-    def steps() -> Steps[Outcome[list[OperationEvent]]]:
+    def read(settled: int) -> Steps[Rows]:
         rows = yield Step(
             FEED,
-            {**present, "after_id": after_id, "limit": limit},
+            {**present, "after_id": after_id, "settled": settled, "limit": limit},
             where=tuple(present),
             adhoc=True,
         )
-        return Outcome([load_event(dialect, r) for r in rows])
+        return rows
+
+    def steps() -> Steps[Outcome[list[OperationEvent]]]:
+        settled = after_id
+        rows = yield from read(settled)
+        if not gaps:
+            return Outcome([load_event(dialect, r) for r in rows])
+        for _ in range(_FEED_ROUNDS):
+            page = [r for r in rows if r["event_id"] is not None]
+            gap = rows[0]["first_gap"] if rows else None
+            safe = [r for r in page if gap is None or r["event_id"] < gap]
+            if gap is None or safe:
+                return Outcome([load_event(dialect, r) for r in safe])
+            # The first event is behind a gap: wait for the writers in flight at that read.
+            for _ in range(_FEED_WAITS):
+                (pending,) = yield Step(FEED_PENDING, {"xids": rows[0]["in_progress"]})
+                if not pending["n"]:
+                    break
+                yield Step(PAUSE)
+            else:
+                return Outcome([])  # still in flight: late, never skipped
+            settled = max(r["event_id"] for r in page)
+            rows = yield from read(settled)
+        return Outcome([])
 
     return Program(steps(), writes=False)
 

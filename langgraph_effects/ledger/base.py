@@ -58,7 +58,8 @@ Method contracts (the async twins have the same names and are coroutines):
     refuses to run a thread under a tenant it is not bound to.
 ``get(tenant_id, operation_id) -> Operation | None``
     ``None`` for an unknown id and for another tenant's operation.
-``list(*, tenant_id=None, status=None, action=None, updated_before=None, limit=100, id_prefix=None)``
+``list(*, tenant_id=None, status=None, action=None, updated_before=None, limit=100,``
+``id_prefix=None)``
     Oldest status first: ordered by ``status_changed_at`` (set on every status
     change, never by evidence, approval or lease renewal), then operation id.
     ``updated_before`` keeps the rows whose *status* is unchanged since before

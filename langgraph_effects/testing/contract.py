@@ -862,7 +862,7 @@ class LedgerContract:
         assert (bare.key_retention_seconds, bare.key_expires_at) == (None, None)
 
     def test_list_by_id_prefix_finds_the_operations_it_starts(self, ledger: Ledger) -> None:
-        """id_prefix keeps the ids starting with it, literally (``%`` and ``_`` match themselves)."""
+        """id_prefix keeps the ids starting with it, literally (``%`` and ``_`` are plain)."""
         for op_id in ("op-abc1", "op-abc2", "op-abd", "op-%x", "other-abc"):
             ledger.prepare(make_draft(op_id))
         ledger.prepare(make_draft("op-abc3", tenant_id="tenant-b"))
