@@ -247,6 +247,11 @@ def open_ledger(url: str) -> Iterator[Ledger]:
     """
     scheme = urlsplit(url).scheme.lower() if "://" in url else ""
     if scheme in ("postgresql", "postgres") or scheme.startswith("postgresql+"):
+        if _authority(url).count("@") > 1:
+            # libpq would cut the password at its first '@' and take the rest for a host.
+            raise InvalidInput(
+                "the ledger URL's user name or password holds an '@': percent-encode it as %40"
+            )
         import psycopg
 
         from langgraph_effects.ledger.postgres import PostgresLedger
@@ -313,12 +318,18 @@ def _passwords(url: str) -> list[str]:
     """The passwords a ledger URL carries: in its user info (which may itself hold
     an unescaped ``@``: the host follows the *last* one), or as ``password=``."""
     found = re.findall(r"password=([^&\s]+)", url)
-    _, sep, rest = url.partition("://")
-    if sep and "@" in rest:
-        userinfo = rest.rsplit("@", 1)[0]
+    authority = _authority(url)
+    if "@" in authority:
+        userinfo = authority.rsplit("@", 1)[0]
         if ":" in userinfo:
             found.append(userinfo.split(":", 1)[1])
     return [secret for secret in found if secret]
+
+
+def _authority(url: str) -> str:
+    """``user:password@host:port`` of a URL (empty without ``://``)."""
+    _, sep, rest = url.partition("://")
+    return re.split(r"[/?#]", rest, maxsplit=1)[0] if sep else ""
 
 
 def _redact(text: str) -> str:
@@ -663,10 +674,10 @@ def _outlook(op: Operation, now: datetime) -> _Outlook:
             )
         return _Outlook(
             [Decision.APPROVE, Decision.REJECT],
-            "asks a person for approval (an interrupt) before the first dispatch, if its effect "
-            "requires approval: the record was written unclaimed, which only an approval or an "
-            "authorize check causes; otherwise runs the authorize check and dispatches it. "
-            "approve lets the next run dispatch without asking; reject refuses it for good",
+            "asks a person for approval (an interrupt) before the first dispatch if its effect "
+            "requires approval, as a record left unclaimed suggests; otherwise runs its "
+            "authorize check and dispatches it. After approve it dispatches without asking; "
+            "after reject it never does",
             "none yet: never sent.",
         )
     # unknown
@@ -766,22 +777,21 @@ class _Identity:
 
 
 def _refuse_reserved(name: str, what: str) -> str:
+    """``name`` stripped, if a person may carry it in the event log; else a usage error."""
     name = name.strip()
     lowered = name.lower()
-    if (
-        not name
-        or lowered in RESERVED_ACTORS
-        or lowered.startswith(("takeover:", "approved-by:", "system"))
-        or "|" in name
-        or _CONTROL.search(name)
-    ):
-        raise _Failure(
-            ExitCode.USAGE,
-            "usage",
-            f"{what} {_lit(name)!r} cannot decide: it is empty, has control characters or "
-            f"names a system actor ({', '.join(sorted(RESERVED_ACTORS))}, takeover:..., "
-            "lease owners)",
-        )
+    why = None
+    if not name:
+        why = "it is empty"
+    elif _CONTROL.search(name):
+        why = "it holds control characters"
+    elif lowered in RESERVED_ACTORS or lowered.startswith(("takeover:", "approved-by:")):
+        reserved = ", ".join(sorted(RESERVED_ACTORS))
+        why = f"it names a system actor (reserved: {reserved}, takeover:...)"
+    elif "|" in name:
+        why = "it has the form of a lease owner (host|pid|...), a system actor"
+    if why is not None:
+        raise _Failure(ExitCode.USAGE, "usage", f"{what} {_lit(name)!r} cannot decide: {why}")
     return name
 
 
@@ -940,17 +950,21 @@ def list_operations(
         table.add_column("status", no_wrap=True)
         table.add_column("age", no_wrap=True, justify="right")
         table.add_column("tries", no_wrap=True, justify="right")
-        for name in ("tenant", "action", "target"):
-            table.add_column(name, overflow="fold", min_width=len(name), ratio=1)
+        # One tenant asked for: its name on every row says nothing. A narrow
+        # terminal gets the free text in one column that wraps between words.
+        names = ("action", "target") if tenant else ("tenant", "action", "target")
+        narrow = console.width < 110
+        for name in [" ".join(names)] if narrow else names:
+            table.add_column(name, overflow="fold", min_width=len(name))
         for op in rows:
+            free = {"tenant": op.tenant_id, "action": op.action, "target": op.target or "-"}
+            values = [_lit(free[name]) for name in names]
             table.add_row(
                 Text(_lit(short[op.operation_id])),
                 _status(op.status),
                 Text(_age(now - op.status_changed_at)),
                 Text(str(op.attempts)),
-                Text(_lit(op.tenant_id)),
-                Text(_lit(op.action)),
-                Text(_lit(op.target or "-")),
+                *([Text(" ".join(values))] if narrow else [Text(v) for v in values]),
             )
         console.print(table)
         if len(rows) == limit:
