@@ -48,7 +48,13 @@ Method contracts (the async twins have the same names and are coroutines):
 ``resolve(tenant_id, operation_id, resolution) -> Operation``
     ``unknown`` -> ``confirmed`` | ``rejected`` on conclusive evidence or an
     operator; an operator's ``retry`` moves ``unknown`` -> ``prepared`` so the
-    next run dispatches again (same key, same pinned payload).
+    next run dispatches again (same key, same pinned payload). Out of band, an
+    operator's ``approve`` records the approval of a ``prepared`` operation
+    (the next run dispatches it without asking) and ``reject`` moves
+    ``prepared`` -> ``rejected`` (the next run replays the refusal); both are
+    refused (``IllegalTransition``) once the operation has left ``prepared``.
+    The event's detail holds the decision, the reason, and ``claimed_by`` /
+    ``verified_by`` when the resolution names them.
 ``record_evidence(tenant_id, operation_id, evidence, answer=None) -> Operation``
     Log inconclusive evidence and stamp ``evidence_checked_at``; status unchanged
     (so ``status_changed_at`` is unchanged too: an unknown keeps its age).
