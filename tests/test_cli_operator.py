@@ -19,7 +19,7 @@ from typer.testing import CliRunner, Result
 from langgraph_effects import EffectContext, effect
 from langgraph_effects.cli import ExitCode, app
 from langgraph_effects.core.digest import payload_digest
-from langgraph_effects.core.model import EventKind, OperationDraft, OperationStatus
+from langgraph_effects.core.model import EventKind, LeaseOwner, OperationDraft, OperationStatus
 from langgraph_effects.errors import LedgerNotSetUp
 from langgraph_effects.ledger.memory import InMemoryLedger
 from langgraph_effects.ledger.sqlite import SQLiteLedger
@@ -176,6 +176,31 @@ def test_approve_refuses_what_is_not_waiting_for_approval() -> None:
     assert ledger.get("acme", "op-wait").authorization_ref == "approved-by:a"  # type: ignore[union-attr]
     resolve = run("resolve", "op-wait", "-t", "acme", "--confirm", "--reason", "x", "--by", "a")
     assert resolve.exit_code != 0
+
+
+def test_reject_decides_an_unknown_operation_too_and_refuses_one_in_flight() -> None:
+    """reject on unknown records the operator's rejection; on dispatching it is exit 4."""
+    ledger = memory_ledger()
+    make_unknown(ledger, "acme", "op-lost")
+    ok(
+        run(
+            "reject",
+            "op-lost",
+            "-t",
+            "acme",
+            "--reason",
+            "CRM has no such close",
+            "--by",
+            "a",
+            obj=ledger,
+        )
+    )
+    event = ledger.events("acme", "op-lost")[-1]
+    assert (event.kind, event.to_status, event.actor) == (EventKind.RESOLVE, S.REJECTED, "a")
+    ledger.prepare(draft("op-busy"), owner=LeaseOwner.current())
+    busy = run("reject", "op-busy", "-t", "acme", "--reason", "x", "--by", "a", obj=ledger)
+    assert busy.exit_code == ExitCode.REFUSED
+    assert ledger.get("acme", "op-busy").status is S.DISPATCHING  # type: ignore[union-attr]
 
 
 # -- values from the ledger are printed literally -----------------------------------
@@ -348,6 +373,8 @@ def test_tenant_and_ledger_url_come_from_the_environment(tmp_path: Path) -> None
     assert [o["operation_id"] for o in listed["operations"]] == ["op-1"]
     other = json.loads(ok(run("list", "--json", env={**env, "LGE_TENANT": "globex"})).stdout)
     assert other["count"] == 0
+    header = ok(run("list", env=env)).stdout.splitlines()[0].split()
+    assert header == ["operation", "status", "age", "tries", "action", "target"]
 
 
 def test_version_and_help_are_clean() -> None:

@@ -77,7 +77,9 @@ Method contracts (the async twins have the same names and are coroutines):
 ``events(tenant_id, operation_id) -> list[OperationEvent]``
     The transitions in order.
 ``feed(*, after_id=0, tenant_id=None, limit=100) -> list[OperationEvent]``
-    Events of all operations with ``event_id > after_id``, in order (``events --follow``).
+    Events of all operations with ``event_id > after_id``, in order (``events --follow``),
+    never skipping one that commits after a larger id became visible: PostgreSQL
+    holds back the events above such a gap until the writers in flight have ended.
 ``stats(*, tenant_id=None) -> LedgerStats``
     ``oldest_unknown_at`` / ``oldest_dispatching_at``: the earliest
     ``status_changed_at`` among rows in that status.
