@@ -592,6 +592,15 @@ class _Outlook:
         }
 
 
+_COMMAND = {
+    Decision.CONFIRM: "resolve --confirm",
+    Decision.REJECT: "reject",
+    Decision.RETRY: "retry",
+    Decision.APPROVE: "approve",
+}
+"""The command that takes each decision (``show`` lists those open to the operator)."""
+
+
 def _approver(op: Operation) -> str | None:
     """Who approved a prepared operation's first dispatch (``Ledger.approve``), if anyone."""
     ref = op.authorization_ref or ""
@@ -705,7 +714,14 @@ def _outlook(op: Operation, now: datetime) -> _Outlook:
         )
     return _Outlook(
         [Decision.CONFIRM, Decision.REJECT, Decision.RETRY],
-        "reconciles with the provider; if that is inconclusive, asks a person (review)",
+        "asks the provider through the effect's reconciler, if it has one; if that is "
+        "inconclusive, "
+        + (
+            f"resends under the same key while the recorded key window is open (until "
+            f"{_iso(op.key_expires_at)}), else asks a person (review)"
+            if problem is None
+            else "asks a person (review)"
+        ),
         risk,
     )
 
@@ -1051,11 +1067,8 @@ def show(
         console.print(Text.assemble(("next run: ", "bold"), _lit(outlook.next_run)))
         console.print(Text.assemble(("retry risk: ", "bold"), _lit(outlook.risk)))
         if outlook.decisions:
-            choices = ", ".join(d.value for d in outlook.decisions)
-            commands = "approve / reject" if op.status is S.PREPARED else "resolve / retry / reject"
-            console.print(
-                Text.assemble(("you may: ", "bold"), f"{choices} (langgraph-effects {commands})")
-            )
+            commands = ", ".join(f"langgraph-effects {_COMMAND[d]}" for d in outlook.decisions)
+            console.print(Text.assemble(("you may: ", "bold"), commands))
 
 
 def _report_decision(op: Operation, as_json: bool) -> None:
