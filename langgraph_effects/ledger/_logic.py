@@ -1084,8 +1084,8 @@ def resolve(
             return _IsPrepared()
         if op.status is not S.UNKNOWN:
             why = "only an unknown operation is resolved"
-            if prepared_too or resolution.decision is not Decision.REJECT:
-                why += " (a prepared one is approved or rejected)"
+            if op.status is S.PREPARED:
+                why += " (an operator approves or rejects a prepared one)"
             return _illegal(op, target, why)
         return refusal
 
