@@ -1,29 +1,51 @@
 """``langgraph-effects``: the operator's command line over a ledger.
 
 The commands an operator needs at 3 a.m.: see what is stuck (``list``,
-``stats``), look at one operation with its evidence and what a retry would
-risk (``show``), decide it (``resolve``, ``retry``) and watch the event log
-(``events --follow``). Every decision goes through ``Ledger.resolve``, so the
-state machine refuses what it must and the event log records who decided and why.
+``stats``), look at one operation with its evidence, what the next run will do
+and what a retry would risk (``show``), decide it (``resolve``, ``retry`` for
+an unknown operation; ``approve``, ``reject`` for one waiting for approval)
+and watch the event log (``events --follow``). Every decision goes through
+``Ledger.resolve``, so the state machine refuses what it must and the event
+log records who decided and why.
 
 The ledger: ``--db sqlite:///relative/effects.db``, ``--db sqlite:////abs/effects.db``
 (SQLAlchemy's convention), a plain path to an existing SQLite file, or
-``--db postgresql://user@host/db``; or the environment variable ``LGE_DB``.
-The CLI never creates or migrates a ledger: a path with no file or a database
-without the tables is an error, not a fresh empty ledger.
+``--db postgresql://user@host/db``; or the environment variable
+``LGE_LEDGER_URL`` (``LGE_DB`` also works). ``LGE_TENANT`` stands for
+``--tenant``. The CLI never creates or migrates a ledger: a path with no file
+or a database without the tables is an error, not a fresh empty ledger.
+
+Operation ids may be abbreviated to any unique prefix, as in git; ``list``
+prints them abbreviated (``--full-ids`` or ``--json`` for whole ones).
+
+Who decides: the operator's identity is *verified*, never just claimed. By
+default it is the OS user running the command (the invoking user under
+``sudo``); ``--identity module:function`` (or ``LGE_IDENTITY``) names a hook
+``identify(claimed: str | None) -> str`` that returns a verified name (from a
+single sign-on token, say) or raises to refuse. ``--by`` (``LGE_OPERATOR``)
+is the name the operator gives; the event records both, as ``claimed_by`` and
+``verified_by`` (``os:NAME``, ``sudo:NAME`` or ``hook:NAME``), and its actor
+and the resolve policy see the verified name. Names the system itself writes
+as actors (``receipt``, ``ledger``, ``reconciler``, ...) are refused.
+
+Everything read from the ledger is printed literally: markup-like text is not
+interpreted and control characters (terminal escapes included) are shown
+escaped (``\\x1b``); ``--json`` output is plain ASCII JSON.
 
 Exit codes (stable; scripts may rely on them)::
 
     0  done
     1  unexpected failure (a bug, or interrupted): what Python and click
        exit with, so it never means anything specific here
-    2  usage or connection: bad arguments, malformed URL or JSON, no operator
-       identity, a ledger that cannot be opened, reached or is not set up
+    2  usage or connection: bad arguments, malformed URL or JSON, a reserved
+       or unverifiable operator name, an ambiguous id prefix, a ledger that
+       cannot be opened, reached, is not set up or has an older schema
     3  not found: no such operation for that tenant (another tenant's
        operation is reported exactly like a missing one)
     4  refused: the state machine (or a live lease) does not allow the decision;
        nothing was changed
-    5  forbidden: the resolve policy did not allow this operator; nothing was changed
+    5  forbidden: the resolve policy (or the identity hook) did not allow this
+       operator; nothing was changed
 
 ``--json`` prints one JSON document (``events``: one JSON object per line) with
 the keys documented on each command; errors go to stderr (a JSON object
@@ -34,6 +56,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import importlib.metadata
 import json
 import os
 import re
@@ -51,6 +74,7 @@ import pydantic
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from langgraph_effects.core.model import (
     Decision,
@@ -119,6 +143,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,
 )
 
 # -- options shared by the commands -------------------------------------------
@@ -127,28 +152,84 @@ DbOption = Annotated[
     str | None,
     typer.Option(
         "--db",
-        envvar="LGE_DB",
+        envvar=["LGE_LEDGER_URL", "LGE_DB"],
+        metavar="URL",
         help="Ledger URL: sqlite:///file.db, sqlite:////abs/file.db or postgresql://...",
         show_default=False,
     ),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Machine-readable output (stable keys).")]
-TenantRequired = Annotated[str, typer.Option("--tenant", "-t", help="The operation's tenant.")]
+OperationArg = Annotated[
+    str,
+    typer.Argument(metavar="OPERATION_ID", help="The operation id, or a unique prefix of it."),
+]
+TenantRequired = Annotated[
+    str,
+    typer.Option(
+        "--tenant", "-t", envvar="LGE_TENANT", metavar="TENANT", help="The operation's tenant."
+    ),
+]
+TenantFilter = Annotated[
+    str | None,
+    typer.Option("--tenant", "-t", envvar="LGE_TENANT", metavar="TENANT", help="Only this tenant."),
+]
 ByOption = Annotated[
     str | None,
-    typer.Option("--by", envvar="LGE_OPERATOR", help="Who decides (required)."),
+    typer.Option(
+        "--by",
+        envvar="LGE_OPERATOR",
+        metavar="NAME",
+        help="Your name as you give it; recorded beside the verified identity "
+        "(default: the verified identity).",
+    ),
+]
+IdentityOption = Annotated[
+    str | None,
+    typer.Option(
+        "--identity",
+        envvar="LGE_IDENTITY",
+        metavar="MODULE:FUNCTION",
+        help="A hook returning your verified identity (default: the OS user).",
+    ),
 ]
 ReasonOption = Annotated[
-    str, typer.Option("--reason", help="Why: recorded in the event log (required).")
+    str,
+    typer.Option("--reason", metavar="TEXT", help="Why: recorded in the event log (required)."),
 ]
 PolicyOption = Annotated[
     str | None,
     typer.Option(
         "--policy",
         envvar="LGE_RESOLVE_POLICY",
-        help="module:function deciding who may resolve what.",
+        metavar="MODULE:FUNCTION",
+        help="A hook deciding who may decide what.",
     ),
 ]
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"langgraph-effects {_package_version()}")
+        raise typer.Exit()
+
+
+def _package_version() -> str:
+    try:
+        return importlib.metadata.version("langgraph-effects")
+    except importlib.metadata.PackageNotFoundError:  # a checkout on sys.path, not installed
+        return str(getattr(importlib.import_module("langgraph_effects"), "__version__", "unknown"))
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_version, is_eager=True, help="Print the version and exit."
+        ),
+    ] = False,
+) -> None:
+    """Inspect and decide the operations of a langgraph-effects ledger."""
 
 
 # -- opening a ledger -----------------------------------------------------------
@@ -167,6 +248,11 @@ def open_ledger(url: str) -> Iterator[Ledger]:
     """
     scheme = urlsplit(url).scheme.lower() if "://" in url else ""
     if scheme in ("postgresql", "postgres") or scheme.startswith("postgresql+"):
+        if _authority(url).count("@") > 1:
+            # libpq would cut the password at its first '@' and take the rest for a host.
+            raise InvalidInput(
+                "the ledger URL's user name or password holds an '@': percent-encode it as %40"
+            )
         import psycopg
 
         from langgraph_effects.ledger.postgres import PostgresLedger
@@ -206,7 +292,10 @@ def _ledger(ctx: typer.Context, db: str | None) -> Iterator[Ledger]:
         yield injected
         return
     if not db:
-        raise _Failure(ExitCode.USAGE, "usage", "no ledger given: pass --db URL or set LGE_DB")
+        raise _Failure(
+            ExitCode.USAGE, "usage", "no ledger given: pass --db URL or set LGE_LEDGER_URL"
+        )
+    _SECRETS.update(_passwords(db))
     stack = contextlib.ExitStack()
     try:
         ledger = stack.enter_context(open_ledger(db))
@@ -222,9 +311,33 @@ def _ledger(ctx: typer.Context, db: str | None) -> Iterator[Ledger]:
         yield ledger
 
 
-def _redact(url: str) -> str:
-    """The URL without a password, for error messages."""
-    return re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", url)
+_SECRETS: set[str] = set()
+"""Passwords of the URLs this process opened: never printed, whatever message holds them."""
+
+
+def _passwords(url: str) -> list[str]:
+    """The passwords a ledger URL carries: in its user info (which may itself hold
+    an unescaped ``@``: the host follows the *last* one), or as ``password=``."""
+    found = re.findall(r"password=([^&\s]+)", url)
+    authority = _authority(url)
+    if "@" in authority:
+        userinfo = authority.rsplit("@", 1)[0]
+        if ":" in userinfo:
+            found.append(userinfo.split(":", 1)[1])
+    return [secret for secret in found if secret]
+
+
+def _authority(url: str) -> str:
+    """``user:password@host:port`` of a URL (empty without ``://``)."""
+    _, sep, rest = url.partition("://")
+    return re.split(r"[/?#]", rest, maxsplit=1)[0] if sep else ""
+
+
+def _redact(text: str) -> str:
+    """``text`` with every known password replaced by ``***``."""
+    for secret in sorted(_SECRETS, key=len, reverse=True):
+        text = text.replace(secret, "***")
+    return text
 
 
 # -- error reporting ---------------------------------------------------------------
@@ -248,25 +361,46 @@ def _reporting(as_json: bool) -> Iterator[None]:
 
 
 def _fail(failure: _Failure, as_json: bool) -> NoReturn:
+    message = _redact(str(failure))
     if as_json:
-        error = {"error": failure.kind, "message": str(failure), "exit_code": int(failure.code)}
+        error = {"error": failure.kind, "message": message, "exit_code": int(failure.code)}
         typer.echo(json.dumps(error), err=True)
     else:
-        Console(stderr=True, highlight=False, soft_wrap=True).print(
-            f"[bold red]error:[/] {failure}", markup=True
-        )
+        _console(stderr=True).print(Text.assemble(("error:", "bold red"), " ", _lit(message)))
     raise typer.Exit(int(failure.code))
 
 
 def _echo_json(value: Any) -> None:
-    typer.echo(json.dumps(value, indent=2, ensure_ascii=False))
+    # ASCII: control characters and look-alikes in ledger values arrive escaped.
+    typer.echo(json.dumps(value, indent=2))
 
 
-def _console() -> Console:
+def _console(*, stderr: bool = False) -> Console:
     # Created per command: CliRunner swaps sys.stdout between invocations. A
     # pipe gets a wide console (unless COLUMNS says otherwise) so ids are never cut.
-    wide = sys.stdout.isatty() or "COLUMNS" in os.environ
-    return Console(highlight=False, width=None if wide else 200)
+    stream = sys.stderr if stderr else sys.stdout
+    wide = stream.isatty() or "COLUMNS" in os.environ
+    return Console(highlight=False, width=None if wide else 200, stderr=stderr, soft_wrap=stderr)
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]")
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _lit(value: object) -> str:
+    """A value from the ledger as inert text: control characters (terminal escapes),
+    invisible and bidirectional-override characters shown as escapes.
+
+    Rich markup stays literal because every value is printed as ``rich.text.Text``
+    (or with ``markup=False``), never parsed.
+    """
+
+    def escape(match: re.Match[str]) -> str:
+        char = match.group()
+        code = ord(char)
+        return _NAMED.get(char) or (f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
+
+    return _CONTROL.sub(escape, str(value))
 
 
 # -- parsing -------------------------------------------------------------------------
@@ -285,7 +419,10 @@ def parse_duration(text: str) -> timedelta:
     parts: list[tuple[str, str]] = _DURATION.findall(compact)
     if not compact or "".join(n + u for n, u in parts) != compact:
         raise InvalidInput(f"cannot read duration {text!r}: use e.g. 90s, 10m, 1h30m, 2d")
-    return timedelta(seconds=sum(float(n) * _UNIT_SECONDS[u] for n, u in parts))
+    try:
+        return timedelta(seconds=sum(float(n) * _UNIT_SECONDS[u] for n, u in parts))
+    except OverflowError:
+        raise InvalidInput(f"duration {text!r} is too long (at most 999999999d)") from None
 
 
 def _parse_json(option: str, text: str | None) -> Any:
@@ -347,8 +484,8 @@ _STATUS_STYLE = {
 }
 
 
-def _status(status: OperationStatus) -> str:
-    return f"[{_STATUS_STYLE[status]}]{status.value}[/]"
+def _status(status: OperationStatus) -> Text:
+    return Text(status.value, style=_STATUS_STYLE[status])
 
 
 def _summary(op: Operation, now: datetime) -> dict[str, Any]:
@@ -398,9 +535,30 @@ def _event_line(event: OperationEvent) -> str:
         f"#{event.event_id} {event.at:%Y-%m-%d %H:%M:%S} {event.tenant_id} {event.operation_id} "
         f"{event.kind.value}: {source} -> {event.to_status.value} by {event.actor}"
     )
+    note = _event_note(event)
+    return f"{line} {note}" if note else line
+
+
+def _event_note(event: OperationEvent) -> str:
+    """What a person decided and why, or what evidence said; '' when nothing.
+
+    A decision reads as ``[retry: provider was down (claimed ana, verified os:ana)]``;
+    evidence as ``[confirmed by reconciler: ...]``.
+    """
+    detail = event.detail if isinstance(event.detail, dict) else {}
+    decision = detail.get("decision")
+    if decision:
+        text = str(decision) + (f": {detail['reason']}" if detail.get("reason") else "")
+        who = [
+            f"{k.split('_')[0]} {detail[k]}" for k in ("claimed_by", "verified_by") if k in detail
+        ]
+        return f"[{text}{' (' + ', '.join(who) + ')' if who else ''}]"
     if event.evidence is not None:
-        line += f" [{event.evidence.kind.value}: {event.evidence.summary}]"
-    return line
+        e = event.evidence
+        return f"[{e.kind.value} by {e.source}" + (f": {e.summary}]" if e.summary else "]")
+    if detail.get("reason"):
+        return f"[{detail['reason']}]"
+    return ""
 
 
 # -- what a retry would risk ---------------------------------------------------------
@@ -433,6 +591,21 @@ class _Outlook:
             "key_expires_at": _iso(op.key_expires_at),
             "key_window_open": op.key_window_open(now),
         }
+
+
+_COMMAND = {
+    Decision.CONFIRM: "resolve --confirm",
+    Decision.REJECT: "reject",
+    Decision.RETRY: "retry",
+    Decision.APPROVE: "approve",
+}
+"""The command that takes each decision (``show`` lists those open to the operator)."""
+
+
+def _approver(op: Operation) -> str | None:
+    """Who approved a prepared operation's first dispatch (``Ledger.approve``), if anyone."""
+    ref = op.authorization_ref or ""
+    return ref.removeprefix("approved-by:") if ref.startswith("approved-by:") else None
 
 
 def _resend_risk(op: Operation, now: datetime) -> str | None:
@@ -493,13 +666,29 @@ def _outlook(op: Operation, now: datetime) -> _Outlook:
             "the last attempt may have reached the provider; wait for reconciliation.",
         )
     if op.status is S.PREPARED:
-        first = op.first_dispatched_at is None
+        if op.attempts > 0:
+            return _Outlook(
+                [Decision.REJECT],
+                "dispatches it again under the same key and pinned payload (a retry was "
+                "ordered, or the provider refused it transiently); no approval is asked",
+                "it was sent before; the resend reuses the same key, so the provider can "
+                "deduplicate it only while it remembers the key.",
+            )
+        approver = _approver(op)
+        if approver is not None:
+            return _Outlook(
+                [Decision.REJECT],
+                f"dispatches it for the first time without asking again: approved by {approver} "
+                "(after the effect's authorize check, if it has one)",
+                "none yet: never sent.",
+            )
         return _Outlook(
-            [],
-            "dispatches it" + (" for the first time" if first else " again, under the same key"),
-            "none yet: never sent."
-            if first
-            else "it was sent before and a retry was ordered; the resend reuses the same key.",
+            [Decision.APPROVE, Decision.REJECT],
+            "asks a person for approval (an interrupt) before the first dispatch if its effect "
+            "requires approval, as a record left unclaimed suggests; otherwise runs its "
+            "authorize check and dispatches it. After approve it dispatches without asking; "
+            "after reject it never does",
+            "none yet: never sent.",
         )
     # unknown
     sent = f"sent {op.attempts} time(s), first at {_iso(op.first_dispatched_at)}"
@@ -526,7 +715,14 @@ def _outlook(op: Operation, now: datetime) -> _Outlook:
         )
     return _Outlook(
         [Decision.CONFIRM, Decision.REJECT, Decision.RETRY],
-        "reconciles with the provider; if that is inconclusive, asks a person (review)",
+        "asks the provider through the effect's reconciler, if it has one; if that is "
+        "inconclusive, "
+        + (
+            f"resends under the same key while the recorded key window is open (until "
+            f"{_iso(op.key_expires_at)}), else asks a person (review)"
+            if problem is None
+            else "asks a person (review)"
+        ),
         risk,
     )
 
@@ -534,26 +730,26 @@ def _outlook(op: Operation, now: datetime) -> _Outlook:
 # -- policy ---------------------------------------------------------------------------
 
 
-def _load_policy(spec: str | None) -> ResolvePolicy | None:
+def _load_hook(option: str, spec: str | None) -> Callable[..., Any] | None:
+    """Import ``module:function`` (the working directory is importable, as with ``python -m``)."""
     if not spec:
         return None
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
-        raise _Failure(ExitCode.USAGE, "usage", f"--policy {spec!r}: expected module:function")
-    # Like ``python -m``: the operator's working directory is importable.
+        raise _Failure(ExitCode.USAGE, "usage", f"{option} {spec!r}: expected module:function")
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
-        policy = getattr(importlib.import_module(module_name), attr)
+        hook = getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as exc:
-        raise _Failure(ExitCode.USAGE, "usage", f"cannot load policy {spec!r}: {exc}") from exc
-    if not callable(policy):
-        raise _Failure(ExitCode.USAGE, "usage", f"policy {spec!r} is not callable")
-    return policy  # type: ignore[no-any-return]
+        raise _Failure(ExitCode.USAGE, "usage", f"cannot load {option} {spec!r}: {exc}") from exc
+    if not callable(hook):
+        raise _Failure(ExitCode.USAGE, "usage", f"{option} {spec!r} is not callable")
+    return hook  # type: ignore[no-any-return]
 
 
 def _check_policy(
-    policy: ResolvePolicy | None, operator: str, op: Operation, decision: Decision
+    policy: Callable[..., Any] | None, operator: str, op: Operation, decision: Decision
 ) -> None:
     if policy is None:
         return
@@ -571,21 +767,123 @@ def _check_policy(
         )
 
 
-def _operator(by: str | None) -> str:
-    if by is None or not by.strip():
-        raise _Failure(
-            ExitCode.USAGE,
-            "usage",
-            "a decision needs an operator identity: pass --by NAME or set LGE_OPERATOR",
+RESERVED_ACTORS = frozenset(
+    {"authorize", "ledger", "lge", "operator", "provider", "receipt", "reconciler", "runner"}
+)
+"""Actors the system itself writes into the event log: never a person's name."""
+
+
+@dataclass(frozen=True)
+class _Identity:
+    """Who is deciding: the verified name (the event's actor) and the name given."""
+
+    verified: str
+    source: str
+    """``os``, ``sudo`` or ``hook``."""
+    claimed: str
+
+    def resolution(self, decision: Decision, reason: str, **more: Any) -> Resolution:
+        return Resolution(
+            decision=decision,
+            by=self.verified,
+            reason=reason,
+            claimed_by=self.claimed,
+            verified_by=f"{self.source}:{self.verified}",
+            **more,
         )
-    return by.strip()
+
+
+def _refuse_reserved(name: str, what: str) -> str:
+    """``name`` stripped, if a person may carry it in the event log; else a usage error."""
+    name = name.strip()
+    lowered = name.lower()
+    why = None
+    if not name:
+        why = "it is empty"
+    elif _CONTROL.search(name):
+        why = "it holds control characters"
+    elif lowered in RESERVED_ACTORS or lowered.startswith(("takeover:", "approved-by:")):
+        reserved = ", ".join(sorted(RESERVED_ACTORS))
+        why = f"it names a system actor (reserved: {reserved}, takeover:...)"
+    elif "|" in name:
+        why = "it has the form of a lease owner (host|pid|...), a system actor"
+    if why is not None:
+        raise _Failure(ExitCode.USAGE, "usage", f"{what} {_lit(name)!r} cannot decide: {why}")
+    return name
+
+
+def _os_user() -> tuple[str, str]:
+    """The OS account running this process; under sudo, the account that invoked it."""
+    try:
+        import pwd
+
+        name = pwd.getpwuid(os.geteuid()).pw_name
+        root = os.geteuid() == 0
+    except (ImportError, KeyError):  # Windows, or a uid without a passwd entry
+        import getpass
+
+        name, root = getpass.getuser(), False
+    sudo_user = os.environ.get("SUDO_USER")
+    if root and sudo_user and sudo_user != "root":
+        return sudo_user, "sudo"
+    return name, "os"
+
+
+def _identify(by: str | None, hook_spec: str | None) -> _Identity:
+    """The operator's verified identity (hook, else OS user) and claimed name (``--by``)."""
+    claimed = _refuse_reserved(by, "--by") if by is not None and by.strip() else None
+    hook = _load_hook("--identity", hook_spec)
+    if hook is None:
+        verified, source = _os_user()
+    else:
+        try:
+            verified, source = str(hook(claimed)), "hook"
+        except Exception as exc:  # fail closed: an identity not verified decides nothing
+            raise _Failure(
+                ExitCode.FORBIDDEN,
+                "forbidden",
+                f"the identity hook {hook_spec!r} did not verify you: {exc or type(exc).__name__}",
+            ) from exc
+    verified = _refuse_reserved(verified, f"the verified identity ({source})")
+    return _Identity(verified=verified, source=source, claimed=claimed or verified)
+
+
+_MIN_ABBREV = 11
+"""``op-`` and 8 base32 characters (40 bits): shown abbreviated, an id rarely collides."""
 
 
 def _require(ledger: Ledger, tenant: str, operation_id: str) -> Operation:
+    """The operation ``operation_id`` names: the whole id, or a unique prefix of one."""
     op = ledger.get(tenant, operation_id)
-    if op is None:
-        raise OperationNotFound(tenant, operation_id)
-    return op
+    if op is not None:
+        return op
+    if operation_id.strip():
+        found = ledger.list(tenant_id=tenant, id_prefix=operation_id, limit=6)
+        if len(found) == 1:
+            return found[0]
+        if found:
+            shown = ", ".join(o.operation_id for o in found[:5]) + (
+                ", ..." if len(found) > 5 else ""
+            )
+            raise InvalidInput(
+                f"operation id prefix {operation_id!r} is ambiguous in tenant {tenant!r}: it "
+                f"starts {shown}; give more characters"
+            )
+    raise OperationNotFound(tenant, operation_id)
+
+
+def _abbreviations(ids: list[str], full: bool) -> dict[str, str]:
+    """Each id shortened to the shortest prefix (at least ``_MIN_ABBREV`` long) that tells
+    it apart from the others shown, as git does."""
+    if full:
+        return {i: i for i in ids}
+    out: dict[str, str] = {}
+    for i in ids:
+        size = _MIN_ABBREV
+        while size < len(i) and any(o != i and o.startswith(i[:size]) for o in ids):
+            size += 1
+        out[i] = i[:size]
+    return out
 
 
 # -- commands -----------------------------------------------------------------------
@@ -595,26 +893,38 @@ def _require(ledger: Ledger, tenant: str, operation_id: str) -> Operation:
 def list_operations(
     ctx: typer.Context,
     db: DbOption = None,
-    tenant: Annotated[str | None, typer.Option("--tenant", "-t", help="Only this tenant.")] = None,
+    tenant: TenantFilter = None,
     status: Annotated[
         list[str] | None,
-        typer.Option("--status", "-s", help="Only these statuses (repeatable)."),
+        typer.Option("--status", "-s", metavar="STATUS", help="Only these statuses (repeatable)."),
     ] = None,
-    action: Annotated[str | None, typer.Option("--action", "-a", help="Only this action.")] = None,
+    action: Annotated[
+        str | None, typer.Option("--action", "-a", metavar="ACTION", help="Only this action.")
+    ] = None,
     older_than: Annotated[
         str | None,
-        typer.Option("--older-than", help="Status unchanged for at least this long (10m, 2h, 1d)."),
+        typer.Option(
+            "--older-than",
+            metavar="DURATION",
+            help="Status unchanged for at least this long (10m, 2h, 1d).",
+        ),
     ] = None,
     include_terminal: Annotated[
         bool, typer.Option("--all", help="Also confirmed and rejected operations.")
     ] = False,
-    limit: Annotated[int, typer.Option("--limit", min=1, help="At most this many rows.")] = 100,
+    limit: Annotated[
+        int, typer.Option("--limit", min=1, metavar="N", help="At most this many rows.")
+    ] = 100,
+    full_ids: Annotated[
+        bool, typer.Option("--full-ids", help="Whole operation ids (default: unique prefixes).")
+    ] = False,
     as_json: JsonOption = False,
 ) -> None:
     """List operations: by default the open ones, unknown first, oldest status first.
 
-    Age is the time in the current status (``status_changed_at``): recording
-    inconclusive evidence does not make an old unknown look young.
+    Age is the time in the current status (status_changed_at): recording
+    inconclusive evidence does not make an old unknown look young. Ids are
+    abbreviated to unique prefixes, which every command accepts.
 
     JSON: {"operations": [{tenant_id, operation_id, workflow_id, action,
     action_version, target, provider, status, attempts, idempotency_key,
@@ -623,7 +933,14 @@ def list_operations(
     """
     with _reporting(as_json), _ledger(ctx, db) as ledger:
         now = utcnow()
-        before = now - parse_duration(older_than) if older_than else None
+        before = None
+        if older_than:
+            try:
+                before = now - parse_duration(older_than)
+            except OverflowError:
+                raise InvalidInput(
+                    f"--older-than {older_than!r} reaches back before the year 1"
+                ) from None
         rows: list[Operation] = []
         for wanted in _statuses(status, include_terminal):
             if len(rows) >= limit:
@@ -642,18 +959,29 @@ def list_operations(
         if not rows:
             console.print("no operations match")
             return
-        table = Table(show_edge=False, pad_edge=False)
-        for column in ("tenant", "operation", "action", "target", "status", "tries", "age"):
-            table.add_column(column, no_wrap=column in ("operation", "status"))
+        short = _abbreviations([op.operation_id for op in rows], full_ids)
+        # Fixed columns never wrap; tenant, action and target share the rest and
+        # fold, so 80 columns stay readable.
+        table = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
+        table.add_column("operation", no_wrap=True)
+        table.add_column("status", no_wrap=True)
+        table.add_column("age", no_wrap=True, justify="right")
+        table.add_column("tries", no_wrap=True, justify="right")
+        # One tenant asked for: its name on every row says nothing. A narrow
+        # terminal gets the free text in one column that wraps between words.
+        names = ("action", "target") if tenant else ("tenant", "action", "target")
+        narrow = console.width < 110
+        for name in [" ".join(names)] if narrow else names:
+            table.add_column(name, overflow="fold", min_width=len(name))
         for op in rows:
+            free = {"tenant": op.tenant_id, "action": op.action, "target": op.target or "-"}
+            values = [_lit(free[name]) for name in names]
             table.add_row(
-                op.tenant_id,
-                op.operation_id,
-                op.action,
-                op.target or "-",
+                Text(_lit(short[op.operation_id])),
                 _status(op.status),
-                str(op.attempts),
-                _age(now - op.status_changed_at),
+                Text(_age(now - op.status_changed_at)),
+                Text(str(op.attempts)),
+                *([Text(" ".join(values))] if narrow else [Text(v) for v in values]),
             )
         console.print(table)
         if len(rows) == limit:
@@ -663,12 +991,13 @@ def list_operations(
 @app.command()
 def show(
     ctx: typer.Context,
-    operation_id: Annotated[str, typer.Argument(help="The operation id.")],
+    operation_id: OperationArg,
     tenant: TenantRequired,
     db: DbOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Show one operation: its record, events, evidence and what a retry would risk.
+    """Show one operation: its record, events, evidence, what the next run does and what a
+    retry would risk.
 
     JSON: {"operation": {every record field}, "events": [event...],
     "conflict": the late receipt contradicting a rejected record, or null,
@@ -678,7 +1007,7 @@ def show(
     """
     with _reporting(as_json), _ledger(ctx, db) as ledger:
         op = _require(ledger, tenant, operation_id)
-        events = ledger.events(tenant, operation_id)
+        events = ledger.events(op.tenant_id, op.operation_id)
         now = utcnow()
         outlook = _outlook(op, now)
         conflict = receipt_conflict(op, events)
@@ -694,16 +1023,16 @@ def show(
             return
         console = _console()
         record = Table.grid(padding=(0, 2))
-        record.add_column(style="bold")
-        record.add_column()
-        fields: list[tuple[str, str]] = [
+        record.add_column(style="bold", no_wrap=True)
+        record.add_column(overflow="fold")
+        fields: list[tuple[str, str | Text]] = [
             ("operation", op.operation_id),
             ("tenant", op.tenant_id),
             ("workflow", op.workflow_id or "-"),
             ("action", f"{op.action} v{op.action_version}"),
             ("target", op.target or "-"),
             ("provider", op.provider or "-"),
-            ("status", f"{_status(op.status)} since {_iso(op.status_changed_at)}"),
+            ("status", Text.assemble(_status(op.status), f" since {_iso(op.status_changed_at)}")),
             ("attempts", str(op.attempts)),
             ("idempotency key", op.idempotency_key or "- (none: the provider cannot deduplicate)"),
             ("key expires", _key_expiry(op)),
@@ -732,60 +1061,66 @@ def show(
         if op.status is S.CONFIRMED:
             fields.append(("result", json.dumps(op.result)))
         for name, value in fields:
-            record.add_row(name, value)
+            record.add_row(name, value if isinstance(value, Text) else Text(_lit(value)))
         console.print(record)
         console.print()
         # One line per event (soft-wrapped), readable at any terminal width.
-        console.print("[bold]events[/]")
+        console.print(Text("events", style="bold"))
         for e in events:
-            note = ""
-            if e.evidence is not None:
-                note = f"  {e.evidence.kind.value} ({e.evidence.source}): {e.evidence.summary}"
-            elif isinstance(e.detail, dict) and e.detail.get("reason"):
-                note = f"  {e.detail['reason']}"
+            note = _event_note(e)
             source = e.from_status.value if e.from_status else "-"
             token = "-" if e.fencing_token is None else str(e.fencing_token)
-            console.print(
+            line = (
                 f"{e.seq:>3}  {e.at:%Y-%m-%d %H:%M:%S}  {e.kind.value:<12} "
-                f"{source:>11} -> {e.to_status.value:<11} token {token:<3} by {e.actor}{note}",
-                markup=False,
-                soft_wrap=True,
+                f"{source:>11} -> {e.to_status.value:<11} token {token:<3} by {e.actor}"
             )
+            console.print(Text(_lit(f"{line}  {note}" if note else line)), soft_wrap=True)
         console.print()
-        console.print(f"[bold]next run:[/] {outlook.next_run}")
-        console.print(f"[bold]retry risk:[/] {outlook.risk}")
+        console.print(Text.assemble(("next run: ", "bold"), _lit(outlook.next_run)))
+        console.print(Text.assemble(("retry risk: ", "bold"), _lit(outlook.risk)))
         if outlook.decisions:
-            choices = ", ".join(d.value for d in outlook.decisions)
-            console.print(f"[bold]you may:[/] {choices} (langgraph-effects resolve / retry)")
-
-
-def _decide(ledger: Ledger, op: Operation, resolution: Resolution) -> Operation:
-    """Resolve through the ledger, which enforces the state machine (policy checked before)."""
-    operation_id = op.operation_id
-    if op.status is not S.UNKNOWN:
-        # The ledger would refuse too; saying what the operation is doing
-        # instead helps more than the bare transition error.
-        raise IllegalTransition(
-            operation_id,
-            status=op.status.value,
-            target=resolution.decision.value,
-            why="only an unknown operation can be decided; on its next run the graph "
-            + _outlook(op, utcnow()).next_run,
-        )
-    return ledger.resolve(op.tenant_id, operation_id, resolution)
+            commands = ", ".join(f"langgraph-effects {_COMMAND[d]}" for d in outlook.decisions)
+            console.print(Text.assemble(("you may: ", "bold"), commands))
 
 
 def _report_decision(op: Operation, as_json: bool) -> None:
     if as_json:
         _echo_json({"operation": op.model_dump(mode="json")})
         return
-    _console().print(f"{op.operation_id} is now {_status(op.status)} (record v{op.record_version})")
+    _console().print(
+        Text.assemble(
+            _lit(op.operation_id), " is now ", _status(op.status), f" (record v{op.record_version})"
+        )
+    )
+    if op.status is S.PREPARED:
+        _console().print(Text(_lit(f"next run: {_outlook(op, utcnow()).next_run}")))
+
+
+def _not_unknown(op: Operation, decision: Decision) -> IllegalTransition:
+    """Why ``resolve`` / ``retry`` refuse a record that is not unknown, and what to do."""
+    hint = ""
+    if op.status is S.PREPARED:
+        hint = "; a prepared operation is decided with approve or reject"
+    return IllegalTransition(
+        op.operation_id,
+        status=op.status.value,
+        target=decision.value,
+        why="only an unknown operation is resolved or retried; on its next run the graph "
+        + _outlook(op, utcnow()).next_run
+        + hint,
+    )
+
+
+def _checked_reason(reason: str) -> str:
+    if not reason.strip():
+        raise _Failure(ExitCode.USAGE, "usage", "--reason must say why")
+    return reason
 
 
 @app.command()
 def resolve(
     ctx: typer.Context,
-    operation_id: Annotated[str, typer.Argument(help="The operation id.")],
+    operation_id: OperationArg,
     tenant: TenantRequired,
     reason: ReasonOption,
     confirm: Annotated[
@@ -795,16 +1130,20 @@ def resolve(
         bool, typer.Option("--reject", help="The effect did not happen and never will.")
     ] = False,
     by: ByOption = None,
+    identity: IdentityOption = None,
     evidence: Annotated[
         str | None,
         typer.Option(
             "--evidence",
-            help='JSON: what you saw, e.g. {"summary": "...", "provider_result_id": "..."}.',
+            metavar="JSON",
+            help='What you saw, e.g. {"summary": "...", "provider_result_id": "..."}.',
         ),
     ] = None,
     result: Annotated[
         str | None,
-        typer.Option("--result", help="JSON result to replay to the model (with --confirm)."),
+        typer.Option(
+            "--result", metavar="JSON", help="The result to replay to the model (with --confirm)."
+        ),
     ] = None,
     policy: PolicyOption = None,
     db: DbOption = None,
@@ -819,9 +1158,8 @@ def resolve(
             raise _Failure(ExitCode.USAGE, "usage", "give exactly one of --confirm or --reject")
         if reject and result is not None:
             raise _Failure(ExitCode.USAGE, "usage", "--result goes with --confirm only")
-        if not reason.strip():
-            raise _Failure(ExitCode.USAGE, "usage", "--reason must say why")
-        operator = _operator(by)
+        _checked_reason(reason)
+        who = _identify(by, identity)
         decision = Decision.CONFIRM if confirm else Decision.REJECT
         seen = _parse_json("--evidence", evidence)
         if seen is not None and not isinstance(seen, dict):
@@ -840,28 +1178,30 @@ def resolve(
             # An operator's evidence is always the operator's: the ledger tells
             # a person from a reconciler by the evidence source.
             proof = Evidence(**{"summary": reason, **seen, "kind": kind, "source": "operator"})
-        resolution = Resolution(
-            decision=decision,
-            by=operator,
-            reason=reason,
+        resolution = who.resolution(
+            decision,
+            reason,
             result=replay,
             provider_result_id=proof.provider_result_id if proof else None,
             evidence=proof,
         )
-        loaded = _load_policy(policy)
+        loaded = _load_hook("--policy", policy)
         with _ledger(ctx, db) as ledger:
             op = _require(ledger, tenant, operation_id)
-            _check_policy(loaded, operator, op, decision)
-            _report_decision(_decide(ledger, op, resolution), as_json)
+            _check_policy(loaded, who.verified, op, decision)
+            if op.status is not S.UNKNOWN:
+                raise _not_unknown(op, decision)
+            _report_decision(ledger.resolve(op.tenant_id, op.operation_id, resolution), as_json)
 
 
 @app.command()
 def retry(
     ctx: typer.Context,
-    operation_id: Annotated[str, typer.Argument(help="The operation id.")],
+    operation_id: OperationArg,
     tenant: TenantRequired,
     reason: ReasonOption,
     by: ByOption = None,
+    identity: IdentityOption = None,
     accept_duplicate_risk: Annotated[
         bool,
         typer.Option(
@@ -885,25 +1225,102 @@ def retry(
     JSON: {"operation": {every record field, after the decision}}
     """
     with _reporting(as_json):
-        if not reason.strip():
-            raise _Failure(ExitCode.USAGE, "usage", "--reason must say why")
-        operator = _operator(by)
-        loaded = _load_policy(policy)
+        _checked_reason(reason)
+        who = _identify(by, identity)
+        loaded = _load_hook("--policy", policy)
         with _ledger(ctx, db) as ledger:
             op = _require(ledger, tenant, operation_id)
-            _check_policy(loaded, operator, op, Decision.RETRY)
-            problem = _resend_risk(op, utcnow()) if op.status is S.UNKNOWN else None
+            _check_policy(loaded, who.verified, op, Decision.RETRY)
+            if op.status is not S.UNKNOWN:
+                raise _not_unknown(op, Decision.RETRY)
+            problem = _resend_risk(op, utcnow())
             if problem is not None and not accept_duplicate_risk:
                 raise IllegalTransition(
-                    operation_id,
+                    op.operation_id,
                     status=op.status.value,
                     target="retry",
                     why=f"{problem}: if the first attempt applied, a retry applies it twice. "
                     "Check the provider and resolve --confirm/--reject, or pass "
                     "--accept-duplicate-risk",
                 )
-            order = Resolution(decision=Decision.RETRY, by=operator, reason=reason)
-            _report_decision(_decide(ledger, op, order), as_json)
+            order = who.resolution(Decision.RETRY, reason)
+            _report_decision(ledger.resolve(op.tenant_id, op.operation_id, order), as_json)
+
+
+@app.command()
+def approve(
+    ctx: typer.Context,
+    operation_id: OperationArg,
+    tenant: TenantRequired,
+    reason: ReasonOption,
+    by: ByOption = None,
+    identity: IdentityOption = None,
+    policy: PolicyOption = None,
+    db: DbOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Approve a prepared operation waiting for approval: the next run dispatches it
+    without asking (the pinned payload, after the effect's authorize check).
+
+    JSON: {"operation": {every record field, after the decision}}
+    """
+    with _reporting(as_json):
+        _checked_reason(reason)
+        who = _identify(by, identity)
+        loaded = _load_hook("--policy", policy)
+        with _ledger(ctx, db) as ledger:
+            op = _require(ledger, tenant, operation_id)
+            _check_policy(loaded, who.verified, op, Decision.APPROVE)
+            if op.status is not S.PREPARED or op.attempts > 0 or _approver(op) is not None:
+                raise IllegalTransition(
+                    op.operation_id,
+                    status=op.status.value,
+                    target="approved",
+                    why="only a prepared operation that was never sent nor approved awaits "
+                    "approval; on its next run the graph " + _outlook(op, utcnow()).next_run,
+                )
+            decided = ledger.resolve(
+                op.tenant_id, op.operation_id, who.resolution(Decision.APPROVE, reason)
+            )
+            _report_decision(decided, as_json)
+
+
+@app.command("reject")
+def reject_operation(
+    ctx: typer.Context,
+    operation_id: OperationArg,
+    tenant: TenantRequired,
+    reason: ReasonOption,
+    by: ByOption = None,
+    identity: IdentityOption = None,
+    policy: PolicyOption = None,
+    db: DbOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Reject a prepared operation (refuse its approval) or an unknown one (it did not
+    happen): the next run returns the rejection to the model and never sends it.
+
+    JSON: {"operation": {every record field, after the decision}}
+    """
+    with _reporting(as_json):
+        _checked_reason(reason)
+        who = _identify(by, identity)
+        loaded = _load_hook("--policy", policy)
+        with _ledger(ctx, db) as ledger:
+            op = _require(ledger, tenant, operation_id)
+            _check_policy(loaded, who.verified, op, Decision.REJECT)
+            if op.status not in (S.PREPARED, S.UNKNOWN):
+                raise IllegalTransition(
+                    op.operation_id,
+                    status=op.status.value,
+                    target="rejected",
+                    why="only a prepared or unknown operation is rejected; on its next run the "
+                    "graph " + _outlook(op, utcnow()).next_run,
+                )
+            decided = ledger.resolve(
+                op.tenant_id, op.operation_id, who.resolution(Decision.REJECT, reason)
+            )
+            _report_decision(decided, as_json)
 
 
 def _stats_json(stats: LedgerStats, now: datetime) -> dict[str, Any]:
@@ -926,7 +1343,7 @@ def _stats_json(stats: LedgerStats, now: datetime) -> dict[str, Any]:
 def stats(
     ctx: typer.Context,
     db: DbOption = None,
-    tenant: Annotated[str | None, typer.Option("--tenant", "-t", help="Only this tenant.")] = None,
+    tenant: TenantFilter = None,
     as_json: JsonOption = False,
 ) -> None:
     """Counts per status, age of the oldest unknown, reconciliation outcomes, resolutions.
@@ -970,19 +1387,24 @@ def stats(
 def events(
     ctx: typer.Context,
     db: DbOption = None,
-    tenant: Annotated[str | None, typer.Option("--tenant", "-t", help="Only this tenant.")] = None,
-    after: Annotated[int, typer.Option("--after", min=0, help="Start after this event id.")] = 0,
+    tenant: TenantFilter = None,
+    after: Annotated[
+        int, typer.Option("--after", min=0, metavar="EVENT_ID", help="Start after this event id.")
+    ] = 0,
     follow: Annotated[
         bool, typer.Option("--follow", "-f", help="Keep polling for new events.")
     ] = False,
     interval: Annotated[
-        float, typer.Option("--interval", min=0.01, help="Seconds between polls.")
+        float,
+        typer.Option("--interval", min=0.01, metavar="SECONDS", help="Seconds between polls."),
     ] = 1.0,
     count: Annotated[
-        int | None, typer.Option("--count", min=1, help="Stop after this many events.")
+        int | None,
+        typer.Option("--count", min=1, metavar="N", help="Stop after this many events."),
     ] = None,
     limit: Annotated[
-        int, typer.Option("--limit", min=1, help="Without --follow: at most this many.")
+        int,
+        typer.Option("--limit", min=1, metavar="N", help="Without --follow: at most this many."),
     ] = 100,
     as_json: JsonOption = False,
 ) -> None:
@@ -1001,11 +1423,11 @@ def events(
                 page = ledger.feed(after_id=cursor, tenant_id=tenant, limit=100)
                 for event in page:
                     if as_json:
-                        typer.echo(json.dumps(_event_json(event), ensure_ascii=False))
+                        typer.echo(json.dumps(_event_json(event)))
                     else:
                         assert console is not None
                         # One line per event, whatever the width: grep-friendly.
-                        console.print(_event_line(event), markup=False, soft_wrap=True)
+                        console.print(Text(_lit(_event_line(event))), soft_wrap=True)
                     cursor = event.event_id or cursor
                     shown += 1
                     if budget is not None and shown >= budget:

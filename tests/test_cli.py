@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import pwd
 import sqlite3
 import subprocess
 import sys
@@ -152,6 +153,16 @@ def ledger(backend: Backend) -> Any:
 
 Invoke = Callable[..., Result]
 
+SSO = "test_cli:sso_identity"
+"""The identity hook the ``cli`` fixture installs (``LGE_IDENTITY``)."""
+
+
+def sso_identity(claimed: str | None) -> str:
+    """A stand-in for a single sign-on check: the signed-in name, or a refusal."""
+    if claimed is None:
+        raise PermissionError("no single sign-on session")
+    return claimed
+
 
 @pytest.fixture
 def cli(backend: Backend) -> Invoke:
@@ -160,8 +171,11 @@ def cli(backend: Backend) -> Invoke:
     def invoke(*args: str, env: dict[str, str | None] | None = None) -> Result:
         base: dict[str, str | None] = {
             "LGE_DB": backend.url,
+            "LGE_LEDGER_URL": None,
+            "LGE_TENANT": None,
             "LGE_OPERATOR": None,
             "LGE_RESOLVE_POLICY": None,
+            "LGE_IDENTITY": SSO,
         }
         obj = backend.ledger if backend.url is None else None
         return CliRunner().invoke(app, list(args), obj=obj, env={**base, **(env or {})})
@@ -299,7 +313,12 @@ def test_resolve_confirm_records_the_operator_evidence_and_result(cli: Invoke, l
     assert (last.kind, last.actor) == (EventKind.RESOLVE, "ana")
     assert last.evidence is not None
     assert (last.evidence.source, last.evidence.summary) == ("operator", "CRM history shows close")
-    assert last.detail == {"decision": "confirm", "reason": "case closed in the CRM UI"}
+    assert last.detail == {
+        "decision": "confirm",
+        "reason": "case closed in the CRM UI",
+        "claimed_by": "ana",
+        "verified_by": "hook:ana",
+    }
 
 
 def test_resolve_reject_with_operator_from_environment(cli: Invoke, ledger: Any) -> None:
@@ -315,11 +334,11 @@ def test_resolve_reject_with_operator_from_environment(cli: Invoke, ledger: Any)
     assert ledger.events("acme", "op-new")[-1].actor == "night-shift"
 
 
-def test_resolve_without_operator_identity_changes_nothing(cli: Invoke, ledger: Any) -> None:
-    """No --by and no LGE_OPERATOR: usage error (exit 2), the operation stays unknown."""
+def test_an_unverified_operator_changes_nothing(cli: Invoke, ledger: Any) -> None:
+    """When the identity hook does not verify the operator: forbidden (exit 5), nothing moves."""
     result = cli("resolve", "op-old", "-t", "acme", "--confirm", "--reason", "x", "--json")
-    assert result.exit_code == ExitCode.USAGE
-    assert "LGE_OPERATOR" in error(result)["message"]
+    assert result.exit_code == ExitCode.FORBIDDEN
+    assert "no single sign-on session" in error(result)["message"]
     assert ledger.get("acme", "op-old").status is S.UNKNOWN  # type: ignore[union-attr]
 
 
@@ -383,6 +402,8 @@ def test_retry_moves_unknown_to_prepared_keeping_the_key(cli: Invoke, ledger: An
     assert ledger.events("acme", "op-old")[-1].detail == {
         "decision": "retry",
         "reason": "inside Stripe's 24 h",
+        "claimed_by": "ana",
+        "verified_by": "hook:ana",
     }
 
 
@@ -455,7 +476,7 @@ def test_list_age_and_show_since_ignore_inconclusive_evidence(
     [
         ("op-flight", "acme", "holds the lease"),
         ("op-done", "acme", "replays the recorded result"),
-        ("op-mail", "globex", "dispatches it for the first time"),
+        ("op-mail", "globex", "asks a person for approval"),
     ],
 )
 def test_retry_is_refused_outside_unknown_with_the_reason(
@@ -617,10 +638,10 @@ def test_an_unusable_ledger_url_is_exit_2(
 
 
 def test_no_ledger_given_is_exit_2() -> None:
-    """Without --db or LGE_DB the CLI says how to name a ledger (exit 2)."""
-    result = CliRunner().invoke(app, ["stats"], env={"LGE_DB": None})
+    """Without --db, LGE_LEDGER_URL or LGE_DB the CLI says how to name a ledger (exit 2)."""
+    result = CliRunner().invoke(app, ["stats"], env={"LGE_DB": None, "LGE_LEDGER_URL": None})
     assert result.exit_code == ExitCode.USAGE
-    assert "LGE_DB" in result.stderr
+    assert "LGE_LEDGER_URL" in result.stderr
 
 
 def test_a_password_never_appears_in_the_error() -> None:
@@ -663,7 +684,7 @@ SCRIPT = Path(sys.executable).parent / "langgraph-effects"
 def run_script(
     *args: str, db: str, operator: str | None = None
 ) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LGE_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LGE_") and k != "SUDO_USER"}
     env["LGE_DB"] = db
     if operator:
         env["LGE_OPERATOR"] = operator
@@ -694,7 +715,12 @@ def test_console_script_lists_resolves_and_refuses_in_a_real_process(
         )  # fmt: skip
         assert resolved.returncode == 0, resolved.stderr
         assert backend.ledger.get("acme", "op-old").status is S.CONFIRMED
-        assert backend.ledger.events("acme", "op-old")[-1].actor == "ana"
+        # No identity hook: the OS account running the command is the verified actor.
+        decided = backend.ledger.events("acme", "op-old")[-1]
+        os_user = pwd.getpwuid(os.geteuid()).pw_name
+        assert decided.actor == os_user
+        assert decided.detail["claimed_by"] == "ana"
+        assert decided.detail["verified_by"] == f"os:{os_user}"
 
         again = run_script(
             "resolve", "op-old", "-t", "acme", "--reject", "--reason", "x", db=backend.url,
@@ -715,7 +741,7 @@ def test_console_script_follows_events_committed_by_another_process(
         populate(backend.ledger, clock)
         assert backend.url is not None
         last = backend.ledger.feed(limit=1000)[-1].event_id
-        env = {k: v for k, v in os.environ.items() if not k.startswith("LGE_")}
+        env = {k: v for k, v in os.environ.items() if not k.startswith("LGE_") and k != "SUDO_USER"}
         follower = subprocess.Popen(
             [str(SCRIPT), "events", "--follow", "--json", "--after", str(last), "--count", "3",
              "--interval", "0.05", "--db", backend.url],

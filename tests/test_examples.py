@@ -141,7 +141,11 @@ def test_support_ticket_resolved_out_of_band_with_the_cli(tmp_path: Path) -> Non
     assert resolved.returncode == 0, resolved.stderr
     resumed = run("support_ticket", "--resume", "--dir", tmp_path)
     assert "Review request" not in resumed
-    assert_lines(resumed, [r"unknown -> confirmed\s+by alice", r"tickets created: 1\n"])
+    # The actor is the verified identity (the OS user); the name given is recorded beside it.
+    assert_lines(
+        resumed,
+        [r"unknown -> confirmed\s+by \S+ .*'claimed_by': 'alice'", r"tickets created: 1\n"],
+    )
 
 
 def test_support_ticket_via_cli(tmp_path: Path) -> None:

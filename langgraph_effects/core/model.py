@@ -182,7 +182,15 @@ def reconciled_evidence(answer: Any) -> Evidence:
 
 
 class Resolution(_Frozen):
-    """A person's (or a reconciler's) resolution of an ``unknown`` operation."""
+    """A person's (or a reconciler's) decision on an operation.
+
+    ``confirm`` / ``reject`` / ``retry`` decide an ``unknown`` operation;
+    ``approve`` / ``reject`` decide a ``prepared`` one out of band (the next
+    run then dispatches it without asking, or replays the rejection).
+    ``by`` is the actor the event log records; an operator tool that checked
+    who is at the keyboard also records the name given (``claimed_by``) and
+    the identity it verified (``verified_by``) in the event's detail.
+    """
 
     decision: Decision
     by: str = Field(min_length=1, max_length=200)
@@ -193,6 +201,17 @@ class Resolution(_Frozen):
     answer: str | None = Field(default=None, max_length=400)
     """The interrupt answer this resolution applies (its task and digest), logged in the
     event so the value LangGraph hands the task again is recognised, never re-applied."""
+    claimed_by: str | None = Field(default=None, max_length=200)
+    verified_by: str | None = Field(default=None, max_length=200)
+
+    def detail(self) -> dict[str, Any]:
+        """The event detail of this decision: what, why, and who as claimed and verified."""
+        out: dict[str, Any] = {"decision": self.decision.value, "reason": self.reason}
+        if self.claimed_by is not None:
+            out["claimed_by"] = self.claimed_by
+        if self.verified_by is not None:
+            out["verified_by"] = self.verified_by
+        return out
 
 
 class ProviderContract(_Frozen):

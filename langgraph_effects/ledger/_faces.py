@@ -293,6 +293,7 @@ class SyncFace(_Face):
         action: str | None = None,
         updated_before: datetime | None = None,
         limit: int = 100,
+        id_prefix: str | None = None,
     ) -> builtins.list[Operation]:
         return self._execute(
             logic.list_operations(
@@ -302,6 +303,7 @@ class SyncFace(_Face):
                 action=action,
                 updated_before=updated_before,
                 limit=limit,
+                id_prefix=id_prefix,
             )
         )
 
@@ -547,6 +549,7 @@ class AsyncFace(_Face):
         action: str | None = None,
         updated_before: datetime | None = None,
         limit: int = 100,
+        id_prefix: str | None = None,
     ) -> builtins.list[Operation]:
         return await self._execute(
             logic.list_operations(
@@ -556,6 +559,7 @@ class AsyncFace(_Face):
                 action=action,
                 updated_before=updated_before,
                 limit=limit,
+                id_prefix=id_prefix,
             )
         )
 

@@ -48,6 +48,7 @@ from langgraph_effects.errors import (
     IllegalTransition,
     InvalidInput,
     LeaseHeld,
+    LedgerNotSetUp,
     OperationNotFound,
     PayloadMismatch,
     StaleFencingToken,
@@ -92,6 +93,8 @@ RECORD_EVIDENCE = "record_evidence"
 LIST = "list"
 EVENTS = "events"
 FEED = "feed"
+FEED_PENDING = "feed_pending"
+PAUSE = "pause"
 STATS_COUNTS = "stats_counts"
 STATS_EVIDENCE = "stats_evidence"
 BIND_THREAD = "bind_thread"
@@ -120,12 +123,14 @@ STATEMENT_NAMES = (
     STATS_EVIDENCE,
     BIND_THREAD,
 )
-"""Every name a dialect must define (``SETUP_LOCK`` is optional)."""
+"""Every name a dialect must define (``SETUP_LOCK`` is optional; so are ``FEED_PENDING``
+and ``PAUSE``, for a backend whose event ids may commit out of order: see ``feed``)."""
 
 _RETRIES = 3
 """Conditional writes retried when the row moved back under them (see module doc)."""
 
 _OPERATION_FIELDS = tuple(Operation.model_fields)
+_COLUMNS = frozenset(_OPERATION_FIELDS) | frozenset(OperationEvent.model_fields)
 _TIMESTAMP_FIELDS = (
     "lease_expires_at",
     "evidence_checked_at",
@@ -239,7 +244,11 @@ Raw = Generator[tuple[str, Mapping[str, Any], bool], Rows, T]
 
 
 def compile_steps(dialect: Dialect, steps: Steps[T]) -> Raw[T]:
-    """Turn a program's steps into ``(sql, params, adhoc)`` for a driver to execute."""
+    """Turn a program's steps into ``(sql, params, adhoc)`` for a driver to execute.
+
+    A row that lacks a column this release reads comes from an older schema:
+    the schema version is read and ``LedgerNotSetUp`` names the migrations to run.
+    """
     try:
         step = next(steps)
     except StopIteration as stop:
@@ -250,6 +259,24 @@ def compile_steps(dialect: Dialect, steps: Steps[T]) -> Raw[T]:
             step = steps.send(rows)
         except StopIteration as stop:
             return stop.value  # type: ignore[no-any-return]
+        except KeyError as exc:
+            if exc.args[0] not in _COLUMNS:
+                raise
+            (row,) = yield from _run_step(dialect, Step(SCHEMA_VERSION))
+            if int(row["version"]) >= len(dialect.migrations):
+                raise  # the schema is current: a bug, not an old ledger
+            raise old_schema(dialect, int(row["version"]), str(exc.args[0])) from None
+
+
+def old_schema(dialect: Dialect, version: int, column: str) -> LedgerNotSetUp:
+    """The error for a ledger whose schema predates this release: which migrations to run."""
+    latest = len(dialect.migrations)
+    todo = f"migration {latest}" if latest == version + 1 else f"migrations {version + 1}-{latest}"
+    return LedgerNotSetUp(
+        f"its schema is version {version}, older than this release's {latest} (column "
+        f"{column!r} is missing): run ledger.setup() once to apply {todo}; "
+        "it is idempotent, locked and keeps every row"
+    )
 
 
 def _run_step(dialect: Dialect, step: Step) -> Raw[Rows]:
@@ -1031,7 +1058,15 @@ def resolve(
     operation_id: str,
     resolution: Resolution,
 ) -> Program[Operation]:
-    """``unknown -> confirmed | rejected | prepared`` on conclusive evidence or an operator."""
+    """``unknown -> confirmed | rejected | prepared`` on conclusive evidence or an operator;
+    an operator's ``approve`` or ``reject`` of a ``prepared`` operation (out of band).
+
+    A ``reject`` tries ``unknown -> rejected`` first; only when that matched
+    nothing and the row turns out to be ``prepared`` does it write
+    ``prepared -> rejected`` (again one conditional write plus its event).
+    """
+    if resolution.decision is Decision.APPROVE:
+        return _approve_prepared(dialect, clock, tenant_id, operation_id, resolution)
     target, evidence, operator = resolution_plan(resolution)
     try:
         kind = check_transition(
@@ -1040,12 +1075,18 @@ def resolve(
         refusal: IllegalTransition | None = None
     except IllegalTransition as exc:
         kind, refusal = EventKind.RESOLVE, exc
+    prepared_too = target is S.REJECTED and operator is not None
 
     def diagnose(op: Operation | None) -> Exception | None:
         if op is None:
             return _not_found(tenant_id, operation_id)
+        if prepared_too and op.status is S.PREPARED:
+            return _IsPrepared()
         if op.status is not S.UNKNOWN:
-            return _illegal(op, target, "only an unknown operation is resolved")
+            why = "only an unknown operation is resolved"
+            if op.status is S.PREPARED:
+                why += " (an operator approves or rejects a prepared one)"
+            return _illegal(op, target, why)
         return refusal
 
     if refusal is not None:
@@ -1070,7 +1111,7 @@ def resolve(
         values["provider_result_id"] = resolution.provider_result_id or evidence.provider_result_id
     elif target is S.REJECTED:
         values["error"] = text(resolution.reason or evidence.summary)
-    return _transition(
+    move = _transition(
         dialect,
         clock,
         RESOLVE,
@@ -1080,10 +1121,83 @@ def resolve(
         kind=kind,
         actor=resolution.by,
         evidence=evidence,
-        detail=with_answer(
-            {"decision": resolution.decision.value, "reason": resolution.reason},
-            resolution.answer,
-        ),
+        detail=with_answer(resolution.detail(), resolution.answer),
+        diagnose=diagnose,
+    )
+    if not prepared_too:
+        return move
+
+    def refuse_prepared(op: Operation | None) -> Exception | None:
+        if op is None:
+            return _not_found(tenant_id, operation_id)
+        if op.status is S.PREPARED:
+            return None
+        return _illegal(op, S.REJECTED, "it left prepared while the rejection was written")
+
+    reject_prepared = _transition(
+        dialect,
+        clock,
+        REJECT,
+        tenant_id,
+        operation_id,
+        {"token": None, "error": values["error"], "from_status": S.PREPARED.value},
+        kind=EventKind.REJECT,
+        actor=resolution.by,
+        evidence=evidence,
+        detail=with_answer(resolution.detail(), resolution.answer),
+        diagnose=refuse_prepared,
+    )
+
+    def steps() -> Steps[Outcome[Operation]]:
+        try:
+            return (yield from move.steps)
+        except _IsPrepared:
+            return (yield from reject_prepared.steps)
+
+    return Program(steps(), writes=True, tenant_id=tenant_id)
+
+
+class _IsPrepared(Exception):
+    """A rejection met a ``prepared`` row: write ``prepared -> rejected`` instead."""
+
+
+def _approve_prepared(
+    dialect: Dialect,
+    clock: Callable[[], datetime],
+    tenant_id: str,
+    operation_id: str,
+    resolution: Resolution,
+) -> Program[Operation]:
+    """An operator's out-of-band approval: the next run dispatches without asking.
+
+    The approval binds to the record's pinned payload (``payload_digest`` never
+    changes under an operation id). Approving an operation that is no longer
+    ``prepared`` is refused: it was dispatched, decided or rejected meanwhile.
+    """
+    if resolution.evidence is not None and resolution.evidence.source != "operator":
+        raise InvalidInput("only an operator approves; evidence approves nothing")
+
+    def diagnose(op: Operation | None) -> Exception | None:
+        if op is None:
+            return _not_found(tenant_id, operation_id)
+        if op.status is not S.PREPARED:
+            return _illegal(op, S.PREPARED, "only a prepared operation is approved")
+        return None
+
+    return _transition(
+        dialect,
+        clock,
+        APPROVE,
+        tenant_id,
+        operation_id,
+        {
+            "payload_digest": None,
+            "authorization_ref": f"approved-by:{resolution.by}",
+            "from_status": S.PREPARED.value,
+        },
+        kind=EventKind.APPROVE,
+        actor=resolution.by,
+        detail=with_answer(resolution.detail(), resolution.answer),
         diagnose=diagnose,
     )
 
@@ -1154,6 +1268,7 @@ def list_operations(
     action: str | None,
     updated_before: datetime | None,
     limit: int,
+    id_prefix: str | None = None,
 ) -> Program[list[Operation]]:
     wanted = coerce_status(status)
     if limit < 0:
@@ -1165,6 +1280,7 @@ def list_operations(
         "status": None if wanted is None else wanted.value,
         "action": action,
         "updated_before": dialect.dump_ts(updated_before),
+        "id_prefix": id_prefix,
     }
     present = {k: v for k, v in filters.items() if v is not None}
 
@@ -1183,21 +1299,70 @@ def events(dialect: Dialect, tenant_id: str, operation_id: str) -> Program[list[
     return Program(steps(), writes=False)
 
 
+_FEED_ROUNDS = 3
+_FEED_WAITS = 20
+"""``feed`` waits at most this many pauses (``PAUSE``: 10 ms) for writers in flight."""
+
+
 def feed(
     dialect: Dialect, *, after_id: int, tenant_id: str | None, limit: int
 ) -> Program[list[OperationEvent]]:
+    """Events with ``event_id > after_id`` in order, never skipping one that commits late.
+
+    Where ids are handed out in commit order (SQLite's single writer, the
+    memory ledger) the visible events are all there is. On PostgreSQL a writer
+    draws its id from a sequence and commits later, so a smaller id can become
+    visible after a larger one::
+
+        writer A: nextval -> 5 ....................... COMMIT
+        writer B:    nextval -> 6   COMMIT
+        reader:                            sees 6, not 5 (a gap)
+
+    A reader that moved its cursor to 6 would never see 5. So the feed returns
+    events only below the first gap. A gap below the largest id a read saw can
+    only be held by a transaction in progress at that read (it drew its id,
+    after its xid, before the larger one committed), so once every transaction
+    of that snapshot has ended, each such gap is final: committed (now visible)
+    or rolled back (never will be). The feed waits briefly for that; if they
+    are still running it returns what is safe (possibly nothing) and the next
+    poll tries again: late, never skipped.
+    """
     if limit < 0:
         raise InvalidInput(f"limit must be >= 0, not {limit}")
     present = {} if tenant_id is None else {"tenant_id": tenant_id}
+    gaps = FEED_PENDING in dialect.statements
 
-    def steps() -> Steps[Outcome[list[OperationEvent]]]:
+    def read(settled: int) -> Steps[Rows]:
         rows = yield Step(
             FEED,
-            {**present, "after_id": after_id, "limit": limit},
+            {**present, "after_id": after_id, "settled": settled, "limit": limit},
             where=tuple(present),
             adhoc=True,
         )
-        return Outcome([load_event(dialect, r) for r in rows])
+        return rows
+
+    def steps() -> Steps[Outcome[list[OperationEvent]]]:
+        settled = after_id
+        rows = yield from read(settled)
+        if not gaps:
+            return Outcome([load_event(dialect, r) for r in rows])
+        for _ in range(_FEED_ROUNDS):
+            page = [r for r in rows if r["event_id"] is not None]
+            gap = rows[0]["first_gap"] if rows else None
+            safe = [r for r in page if gap is None or r["event_id"] < gap]
+            if gap is None or safe:
+                return Outcome([load_event(dialect, r) for r in safe])
+            # The first event is behind a gap: wait for the writers in flight at that read.
+            for _ in range(_FEED_WAITS):
+                (pending,) = yield Step(FEED_PENDING, {"xids": rows[0]["in_progress"]})
+                if not pending["n"]:
+                    break
+                yield Step(PAUSE)
+            else:
+                return Outcome([])  # still in flight: late, never skipped
+            settled = max(r["event_id"] for r in page)
+            rows = yield from read(settled)
+        return Outcome([])
 
     return Program(steps(), writes=False)
 

@@ -48,7 +48,13 @@ Method contracts (the async twins have the same names and are coroutines):
 ``resolve(tenant_id, operation_id, resolution) -> Operation``
     ``unknown`` -> ``confirmed`` | ``rejected`` on conclusive evidence or an
     operator; an operator's ``retry`` moves ``unknown`` -> ``prepared`` so the
-    next run dispatches again (same key, same pinned payload).
+    next run dispatches again (same key, same pinned payload). Out of band, an
+    operator's ``approve`` records the approval of a ``prepared`` operation
+    (the next run dispatches it without asking) and ``reject`` moves
+    ``prepared`` -> ``rejected`` (the next run replays the refusal); both are
+    refused (``IllegalTransition``) once the operation has left ``prepared``.
+    The event's detail holds the decision, the reason, and ``claimed_by`` /
+    ``verified_by`` when the resolution names them.
 ``record_evidence(tenant_id, operation_id, evidence, answer=None) -> Operation``
     Log inconclusive evidence and stamp ``evidence_checked_at``; status unchanged
     (so ``status_changed_at`` is unchanged too: an unknown keeps its age).
@@ -58,18 +64,22 @@ Method contracts (the async twins have the same names and are coroutines):
     refuses to run a thread under a tenant it is not bound to.
 ``get(tenant_id, operation_id) -> Operation | None``
     ``None`` for an unknown id and for another tenant's operation.
-``list(*, tenant_id=None, status=None, action=None, updated_before=None, limit=100)``
+``list(*, tenant_id=None, status=None, action=None, updated_before=None, limit=100,``
+``id_prefix=None)``
     Oldest status first: ordered by ``status_changed_at`` (set on every status
     change, never by evidence, approval or lease renewal), then operation id.
     ``updated_before`` keeps the rows whose *status* is unchanged since before
     that instant (the name predates ``status_changed_at``; ``updated_at`` also
     moves on evidence, which would make an inconclusive check look like
     progress). Listing non-terminal statuses is indexed and stays cheap beside
-    millions of terminal rows.
+    millions of terminal rows. ``id_prefix`` keeps the operation ids that start
+    with it (the CLI's abbreviated ids, as git's).
 ``events(tenant_id, operation_id) -> list[OperationEvent]``
     The transitions in order.
 ``feed(*, after_id=0, tenant_id=None, limit=100) -> list[OperationEvent]``
-    Events of all operations with ``event_id > after_id``, in order (``events --follow``).
+    Events of all operations with ``event_id > after_id``, in order (``events --follow``),
+    never skipping one that commits after a larger id became visible: PostgreSQL
+    holds back the events above such a gap until the writers in flight have ended.
 ``stats(*, tenant_id=None) -> LedgerStats``
     ``oldest_unknown_at`` / ``oldest_dispatching_at``: the earliest
     ``status_changed_at`` among rows in that status.
@@ -248,6 +258,7 @@ class Ledger(Protocol):
         action: str | None = None,
         updated_before: datetime | None = None,
         limit: int = 100,
+        id_prefix: str | None = None,
     ) -> builtins.list[Operation]: ...
 
     def events(self, tenant_id: str, operation_id: str) -> builtins.list[OperationEvent]: ...
@@ -369,6 +380,7 @@ class AsyncLedger(Protocol):
         action: str | None = None,
         updated_before: datetime | None = None,
         limit: int = 100,
+        id_prefix: str | None = None,
     ) -> builtins.list[Operation]: ...
 
     async def events(self, tenant_id: str, operation_id: str) -> builtins.list[OperationEvent]: ...

@@ -445,6 +445,8 @@ class InMemoryLedger:
         )
 
     def resolve(self, tenant_id: str, operation_id: str, resolution: Resolution) -> Operation:
+        if resolution.decision is Decision.APPROVE:
+            return self._approve_prepared(tenant_id, operation_id, resolution)
         target = {
             Decision.CONFIRM: S.CONFIRMED,
             Decision.REJECT: S.REJECTED,
@@ -477,11 +479,14 @@ class InMemoryLedger:
         with self._lock:
             self._require_setup()
             row = self._row(tenant_id, operation_id)
-            if row.status is not S.UNKNOWN:
+            # An operator may also reject a prepared operation (out of band).
+            prepared_too = target is S.REJECTED and is_operator
+            if row.status is not S.UNKNOWN and not (prepared_too and row.status is S.PREPARED):
                 why = (
                     "terminal states never move"
                     if row.status.terminal
                     else "only an unknown operation is resolved"
+                    " (a prepared one is approved or rejected)"
                 )
                 raise IllegalTransition(operation_id, status=row.status, target=target, why=why)
             return self._move(
@@ -490,11 +495,39 @@ class InMemoryLedger:
                 actor=resolution.by,
                 evidence=evidence,
                 operator=resolution.by if is_operator else None,
-                detail=with_answer(
-                    {"decision": resolution.decision.value, "reason": resolution.reason},
-                    resolution.answer,
-                ),
+                detail=with_answer(resolution.detail(), resolution.answer),
                 **changes,
+            )
+
+    def _approve_prepared(
+        self, tenant_id: str, operation_id: str, resolution: Resolution
+    ) -> Operation:
+        """An operator's out-of-band approval: the next run dispatches without asking."""
+        if resolution.evidence is not None and resolution.evidence.source != "operator":
+            raise InvalidInput("only an operator approves; evidence approves nothing")
+        with self._lock:
+            self._require_setup()
+            row = self._row(tenant_id, operation_id)
+            if row.status is not S.PREPARED:
+                why = (
+                    "terminal states never move"
+                    if row.status.terminal
+                    else "only a prepared operation is approved"
+                )
+                raise IllegalTransition(operation_id, status=row.status, target=S.PREPARED, why=why)
+            new = row.model_copy(
+                update={
+                    "authorization_ref": f"approved-by:{resolution.by}",
+                    "record_version": row.record_version + 1,
+                    "updated_at": self._clock(),
+                }
+            )
+            return self._commit(
+                row,
+                new,
+                EventKind.APPROVE,
+                actor=resolution.by,
+                detail=with_answer(resolution.detail(), resolution.answer),
             )
 
     def record_evidence(
@@ -542,6 +575,7 @@ class InMemoryLedger:
         action: str | None = None,
         updated_before: datetime | None = None,
         limit: int = 100,
+        id_prefix: str | None = None,
     ) -> builtins.list[Operation]:
         wanted = coerce_status(status)
         with self._lock:
@@ -553,6 +587,7 @@ class InMemoryLedger:
                 and (wanted is None or r.status is wanted)
                 and (action is None or r.action == action)
                 and (updated_before is None or r.status_changed_at < updated_before)
+                and (id_prefix is None or r.operation_id.startswith(id_prefix))
             ]
         rows.sort(key=lambda r: (r.status_changed_at, r.operation_id))
         return rows[:limit]

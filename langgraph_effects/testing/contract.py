@@ -665,8 +665,96 @@ class LedgerContract:
         assert ledger.get(T, "op-1") == op
         with pytest.raises(OperationNotFound):
             ledger.resolve(T, "nope", Resolution(decision=Decision.CONFIRM, by="alice"))
-        with pytest.raises(InvalidInput):
+        with pytest.raises(IllegalTransition):
             ledger.resolve(T, "op-1", Resolution(decision=Decision.APPROVE, by="alice"))
+        assert ledger.get(T, "op-1") == op
+
+    def test_an_operator_approves_a_prepared_operation_out_of_band(self, ledger: Ledger) -> None:
+        """approve on a prepared operation records the approver (claimed and verified) and
+        keeps it prepared; approving anything else, or by evidence, changes nothing."""
+        ledger.prepare(make_draft())
+        approved = ledger.resolve(
+            T,
+            "op-1",
+            Resolution(
+                decision=Decision.APPROVE,
+                by="alice",
+                reason="checked the amount",
+                claimed_by="al",
+                verified_by="alice",
+            ),
+        )
+        assert (approved.status, approved.authorization_ref) == (S.PREPARED, "approved-by:alice")
+        event = ledger.events(T, "op-1")[-1]
+        assert (event.kind, event.from_status, event.actor) == (
+            EventKind.APPROVE,
+            S.PREPARED,
+            "alice",
+        )
+        assert event.detail == {
+            "decision": "approve",
+            "reason": "checked the amount",
+            "claimed_by": "al",
+            "verified_by": "alice",
+        }
+        self.assert_consistent(ledger, approved)
+        with pytest.raises(InvalidInput):
+            ledger.resolve(
+                T,
+                "op-1",
+                Resolution(
+                    decision=Decision.APPROVE, by="bot", evidence=Evidence.confirmed("looks fine")
+                ),
+            )
+        with pytest.raises(OperationNotFound):
+            ledger.resolve(T, "nope", Resolution(decision=Decision.APPROVE, by="alice"))
+        claimed = ledger.claim(T, "op-1", owner=OWNER)
+        with pytest.raises(IllegalTransition):
+            ledger.resolve(T, "op-1", Resolution(decision=Decision.APPROVE, by="alice"))
+        assert ledger.get(T, "op-1") == claimed
+
+    def test_an_operator_rejects_a_prepared_operation_out_of_band(self, ledger: Ledger) -> None:
+        """reject on a prepared operation moves it to rejected with the operator's evidence;
+        a reconciler's rejecting evidence never rejects a prepared operation."""
+        op = ledger.prepare(make_draft()).operation
+        with pytest.raises(IllegalTransition):
+            ledger.resolve(
+                T,
+                "op-1",
+                Resolution(
+                    decision=Decision.REJECT,
+                    by="reconciler",
+                    evidence=Evidence.rejected("no such request"),
+                ),
+            )
+        assert ledger.get(T, "op-1") == op
+        done = ledger.resolve(
+            T,
+            "op-1",
+            Resolution(
+                decision=Decision.REJECT, by="bob", reason="wrong customer", verified_by="bob"
+            ),
+        )
+        assert (done.status, done.error, done.attempts) == (S.REJECTED, "wrong customer", 0)
+        event = ledger.events(T, "op-1")[-1]
+        assert (event.kind, event.from_status, event.to_status, event.actor) == (
+            EventKind.REJECT,
+            S.PREPARED,
+            S.REJECTED,
+            "bob",
+        )
+        assert event.evidence is not None
+        assert (event.evidence.kind.value, event.evidence.source) == ("rejected", "operator")
+        assert event.detail == {
+            "decision": "reject",
+            "reason": "wrong customer",
+            "verified_by": "bob",
+        }
+        self.assert_consistent(ledger, done)
+        with pytest.raises(IllegalTransition):
+            ledger.claim(T, "op-1", owner=OWNER)
+        with pytest.raises(IllegalTransition):
+            ledger.resolve(T, "op-1", Resolution(decision=Decision.REJECT, by="bob"))
 
     def test_record_evidence_keeps_the_status(self, ledger: Ledger, clock: ManualClock) -> None:
         """Inconclusive evidence is logged and stamped; the status does not move."""
@@ -772,6 +860,21 @@ class LedgerContract:
         assert not op.key_window_open(op.first_dispatched_at + timedelta(hours=1))
         bare = self.dispatching(ledger, "op-2")
         assert (bare.key_retention_seconds, bare.key_expires_at) == (None, None)
+
+    def test_list_by_id_prefix_finds_the_operations_it_starts(self, ledger: Ledger) -> None:
+        """id_prefix keeps the ids starting with it, literally (``%`` and ``_`` are plain)."""
+        for op_id in ("op-abc1", "op-abc2", "op-abd", "op-%x", "other-abc"):
+            ledger.prepare(make_draft(op_id))
+        ledger.prepare(make_draft("op-abc3", tenant_id="tenant-b"))
+
+        def ids(prefix: str) -> list[str]:
+            return sorted(o.operation_id for o in ledger.list(tenant_id=T, id_prefix=prefix))
+
+        assert ids("op-abc") == ["op-abc1", "op-abc2"]
+        assert ids("op-ab") == ["op-abc1", "op-abc2", "op-abd"]
+        assert ids("op-%") == ["op-%x"]
+        assert ids("op-_bc") == []
+        assert ids("op-abc2") == ["op-abc2"]
 
     def test_list_breaks_ties_by_operation_id(self, ledger: Ledger) -> None:
         """Rows updated at the same instant list in operation_id order."""

@@ -209,7 +209,7 @@ _STAMP_EVIDENCE = "evidence_checked_at = COALESCE(%(evidence_at)s, evidence_chec
 
 APPROVE_SQL = _move(
     "authorization_ref = %(authorization_ref)s",
-    "status = 'prepared' AND payload_digest = %(payload_digest)s",
+    "status = 'prepared' AND payload_digest = COALESCE(%(payload_digest)s, payload_digest)",
     status_change=False,
 )
 # The status the claim leaves (prepared or unknown) is read from the row it
@@ -300,10 +300,28 @@ EVENTS_SQL = """
 SELECT * FROM lge_events WHERE tenant_id = %(tenant_id)s AND operation_id = %(operation_id)s
 ORDER BY seq
 """
+# One statement, so the page, its first gap and the transactions in progress
+# are all of one snapshot (see ``_logic.feed``). A gap is an id no row of any
+# tenant holds between the settled cursor and the page's last event.
 FEED_SQL = """
-SELECT * FROM lge_events WHERE event_id > %(after_id)s AND {where}
-ORDER BY event_id LIMIT %(limit)s
+WITH page AS (
+    SELECT * FROM lge_events WHERE event_id > %(after_id)s AND {where}
+    ORDER BY event_id LIMIT %(limit)s
+), horizon AS (
+    SELECT (SELECT g FROM generate_series(GREATEST(%(after_id)s, %(settled)s) + 1,
+                (SELECT MAX(event_id) FROM page)) AS g
+            WHERE NOT EXISTS (SELECT 1 FROM lge_events AS e WHERE e.event_id = g)
+            ORDER BY g LIMIT 1) AS first_gap,
+        ARRAY(SELECT x::text FROM pg_snapshot_xip(pg_current_snapshot()) AS x) AS in_progress
+)
+SELECT page.*, horizon.first_gap, horizon.in_progress
+FROM horizon LEFT JOIN page ON TRUE ORDER BY page.event_id
 """
+FEED_PENDING_SQL = """
+SELECT COUNT(*) AS n FROM unnest(%(xids)s::text[]) AS x
+WHERE pg_xact_status(x::xid8) = 'in progress'
+"""
+PAUSE_SQL = "SELECT pg_sleep(0.01)"
 STATS_COUNTS_SQL = """
 SELECT status, COUNT(*) AS n, MIN(status_changed_at) AS oldest FROM lge_operations
 WHERE {where} GROUP BY status
@@ -330,6 +348,7 @@ FILTERS = {
     "action": "action = %(action)s",
     # Named for API stability: the status unchanged since before this instant.
     "updated_before": "status_changed_at < %(updated_before)s",
+    "id_prefix": "starts_with(operation_id, %(id_prefix)s)",
 }
 
 DIALECT = logic.Dialect(
@@ -354,6 +373,8 @@ DIALECT = logic.Dialect(
         logic.LIST: LIST_SQL,
         logic.EVENTS: EVENTS_SQL,
         logic.FEED: FEED_SQL,
+        logic.FEED_PENDING: FEED_PENDING_SQL,
+        logic.PAUSE: PAUSE_SQL,
         logic.STATS_COUNTS: STATS_COUNTS_SQL,
         logic.STATS_EVIDENCE: STATS_EVIDENCE_SQL,
         logic.BIND_THREAD: BIND_THREAD_SQL,

@@ -119,7 +119,7 @@ _STAMP_EVIDENCE = "evidence_checked_at = COALESCE(:evidence_at, evidence_checked
 
 APPROVE_SQL = _move(
     "authorization_ref = :authorization_ref",
-    "status = 'prepared' AND payload_digest = :payload_digest",
+    "status = 'prepared' AND payload_digest = COALESCE(:payload_digest, payload_digest)",
     status_change=False,
 )
 # RETURNING sees the row after the update; the status it left is the last
@@ -203,6 +203,7 @@ FILTERS = {
     "action": "action = :action",
     # Named for API stability: the status unchanged since before this instant.
     "updated_before": "status_changed_at < :updated_before",
+    "id_prefix": "substr(operation_id, 1, length(:id_prefix)) = :id_prefix",
 }
 
 DIALECT = logic.Dialect(
