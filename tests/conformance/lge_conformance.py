@@ -66,14 +66,6 @@ EFFECT_EXPECTED_FAILURES: dict[str, str] = {
     "tests/test_react_agent.py::test_react_agent_parallel_tool_calls[sqlite-v1]": _SIBLING,
 }
 
-# Deliberate differences that cannot even run to their failure under exactly-once:
-# not run, listed with why (an xfail that is never run cannot be checked strictly).
-EFFECT_NOT_RUN: dict[str, str] = {
-    "tests/test_react_agent.py::test_react_agent_update_state": "the fake model re-proposes "
-    "call id '1' after the answer; the same call in the same thread is the same operation, "
-    "replayed instead of interrupting again, so the agent loops until memory runs out",
-}
-
 OUTCOMES: dict[str, str] = {}
 """Test id -> passed / failed / skipped / xfailed / xpassed / deselected."""
 
@@ -134,9 +126,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             why = _listed(EFFECT_EXPECTED_FAILURES, item.nodeid)
             if why is not None:
                 item.add_marker(pytest.mark.xfail(reason=why, strict=True))
-            why = _listed(EFFECT_NOT_RUN, item.nodeid)
-            if why is not None:
-                item.add_marker(pytest.mark.xfail(reason=why, run=False))
 
 
 def _listed(listing: dict[str, str], nodeid: str) -> str | None:
