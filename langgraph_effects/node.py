@@ -454,7 +454,11 @@ class EffectToolNode(ToolNode):
         interrupt_on_unknown: ``interrupt()`` for review when nothing resolves an
             unknown operation (default); False answers with an error ToolMessage
             ("could not confirm") and leaves the operation for an operator.
-        name, tags, handle_tool_errors, messages_key: as for ``ToolNode``.
+        name, tags, handle_tool_errors, messages_key: as for ``ToolNode``; plain tools
+            behave exactly as there.
+        wrap_tool_call, awrap_tool_call: as for ``ToolNode``; for an effect tool they run
+            outside the ledger's decision, so the arguments they pass to ``execute`` are
+            what the operation binds to.
     """
 
     def __init__(

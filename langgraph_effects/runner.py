@@ -368,7 +368,7 @@ def _recordable(value: Any, message: Any = None) -> Any:
     """The JSON value to record for a tool's output (content text when nothing better fits).
 
     ``value`` is what the tool body returned, ``message`` what ToolNode made of it. A
-    ``Command`` is recorded whole (``tool_output`` rebuilds it on replay); a ToolMessage
+    ``Command`` is recorded whole (``recorded_command`` rebuilds it on replay); a ToolMessage
     with an artifact keeps both parts; any other value is recorded as returned.
     """
     if isinstance(message, Command):
@@ -988,8 +988,9 @@ class EffectRunner:
             )
             raise error
         if error is None and not out.call.started:
-            # ToolNode answered without running the tool: invalid arguments. The
-            # provider heard nothing, and the same arguments always fail.
+            # Answered without running the tool: ToolNode (invalid arguments, which
+            # always fail the same way) or an inner middleware (a reviewer's reject or
+            # respond). The provider heard nothing.
             text = _message_text(out.message) or "the tool did not run"
             new = yield from self._guarded(
                 p,
