@@ -230,7 +230,7 @@ def _from_function(
     description: str | None,
     args_schema: Any = None,
     coroutine: Callable[..., Awaitable[Any]] | None = None,
-    return_direct: bool = False,
+    settings: Mapping[str, Any] | None = None,
 ) -> EffectTool:
     is_async = inspect.iscoroutinefunction(func)
     sync_fn = None if is_async else func
@@ -262,9 +262,27 @@ def _from_function(
         args_schema=args_schema,
         func=run,
         coroutine=arun,
-        return_direct=return_direct,
         effect_spec=spec,
+        **(settings or {}),
     )
+
+
+_TOOL_SETTINGS = (
+    "return_direct",
+    "response_format",
+    "handle_tool_error",
+    "handle_validation_error",
+    "verbose",
+    "callbacks",
+    "tags",
+    "metadata",
+    "extras",
+)
+"""What a declared tool keeps of the tool it declares, besides name, description, schema."""
+
+
+def _settings(tool: BaseTool) -> dict[str, Any]:
+    return {k: getattr(tool, k) for k in _TOOL_SETTINGS if getattr(tool, k, None) is not None}
 
 
 def _from_tool(tool: BaseTool, spec: EffectSpec) -> EffectTool:
@@ -278,14 +296,23 @@ def _from_tool(tool: BaseTool, spec: EffectSpec) -> EffectTool:
             description=tool.description,
             args_schema=tool.args_schema,
             coroutine=tool.coroutine if tool.func else None,
-            return_direct=tool.return_direct,
+            settings=_settings(tool),
         )
 
-    # Any other BaseTool: run it through its public invoke / ainvoke.
+    # Any other BaseTool: run it through its public invoke / ainvoke, as a tool call
+    # (so its injected tool-call id, response format and error handling all apply).
+    def as_call(call: _Call, kwargs: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "name": tool.name,
+            "args": kwargs,
+            "id": call.context.tool_call_id,
+            "type": "tool_call",
+        }
+
     def run(**kwargs: Any) -> Any:
         call = _enter(spec.action)
         try:
-            call.value = tool.invoke(kwargs)
+            call.value = tool.invoke(as_call(call, kwargs))
         except BaseException as exc:
             call.error = exc
             raise
@@ -294,7 +321,7 @@ def _from_tool(tool: BaseTool, spec: EffectSpec) -> EffectTool:
     async def arun(**kwargs: Any) -> Any:
         call = _enter(spec.action)
         try:
-            call.value = await tool.ainvoke(kwargs)
+            call.value = await tool.ainvoke(as_call(call, kwargs))
         except BaseException as exc:
             call.error = exc
             raise

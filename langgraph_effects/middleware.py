@@ -8,13 +8,17 @@ own interrupts. The middleware wraps tool execution (``wrap_tool_call`` /
 With LangChain's ``HumanInTheLoopMiddleware``:
 
 - a reviewer's ``edit`` (batched mode) is applied before the digest is taken,
-  in either middleware order, so the operation binds to the call that runs;
+  in either middleware order, so the operation binds to the call that runs (an
+  edit naming another tool is decided for that tool); HITL's edit notice, reject
+  and respond messages reach the model as HITL made them;
 - pass ``hitl=`` (the HITL instance) and an effect with ``require_approval``
   that HITL already gates is not asked twice: the HITL approval is recorded
   as the operation's approval.
 
 In HITL's ``per_call`` mode list HITL *before* ``EffectMiddleware`` (HITL then
-asks before the operation is claimed).
+asks before the operation is claimed). Listed after it, approve, reject and respond
+work, but an edit is applied inside the dispatch, after the operation was bound to
+the model's arguments.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from typing import Annotated, Any, NotRequired
 
 from langchain.agents.middleware import AgentMiddleware, AgentState
 from langchain.agents.middleware.types import ToolCallRequest
-from langchain_core.messages import ToolMessage
+from langchain_core.messages import ToolCall, ToolMessage
 from langgraph.types import Command
 
 from langgraph_effects.core.model import utcnow
@@ -43,6 +47,26 @@ from langgraph_effects.runner import EffectCall, EffectRunner, warn_durability
 __all__ = ["EffectAgentState", "EffectMiddleware"]
 
 _HITL_EDITS = "hitl_edited_tool_calls"  # HumanInTheLoopMiddleware's state key for edits
+
+
+def _reviewed(request: ToolCallRequest) -> ToolCallRequest:
+    """The call a reviewer's batched ``edit`` replaced this one with, as HITL will run it.
+
+    The reviewer's call is what runs, so it is what the operation binds to, in either
+    middleware order; an edit naming another tool is decided for that tool.
+    """
+    state = request.state if isinstance(request.state, dict) else {}
+    edited = (state.get(_HITL_EDITS) or {}).get(request.tool_call["id"])
+    if not isinstance(edited, dict):
+        return request
+    tool_call: ToolCall = {**request.tool_call, "name": edited["name"], "args": edited["args"]}
+    if edited["name"] == request.tool_call["name"]:
+        return request.override(tool_call=tool_call)
+    runtime_tools = getattr(request.runtime, "tools", None) or []
+    tool = next((t for t in runtime_tools if t.name == edited["name"]), None)
+    if tool is None:
+        return request  # HITL itself refuses an edit naming a tool the agent lacks
+    return request.override(tool_call=tool_call, tool=tool)
 
 
 class EffectAgentState(AgentState[Any]):
@@ -83,14 +107,10 @@ class EffectMiddleware(AgentMiddleware[EffectAgentState, Any, Any]):
 
     def _effect_request(self, request: ToolCallRequest) -> ToolCallRequest | None:
         """The request to run (with HITL's edit applied), or None for a plain tool."""
+        request = _reviewed(request)
         tool = request.tool
         if tool is None or effect_spec(tool) is None:
             return None
-        state = request.state if isinstance(request.state, dict) else {}
-        edited = (state.get(_HITL_EDITS) or {}).get(request.tool_call["id"])
-        if edited is not None and edited.get("name") == request.tool_call["name"]:
-            # The reviewer's call is what runs, so it is what the operation binds to.
-            request = request.override(tool_call={**request.tool_call, "args": edited["args"]})
         warn_durability(self._config(request))
         return request
 
@@ -125,8 +145,9 @@ class EffectMiddleware(AgentMiddleware[EffectAgentState, Any, Any]):
             return handler(request)
         request = effect_request
         call = self._build(request, self.runner.tenant_for(self._config(request), self.tenant_id))
-        op = self.runner.run(call, _execute_with(request, handler))
-        return effect_result(request, call, op)
+        run = _execute_with(request, handler)
+        op = self.runner.run(call, run)
+        return effect_result(request, call, op, produced=run.first_answer(op))
 
     async def awrap_tool_call(
         self,
@@ -140,5 +161,6 @@ class EffectMiddleware(AgentMiddleware[EffectAgentState, Any, Any]):
         request = effect_request
         thread = await self.runner.atenant_for(self._config(request), self.tenant_id)
         call = self._build(request, thread)
-        op = await self.runner.arun(call, _execute_with(request, handler))
-        return effect_result(request, call, op)
+        run = _execute_with(request, handler)
+        op = await self.runner.arun(call, run.acall)
+        return effect_result(request, call, op, produced=run.first_answer(op))

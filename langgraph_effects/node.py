@@ -13,10 +13,12 @@ re-runs its finished siblings), and ``EffectState``, the state mixin whose
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import dataclasses
+import functools
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Annotated, Any, Literal
@@ -24,15 +26,28 @@ from typing import Annotated, Any, Literal
 from langchain_core.messages import AIMessage, AnyMessage, ToolCall, ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
+from langgraph.errors import GraphBubbleUp
 from langgraph.prebuilt import ToolNode
-from langgraph.prebuilt.tool_node import ToolCallRequest
+from langgraph.prebuilt.tool_node import (
+    AsyncToolCallWrapper,
+    ToolCallRequest,
+    ToolCallWrapper,
+    msg_content_output,
+)
 from langgraph.runtime import Runtime
 from langgraph.types import Command, Send
 from typing_extensions import TypedDict
 
 from langgraph_effects.core.digest import canonical_json
-from langgraph_effects.core.model import LeaseOwner, Operation, OperationDraft, Prepared, utcnow
-from langgraph_effects.effects import effect_spec
+from langgraph_effects.core.model import (
+    LeaseOwner,
+    Operation,
+    OperationDraft,
+    OperationStatus,
+    Prepared,
+    utcnow,
+)
+from langgraph_effects.effects import current_call, effect_spec
 from langgraph_effects.errors import EffectsError
 from langgraph_effects.ledger.base import DEFAULT_LEASE
 from langgraph_effects.runner import (
@@ -40,6 +55,7 @@ from langgraph_effects.runner import (
     EffectCall,
     EffectRunner,
     ParkedReceipt,
+    recorded_command,
     tool_message,
     warn_durability,
 )
@@ -53,6 +69,11 @@ __all__ = [
     "effect_result",
     "route_tool_calls",
 ]
+
+S = OperationStatus
+_TOOLNODE_DEFAULT: Any = object()
+"""``handle_tool_errors`` not given: ToolNode's own default applies."""
+NO_CALL_ID = "no-call-id"
 
 
 def add_operations(left: list[str] | None, right: list[str] | None) -> list[str]:
@@ -223,7 +244,8 @@ def build_call(
     return EffectCall.build(
         spec,
         tool_name=tool_call["name"],
-        tool_call_id=tool_call["id"] or "",
+        # A call without an id ("" or None) is identified by thread, action and payload.
+        tool_call_id=tool_call["id"] or NO_CALL_ID,
         args=tool_call["args"],
         tenant_id=tenant_id,
         workflow_id=workflow_id,
@@ -242,29 +264,180 @@ def task_id_of(runtime: Any) -> str | None:
 
 
 def effect_result(
-    request: ToolCallRequest, call: EffectCall, op: Operation, *, messages_key: str = "messages"
+    request: ToolCallRequest,
+    call: EffectCall,
+    op: Operation,
+    *,
+    messages_key: str = "messages",
+    produced: Any = None,
 ) -> ToolMessage | Command[Any]:
-    """The call's answer: the ToolMessage, plus the operation id when the state tracks them."""
-    message = tool_message(op, tool_name=call.tool_name, tool_call_id=request.tool_call["id"] or "")
+    """The call's answer, plus the operation id when the state tracks them.
+
+    ``produced`` is this run's own answer when it must be returned as made
+    (``_Execution.first_answer``): a ``Command``, or a message an inner layer changed.
+    Otherwise the answer is built from the record (on a replay, the recorded
+    ``Command`` with its update, goto and graph), so a first run and every replay
+    answer identically.
+    """
+    tool_call_id = request.tool_call["id"] or ""
+    answer: Any
+    if produced is not None:
+        answer = produced
+    else:
+        answer = recorded_command(op, tool_call_id=tool_call_id) or tool_message(
+            op, tool_name=call.tool_name, tool_call_id=tool_call_id
+        )
     state = request.state
-    if isinstance(state, dict) and OPERATIONS_KEY in state:
-        # An edited call ends in another operation: the thread owns both.
-        owned = list(dict.fromkeys([call.operation_id, op.operation_id]))
-        return Command(update={messages_key: [message], OPERATIONS_KEY: owned})
-    return message
+    if not (isinstance(state, dict) and OPERATIONS_KEY in state):
+        return answer  # type: ignore[no-any-return]
+    # An edited call ends in another operation: the thread owns both.
+    owned = list(dict.fromkeys([call.operation_id, op.operation_id]))
+    return _with_owned(answer, owned, messages_key)
+
+
+def _with_owned(answer: Any, owned: list[str], messages_key: str) -> ToolMessage | Command[Any]:
+    """``answer`` that also appends ``owned`` to the state's ``effect_operations``."""
+    if isinstance(answer, ToolMessage):
+        return Command(update={messages_key: [answer], OPERATIONS_KEY: owned})
+    if isinstance(answer, Command) and answer.graph is None and isinstance(answer.update, dict):
+        update = dict(answer.update)
+        update[OPERATIONS_KEY] = add_operations(update.get(OPERATIONS_KEY), owned)
+        return dataclasses.replace(answer, update=update)
+    return answer  # type: ignore[no-any-return]  # a parent handoff or a list: not our state
+
+
+class _Unhandled(GraphBubbleUp):
+    """Carries an exception ToolNode re-raised past its wrapper's own error handling.
+
+    Without a wrapper, ToolNode raises what ``handle_tool_errors`` does not cover; an
+    exception leaving a wrapper is handled whatever its type. Our wrapper, when the
+    user gave none, carries such an exception out as a ``GraphBubbleUp`` (which
+    ToolNode always lets through) and the node raises it unchanged: a plain tool's
+    errors behave exactly as in ``ToolNode``.
+    """
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__()
+        self.error = error
+
+
+class _Execution:
+    """ToolNode's ``execute`` for one call, as the runner calls it (``run(args)``).
+
+    Keeps what the tool returned through ToolNode in this run (``produced``: its
+    ToolMessage or Command as is) and which exceptions ToolNode itself raised.
+    """
+
+    def __init__(
+        self, request: ToolCallRequest, execute: Callable[[ToolCallRequest], Any], *, carry: bool
+    ) -> None:
+        self.request = request
+        self.execute = execute
+        self.carry = carry
+        self.produced: Any = None
+        self.answered: Any = None
+        self.value: Any = None
+        self.raised: list[BaseException] = []
+
+    def _request(self, args: dict[str, Any]) -> ToolCallRequest:
+        if args == self.request.tool_call["args"]:
+            return self.request
+        return self.request.override(tool_call={**self.request.tool_call, "args": args})
+
+    def _keep(self, out: Any) -> Any:
+        slot = current_call()
+        self.produced = self.answered = None
+        if slot is not None and slot.started and slot.error is None:
+            self.produced, self.value = out, slot.value  # what the chain made of a return
+        elif slot is not None and not slot.started:
+            self.answered = out  # an inner layer answered without running the tool
+        return out
+
+    def first_answer(self, op: Operation) -> Any:
+        """This run's answer as made, where the record would lose something; else None.
+
+        A ``Command`` (or a list) the tool returned; a ToolMessage an inner layer
+        changed (ToolNode refusing the output, a reviewer-edit notice) or made
+        instead of running the tool (invalid arguments, a reviewer's reject/respond).
+        """
+        if op.status is S.CONFIRMED and self.produced is not None:
+            out = self.produced
+            if isinstance(out, Command | list):
+                return out
+            if isinstance(out, ToolMessage) and (
+                out.status == "error" or out.content != msg_content_output(self.value)
+            ):
+                return out
+        if op.status is S.REJECTED and isinstance(self.answered, ToolMessage):
+            return self.answered
+        return None
+
+    def __call__(self, args: dict[str, Any]) -> Any:
+        try:
+            return self._keep(self.execute(self._request(args)))
+        except Exception as exc:
+            self.raised.append(exc)
+            raise
+
+    async def acall(self, args: dict[str, Any]) -> Any:
+        try:
+            return self._keep(await self.execute(self._request(args)))
+        except Exception as exc:
+            self.raised.append(exc)
+            raise
+
+    def plain(self) -> Any:
+        with self.carrying():
+            return self(self.request.tool_call["args"])
+
+    async def aplain(self) -> Any:
+        with self.carrying():
+            return await self.acall(self.request.tool_call["args"])
+
+    @contextlib.contextmanager
+    def carrying(self) -> Iterator[None]:
+        try:
+            yield
+        except Exception as exc:
+            if self.carry and any(exc is e for e in self.raised):
+                raise _Unhandled(exc) from exc
+            raise
 
 
 def _execute_with(
     request: ToolCallRequest, execute: Callable[[ToolCallRequest], Any]
-) -> Callable[[dict[str, Any]], Any]:
+) -> _Execution:
     """``execute`` for the runner: the request, with other arguments after an edit."""
+    return _Execution(request, execute, carry=False)
 
-    def run(args: dict[str, Any]) -> Any:
-        if args == request.tool_call["args"]:
-            return execute(request)
-        return execute(request.override(tool_call={**request.tool_call, "args": args}))
 
-    return run
+def _outside(
+    user: ToolCallWrapper, inner: Callable[..., ToolMessage | Command[Any]]
+) -> ToolCallWrapper:
+    """The user's wrapper around ours: ``execute`` in the user's wrapper runs our decision."""
+
+    def wrapped(
+        request: ToolCallRequest, execute: Callable[[ToolCallRequest], Any]
+    ) -> ToolMessage | Command[Any]:
+        return user(request, lambda r: inner(r, execute))
+
+    return wrapped
+
+
+def _aoutside(
+    user: AsyncToolCallWrapper, inner: Callable[..., Awaitable[ToolMessage | Command[Any]]]
+) -> AsyncToolCallWrapper:
+    """Async twin of ``_outside``."""
+
+    async def wrapped(
+        request: ToolCallRequest, execute: Callable[[ToolCallRequest], Any]
+    ) -> ToolMessage | Command[Any]:
+        async def run(r: ToolCallRequest) -> ToolMessage | Command[Any]:
+            return await inner(r, execute)
+
+        return await user(request, run)
+
+    return wrapped
 
 
 class EffectToolNode(ToolNode):
@@ -281,7 +454,11 @@ class EffectToolNode(ToolNode):
         interrupt_on_unknown: ``interrupt()`` for review when nothing resolves an
             unknown operation (default); False answers with an error ToolMessage
             ("could not confirm") and leaves the operation for an operator.
-        name, tags, handle_tool_errors, messages_key: as for ``ToolNode``.
+        name, tags, handle_tool_errors, messages_key: as for ``ToolNode``; plain tools
+            behave exactly as there.
+        wrap_tool_call, awrap_tool_call: as for ``ToolNode``; for an effect tool they run
+            outside the ledger's decision, so the arguments they pass to ``execute`` are
+            what the operation binds to.
     """
 
     def __init__(
@@ -295,23 +472,47 @@ class EffectToolNode(ToolNode):
         interrupt_on_unknown: bool = True,
         name: str = "tools",
         tags: list[str] | None = None,
-        handle_tool_errors: Any = None,
+        handle_tool_errors: Any = _TOOLNODE_DEFAULT,
         messages_key: str = "messages",
+        wrap_tool_call: ToolCallWrapper | None = None,
+        awrap_tool_call: AsyncToolCallWrapper | None = None,
     ) -> None:
         self.runner = EffectRunner(
             ledger, lease_for=lease_for, clock=clock, interrupt_on_unknown=interrupt_on_unknown
         )
         self.tenant_id = tenant_id
         extra: dict[str, Any] = {}
-        if handle_tool_errors is not None:
+        if handle_tool_errors is not _TOOLNODE_DEFAULT:
             extra["handle_tool_errors"] = handle_tool_errors
+        if any(effect_spec(t) for t in tools):
+            # The user's wrappers run outside the decision (as the first middleware of
+            # an agent is the outermost): what they pass to ``execute`` is what runs.
+            sync_inner = functools.partial(self._decide, outermost=False)
+            if wrap_tool_call is not None and awrap_tool_call is None:
+                # ToolNode runs a lone sync wrapper on the async path too (sync execute).
+                if self.runner.is_async:
+                    raise EffectsError(
+                        "EffectToolNode: with an async ledger, give awrap_tool_call too "
+                        "(wrap_tool_call alone runs the async path synchronously)"
+                    )
+                wrap_tool_call = _outside(wrap_tool_call, sync_inner)
+            else:
+                async_inner = functools.partial(self._adecide, outermost=False)
+                wrap_tool_call = (
+                    self._wrap if wrap_tool_call is None else _outside(wrap_tool_call, sync_inner)
+                )
+                awrap_tool_call = (
+                    self._awrap
+                    if awrap_tool_call is None
+                    else _aoutside(awrap_tool_call, async_inner)
+                )
         super().__init__(
             tools,
             name=name,
             tags=tags,
             messages_key=messages_key,
-            wrap_tool_call=self._wrap,
-            awrap_tool_call=self._awrap,
+            wrap_tool_call=wrap_tool_call,
+            awrap_tool_call=awrap_tool_call,
             **extra,
         )
 
@@ -372,6 +573,20 @@ class EffectToolNode(ToolNode):
         return any(effect_spec(tool) is not None for tool in self.tools_by_name.values())
 
     def _func(self, input: Any, config: RunnableConfig, runtime: Runtime[Any]) -> Any:
+        try:
+            return self._run_task(input, config, runtime)
+        except _Unhandled as carried:
+            error = carried.error
+        raise error
+
+    async def _afunc(self, input: Any, config: RunnableConfig, runtime: Runtime[Any]) -> Any:
+        try:
+            return await self._arun_task(input, config, runtime)
+        except _Unhandled as carried:
+            error = carried.error
+        raise error
+
+    def _run_task(self, input: Any, config: RunnableConfig, runtime: Runtime[Any]) -> Any:
         calls = (
             self._effect_calls(
                 input, config, runtime, self.runner.tenant_for(config, self.tenant_id)
@@ -409,7 +624,7 @@ class EffectToolNode(ToolNode):
         self._record_receipts(task, resume=True)
         return out
 
-    async def _afunc(self, input: Any, config: RunnableConfig, runtime: Runtime[Any]) -> Any:
+    async def _arun_task(self, input: Any, config: RunnableConfig, runtime: Runtime[Any]) -> Any:
         calls = (
             self._effect_calls(
                 input, config, runtime, await self.runner.atenant_for(config, self.tenant_id)
@@ -537,62 +752,95 @@ class EffectToolNode(ToolNode):
     def _wrap(
         self, request: ToolCallRequest, execute: Callable[[ToolCallRequest], Any]
     ) -> ToolMessage | Command[Any]:
-        config = self._config(request)
-        if config is None:
-            result: ToolMessage | Command[Any] = execute(request)
-            return result
-        call = self._call(request, self.runner.tenant_for(config, self.tenant_id))
-        run, handoff = _execute_with(request, execute), self._handoff(call)
-        receipts = self._receipts(handoff)
-        if receipts is None:
-            op = self.runner.run(call, run, handoff=handoff)
-        else:
-            out = self.runner.run_until_receipt(call, run, handoff=handoff)
-            if isinstance(out, ParkedReceipt):
-                answer, entry = self._placeholder(request, call, out)
-                if receipts.park(entry):
-                    return answer
-                out = self.runner.finish(out, None)
-            op = out
-        return effect_result(request, call, op, messages_key=self._messages_key)
+        return self._decide(request, execute, outermost=True)
 
     async def _awrap(
         self, request: ToolCallRequest, execute: Callable[[ToolCallRequest], Any]
     ) -> ToolMessage | Command[Any]:
+        return await self._adecide(request, execute, outermost=True)
+
+    def _decide(
+        self,
+        request: ToolCallRequest,
+        execute: Callable[[ToolCallRequest], Any],
+        *,
+        outermost: bool,
+    ) -> ToolMessage | Command[Any]:
+        run = _Execution(request, execute, carry=outermost)
         config = self._config(request)
         if config is None:
-            result: ToolMessage | Command[Any] = await execute(request)
-            return result
-        call = self._call(request, await self.runner.atenant_for(config, self.tenant_id))
-        run, handoff = _execute_with(request, execute), self._handoff(call)
+            plain: ToolMessage | Command[Any] = run.plain()
+            return plain
+        call = self._call(request, self.runner.tenant_for(config, self.tenant_id))
+        handoff = self._handoff(call)
         receipts = self._receipts(handoff)
-        if receipts is None:
-            op = await self.runner.arun(call, run, handoff=handoff)
-        else:
-            out = await self.runner.arun_until_receipt(call, run, handoff=handoff)
-            if isinstance(out, ParkedReceipt):
-                answer, entry = self._placeholder(request, call, out)
-                if receipts.park(entry):
-                    return answer
-                out = await self.runner.afinish(out, None)
-            op = out
-        return effect_result(request, call, op, messages_key=self._messages_key)
+        with run.carrying():
+            if receipts is None:
+                op = self.runner.run(call, run, handoff=handoff)
+            else:
+                out = self.runner.run_until_receipt(call, run, handoff=handoff)
+                if isinstance(out, ParkedReceipt):
+                    answer, entry = self._placeholder(request, call, out, run.produced)
+                    if receipts.park(entry):
+                        return answer
+                    out = self.runner.finish(out, None)
+                op = out
+        return effect_result(
+            request, call, op, messages_key=self._messages_key, produced=run.first_answer(op)
+        )
+
+    async def _adecide(
+        self,
+        request: ToolCallRequest,
+        execute: Callable[[ToolCallRequest], Any],
+        *,
+        outermost: bool,
+    ) -> ToolMessage | Command[Any]:
+        run = _Execution(request, execute, carry=outermost)
+        config = self._config(request)
+        if config is None:
+            plain: ToolMessage | Command[Any] = await run.aplain()
+            return plain
+        call = self._call(request, await self.runner.atenant_for(config, self.tenant_id))
+        handoff = self._handoff(call)
+        receipts = self._receipts(handoff)
+        with run.carrying():
+            if receipts is None:
+                op = await self.runner.arun(call, run.acall, handoff=handoff)
+            else:
+                out = await self.runner.arun_until_receipt(call, run.acall, handoff=handoff)
+                if isinstance(out, ParkedReceipt):
+                    answer, entry = self._placeholder(request, call, out, run.produced)
+                    if receipts.park(entry):
+                        return answer
+                    out = await self.runner.afinish(out, None)
+                op = out
+        return effect_result(
+            request, call, op, messages_key=self._messages_key, produced=run.first_answer(op)
+        )
 
     def _placeholder(
-        self, request: ToolCallRequest, call: EffectCall, parked: ParkedReceipt
+        self, request: ToolCallRequest, call: EffectCall, parked: ParkedReceipt, produced: Any
     ) -> tuple[ToolMessage | Command[Any], _Parked]:
-        """The answer ToolNode collects now; ``_fill`` writes the recorded outcome into it."""
+        """The answer ToolNode collects now; ``_fill`` writes the recorded outcome into it.
+
+        A Command the tool returned is the answer as is (its receipt is recorded
+        after the fan-in like any other).
+        """
         message = ToolMessage(
-            content="", name=call.tool_name, tool_call_id=request.tool_call["id"] or ""
+            content="",
+            name=call.tool_name,
+            tool_call_id=request.tool_call["id"] or "",
+            artifact=produced.artifact if isinstance(produced, ToolMessage) else None,
         )
+        answer: Any = produced if isinstance(produced, Command | list) else message
         state = request.state
         if isinstance(state, dict) and OPERATIONS_KEY in state:
             owned = [call.operation_id]
-            command: Command[Any] = Command(
-                update={self._messages_key: [message], OPERATIONS_KEY: owned}
+            return _with_owned(answer, owned, self._messages_key), _Parked(
+                parked, request, message, owned
             )
-            return command, _Parked(parked, request, message, owned)
-        return message, _Parked(parked, request, message, None)
+        return answer, _Parked(parked, request, message, None)
 
 
 def _fill(entry: _Parked, op: Operation) -> None:
@@ -602,5 +850,6 @@ def _fill(entry: _Parked, op: Operation) -> None:
     )
     entry.message.content = final.content
     entry.message.status = final.status
+    entry.message.artifact = final.artifact
     if entry.owned is not None and op.operation_id not in entry.owned:
         entry.owned.append(op.operation_id)

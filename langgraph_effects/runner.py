@@ -40,10 +40,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Annotated, Any
 
-from langchain_core.messages import ToolMessage
-from langgraph.errors import GraphBubbleUp
+from langchain_core.messages import BaseMessage, ToolMessage, message_to_dict, messages_from_dict
+from langgraph.errors import GraphBubbleUp, GraphInterrupt, is_invalid_resume
 from langgraph.prebuilt.tool_node import msg_content_output
-from langgraph.types import Command, interrupt
+from langgraph.types import Command, Send, interrupt
 from pydantic import AfterValidator
 
 from langgraph_effects._faults import CrashPoint, crash_point
@@ -111,6 +111,7 @@ __all__ = [
     "EffectCall",
     "EffectRunner",
     "ParkedReceipt",
+    "recorded_command",
     "tool_message",
 ]
 
@@ -320,6 +321,7 @@ def tool_message(op: Operation, *, tool_name: str, tool_call_id: str) -> ToolMes
     transient refusals: an error saying nothing was applied yet.
     """
     status = "error"
+    artifact: Any = None
     if op.status is S.CONFIRMED:
         status = "success"
         content: str | list[Any] = (
@@ -327,6 +329,12 @@ def tool_message(op: Operation, *, tool_name: str, tool_call_id: str) -> ToolMes
             if op.result is None
             else msg_content_output(op.result)
         )
+        result = op.result
+        if isinstance(result, dict) and set(result) == {_MESSAGE}:
+            content, artifact = result[_MESSAGE]["content"], result[_MESSAGE]["artifact"]
+        elif isinstance(result, dict) and set(result) == {_COMMAND}:
+            command = recorded_command(op, tool_call_id=tool_call_id)
+            content = msg_content_output(_command_text(command)) if command else content
     elif op.status is S.REJECTED and (op.error or "").startswith(_CONFLICT):
         content = (
             f"Error: {_describe(op)} was recorded as refused, but the provider reported "
@@ -360,6 +368,7 @@ def tool_message(op: Operation, *, tool_name: str, tool_call_id: str) -> ToolMes
         name=tool_name,
         tool_call_id=tool_call_id,
         status=status,
+        artifact=artifact,
     )
 
 
@@ -374,16 +383,108 @@ def _conflicted(op: Operation, receipt: Evidence) -> Operation:
     )
 
 
-def _recordable(value: Any) -> Any:
-    """The JSON value to record for a tool's return value (content text otherwise)."""
+_COMMAND = "lge.command"
+"""Envelope of a recorded ``Command`` result (its update, goto, graph and resume)."""
+_MESSAGE = "lge.message"
+"""Envelope of a recorded ToolMessage with an artifact (``content_and_artifact`` tools)."""
+
+
+def _recordable(value: Any, message: Any = None) -> Any:
+    """The JSON value to record for a tool's output (content text when nothing better fits).
+
+    ``value`` is what the tool body returned, ``message`` what ToolNode made of it. A
+    ``Command`` is recorded whole (``recorded_command`` rebuilds it on replay); a ToolMessage
+    with an artifact keeps both parts; any other value is recorded as returned.
+    """
+    value = storable(value)  # NUL and lone surrogates escaped: the receipt is always stored
+    if isinstance(message, Command):
+        encoded = _encode(message.update), _encode(message.goto), _encode(message.resume)
+        record = {
+            _COMMAND: {
+                "update": encoded[0],
+                "goto": encoded[1],
+                "resume": encoded[2],
+                "graph": message.graph,
+            }
+        }
+        if _is_json(record):
+            return record
+        return msg_content_output(_command_text(message))
+    if isinstance(message, ToolMessage) and (
+        message.artifact is not None or isinstance(value, tuple)  # content_and_artifact
+    ):
+        envelope = {_MESSAGE: {"content": message.content, "artifact": message.artifact}}
+        if _is_json(envelope):
+            return envelope
     if isinstance(value, ToolMessage):
         value = value.content
-    value = storable(value)  # NUL and lone surrogates escaped: the receipt is always stored
+    return value if _is_json(value) else msg_content_output(value)
+
+
+def _is_json(value: Any) -> bool:
     try:
         canonical_json(value)
     except EffectsError:
-        return msg_content_output(value)
+        return False
+    return True
+
+
+def _encode(value: Any) -> Any:
+    """Messages and ``Send`` of a Command as JSON (``_decode`` reverses it)."""
+    if isinstance(value, BaseMessage):
+        return {"lc.message": message_to_dict(value)}
+    if isinstance(value, Send):
+        return {"lc.send": {"node": value.node, "arg": _encode(value.arg)}}
+    if isinstance(value, dict):
+        return {k: _encode(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_encode(v) for v in value]
     return value
+
+
+def _decode(value: Any, ids: Mapping[str, str]) -> Any:
+    if isinstance(value, dict):
+        if set(value) == {"lc.message"}:
+            [message] = messages_from_dict([value["lc.message"]])
+            if isinstance(message, ToolMessage) and message.tool_call_id in ids:
+                message.tool_call_id = ids[message.tool_call_id]
+            return message
+        if set(value) == {"lc.send"}:
+            return Send(value["lc.send"]["node"], _decode(value["lc.send"]["arg"], ids))
+        return {k: _decode(v, ids) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_decode(v, ids) for v in value]
+    return value
+
+
+def _command_text(command: Command[Any]) -> Any:
+    """The text of a Command's own ToolMessage (what the model saw), for a lossy record."""
+    update = command.update
+    found = update.values() if isinstance(update, dict) else update or []
+    for item in found:
+        for m in item if isinstance(item, list) else [item]:
+            if isinstance(m, ToolMessage):
+                return m.content
+    return str(command)
+
+
+def recorded_command(op: Operation, *, tool_call_id: str) -> Command[Any] | None:
+    """The Command a confirmed operation's tool returned, rebuilt from the record.
+
+    Its ToolMessage answers ``tool_call_id`` (an intent key may map a re-proposed call,
+    with a new id, to the recorded operation).
+    """
+    result = op.result
+    if op.status is not S.CONFIRMED or not isinstance(result, dict) or set(result) != {_COMMAND}:
+        return None
+    body = result[_COMMAND]
+    ids = {op.tool_call_id: tool_call_id} if op.tool_call_id else {}
+    return Command(
+        graph=body.get("graph"),
+        update=_decode(body.get("update"), ids),
+        goto=_decode(body.get("goto"), ids) or (),
+        resume=_decode(body.get("resume"), ids),
+    )
 
 
 # --------------------------------------------------------------------------- actions
@@ -882,10 +983,16 @@ class EffectRunner:
         out: _Outcome = yield _Dispatch(op, call.context(op), call.args)
         crash_point(CrashPoint.AFTER_PROVIDER)
         p.claimed = False
-        if out.bubble is not None:
-            # The tool interrupted, or a sibling's interrupt cancelled this task
-            # (asyncio.gather): never leave a live lease behind.
-            if out.call.started:
+        asked = isinstance(out.call.error, GraphInterrupt) or (
+            out.error is not None and is_invalid_resume(out.error)
+        )
+        if out.bubble is not None or asked:
+            # The tool called interrupt() itself (a tool asks before it acts), or its
+            # answer failed the interrupt's response_schema: release the claim, so the
+            # resumed run dispatches again and the answer reaches the tool. Anything
+            # else that bubbled after the tool started (a sibling's interrupt
+            # cancelling this task) may have left the effect half done: unknown.
+            if out.call.started and not asked:
                 yield from self._guarded(
                     p,
                     op,
@@ -898,16 +1005,34 @@ class EffectRunner:
                     ),
                 )
             else:
+                reason = "the tool asked a person (interrupt)" if asked else "interrupted"
                 yield from self._guarded(
-                    p,
-                    op,
-                    _L("release", op.tenant_id, op.operation_id, token=token, reason="interrupted"),
+                    p, op, _L("release", op.tenant_id, op.operation_id, token=token, reason=reason)
                 )
-            raise out.bubble
-        error = out.call.error or out.error
+            raise out.bubble or out.error  # type: ignore[misc]
+        # Once the tool started, its own outcome decides; ToolNode may still refuse the
+        # shape of what it returned (raised below, after the receipt is recorded).
+        error = out.call.error if out.call.started else out.error
+        if error is not None and not out.call.started:
+            # The tool never ran (invalid arguments with handle_tool_errors=False, a
+            # missing injected value): the provider heard nothing. Release the claim
+            # and let ToolNode's own error handling raise it, as for a plain tool.
+            yield from self._guarded(
+                p,
+                op,
+                _L(
+                    "release",
+                    op.tenant_id,
+                    op.operation_id,
+                    token=token,
+                    reason=f"the tool did not run: {type(error).__name__}: {error}"[:2000],
+                ),
+            )
+            raise error
         if error is None and not out.call.started:
-            # ToolNode answered without running the tool: invalid arguments. The
-            # provider heard nothing, and the same arguments always fail.
+            # Answered without running the tool: ToolNode (invalid arguments, which
+            # always fail the same way) or an inner middleware (a reviewer's reject or
+            # respond). The provider heard nothing.
             text = _message_text(out.message) or "the tool did not run"
             new = yield from self._guarded(
                 p,
@@ -925,7 +1050,7 @@ class EffectRunner:
             crash_point(CrashPoint.AFTER_RECEIPT)
             return new
         if error is None:
-            value = _recordable(out.call.value)
+            value = _recordable(out.call.value, out.message)
             try:
                 confirmed: Operation = yield _L(
                     "confirm", op.tenant_id, op.operation_id, token=token, result=value
@@ -933,6 +1058,10 @@ class EffectRunner:
             except (StaleFencingToken, IllegalTransition, ConcurrentUpdate):
                 return (yield from self._late_receipt(p, op, owner, value))
             crash_point(CrashPoint.AFTER_RECEIPT)
+            if out.error is not None:
+                # The tool acted and returned, and ToolNode refused what it returned (a
+                # malformed Command): the effect is recorded, the error raised as usual.
+                raise out.error
             return confirmed
         match classify(error):
             case Outcome.REJECTED:
