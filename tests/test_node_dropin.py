@@ -211,6 +211,35 @@ def test_tool_interrupt_answer_reaches_the_tool(env: Env) -> None:
     assert crm.effects == 1
 
 
+def test_an_approved_tool_that_asks_itself_gets_its_own_answer(env: Env) -> None:
+    """Approval, then the tool's own interrupt() in the same task: LangGraph hands the
+    approval back first on the next run; it is taken back before the tool runs, so the
+    tool's question gets the tool's answer, and the provider acts once."""
+    crm, asked = FakeCRM(), []
+
+    @effect("crm.close_case", target=lambda a: a["case_id"], require_approval=True)
+    def close_case(case_id: str, ctx: EffectContext) -> str:
+        """Ask which resolution, then close the case."""
+        resolution = interrupt({"question": f"resolution for {case_id}?"})
+        asked.append(resolution)
+        crm.close_case(case_id, resolution, idempotency_key=ctx.idempotency_key)
+        return f"closed {case_id}: {resolution}"
+
+    graph = one_node_graph(EffectToolNode([close_case], ledger=env.ledger), env.checkpointer)
+    cfg = {"configurable": {"thread_id": "approve-ask"}}
+    first = run(env, graph, ask(call("close_case", "c1", case_id="A")), cfg)
+    approval = first["__interrupt__"][0].value
+    assert approval["kind"] == "effect_approval"
+    second = run(env, graph, Command(resume={"decisions": [{"type": "approve"}]}), cfg)
+    assert second["__interrupt__"][0].value == {"question": "resolution for A?"}
+    assert crm.effects == 0
+    done = run(env, graph, Command(resume="duplicate"), cfg)
+    assert asked == ["duplicate"]
+    assert tool_messages(done)[0].content == "closed A: duplicate"
+    assert [op.status for op in env.ops()] == [S.CONFIRMED]
+    assert crm.effects == 1
+
+
 # --------------------------------------------------------------------------- wrappers
 
 
