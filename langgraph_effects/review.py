@@ -19,7 +19,10 @@ Answers name the operation they decide::
 
 LangGraph matches resume values by position within a task, so position is
 never identity: ``parse_answer`` keeps the named operation and the runner
-applies an answer only to that operation. An invalid answer raises
+applies an answer only to that operation. Every request also carries a
+``request_id`` (the operation and its record version: one round); an answer
+may echo it (``"request_id": ...``, beside either shape), and one that names an
+earlier round decides nothing: the current request is asked instead. An invalid answer raises
 ``InvalidAnswer``, marked so LangGraph fails the run without saving it: the
 interrupt can be answered again and nothing is lost.
 """

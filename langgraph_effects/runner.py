@@ -1333,6 +1333,7 @@ class EffectRunner:
             kind="approval" if kind == "approval" else "review",
             retry_forbidden=p.retry_forbidden,
             stale=lambda value: mine.next_is(_answer_mark(call, value)),
+            request_id=request["request_id"],
         )
         while True:
             value = yield _Interrupt(request, schema)
@@ -1343,6 +1344,10 @@ class EffectRunner:
             answers = yield from self._answers(p, named)
             if answers.next_is(mark):
                 answers.consumed += 1  # an earlier round's answer, applied already
+                continue
+            if _outdated(value, request):
+                # It answers an earlier request (shown by LangGraph after a crash, or sent
+                # late): it decides nothing now; the current request is asked.
                 continue
             if mark is not None:
                 answers.logged.insert(answers.consumed, mark)
@@ -1824,6 +1829,12 @@ def _message_text(message: Any) -> str:
     return ""
 
 
+def _outdated(value: Any, request: Mapping[str, Any]) -> bool:
+    """The answer names the request it answers (``request_id``), and it is not this one."""
+    named = value.get("request_id") if isinstance(value, Mapping) else None
+    return named is not None and named != request.get("request_id")
+
+
 def _answer_mark(call: EffectCall, value: Any) -> str | None:
     """How the ledger logs an answer: the task that received it and the value's digest."""
     if call.task_id is None:
@@ -1846,6 +1857,7 @@ def _answer_schema(
     kind: RequestKind,
     retry_forbidden: bool,
     stale: Callable[[Any], bool],
+    request_id: str,
 ) -> Any:
     """The interrupt's ``response_schema``: LangGraph checks an answer with it *before*
     saving it, so an answer that would fail when applied fails the run instead, and
@@ -1865,7 +1877,7 @@ def _answer_schema(
                 f"the answer names operation {answer.operation_id!r}, which this step does "
                 f"not own (this request is about {op.operation_id!r})"
             )
-        if stale(value):
+        if stale(value) or _outdated(value, {"request_id": request_id}):
             return value
         if answer.operation_id in (None, op.operation_id):
             parse_answer(value, tool_name=call.tool_name, kind=kind)

@@ -143,6 +143,37 @@ def test_an_approval_then_an_unknown_outcome_can_be_reviewed(env: Env, crm: Fake
     assert [m.status for m in tool_messages(result)] == ["success"]
 
 
+def test_an_answer_naming_an_earlier_request_decides_nothing(env: Env, crm: FakeCRM) -> None:
+    """An answer that echoes an outdated ``request_id`` (a UI showing an old request, as
+    LangGraph does after a crash) is consumed without effect and the current request is
+    asked; an answer naming the current request applies."""
+    crm.faults.script([Fault.LOSE_RESPONSE, Fault.LOSE_RESPONSE])
+    config = {"configurable": {"thread_id": "t1"}}
+    graph = build_graph(
+        [close_tool(crm)], [CLOSE_A], ledger=env.ledger, checkpointer=env.checkpointer
+    )
+    env.invoke(graph, {"messages": [("user", "close A")]}, config)
+    [first] = pending(env, graph, config)
+    op_id, r1 = first.value["operation_id"], first.value["request_id"]
+    retry = {"operation_id": op_id, "decision": "retry", "by": "ana", "request_id": r1}
+    env.invoke(graph, Command(resume=retry), config)
+    [second] = pending(env, graph, config)
+    r2 = second.value["request_id"]
+    assert (r2 != r1, crm.effects) == (True, 2)
+
+    late = {"operation_id": op_id, "decision": "confirm", "by": "bob", "request_id": r1}
+    env.invoke(graph, Command(resume=late), config)
+    [again] = pending(env, graph, config)
+    assert again.value["request_id"] == r2
+    assert env.ledger_call("get", "default", op_id).status is S.UNKNOWN
+
+    reject = {"operation_id": op_id, "decision": "reject", "by": "ana", "request_id": r2}
+    env.invoke(graph, Command(resume=reject), config)
+    assert pending(env, graph, config) == []
+    assert env.ledger_call("get", "default", op_id).status is S.REJECTED
+    assert crm.effects == 2
+
+
 @pytest.mark.parametrize(
     "bad",
     [
