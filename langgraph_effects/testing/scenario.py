@@ -125,6 +125,7 @@ __all__ = [
     "operator",
     "retry_when_safe",
     "run_in_forked_child",
+    "start_forked_child",
     "arun_scenario",
     "run_scenario",
 ]
@@ -254,6 +255,7 @@ def effect_tools(
     authorize: bool = False,
     key_window: timedelta = RETENTION,
     require_approval: bool = False,
+    pause: Callable[[str, str], None] | None = None,
 ) -> list[EffectTool]:
     """``close_case`` (CRM), ``send_mail`` and ``create_ticket`` as effect tools.
 
@@ -265,9 +267,19 @@ def effect_tools(
     answers ``providers.authorized``. ``key_window`` is the key window the CRM
     and mail contracts declare (shorter than the providers' retention is
     conservative; zero makes every unresolved unknown go to review).
-    ``require_approval`` asks a person before each first dispatch.
+    ``require_approval`` asks a person before each first dispatch. ``pause``,
+    if given, is called with the action and ``"before"`` / ``"after"`` around
+    each provider call (a test freezes or blocks the worker there).
     """
     crm, mail, tickets = providers.crm, providers.mail, providers.ticketing
+
+    def around(action: str, call: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        if pause is not None:
+            pause(action, "before")
+        result = call()
+        if pause is not None:
+            pause(action, "after")
+        return result
 
     def authorized(ctx: EffectContext) -> bool:
         return providers.authorized
@@ -311,7 +323,10 @@ def effect_tools(
     )
     def close_case(case_id: str, resolution: str, ctx: EffectContext) -> dict[str, Any]:
         """Close a CRM case with a resolution."""
-        return crm.close_case(case_id, resolution, idempotency_key=ctx.idempotency_key)
+        return around(
+            "crm.close_case",
+            lambda: crm.close_case(case_id, resolution, idempotency_key=ctx.idempotency_key),
+        )
 
     @effect(
         "mail.send",
@@ -323,7 +338,9 @@ def effect_tools(
     )
     def send_mail(to: str, subject: str, body: str, ctx: EffectContext) -> dict[str, Any]:
         """Send an e-mail."""
-        return mail.send(to, subject, body, idempotency_key=ctx.idempotency_key)
+        return around(
+            "mail.send", lambda: mail.send(to, subject, body, idempotency_key=ctx.idempotency_key)
+        )
 
     @effect(
         "ticketing.create",
@@ -334,7 +351,7 @@ def effect_tools(
     )
     def create_ticket(title: str, body: str) -> dict[str, Any]:
         """Open a ticket."""
-        return tickets.create_ticket(title, body)
+        return around("ticketing.create", lambda: tickets.create_ticket(title, body))
 
     return [close_case, send_mail, create_ticket]
 
@@ -1032,9 +1049,7 @@ def _story(sc: Scenario, tally: _Tally) -> Generator[_Request, Any, ScenarioRepo
         yield from run(first)
         if sc.between is not None:
             sc.between()
-    recorded = not sc.control and bool(
-        (yield _LedgerCall("list", (), {"tenant_id": None, "limit": 1}))
-    )
+    recorded = bool((yield from _thread_ops(sc))) if tenant is not None else False
     if tenant is not None and recorded and sc.resume_tenant == "absent":
         config = _thread_config(sc, None)  # the thread is bound: its tenant must be used
     if tenant is not None and recorded and sc.resume_tenant == "other":
@@ -1066,6 +1081,23 @@ def _story(sc: Scenario, tally: _Tally) -> Generator[_Request, Any, ScenarioRepo
     CrashPlan.disarm()  # counting must not crash
     state = yield _GetState()
     return (yield from _count(sc, tally, state, finished=finished))
+
+
+def _thread_ops(sc: Scenario) -> Generator[_Request, Any, list[Operation]]:
+    """The thread's operations: of its tenant, or (tenant from the config) of any tenant.
+
+    With the tenant in the config, an operation recorded under another tenant
+    must show, so every tenant's operations of this thread are read.
+    """
+    if sc.control:
+        return []
+    if not sc.tenant_from_config:
+        ops: list[Operation] = yield _LedgerCall(
+            "list", (), {"tenant_id": sc.thread_id, "limit": 10_000}
+        )
+        return ops
+    ops = yield _LedgerCall("list", (), {"tenant_id": None, "limit": 100_000})
+    return [op for op in ops if op.workflow_id == sc.thread_id]
 
 
 def _ends_with_human(snapshot: Any) -> bool:
@@ -1140,10 +1172,12 @@ def _lost_receipts(
         evidenced = op.evidence_checked_at is not None or any(
             e.evidence is not None for e in events
         )
+        # Dispatching: a worker holds (or held) the lease; the receipt is still on
+        # its way or goes to reconciliation when the lease lapses: not lost yet.
         owned = (
-            op.status is S.CONFIRMED
+            op.status in (S.CONFIRMED, S.DISPATCHING)
             or (op.status is S.UNKNOWN and (evidenced or op.operation_id in pending))
-            or (not finished and not op.status.terminal)
+            or (op.status is S.PREPARED and not finished)
         )
         if not owned:
             problems.append(
@@ -1192,8 +1226,7 @@ def _count(
             errors=tally.errors,
             problems=tuple(problems),
         )
-    # Every tenant: an operation recorded under the wrong one must show.
-    ops: list[Operation] = yield _LedgerCall("list", (), {"tenant_id": None, "limit": 10_000})
+    ops = yield from _thread_ops(sc)
     histories = {}
     for op in ops:
         histories[op.operation_id] = yield _LedgerCall(
@@ -1661,6 +1694,53 @@ def run_in_forked_child(
     milliseconds and is still a fresh process (new pid, nothing of the
     parent's connections or threads). Same contract as ``run_in_child``.
     """
+    return start_forked_child(fn, *args, crash_at=crash_at, mode=mode, hit=hit).wait(timeout)
+
+
+@dataclass(eq=False)
+class ForkedChild:
+    """A child started by :func:`start_forked_child`: its ``pid``, then :meth:`wait`."""
+
+    process: Any
+    receiver: Any
+
+    @property
+    def pid(self) -> int:
+        return int(self.process.pid)
+
+    def wait(self, timeout: float = 120.0) -> ChildExit:
+        """Collect what the child reported and its exit (kill it after ``timeout`` s of silence)."""
+        messages: list[tuple[str, Any]] = []
+        try:
+            while self.receiver.poll(timeout):
+                messages.append(self.receiver.recv())
+        except EOFError:
+            pass
+        finally:
+            self.receiver.close()
+        self.process.join(timeout)
+        if self.process.exitcode is None:
+            self.process.kill()
+            self.process.join()
+            raise TimeoutError(f"child {self.pid} did not finish within {timeout}s")
+        found = dict(messages)
+        crashed = found.get("crashed")
+        return ChildExit(
+            exitcode=self.process.exitcode,
+            crashed_at=None if crashed is None else CrashPoint(crashed),
+            value=found.get("value"),
+            error=found.get("error"),
+        )
+
+
+def start_forked_child(
+    fn: Callable[..., Any],
+    *args: Any,
+    crash_at: CrashPoint | None = None,
+    mode: CrashMode | str = CrashMode.EXIT,
+    hit: int = 1,
+) -> ForkedChild:
+    """Start ``fn(*args)`` in a forkserver child and return at once (freeze it, then wait)."""
     global _forkserver_ready
     ctx = multiprocessing.get_context("forkserver")
     if not _forkserver_ready:
@@ -1671,24 +1751,4 @@ def run_in_forked_child(
     process = ctx.Process(target=_child_main, args=(sender, fn, args, plan))
     process.start()
     sender.close()
-    messages: list[tuple[str, Any]] = []
-    try:
-        while receiver.poll(timeout):
-            messages.append(receiver.recv())
-    except EOFError:
-        pass
-    finally:
-        receiver.close()
-    process.join(timeout)
-    if process.exitcode is None:
-        process.kill()
-        process.join()
-        raise TimeoutError(f"child running {fn!r} did not finish within {timeout}s")
-    found = dict(messages)
-    crashed = found.get("crashed")
-    return ChildExit(
-        exitcode=process.exitcode,
-        crashed_at=None if crashed is None else CrashPoint(crashed),
-        value=found.get("value"),
-        error=found.get("error"),
-    )
+    return ForkedChild(process, receiver)
