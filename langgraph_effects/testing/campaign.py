@@ -1,26 +1,44 @@
-"""The recovery campaign: prove zero duplicate effects, and keep unknowns honest.
+"""The recovery campaign: prove zero duplicate effects, no lost receipt, honest unknowns.
 
 Run it: ``python -m langgraph_effects.testing.campaign`` (``--help`` for flags).
-Four parts, each a row group of the printed table:
+Five parts, each a row group of the printed table:
 
-* **randomized**: ``--schedules`` seeded :class:`~.scenario.Schedule`\\ s (crash
-  points, lost responses and requests, late answers, lagging search, key
-  expiry, revoked authorizations, concurrent resumers, sync and async), run
+* **randomized**: ``--schedules`` seeded :class:`~.scenario.Schedule`\\ s, run
   in-process with ``InjectedCrash`` on a SQLite ``:memory:`` ledger and an
-  in-memory checkpointer. Schedule ``i`` has seed ``--seed + i``: a failing
+  in-memory checkpointer. Each draws crash points, lost responses and
+  requests, late answers, lagging search, key expiry, revoked authorizations,
+  concurrent resumers, sync or async, and one scenario :class:`~.scenario.Kind`:
+  reviews over several rounds, ``require_approval`` (approve, reject, edit),
+  time travel from a history snapshot's own config, ``update_state`` forks,
+  resumes without a tenant or under another, calls re-issued with new ids
+  under the default durability (the AIMessage lost, or the request sent
+  again), ``EffectMiddleware`` in ``create_agent``, subgraphs, a node
+  ``RetryPolicy``. People answer by position or by interrupt id, sometimes
+  with a bad answer first. Schedule ``i`` has seed ``--seed + i``: a failing
   one prints its seed and replays alone with ``--seed SEED --schedules 1``.
+  The table below the main one breaks the schedules down per kind.
 * **control**: the same schedules through a plain ``ToolNode`` (no ledger, the
-  stock ``tools_condition``): its duplicates show what the figure means.
+  stock ``tools_condition``, or ``create_agent`` without the middleware): its
+  duplicates, per kind, show what the figures mean.
 * **kills**: every crash point x provider kind x backend (SQLite file,
   PostgreSQL) x sync/async, killed for real (``os._exit``) in a forked child
   and resumed in another fresh process (children fork from a server that
   preloaded LangGraph, so each costs milliseconds, not seconds).
+* **stale**: a live worker loses its footing mid-call: frozen with SIGSTOP
+  past its lease while another process recovers the operation, then thawed;
+  or (PostgreSQL) its ledger connections terminated while the clock runs on
+  (see :class:`StaleCase`).
 * **concurrency**: ``--processes`` (8) processes resume the same 100 crashed
   threads against PostgreSQL at once: exactly one effect per intent.
 
-Exit status: 0 when the node shows no duplicate and no mislabelled operation
-(and the control does show duplicates); 1 otherwise; 2 on bad arguments or
-an unreachable PostgreSQL.
+Counted at the fake providers: **duplicates** (effects beyond the intended
+ones), **lost receipts** (an applied effect the ledger does not own up to, or
+that the model was told was not carried out), **mislabelled** operations and
+**violations** (a bad answer accepted, a valid one refused, another tenant's
+resume not refused...; see :class:`~.scenario.ScenarioReport`).
+
+Exit status: 0 when the node shows none of those (and the control does show
+duplicates); 1 otherwise; 2 on bad arguments or an unreachable PostgreSQL.
 """
 
 from __future__ import annotations

@@ -46,9 +46,21 @@ there the dead owner is proven dead and no clock moves.
 Built in: :class:`Providers` (a CRM, a mail service and a ticketing system on
 one :class:`FakeClock`), :func:`effect_tools` over them (with reconcilers and
 provider contracts), :func:`control_tools` (the same calls as plain tools, no
-ledger), :func:`builtin_call`, and :class:`Schedule`: a seeded random scenario
-(crash point, provider faults, lagging search, key expiry, revoked
-authorization, concurrent resumers) used by the campaign.
+ledger), :func:`builtin_call`, :func:`operator` (a truthful person answering
+at random) and :func:`bad_answer`, and :class:`Schedule`: a seeded random
+scenario (crash point, provider faults, lagging search, key expiry, revoked
+authorization, concurrent resumers, and one :class:`Kind`: review rounds,
+approvals, time travel, forks, tenants, re-issued calls, middleware,
+subgraphs, ``RetryPolicy``) used by the campaign.
+
+Beyond duplicates and mislabelled operations a report counts **lost
+receipts** (an effect the provider applied that the ledger does not record as
+confirmed or as an evidenced/pending unknown, or that the model was told was
+not carried out) and **violations** (a bad answer accepted or a valid one
+refused, a resume under another tenant not refused, an operation recorded
+under a tenant the thread is not bound to, a call repeated on purpose that got
+no operation of its own). A person's own decision is theirs: an operator who
+rejects what later turns out applied is not counted against the library.
 """
 
 from __future__ import annotations
@@ -84,7 +96,7 @@ from langgraph_effects.core.model import (
     ProviderContract,
 )
 from langgraph_effects.effects import EffectContext, EffectTool, effect
-from langgraph_effects.errors import InvalidAnswer
+from langgraph_effects.errors import InvalidInput
 from langgraph_effects.ledger.base import DEFAULT_LEASE
 from langgraph_effects.node import EffectState, EffectToolNode, route_tool_calls
 from langgraph_effects.review import APPROVAL_KIND
@@ -1006,7 +1018,7 @@ def _story(sc: Scenario, tally: _Tally) -> Generator[_Request, Any, ScenarioRepo
             else:
                 command = Command(resume={i: a for i, (_, a) in answers.items()})
             (outcome,) = yield from run(command)
-            if isinstance(outcome, InvalidAnswer):
+            if isinstance(outcome, InvalidInput):
                 tally.violations.append(f"a valid answer was refused: {outcome}")
             elif outcome is None:
                 for request, answer in answers.values():
@@ -1017,11 +1029,15 @@ def _story(sc: Scenario, tally: _Tally) -> Generator[_Request, Any, ScenarioRepo
         request = next(p.value for p in state.interrupts if p.id == interrupt_id)
         bad = bad_answer(request, rng)
         by_position = lone and rng.random() < sc.by_position
+        decided = yield from _operator_events(request)
         (outcome,) = yield from run(Command(resume=bad if by_position else {interrupt_id: bad}))
         if isinstance(outcome, InjectedCrash):
             return
         if outcome is None:
-            tally.violations.append(f"a bad answer was accepted: {bad!r}")
+            # Not refused: harmless only if it was not applied (the run may
+            # have settled the operation otherwise and never read it).
+            if (yield from _operator_events(request)) != decided:
+                tally.violations.append(f"a bad answer was applied: {bad!r}")
             return
         after = yield _GetState()
         waiting = {str(p.value.get("operation_id")) for p in after.interrupts}
@@ -1081,6 +1097,14 @@ def _story(sc: Scenario, tally: _Tally) -> Generator[_Request, Any, ScenarioRepo
     CrashPlan.disarm()  # counting must not crash
     state = yield _GetState()
     return (yield from _count(sc, tally, state, finished=finished))
+
+
+def _operator_events(request: Mapping[str, Any]) -> Generator[_Request, Any, int]:
+    """How many decisions a person has recorded on the request's operation."""
+    events = yield _LedgerCall(
+        "events", (str(request.get("tenant_id")), str(request["operation_id"])), {}
+    )
+    return sum(1 for e in events if e.evidence is not None and e.evidence.source == "operator")
 
 
 def _thread_ops(sc: Scenario) -> Generator[_Request, Any, list[Operation]]:
@@ -1232,10 +1256,12 @@ def _count(
         histories[op.operation_id] = yield _LedgerCall(
             "events", (op.tenant_id, op.operation_id), {}
         )
-    wrong = mislabelled_operations(ops, histories, pending_review=tally.pending, applied=sc.applied)
+    # Pending a person: every operation an open interrupt asks about.
+    pending = tally.pending | {str(i.value.get("operation_id")) for i in state.interrupts}
+    wrong = mislabelled_operations(ops, histories, pending_review=pending, applied=sc.applied)
     problems.extend(f"{sc.name}: {line}" for line in wrong)
     messages = (state.values or {}).get("messages", [])
-    lost = _lost_receipts(sc, ops, histories, messages, pending=tally.pending, finished=finished)
+    lost = _lost_receipts(sc, ops, histories, messages, pending=pending, finished=finished)
     problems.extend(lost)
     violations = list(tally.violations)
     if sc.tenant_from_config:
