@@ -941,6 +941,8 @@ class _Tally:
     repeated: Counter[str] = field(default_factory=Counter)
     """Targets of calls repeated on purpose: each needs an operation of its own."""
     violations: list[str] = field(default_factory=list)
+    edits: dict[str, str] = field(default_factory=dict)
+    """Edited target -> original target, for every edit sent."""
 
 
 def _thread_config(sc: Scenario, tenant: str | None) -> dict[str, Any]:
@@ -1020,9 +1022,8 @@ def _story(sc: Scenario, tally: _Tally) -> Generator[_Request, Any, ScenarioRepo
             (outcome,) = yield from run(command)
             if isinstance(outcome, InvalidInput):
                 tally.violations.append(f"a valid answer was refused: {outcome}")
-            elif outcome is None:
-                for request, answer in answers.values():
-                    _note_edit(tally, request, answer)
+            for request, answer in answers.values():
+                _note_edit(tally, request, answer)  # whether it took shows in the ledger
         return False
 
     def refuse_bad(state: Any, interrupt_id: str, lone: bool) -> Generator[_Request, Any, None]:
@@ -1076,10 +1077,6 @@ def _story(sc: Scenario, tally: _Tally) -> Generator[_Request, Any, ScenarioRepo
         start = before_model[-1].config if before_model else config
         yield from run(None, at=_with_tenant(start, tenant) if tenant else start)
     elif sc.reissue == "resend":
-        state = yield _GetState()
-        for target in _answered_targets(state.values.get("messages", [])):
-            tally.intended[target] += 1
-            tally.repeated[target] += 1
         again = {"messages": [HumanMessage(content="go again", id="human-2")]}
         yield from run(again)
     else:
@@ -1129,28 +1126,40 @@ def _ends_with_human(snapshot: Any) -> bool:
     return bool(messages) and isinstance(messages[-1], HumanMessage)
 
 
-def _answered_targets(messages: Sequence[AnyMessage]) -> list[str]:
-    """Targets of the proposed calls the thread's messages already answer."""
+def _note_repeats(sc: Scenario, tally: _Tally, messages: Sequence[AnyMessage]) -> None:
+    """A re-sent request repeats on purpose the first calls the thread's messages answer.
+
+    Read from the final messages: a sibling's answer LangGraph showed in
+    ``get_state`` (a pending write) but dropped when the new request came was
+    never part of the thread, and its call maps back to the earlier operation.
+    """
     answered = {m.tool_call_id for m in messages if isinstance(m, ToolMessage)}
-    return [
-        t
-        for m in messages
-        if isinstance(m, AIMessage)
-        for tc in m.tool_calls
-        if tc["id"] in answered and (t := target_of(tc)) is not None
-    ]
+    for call in sc.tool_calls:
+        target = target_of(call)
+        if call["id"] in answered and target is not None:
+            tally.intended[target] += 1
+            tally.repeated[target] += 1
 
 
 def _note_edit(tally: _Tally, request: Mapping[str, Any], answer: Any) -> None:
-    """An applied edit moves the intended effect to the edited call's target."""
+    """Remember an edit that moves the call to another target (it may or may not take)."""
     decisions = answer.get("decisions") if isinstance(answer, Mapping) else None
-    if not decisions or decisions[0].get("type") != "edit" or not tally.intended:
+    if not decisions or decisions[0].get("type") != "edit":
         return
     old = target_of({"name": request.get("tool"), "args": request.get("args")})
     new = target_of(decisions[0]["edited_action"])
     if old is not None and new is not None and old != new:
-        tally.intended[old] -= 1
-        tally.intended[new] += 1
+        tally.edits[new] = old
+
+
+def _apply_edits(tally: _Tally, ops: Sequence[Operation]) -> None:
+    """An edit that took (the ledger has an operation on its target) moves the intended effect."""
+    made = {op.target for op in ops}
+    for new, old in tally.edits.items():
+        if new in made and tally.intended[old] > 0:
+            tally.intended[old] -= 1
+            tally.intended[new] += 1
+    tally.edits.clear()
 
 
 def _excess_by_target(sc: Scenario, tally: _Tally) -> tuple[int, list[str]]:
@@ -1231,6 +1240,10 @@ def _count(
     sc: Scenario, tally: _Tally, state: Any, *, finished: bool
 ) -> Generator[_Request, Any, ScenarioReport]:
     effects = sum(p.effects for p in sc.providers)
+    ops = yield from _thread_ops(sc)
+    _apply_edits(tally, ops)
+    if sc.reissue == "resend":
+        _note_repeats(sc, tally, (state.values or {}).get("messages", []))
     if sc.count_by_target:
         duplicates, problems = _excess_by_target(sc, tally)
     else:
@@ -1250,7 +1263,6 @@ def _count(
             errors=tally.errors,
             problems=tuple(problems),
         )
-    ops = yield from _thread_ops(sc)
     histories = {}
     for op in ops:
         histories[op.operation_id] = yield _LedgerCall(
