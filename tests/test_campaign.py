@@ -27,7 +27,9 @@ from langgraph_effects.testing.campaign import (
 from langgraph_effects.testing.faults import CrashPoint
 from langgraph_effects.testing.scenario import Kind, ProviderKind, Schedule
 
-pytestmark = pytest.mark.slow
+# A hang guard, not the budget: the randomized fixture is charged to its first test,
+# and on a loaded machine it can take minutes.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 SCHEDULES = 2000
 

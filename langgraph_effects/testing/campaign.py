@@ -496,10 +496,10 @@ def _stale_child(case: StaleCase, role: str) -> dict[str, Any]:
     gate = Path(case.directory)
 
     def pause(action: str, where: str) -> None:
+        # Wait at the gate; the parent freezes this process here (sigstop) or
+        # cuts its connections. Idle at the gate, no other thread of ours is
+        # inside a transaction of the fakes' files when the process freezes.
         if where != case.stop:
-            return
-        if case.fault == "sigstop":
-            os.kill(os.getpid(), signal.SIGSTOP)
             return
         (gate / "inside").touch()
         while not (gate / "release").exists():
@@ -603,12 +603,11 @@ def _one_stale(case: StaleCase) -> ScenarioReport:
     try:
         worker = start_forked_child(_stale_child, case, "worker")
         gate = Path(case.directory)
-        if case.fault == "sigstop":
-            reached = _until(lambda: _stopped(worker.pid) or not worker.process.is_alive())
-            reached = reached and _stopped(worker.pid)
-        else:
-            reached = _until(lambda: (gate / "inside").exists() or not worker.process.is_alive())
-            reached = reached and (gate / "inside").exists()
+        reached = _until(lambda: (gate / "inside").exists() or not worker.process.is_alive())
+        reached = reached and (gate / "inside").exists()
+        if reached and case.fault == "sigstop":
+            os.kill(worker.pid, signal.SIGSTOP)
+            reached = _until(lambda: _stopped(worker.pid))
         if not reached:
             exit_ = worker.wait(5)
             problem = f"{case.tag}: the worker never reached its pause ({exit_.error or exit_})"
@@ -634,9 +633,9 @@ def _one_stale(case: StaleCase) -> ScenarioReport:
                     f"{providers[case.kind].effects} effect(s), events "
                     f"{[(e.kind.value, e.to_status.value) for e in moved]}"
                 )
-            (gate / "release").touch()
         else:
             os.kill(worker.pid, signal.SIGCONT)
+        (gate / "release").touch()
         done = worker.wait(60)
         ops, after = _ledger_view(case, providers.clock.now)
         applied = sum(providers.applied(op) or 0 for op in ops)
