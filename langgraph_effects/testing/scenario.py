@@ -941,6 +941,8 @@ class _Tally:
     repeated: Counter[str] = field(default_factory=Counter)
     """Targets of calls repeated on purpose: each needs an operation of its own."""
     violations: list[str] = field(default_factory=list)
+    reasons: set[str] = field(default_factory=set)
+    """The reasons of the good answers given (a bad answer applied shows another)."""
     edits: dict[str, str] = field(default_factory=dict)
     """Edited target -> original target, for every edit sent."""
 
@@ -1019,6 +1021,7 @@ def _story(sc: Scenario, tally: _Tally) -> Generator[_Request, Any, ScenarioRepo
                 command: Command[Any] = Command(resume=answer)
             else:
                 command = Command(resume={i: a for i, (_, a) in answers.items()})
+            tally.reasons.update(_reason(a) for _, a in answers.values())
             (outcome,) = yield from run(command)
             if isinstance(outcome, InvalidInput):
                 tally.violations.append(f"a valid answer was refused: {outcome}")
@@ -1035,9 +1038,11 @@ def _story(sc: Scenario, tally: _Tally) -> Generator[_Request, Any, ScenarioRepo
         if isinstance(outcome, InjectedCrash):
             return
         if outcome is None:
-            # Not refused: harmless only if it was not applied (the run may
-            # have settled the operation otherwise and never read it).
-            if (yield from _operator_events(request)) != decided:
+            # Not refused: harmless only if it was not applied (the run may have
+            # settled the operation otherwise, or applied a good answer saved
+            # before a crash: its reason is one the story gave).
+            new = (yield from _operator_events(request))[len(decided) :]
+            if any(reason not in tally.reasons for reason in new):
                 tally.violations.append(f"a bad answer was applied: {bad!r}")
             return
         after = yield _GetState()
@@ -1096,12 +1101,16 @@ def _story(sc: Scenario, tally: _Tally) -> Generator[_Request, Any, ScenarioRepo
     return (yield from _count(sc, tally, state, finished=finished))
 
 
-def _operator_events(request: Mapping[str, Any]) -> Generator[_Request, Any, int]:
-    """How many decisions a person has recorded on the request's operation."""
+def _operator_events(request: Mapping[str, Any]) -> Generator[_Request, Any, list[str]]:
+    """The reasons of the decisions a person has recorded on the request's operation."""
     events = yield _LedgerCall(
         "events", (str(request.get("tenant_id")), str(request["operation_id"])), {}
     )
-    return sum(1 for e in events if e.evidence is not None and e.evidence.source == "operator")
+    return [
+        e.evidence.summary
+        for e in events
+        if e.evidence is not None and e.evidence.source == "operator"
+    ]
 
 
 def _thread_ops(sc: Scenario) -> Generator[_Request, Any, list[Operation]]:
@@ -1141,6 +1150,15 @@ def _note_repeats(sc: Scenario, tally: _Tally, messages: Sequence[AnyMessage]) -
             tally.repeated[target] += 1
 
 
+def _reason(answer: Any) -> str:
+    if not isinstance(answer, Mapping):
+        return ""
+    decisions = answer.get("decisions")
+    if decisions:
+        return str(decisions[0].get("message") or "")
+    return str(answer.get("reason") or "")
+
+
 def _note_edit(tally: _Tally, request: Mapping[str, Any], answer: Any) -> None:
     """Remember an edit that moves the call to another target (it may or may not take)."""
     decisions = answer.get("decisions") if isinstance(answer, Mapping) else None
@@ -1178,8 +1196,28 @@ def _excess_by_target(sc: Scenario, tally: _Tally) -> tuple[int, list[str]]:
 _NOT_DONE = ("NOT carried out", "was not carried out")
 
 
+def _attributable(
+    applied: Callable[[Operation], int | None] | None, ops: Sequence[Operation]
+) -> Callable[[Operation], int | None] | None:
+    """``applied``, but None where the provider cannot tell operations apart.
+
+    A provider without idempotency key (the ticketing fake) counts by title:
+    two operations on one title (twins, a deliberate repeat) share its count.
+    """
+    if applied is None:
+        return None
+    shared = Counter((op.action, op.target) for op in ops)
+
+    def attributable(op: Operation) -> int | None:
+        keyless = _ACTIONS.get(op.action) is ProviderKind.TICKETING
+        return None if keyless and shared[(op.action, op.target)] > 1 else applied(op)
+
+    return attributable
+
+
 def _lost_receipts(
-    sc: Scenario,
+    name: str,
+    applied: Callable[[Operation], int | None] | None,
     ops: Sequence[Operation],
     histories: Mapping[str, Sequence[OperationEvent]],
     messages: Sequence[AnyMessage],
@@ -1188,7 +1226,7 @@ def _lost_receipts(
     finished: bool,
 ) -> list[str]:
     """Applied effects the ledger or the model's answer does not own up to (see ScenarioReport)."""
-    if sc.applied is None:
+    if applied is None:
         return []
     problems = []
     decided_by_person = {
@@ -1198,7 +1236,7 @@ def _lost_receipts(
         if e.evidence is not None and e.evidence.source == "operator"
     }
     for op in ops:
-        n = sc.applied(op)
+        n = applied(op)
         if not n or op.operation_id in decided_by_person:
             continue
         events = histories.get(op.operation_id, ())
@@ -1214,7 +1252,7 @@ def _lost_receipts(
         )
         if not owned:
             problems.append(
-                f"{sc.name}: operation {op.operation_id} ({op.action} {op.target!r}): the "
+                f"{name}: operation {op.operation_id} ({op.action} {op.target!r}): the "
                 f"provider applied it {n} time(s), the ledger says {op.status.value}"
             )
     calls = {tc["id"]: tc for m in messages if isinstance(m, AIMessage) for tc in m.tool_calls}
@@ -1228,9 +1266,9 @@ def _lost_receipts(
         ]
         if not mine or any(op.operation_id in decided_by_person for op in mine):
             continue
-        if all(sc.applied(op) for op in mine):
+        if all(applied(op) for op in mine):
             problems.append(
-                f"{sc.name}: the model was told call {m.tool_call_id} was not carried out; "
+                f"{name}: the model was told call {m.tool_call_id} was not carried out; "
                 "the provider applied it"
             )
     return problems
@@ -1268,12 +1306,15 @@ def _count(
         histories[op.operation_id] = yield _LedgerCall(
             "events", (op.tenant_id, op.operation_id), {}
         )
+    applied = _attributable(sc.applied, ops)
     # Pending a person: every operation an open interrupt asks about.
     pending = tally.pending | {str(i.value.get("operation_id")) for i in state.interrupts}
-    wrong = mislabelled_operations(ops, histories, pending_review=pending, applied=sc.applied)
+    wrong = mislabelled_operations(ops, histories, pending_review=pending, applied=applied)
     problems.extend(f"{sc.name}: {line}" for line in wrong)
     messages = (state.values or {}).get("messages", [])
-    lost = _lost_receipts(sc, ops, histories, messages, pending=pending, finished=finished)
+    lost = _lost_receipts(
+        sc.name, applied, ops, histories, messages, pending=pending, finished=finished
+    )
     problems.extend(lost)
     violations = list(tally.violations)
     if sc.tenant_from_config:
