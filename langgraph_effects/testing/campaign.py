@@ -105,6 +105,7 @@ __all__ = [
 DEFAULT_POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"
 PARTS = ("randomized", "control", "kills", "stale", "concurrency")
 _MAX_PROBLEMS = 20  # per batch: enough to act on, not a wall of text
+_MODULE = "langgraph_effects.testing.campaign"  # __name__ is __mp_main__ in a worker
 
 
 # --------------------------------------------------------------------------- randomized
@@ -147,7 +148,7 @@ def randomized_by_kind(seeds: Sequence[int], *, control: bool = False) -> dict[s
         kind = Schedule.generate(seed).kind.value
         report = run_schedule(seed, control=control)
         if report.problems and not control:
-            replay = f"replay: python -m {__name__} --seed {seed} --schedules 1"
+            replay = f"replay: python -m {_MODULE} --seed {seed} --schedules 1"
             report = replace(report, problems=(*report.problems, replay))
         total = kinds.get(kind, ScenarioReport.empty(kind))
         if len(total.problems) >= _MAX_PROBLEMS:
