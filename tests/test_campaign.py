@@ -10,6 +10,9 @@ schedules and must show duplicates under every kind.
 
 from __future__ import annotations
 
+import fcntl
+import os
+import pickle
 from pathlib import Path
 
 import pytest
@@ -34,14 +37,80 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 SCHEDULES = 2000
 
 
-@pytest.fixture(scope="module")
-def randomized() -> CampaignResult:
-    """2,000 schedules through EffectToolNode, and the same through a plain ToolNode."""
+@pytest.fixture(scope="session")
+def randomized(tmp_path_factory: pytest.TempPathFactory) -> CampaignResult:
+    """2,000 schedules through EffectToolNode, and the same through a plain ToolNode.
+
+    Run once per session: under xdist the first worker to need it runs it (holding
+    a file lock) and leaves the result for the other, which would otherwise run
+    the whole campaign a second time.
+    """
+    if os.environ.get("PYTEST_XDIST_WORKER") is None:
+        return _run_randomized()
+    shared = tmp_path_factory.getbasetemp().parent
+    cache = shared / "campaign-randomized.pickle"
+    with (shared / "campaign-randomized.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if cache.exists():
+            result: CampaignResult = pickle.loads(cache.read_bytes())
+            return result
+        result = _run_randomized()
+        cache.write_bytes(pickle.dumps(result))
+        return result
+
+
+def _run_randomized() -> CampaignResult:
     return run_campaign(schedules=SCHEDULES, parts=("randomized", "control"), workers=2)
 
 
 def _problems(result: CampaignResult) -> str:
     return "\n".join(line for row in result.node_rows for line in row.problems)
+
+
+# The PostgreSQL tests come first: under xdist each worker starts with one of
+# them while the first worker to need the randomized campaign runs it.
+
+
+@pytest.mark.postgres
+def test_real_kills_at_every_point_resume_without_duplicates(tmp_path: Path, pg_url: str) -> None:
+    """Every crash point x provider x {SQLite file, PostgreSQL} x {sync, async}, killed for real."""
+    cases = kill_cases(("sqlite", "postgres"), tmp_path, postgres_url=pg_url)
+    assert len(cases) == 2 * 2 * (3 * len(CrashPoint) - 1)
+    assert {c.kind for c in cases} == set(ProviderKind)
+    groups = kill_matrix(cases, workers=2)
+    problems = "\n".join(line for r in groups.values() for line in r.problems)
+    assert sum(r.crashes for r in groups.values()) == len(cases), problems  # every point reached
+    assert sum(r.duplicates for r in groups.values()) == 0, problems
+    assert sum(r.mislabelled for r in groups.values()) == 0, problems
+    assert sum(r.unknown for r in groups.values()) == 0, problems
+
+
+@pytest.mark.postgres
+def test_eight_processes_resuming_the_same_threads_dispatch_each_intent_once(
+    tmp_path: Path, pg_url: str
+) -> None:
+    """8 processes resume the same 100 crashed threads on PostgreSQL: one effect per intent."""
+    report = concurrency(pg_url, tmp_path, processes=8, threads=100)
+    assert report.problems == ()
+    assert (report.intents, report.effects, report.duplicates) == (200, 200, 0)
+    assert report.completed == 100
+
+
+@pytest.mark.postgres
+def test_stale_workers_and_failed_renewals_cost_no_duplicate_and_no_receipt(
+    tmp_path: Path, pg_url: str
+) -> None:
+    """A worker frozen past its lease (SIGSTOP, then SIGCONT) or whose ledger connection is
+    terminated mid-call (PostgreSQL): no duplicate, its receipt kept, a renewing worker trusted."""
+    cases = stale_cases(("sqlite", "postgres"), tmp_path, postgres_url=pg_url)
+    assert {c.fault for c in cases} == {"sigstop", "renewal"}
+    groups = stale_matrix(cases, workers=4)
+    problems = "\n".join(line for r in groups.values() for line in r.problems)
+    assert sum(r.runs for r in groups.values()) == len(cases)
+    assert sum(r.errors for r in groups.values()) == 0, problems
+    assert sum(r.duplicates for r in groups.values()) == 0, problems
+    assert sum(r.lost_receipts for r in groups.values()) == 0, problems
+    assert sum(r.violations for r in groups.values()) == 0, problems
 
 
 def test_randomized_schedules_apply_no_effect_twice(randomized: CampaignResult) -> None:
@@ -98,48 +167,6 @@ def test_schedules_draw_every_human_and_graph_dimension() -> None:
     assert sum(s.key_window_zero for s in schedules) > SCHEDULES // 10
     assert {k for s in schedules for k in s.calls} == set(ProviderKind)
     assert {s.asynchronous for s in schedules} == {False, True}
-
-
-@pytest.mark.postgres
-def test_real_kills_at_every_point_resume_without_duplicates(tmp_path: Path, pg_url: str) -> None:
-    """Every crash point x provider x {SQLite file, PostgreSQL} x {sync, async}, killed for real."""
-    cases = kill_cases(("sqlite", "postgres"), tmp_path, postgres_url=pg_url)
-    assert len(cases) == 2 * 2 * (3 * len(CrashPoint) - 1)
-    assert {c.kind for c in cases} == set(ProviderKind)
-    groups = kill_matrix(cases, workers=2)
-    problems = "\n".join(line for r in groups.values() for line in r.problems)
-    assert sum(r.crashes for r in groups.values()) == len(cases), problems  # every point reached
-    assert sum(r.duplicates for r in groups.values()) == 0, problems
-    assert sum(r.mislabelled for r in groups.values()) == 0, problems
-    assert sum(r.unknown for r in groups.values()) == 0, problems
-
-
-@pytest.mark.postgres
-def test_stale_workers_and_failed_renewals_cost_no_duplicate_and_no_receipt(
-    tmp_path: Path, pg_url: str
-) -> None:
-    """A worker frozen past its lease (SIGSTOP, then SIGCONT) or whose ledger connection is
-    terminated mid-call (PostgreSQL): no duplicate, its receipt kept, a renewing worker trusted."""
-    cases = stale_cases(("sqlite", "postgres"), tmp_path, postgres_url=pg_url)
-    assert {c.fault for c in cases} == {"sigstop", "renewal"}
-    groups = stale_matrix(cases, workers=4)
-    problems = "\n".join(line for r in groups.values() for line in r.problems)
-    assert sum(r.runs for r in groups.values()) == len(cases)
-    assert sum(r.errors for r in groups.values()) == 0, problems
-    assert sum(r.duplicates for r in groups.values()) == 0, problems
-    assert sum(r.lost_receipts for r in groups.values()) == 0, problems
-    assert sum(r.violations for r in groups.values()) == 0, problems
-
-
-@pytest.mark.postgres
-def test_eight_processes_resuming_the_same_threads_dispatch_each_intent_once(
-    tmp_path: Path, pg_url: str
-) -> None:
-    """8 processes resume the same 100 crashed threads on PostgreSQL: one effect per intent."""
-    report = concurrency(pg_url, tmp_path, processes=8, threads=100)
-    assert report.problems == ()
-    assert (report.intents, report.effects, report.duplicates) == (200, 200, 0)
-    assert report.completed == 100
 
 
 def test_the_command_prints_the_table_and_its_status_says_pass_or_fail(
