@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import random
 import sqlite3
 from collections.abc import Iterator
+from dataclasses import replace
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -20,16 +23,20 @@ from langgraph_effects.testing.assertions import (
     assert_unknowns_accounted,
 )
 from langgraph_effects.testing.campaign import KillCase, _kill_child
+from langgraph_effects.testing.providers import ProviderTimeout
 from langgraph_effects.testing.scenario import (
+    Kind,
     ProviderKind,
     Providers,
     Scenario,
     Schedule,
+    bad_answer,
     builtin_call,
     confirm_if_seen,
     control_tools,
     defer,
     effect_tools,
+    operator,
     run_in_forked_child,
     run_scenario,
 )
@@ -232,3 +239,62 @@ def test_a_refused_resend_does_not_relabel_an_applied_unknown_as_rejected(
     assert providers.crm.effects_for("case-t-0") == 1
     assert op.status is not S.REJECTED, report.problems
     assert report.mislabelled == 0, report.problems
+
+
+def test_two_identical_calls_in_one_message_are_two_intended_effects(
+    providers: Providers,
+) -> None:
+    """Twins (same arguments, two ids, one AIMessage) are two operations: two effects, no excess."""
+    schedule = Schedule.generate(0).with_(
+        kind=Kind.REISSUED,
+        calls=(ProviderKind.CRM,),
+        faults=(None,),
+        refaults=(),
+        crash_at=None,
+        revoke="none",
+        twins=True,
+        asynchronous=False,
+        resumers=1,
+    )
+    sc = replace(schedule.scenario(providers), reissue="none")
+    with SQLiteLedger.from_conn_string(":memory:", clock=providers.clock.now) as ledger:
+        ledger.setup()
+        report = run_scenario(sc, ledger=ledger)
+        ops = ledger.list(tenant_id=sc.thread_id)
+    assert len(sc.tool_calls) == 2
+    assert providers.crm.effects == 2
+    assert len(ops) == 2
+    assert (report.duplicates, report.lost_receipts, report.violations) == (0, 0, 0)
+
+
+def test_the_operator_never_gives_an_answer_that_could_apply_twice(providers: Providers) -> None:
+    """Nothing seen and a request in flight without a key window: the operator leaves it pending;
+    seen: confirm (or retry only inside an open key window); unseen and settled: reject or retry."""
+    answer = operator(providers, random.Random(1))
+    request = {
+        "kind": "effect_review",
+        "operation_id": "op-1",
+        "action": "ticketing.create",
+        "target": "ticket x",
+        "allowed_decisions": ["confirm", "reject", "retry"],
+        "retry_risk": {"key_window_open": False},
+    }
+    providers.ticketing.faults.push(Fault.LATE, delay=timedelta(minutes=5))
+    with pytest.raises(ProviderTimeout):  # the request is in flight, unseen
+        providers.ticketing.create_ticket("ticket x", "body")
+    assert {str(answer(request)) for _ in range(20)} == {"None"}
+    providers.clock.advance(timedelta(minutes=6))  # it lands: now the console shows it
+    decisions = {answer(request)["decision"] for _ in range(40)}  # type: ignore[index]
+    assert decisions == {"confirm"}
+    unseen = {**request, "target": "ticket y"}
+    decisions = {answer(unseen)["decision"] for _ in range(40)}  # type: ignore[index]
+    assert decisions == {"reject", "retry"}
+
+
+def test_a_bad_answer_is_drawn_for_both_kinds_of_request() -> None:
+    """Bad answers exist for reviews and approvals, and none is a valid answer shape for both."""
+    rng = random.Random(3)
+    review = {"kind": "effect_review", "operation_id": "op-1"}
+    approval = {"kind": "effect_approval", "operation_id": "op-1", "tool": "t", "args": {}}
+    assert len({repr(bad_answer(review, rng)) for _ in range(60)}) >= 5
+    assert len({repr(bad_answer(approval, rng)) for _ in range(60)}) >= 5

@@ -1,26 +1,44 @@
-"""The recovery campaign: prove zero duplicate effects, and keep unknowns honest.
+"""The recovery campaign: prove zero duplicate effects, no lost receipt, honest unknowns.
 
 Run it: ``python -m langgraph_effects.testing.campaign`` (``--help`` for flags).
-Four parts, each a row group of the printed table:
+Five parts, each a row group of the printed table:
 
-* **randomized**: ``--schedules`` seeded :class:`~.scenario.Schedule`\\ s (crash
-  points, lost responses and requests, late answers, lagging search, key
-  expiry, revoked authorizations, concurrent resumers, sync and async), run
+* **randomized**: ``--schedules`` seeded :class:`~.scenario.Schedule`\\ s, run
   in-process with ``InjectedCrash`` on a SQLite ``:memory:`` ledger and an
-  in-memory checkpointer. Schedule ``i`` has seed ``--seed + i``: a failing
+  in-memory checkpointer. Each draws crash points, lost responses and
+  requests, late answers, lagging search, key expiry, revoked authorizations,
+  concurrent resumers, sync or async, and one scenario :class:`~.scenario.Kind`:
+  reviews over several rounds, ``require_approval`` (approve, reject, edit),
+  time travel from a history snapshot's own config, ``update_state`` forks,
+  resumes without a tenant or under another, calls re-issued with new ids
+  under the default durability (the AIMessage lost, or the request sent
+  again), ``EffectMiddleware`` in ``create_agent``, subgraphs, a node
+  ``RetryPolicy``. People answer by position or by interrupt id, sometimes
+  with a bad answer first. Schedule ``i`` has seed ``--seed + i``: a failing
   one prints its seed and replays alone with ``--seed SEED --schedules 1``.
+  The table below the main one breaks the schedules down per kind.
 * **control**: the same schedules through a plain ``ToolNode`` (no ledger, the
-  stock ``tools_condition``): its duplicates show what the figure means.
+  stock ``tools_condition``, or ``create_agent`` without the middleware): its
+  duplicates, per kind, show what the figures mean.
 * **kills**: every crash point x provider kind x backend (SQLite file,
   PostgreSQL) x sync/async, killed for real (``os._exit``) in a forked child
   and resumed in another fresh process (children fork from a server that
   preloaded LangGraph, so each costs milliseconds, not seconds).
+* **stale**: a live worker loses its footing mid-call: frozen with SIGSTOP
+  past its lease while another process recovers the operation, then thawed;
+  or (PostgreSQL) its ledger connections terminated while the clock runs on
+  (see :class:`StaleCase`).
 * **concurrency**: ``--processes`` (8) processes resume the same 100 crashed
   threads against PostgreSQL at once: exactly one effect per intent.
 
-Exit status: 0 when the node shows no duplicate and no mislabelled operation
-(and the control does show duplicates); 1 otherwise; 2 on bad arguments or
-an unreachable PostgreSQL.
+Counted at the fake providers: **duplicates** (effects beyond the intended
+ones), **lost receipts** (an applied effect the ledger does not own up to, or
+that the model was told was not carried out), **mislabelled** operations and
+**violations** (a bad answer accepted, a valid one refused, another tenant's
+resume not refused...; see :class:`~.scenario.ScenarioReport`).
+
+Exit status: 0 when the node shows none of those (and the control does show
+duplicates); 1 otherwise; 2 on bad arguments or an unreachable PostgreSQL.
 """
 
 from __future__ import annotations
@@ -31,21 +49,24 @@ import contextlib
 import logging
 import os
 import random
+import signal
 import sqlite3
 import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from langchain_core.messages import HumanMessage
+from langchain_core.messages import HumanMessage, ToolMessage
+from langgraph.types import Command
 
-from langgraph_effects.core.model import OperationStatus, utcnow
+from langgraph_effects.core.model import Operation, OperationStatus, utcnow
+from langgraph_effects.ledger.base import DEFAULT_LEASE
 from langgraph_effects.testing.assertions import mislabelled_operations
 from langgraph_effects.testing.faults import CrashPlan, CrashPoint, InjectedCrash
 from langgraph_effects.testing.providers import Fault
@@ -62,23 +83,29 @@ from langgraph_effects.testing.scenario import (
     effect_tools,
     run_in_forked_child,
     run_scenario,
+    start_forked_child,
 )
 
 __all__ = [
     "CampaignResult",
     "KillCase",
+    "StaleCase",
     "concurrency",
     "kill_cases",
     "kill_matrix",
     "main",
     "randomized",
+    "randomized_by_kind",
     "run_campaign",
     "run_schedule",
+    "stale_cases",
+    "stale_matrix",
 ]
 
 DEFAULT_POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"
-PARTS = ("randomized", "control", "kills", "concurrency")
+PARTS = ("randomized", "control", "kills", "stale", "concurrency")
 _MAX_PROBLEMS = 20  # per batch: enough to act on, not a wall of text
+_MODULE = "langgraph_effects.testing.campaign"  # __name__ is __mp_main__ in a worker
 
 
 # --------------------------------------------------------------------------- randomized
@@ -107,17 +134,34 @@ def run_schedule(seed: int, *, control: bool = False) -> ScenarioReport:
 
 def randomized(seeds: Sequence[int], *, control: bool = False) -> ScenarioReport:
     """Run the schedules of ``seeds`` and sum their reports (problems capped)."""
-    _quiet_langgraph()
     total = ScenarioReport.empty("randomized (ToolNode control)" if control else "randomized")
+    for report in randomized_by_kind(seeds, control=control).values():
+        total = total + replace(report, problems=report.problems[:_MAX_PROBLEMS])
+    return total
+
+
+def randomized_by_kind(seeds: Sequence[int], *, control: bool = False) -> dict[str, ScenarioReport]:
+    """Run the schedules of ``seeds``; one summed report per scenario kind (problems capped)."""
+    _quiet_langgraph()
+    kinds: dict[str, ScenarioReport] = {}
     for seed in seeds:
+        kind = Schedule.generate(seed).kind.value
         report = run_schedule(seed, control=control)
         if report.problems and not control:
-            replay = f"replay: python -m {__name__} --seed {seed} --schedules 1"
+            replay = f"replay: python -m {_MODULE} --seed {seed} --schedules 1"
             report = replace(report, problems=(*report.problems, replay))
+        total = kinds.get(kind, ScenarioReport.empty(kind))
         if len(total.problems) >= _MAX_PROBLEMS:
             report = replace(report, problems=())
-        total = total + report
-    return total
+        kinds[kind] = replace(total + report, scenario=kind)
+    return kinds
+
+
+def _merge(a: dict[str, ScenarioReport], b: dict[str, ScenarioReport]) -> dict[str, ScenarioReport]:
+    return {
+        k: replace(a.get(k, ScenarioReport.empty()) + b.get(k, ScenarioReport.empty()), scenario=k)
+        for k in sorted(a.keys() | b.keys())
+    }
 
 
 def _quiet_langgraph() -> None:
@@ -192,7 +236,7 @@ class KillCase:
 
 
 @contextlib.contextmanager
-def _sync_stores(case: KillCase, clock: Any) -> Iterator[tuple[Any, Any]]:
+def _sync_stores(case: KillCase | StaleCase, clock: Any) -> Iterator[tuple[Any, Any]]:
     if case.backend == "postgres":
         from langgraph.checkpoint.postgres import PostgresSaver
 
@@ -217,7 +261,7 @@ def _sync_stores(case: KillCase, clock: Any) -> Iterator[tuple[Any, Any]]:
 
 
 @contextlib.asynccontextmanager
-async def _async_stores(case: KillCase, clock: Any) -> Any:
+async def _async_stores(case: KillCase | StaleCase, clock: Any) -> Any:
     if case.backend == "postgres":
         from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 
@@ -334,6 +378,321 @@ def kill_matrix(cases: Sequence[KillCase], *, workers: int = 2) -> dict[str, Sce
     """Run every case (killed child, then resumed child); sum the reports per group."""
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
         reports = list(pool.map(_one_kill, cases))
+    groups: dict[str, ScenarioReport] = {}
+    for report in reports:
+        groups[report.scenario] = groups.get(report.scenario, ScenarioReport.empty()) + report
+    return groups
+
+
+# --------------------------------------------------------------------------- stale workers
+
+
+StaleFault = Literal["sigstop", "renewal"]
+_RENEWAL_LEASE = timedelta(seconds=1.5)  # renewed every 0.5 s of real time
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StaleCase:
+    """A live worker that loses its footing in the middle of a provider call.
+
+    ``sigstop``: the worker is frozen (SIGSTOP) ``before`` or ``after`` the
+    provider call, past its lease; another process recovers the operation
+    (reconcile, safe retry or review); then the worker is thawed (SIGCONT)
+    and finishes its call: no duplicate, and its late receipt must leave a
+    trace in the event log (never "not carried out" for an applied effect).
+    ``renewal`` (PostgreSQL): the worker blocks before the provider call while
+    its ledger connections are terminated; the clock runs on; its lease must
+    still be renewed, so another process neither dispatches nor asks a person.
+    """
+
+    fault: StaleFault
+    backend: str
+    asynchronous: bool
+    kind: ProviderKind
+    stop: Literal["before", "after"]
+    ledger_url: str
+    checkpoint_url: str
+    directory: str
+    run: str
+
+    @property
+    def tag(self) -> str:
+        mode = "async" if self.asynchronous else "sync"
+        return f"w{self.run}-{self.fault}-{self.backend}-{mode}-{self.kind.value}-{self.stop}"
+
+    @property
+    def group(self) -> str:
+        mode = "async" if self.asynchronous else "sync"
+        return f"{self.fault} {self.backend}/{mode}"
+
+    @property
+    def app_name(self) -> str:
+        return f"lge-{self.tag}"[:63]
+
+    def providers(self) -> Providers:
+        return Providers.open(Path(self.directory))
+
+
+def stale_cases(
+    backends: Sequence[str], workdir: Path, *, postgres_url: str | None
+) -> list[StaleCase]:
+    """``sigstop``: every backend x {CRM, ticketing} x {before, after} (PostgreSQL also async);
+    ``renewal``: PostgreSQL x {sync, async} x {CRM, ticketing}."""
+    run = uuid.uuid4().hex[:6]
+    cases: list[StaleCase] = []
+    for backend in backends:
+        if backend == "postgres":
+            if postgres_url is None:
+                raise ValueError("the postgres backend needs --postgres-url")
+            ledger_url = checkpoint_url = postgres_url
+            _setup_backend(backend, ledger_url, checkpoint_url)
+        else:
+            ledger_url = checkpoint_url = ""  # a file per case, below
+        workdir.mkdir(parents=True, exist_ok=True)
+        modes = (False, True) if backend == "postgres" else (False,)
+        shapes: list[tuple[StaleFault, bool, str]] = [
+            ("sigstop", a, stop) for a in modes for stop in ("before", "after")
+        ]
+        if backend == "postgres":
+            shapes += [("renewal", a, "before") for a in modes]
+        for fault, asynchronous, stop in shapes:
+            for kind in (ProviderKind.CRM, ProviderKind.TICKETING):
+                case = StaleCase(
+                    fault=fault,
+                    backend=backend,
+                    asynchronous=asynchronous,
+                    kind=kind,
+                    stop=stop,  # type: ignore[arg-type]
+                    ledger_url=ledger_url,
+                    checkpoint_url=checkpoint_url,
+                    directory="",
+                    run=run,
+                )
+                directory = workdir / case.tag
+                directory.mkdir(parents=True)
+                if backend == "sqlite":
+                    # A file per case: a frozen process may hold SQLite's one write lock.
+                    ledger_url = str(directory / "ledger.db")
+                    checkpoint_url = str(directory / "checkpoints.db")
+                    _setup_backend(backend, ledger_url, checkpoint_url)
+                case = replace(
+                    case,
+                    directory=str(directory),
+                    ledger_url=ledger_url,
+                    checkpoint_url=checkpoint_url,
+                )
+                cases.append(case)
+    return cases
+
+
+def _stale_child(case: StaleCase, role: str) -> dict[str, Any]:
+    """In a fresh process: the ``worker`` (freezes or blocks in its call) or the ``recoverer``.
+
+    Each invokes the graph itself (no scenario story: its clock moves would
+    disturb the lease under test) and answers reviews as a careful operator.
+    Returns the texts of the tool messages and the last error.
+    """
+    _quiet_langgraph()
+    providers = case.providers()
+    gate = Path(case.directory)
+
+    def pause(action: str, where: str) -> None:
+        # Wait at the gate; the parent freezes this process here (sigstop) or
+        # cuts its connections. Idle at the gate, no other thread of ours is
+        # inside a transaction of the fakes' files when the process freezes.
+        if where != case.stop:
+            return
+        (gate / "inside").touch()
+        while not (gate / "release").exists():
+            time.sleep(0.01)
+
+    worker = role == "worker"
+    tools = effect_tools(providers, pause=pause if worker else None)
+    lease = _RENEWAL_LEASE if case.fault == "renewal" else DEFAULT_LEASE
+    graph_args: dict[str, Any] = {
+        "node_kwargs": {"tenant_id": case.tag, "clock": providers.clock.now, "lease_for": lease}
+    }
+    calls = [builtin_call(case.kind, 0, tag=case.tag)]
+    config = {"configurable": {"thread_id": case.tag}}
+    policy = confirm_if_seen(providers.shows)
+    first: Any = {"messages": [HumanMessage(content="go", id="human")]} if worker else None
+    ledger_case = replace(case, ledger_url=_with_app_name(case.ledger_url, case.app_name))
+    stores = ledger_case if worker and case.fault == "renewal" else case
+    error: str | None = None
+
+    def answers(state: Any) -> Any:
+        return Command(resume={i.id: policy(i.value) for i in state.interrupts})
+
+    try:
+        if case.asynchronous:
+
+            async def go() -> Any:
+                async with _async_stores(stores, providers.clock.now) as (ledger, saver):
+                    graph = build_graph(
+                        tools, calls, ledger=ledger, checkpointer=saver, **graph_args
+                    )
+                    step, err = first, None
+                    for _ in range(4):
+                        try:
+                            await graph.ainvoke(step, config)
+                        except Exception as exc:
+                            err = f"{type(exc).__name__}: {exc}"
+                            break
+                        state = await graph.aget_state(config)
+                        if worker or not state.interrupts:
+                            break
+                        step = answers(state)
+                    return (await graph.aget_state(config)).values, err
+
+            values, error = asyncio.run(go())
+        else:
+            with _sync_stores(stores, providers.clock.now) as (ledger, saver):
+                graph = build_graph(tools, calls, ledger=ledger, checkpointer=saver, **graph_args)
+                step = first
+                for _ in range(4):
+                    try:
+                        graph.invoke(step, config)
+                    except Exception as exc:
+                        error = f"{type(exc).__name__}: {exc}"
+                        break
+                    state = graph.get_state(config)
+                    if worker or not state.interrupts:
+                        break
+                    step = answers(state)
+                values = graph.get_state(config).values
+    finally:
+        providers.close()
+    texts = [str(m.content) for m in values.get("messages", []) if isinstance(m, ToolMessage)]
+    return {"tool_messages": texts, "error": error}
+
+
+def _with_app_name(url: str, name: str) -> str:
+    if "://" not in url:
+        return url  # a SQLite path
+    return f"{url}{'&' if '?' in url else '?'}application_name={name}"
+
+
+def _stopped(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1].startswith("T")
+    except (OSError, IndexError):
+        return False
+
+
+def _until(condition: Callable[[], bool], timeout: float = 60.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def _ledger_view(case: StaleCase, clock: Any) -> tuple[list[Operation], list[Any]]:
+    with _sync_stores(case, clock) as (ledger, _saver):
+        ops = ledger.list(tenant_id=case.tag, limit=10)
+        events = [e for op in ops for e in ledger.events(case.tag, op.operation_id)]
+    return ops, events
+
+
+def _one_stale(case: StaleCase) -> ScenarioReport:
+    """Run one case (see :class:`StaleCase`); report duplicates, lost receipts, violations."""
+    providers = case.providers()
+    problems: list[str] = []
+    violations = 0
+    lost = 0
+    try:
+        worker = start_forked_child(_stale_child, case, "worker")
+        gate = Path(case.directory)
+        reached = _until(lambda: (gate / "inside").exists() or not worker.process.is_alive())
+        reached = reached and (gate / "inside").exists()
+        if reached and case.fault == "sigstop":
+            os.kill(worker.pid, signal.SIGSTOP)
+            reached = _until(lambda: _stopped(worker.pid))
+        if not reached:
+            exit_ = worker.wait(5)
+            problem = f"{case.tag}: the worker never reached its pause ({exit_.error or exit_})"
+            return ScenarioReport(scenario=case.group, intents=1, errors=1, problems=(problem,))
+        if case.fault == "sigstop":
+            providers.clock.advance(DEFAULT_LEASE + timedelta(seconds=1))
+        else:
+            _terminate_backends(case)
+            for _ in range(16):  # the ledger's clock runs at real speed: 4 s, 2.7 leases
+                time.sleep(0.25)
+                providers.clock.advance(timedelta(seconds=0.25))
+        recoverer = run_in_forked_child(_stale_child, case, "recoverer")
+        if not recoverer.ok:
+            problems.append(f"{case.tag}: the recoverer failed: {recoverer.error}")
+        ops, before = _ledger_view(case, providers.clock.now)
+        if case.fault == "renewal":
+            touched = [e for e in before if e.to_status is not OperationStatus.DISPATCHING]
+            moved = [e for e in touched if e.kind.value != "prepare"]
+            if providers[case.kind].effects or moved:
+                violations += 1
+                problems.append(
+                    f"{case.tag}: the worker was alive and renewing, yet the recoverer acted: "
+                    f"{providers[case.kind].effects} effect(s), events "
+                    f"{[(e.kind.value, e.to_status.value) for e in moved]}"
+                )
+        else:
+            os.kill(worker.pid, signal.SIGCONT)
+        (gate / "release").touch()
+        done = worker.wait(60)
+        ops, after = _ledger_view(case, providers.clock.now)
+        applied = sum(providers.applied(op) or 0 for op in ops)
+        messages = (done.value or {}).get("tool_messages", []) if done.ok else []
+        if case.fault == "sigstop" and applied and len(after) == len(before):
+            lost += 1
+            problems.append(
+                f"{case.tag}: the thawed worker's receipt left no trace in the event log "
+                f"(ops {[(op.status.value) for op in ops]})"
+            )
+        if applied and any("NOT carried out" in m or "was not carried out" in m for m in messages):
+            lost += 1
+            problems.append(f"{case.tag}: the worker told the model 'not carried out': {messages}")
+        if applied and any(
+            op.status is OperationStatus.REJECTED and not _operator_last(after, op) for op in ops
+        ):
+            lost += 1
+            problems.append(f"{case.tag}: applied, but the ledger says rejected")
+        duplicates = providers[case.kind].duplicates
+        if duplicates:
+            problems.append(f"{case.tag}: {duplicates} duplicate effect(s) at the provider")
+        return ScenarioReport(
+            scenario=case.group,
+            intents=1,
+            effects=providers[case.kind].effects,
+            duplicates=duplicates,
+            unknown=sum(1 for op in ops if op.status is OperationStatus.UNKNOWN),
+            completed=int(all(op.status.terminal for op in ops) and bool(ops)),
+            lost_receipts=lost,
+            violations=violations,
+            crashes=1,
+            problems=tuple(problems),
+        )
+    finally:
+        providers.close()
+
+
+def _operator_last(events: Sequence[Any], op: Operation) -> bool:
+    mine = [e for e in events if e.operation_id == op.operation_id]
+    return bool(mine) and mine[-1].evidence is not None and mine[-1].evidence.source == "operator"
+
+
+def _terminate_backends(case: StaleCase) -> None:
+    import psycopg
+
+    with psycopg.connect(case.ledger_url, autocommit=True) as conn:
+        conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s",
+            (case.app_name,),
+        )
+
+
+def stale_matrix(cases: Sequence[StaleCase], *, workers: int = 4) -> dict[str, ScenarioReport]:
+    """Run every case (mostly waiting, so several at once); sum the reports per group."""
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        reports = list(pool.map(_one_stale, cases))
     groups: dict[str, ScenarioReport] = {}
     for report in reports:
         groups[report.scenario] = groups.get(report.scenario, ScenarioReport.empty()) + report
@@ -497,11 +856,15 @@ def concurrency(
 
 @dataclass(frozen=True, slots=True)
 class CampaignResult:
-    """The rows of the table, in order, and whether the campaign passed."""
+    """The rows of the table, in order, the per-kind breakdown, and whether the campaign passed."""
 
     rows: tuple[ScenarioReport, ...]
     control: ScenarioReport | None
     seconds: dict[str, float]
+    kinds: dict[str, ScenarioReport] = field(default_factory=dict)
+    """The randomized EffectToolNode schedules, one summed report per scenario kind."""
+    control_kinds: dict[str, ScenarioReport] = field(default_factory=dict)
+    """The same schedules through the control, per kind."""
 
     @property
     def node_rows(self) -> tuple[ScenarioReport, ...]:
@@ -516,15 +879,26 @@ class CampaignResult:
         return sum(r.mislabelled for r in self.node_rows)
 
     @property
+    def lost_receipts(self) -> int:
+        return sum(r.lost_receipts for r in self.node_rows)
+
+    @property
+    def violations(self) -> int:
+        return sum(r.violations for r in self.node_rows)
+
+    @property
     def ok(self) -> bool:
         control_shows = self.control is None or self.control.duplicates > 0
-        return self.duplicates == 0 and self.mislabelled == 0 and control_shows
+        clean = self.duplicates == self.mislabelled == self.lost_receipts == self.violations == 0
+        return clean and control_shows
 
     def table(self) -> str:
         head: tuple[str, ...] = ("scenario", "runs", "intents", "effects", "duplicates")
-        head += ("unknown", "human-resolved", "completion", "mislabelled", "stale-token")
+        head += ("unknown", "human-resolved", "completion", "mislabelled", "lost-receipts")
+        head += ("violations", "stale-token")
         lines: list[tuple[str, ...]] = [head]
         for r in self.rows:
+            control = r is self.control
             lines.append(
                 (
                     r.scenario,
@@ -535,20 +909,46 @@ class CampaignResult:
                     str(r.unknown),
                     str(r.human_resolved),
                     f"{100 * r.completion_rate:.1f}%",
-                    "-" if r is self.control else str(r.mislabelled),
+                    "-" if control else str(r.mislabelled),
+                    "-" if control else str(r.lost_receipts),
+                    "-" if control else str(r.violations),
                     str(r.stale_token_refusals),
                 )
             )
-        widths = [max(len(line[i]) for line in lines) for i in range(len(head))]
-        out = []
-        for n, line in enumerate(lines):
-            cells = [line[0].ljust(widths[0])] + [
-                c.rjust(w) for c, w in zip(line[1:], widths[1:], strict=True)
-            ]
-            out.append("  ".join(cells))
-            if n == 0:
-                out.append("  ".join("-" * w for w in widths))
-        return "\n".join(out)
+        return _render(lines)
+
+    def breakdown(self) -> str:
+        """The randomized schedules per scenario kind, with the control's duplicates beside."""
+        head = ("kind", "schedules", "duplicates", "lost-receipts", "mislabelled", "violations")
+        lines: list[tuple[str, ...]] = [(*head, "completion", "control-duplicates")]
+        for kind, r in self.kinds.items():
+            control = self.control_kinds.get(kind)
+            lines.append(
+                (
+                    kind,
+                    str(r.runs),
+                    str(r.duplicates),
+                    str(r.lost_receipts),
+                    str(r.mislabelled),
+                    str(r.violations),
+                    f"{100 * r.completion_rate:.1f}%",
+                    "-" if control is None else str(control.duplicates),
+                )
+            )
+        return _render(lines)
+
+
+def _render(lines: list[tuple[str, ...]]) -> str:
+    widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]))]
+    out = []
+    for n, line in enumerate(lines):
+        cells = [line[0].ljust(widths[0])] + [
+            c.rjust(w) for c, w in zip(line[1:], widths[1:], strict=True)
+        ]
+        out.append("  ".join(cells))
+        if n == 0:
+            out.append("  ".join("-" * w for w in widths))
+    return "\n".join(out)
 
 
 def run_campaign(
@@ -562,12 +962,18 @@ def run_campaign(
     workers: int = 2,
     postgres_url: str | None = DEFAULT_POSTGRES_URL,
     workdir: Path | None = None,
+    control_every: int = 1,
 ) -> CampaignResult:
-    """Run the selected parts; see the module docstring. ``workers`` run schedules in parallel."""
+    """Run the selected parts; see the module docstring. ``workers`` run schedules in parallel.
+
+    ``control_every``: the control runs every n-th schedule only (it is there
+    to show the failures, which a share of the schedules shows plainly).
+    """
     _quiet_langgraph()
     rows: list[ScenarioReport] = []
     control: ScenarioReport | None = None
     seconds: dict[str, float] = {}
+    kinds: dict[str, dict[str, ScenarioReport]] = {}
     seeds = list(range(seed, seed + schedules))
     with contextlib.ExitStack() as stack:
         if workdir is None:
@@ -575,13 +981,19 @@ def run_campaign(
         for part in parts:
             started = time.perf_counter()
             if part in ("randomized", "control"):
-                report = _parallel_schedules(seeds, control=part == "control", workers=workers)
+                control_part = part == "control"
+                batch = seeds[:: max(1, control_every)] if control_part else seeds
+                kinds[part] = _parallel_schedules(batch, control=control_part, workers=workers)
+                report = _total(kinds[part], control=part == "control")
                 rows.append(report)
                 if part == "control":
                     control = report
             elif part == "kills":
                 cases = kill_cases(backends, workdir / "kills", postgres_url=postgres_url)
                 rows.extend(kill_matrix(cases, workers=workers).values())
+            elif part == "stale":
+                stale = stale_cases(backends, workdir / "stale", postgres_url=postgres_url)
+                rows.extend(stale_matrix(stale, workers=2 * workers).values())
             elif part == "concurrency" and "postgres" in backends:
                 if postgres_url is None:
                     raise ValueError("the concurrency part needs --postgres-url")
@@ -595,28 +1007,43 @@ def run_campaign(
                     )
                 )
             seconds[part] = time.perf_counter() - started
-    return CampaignResult(rows=tuple(rows), control=control, seconds=seconds)
+    return CampaignResult(
+        rows=tuple(rows),
+        control=control,
+        seconds=seconds,
+        kinds=kinds.get("randomized", {}),
+        control_kinds=kinds.get("control", {}),
+    )
 
 
-def _chunk(seeds: Sequence[int], control: bool) -> ScenarioReport:
-    return randomized(seeds, control=control)
+def _chunk(seeds: Sequence[int], control: bool) -> dict[str, ScenarioReport]:
+    return randomized_by_kind(seeds, control=control)
 
 
-def _parallel_schedules(seeds: Sequence[int], *, control: bool, workers: int) -> ScenarioReport:
+def _total(kinds: dict[str, ScenarioReport], *, control: bool) -> ScenarioReport:
     label = "randomized ToolNode (control)" if control else "randomized EffectToolNode"
+    total = ScenarioReport.empty(label)
+    for report in kinds.values():
+        total = total + report
+    return replace(total, scenario=label)
+
+
+def _parallel_schedules(
+    seeds: Sequence[int], *, control: bool, workers: int
+) -> dict[str, ScenarioReport]:
     if workers <= 1 or len(seeds) < 50:
-        return replace(randomized(seeds, control=control), scenario=label)
+        return randomized_by_kind(seeds, control=control)
     chunks = [seeds[i::workers] for i in range(workers)]
     with ThreadPoolExecutor(max_workers=workers) as pool:
         exits = list(
             pool.map(lambda c: run_in_forked_child(_chunk, c, control, timeout=3600), chunks)
         )
-    total = ScenarioReport.empty(label)
+    kinds: dict[str, ScenarioReport] = {}
     for e in exits:
-        if not isinstance(e.value, ScenarioReport):
+        if not isinstance(e.value, dict):
             raise RuntimeError(f"a schedule worker failed: {e.error or e.exitcode}")
-        total = total + e.value
-    return replace(total, scenario=label)
+        kinds = _merge(kinds, e.value)
+    return kinds
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -636,6 +1063,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--threads", type=int, default=100, help="threads they resume")
     parser.add_argument("--workers", type=int, default=2, help="parallel worker processes")
+    parser.add_argument(
+        "--control-every", type=int, default=1, help="run the control on every n-th schedule"
+    )
     parser.add_argument(
         "--postgres-url",
         default=os.environ.get("LGE_TEST_POSTGRES_URL", DEFAULT_POSTGRES_URL),
@@ -670,8 +1100,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         threads=args.threads,
         workers=args.workers,
         postgres_url=args.postgres_url if "postgres" in backends else None,
+        control_every=args.control_every,
     )
     print(result.table())
+    if result.kinds:
+        print("\nrandomized schedules per kind:")
+        print(result.breakdown())
     timing = ", ".join(f"{part} {s:.1f}s" for part, s in result.seconds.items())
     print(f"\ntime: {timing}")
     for row in result.rows:
@@ -681,7 +1115,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if result.control is not None and result.control.duplicates == 0:
         print("PROBLEM the control shows no duplicates: the schedules prove nothing")
     print(
-        f"\nEffectToolNode: {result.duplicates} duplicates, {result.mislabelled} mislabelled"
+        f"\nEffectToolNode: {result.duplicates} duplicates, {result.lost_receipts} lost receipts, "
+        f"{result.mislabelled} mislabelled, {result.violations} violations"
         + ("" if result.control is None else f"; control: {result.control.duplicates} duplicates")
     )
     return 0 if result.ok else 1

@@ -46,9 +46,21 @@ there the dead owner is proven dead and no clock moves.
 Built in: :class:`Providers` (a CRM, a mail service and a ticketing system on
 one :class:`FakeClock`), :func:`effect_tools` over them (with reconcilers and
 provider contracts), :func:`control_tools` (the same calls as plain tools, no
-ledger), :func:`builtin_call`, and :class:`Schedule`: a seeded random scenario
-(crash point, provider faults, lagging search, key expiry, revoked
-authorization, concurrent resumers) used by the campaign.
+ledger), :func:`builtin_call`, :func:`operator` (a truthful person answering
+at random) and :func:`bad_answer`, and :class:`Schedule`: a seeded random
+scenario (crash point, provider faults, lagging search, key expiry, revoked
+authorization, concurrent resumers, and one :class:`Kind`: review rounds,
+approvals, time travel, forks, tenants, re-issued calls, middleware,
+subgraphs, ``RetryPolicy``) used by the campaign.
+
+Beyond duplicates and mislabelled operations a report counts **lost
+receipts** (an effect the provider applied that the ledger does not record as
+confirmed or as an evidenced/pending unknown, or that the model was told was
+not carried out) and **violations** (a bad answer accepted or a valid one
+refused, a resume under another tenant not refused, an operation recorded
+under a tenant the thread is not bound to, a call repeated on purpose that got
+no operation of its own). A person's own decision is theirs: an operator who
+rejects what later turns out applied is not counted against the library.
 """
 
 from __future__ import annotations
@@ -58,7 +70,8 @@ import inspect
 import multiprocessing
 import random
 import threading
-from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
+from collections import Counter
+from collections.abc import Callable, Collection, Generator, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields, replace
 from datetime import timedelta
@@ -66,15 +79,24 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal, TypeAlias
 
-from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.tools import BaseTool, tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
-from langgraph.types import Command
+from langgraph.types import Command, RetryPolicy
 
-from langgraph_effects.core.model import Evidence, Operation, OperationStatus, ProviderContract
+from langgraph_effects.core.model import (
+    Evidence,
+    Operation,
+    OperationEvent,
+    OperationStatus,
+    ProviderContract,
+)
 from langgraph_effects.effects import EffectContext, EffectTool, effect
+from langgraph_effects.errors import InvalidInput
 from langgraph_effects.ledger.base import DEFAULT_LEASE
 from langgraph_effects.node import EffectState, EffectToolNode, route_tool_calls
 from langgraph_effects.review import APPROVAL_KIND
@@ -103,6 +125,7 @@ __all__ = [
     "Providers",
     "ReviewPolicy",
     "Scenario",
+    "Kind",
     "ScenarioReport",
     "Schedule",
     "builtin_call",
@@ -111,8 +134,10 @@ __all__ = [
     "control_tools",
     "defer",
     "effect_tools",
+    "operator",
     "retry_when_safe",
     "run_in_forked_child",
+    "start_forked_child",
     "arun_scenario",
     "run_scenario",
 ]
@@ -237,7 +262,12 @@ class Providers:
 
 
 def effect_tools(
-    providers: Providers, *, authorize: bool = False, key_window: timedelta = RETENTION
+    providers: Providers,
+    *,
+    authorize: bool = False,
+    key_window: timedelta = RETENTION,
+    require_approval: bool = False,
+    pause: Callable[[str, str], None] | None = None,
 ) -> list[EffectTool]:
     """``close_case`` (CRM), ``send_mail`` and ``create_ticket`` as effect tools.
 
@@ -249,8 +279,19 @@ def effect_tools(
     answers ``providers.authorized``. ``key_window`` is the key window the CRM
     and mail contracts declare (shorter than the providers' retention is
     conservative; zero makes every unresolved unknown go to review).
+    ``require_approval`` asks a person before each first dispatch. ``pause``,
+    if given, is called with the action and ``"before"`` / ``"after"`` around
+    each provider call (a test freezes or blocks the worker there).
     """
     crm, mail, tickets = providers.crm, providers.mail, providers.ticketing
+
+    def around(action: str, call: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        if pause is not None:
+            pause(action, "before")
+        result = call()
+        if pause is not None:
+            pause(action, "after")
+        return result
 
     def authorized(ctx: EffectContext) -> bool:
         return providers.authorized
@@ -290,10 +331,14 @@ def effect_tools(
         contract=keyed,
         reconcile=find_closure,
         authorize=hook,
+        require_approval=require_approval,
     )
     def close_case(case_id: str, resolution: str, ctx: EffectContext) -> dict[str, Any]:
         """Close a CRM case with a resolution."""
-        return crm.close_case(case_id, resolution, idempotency_key=ctx.idempotency_key)
+        return around(
+            "crm.close_case",
+            lambda: crm.close_case(case_id, resolution, idempotency_key=ctx.idempotency_key),
+        )
 
     @effect(
         "mail.send",
@@ -301,15 +346,24 @@ def effect_tools(
         contract=keyed,
         reconcile=find_message,
         authorize=hook,
+        require_approval=require_approval,
     )
     def send_mail(to: str, subject: str, body: str, ctx: EffectContext) -> dict[str, Any]:
         """Send an e-mail."""
-        return mail.send(to, subject, body, idempotency_key=ctx.idempotency_key)
+        return around(
+            "mail.send", lambda: mail.send(to, subject, body, idempotency_key=ctx.idempotency_key)
+        )
 
-    @effect("ticketing.create", target=lambda a: a["title"], contract=_NO_KEY, authorize=hook)
+    @effect(
+        "ticketing.create",
+        target=lambda a: a["title"],
+        contract=_NO_KEY,
+        authorize=hook,
+        require_approval=require_approval,
+    )
     def create_ticket(title: str, body: str) -> dict[str, Any]:
         """Open a ticket."""
-        return tickets.create_ticket(title, body)
+        return around("ticketing.create", lambda: tickets.create_ticket(title, body))
 
     return [close_case, send_mail, create_ticket]
 
@@ -421,6 +475,109 @@ def defer(request: dict[str, Any]) -> dict[str, Any] | None:
     return None
 
 
+def target_of(call: Mapping[str, Any]) -> str | None:
+    """The provider-side target of a built-in tool call (what its effects are counted by)."""
+    args = call.get("args") or {}
+    field_name = {"close_case": "case_id", "send_mail": "to", "create_ticket": "title"}.get(
+        str(call.get("name"))
+    )
+    return None if field_name is None else args.get(field_name)
+
+
+def edited_args(tool_name: str, args: Mapping[str, Any]) -> dict[str, Any]:
+    """A reviewer's edit of a built-in call: another payload (a ticket also gets another title)."""
+    if tool_name == "close_case":
+        return {**args, "resolution": f"{args['resolution']} (edited)"}
+    if tool_name == "send_mail":
+        return {**args, "body": f"{args['body']} (edited)"}
+    return {**args, "title": f"{args['title']} (edited)"}
+
+
+def operator(providers: Providers, rng: random.Random, *, by: str = OPERATOR) -> ReviewPolicy:
+    """A truthful person deciding at random among the answers the provider's console allows.
+
+    Approvals: approve, reject or edit, in the native or the HITL shape. Reviews:
+    when the provider shows the effect, ``confirm`` (sometimes with a result) or,
+    inside an open key window, ``retry``; when it shows none and nothing is in
+    flight there, ``reject`` or ``retry``; otherwise the review is left pending.
+    It never gives an answer that could itself apply an effect twice, so every
+    duplicate a schedule finds is the library's.
+    """
+
+    def policy(request: dict[str, Any]) -> dict[str, Any] | None:
+        op_id = request["operation_id"]
+        if request.get("kind") == APPROVAL_KIND:
+            choice = rng.choice(("approve", "approve", "hitl-approve", "reject", "hitl-reject"))
+            choice = "edit" if rng.random() < 0.25 else choice
+            if choice == "approve":
+                return {**_approve(request), "by": by}
+            if choice == "reject":
+                return {"operation_id": op_id, "decision": "reject", "by": by, "reason": "no"}
+            if choice == "hitl-approve":
+                return {"decisions": [{"type": "approve"}]}
+            if choice == "hitl-reject":
+                return {"decisions": [{"type": "reject", "message": "not this one"}]}
+            name = str(request["tool"])
+            edit = {"name": name, "args": edited_args(name, request["args"])}
+            return {"decisions": [{"type": "edit", "edited_action": edit}]}
+        allowed = request.get("allowed_decisions", ())
+        window_open = bool((request.get("retry_risk") or {}).get("key_window_open"))
+        kind = _ACTIONS.get(str(request.get("action")))
+        in_flight = 0 if kind is None else providers[kind].stats().in_flight
+        if providers.shows(request):
+            options = ["confirm", "confirm-with-result"]
+            options += ["retry"] if window_open and "retry" in allowed else []
+        elif in_flight == 0:
+            options = ["reject"] + (["retry"] if "retry" in allowed else [])
+        elif window_open and "retry" in allowed:
+            options = ["retry"]
+        else:
+            return None
+        choice = rng.choice(options)
+        answer = {"operation_id": op_id, "decision": choice.split("-")[0], "by": by}
+        if choice == "confirm-with-result":
+            answer["result"] = {"seen_in_console_by": by}
+        return answer | {"reason": f"{choice} after looking at the provider"}
+
+    return policy
+
+
+_NAN = float("nan")
+
+
+def bad_answer(request: Mapping[str, Any], rng: random.Random) -> Any:
+    """An answer that must be refused (and leave the request answerable): wrong id, shape, value."""
+    op_id = request["operation_id"]
+    if request.get("kind") == APPROVAL_KIND:
+        name = str(request.get("tool"))
+        options: list[Any] = [
+            {"operation_id": "op-not-this-one", "decision": "approve", "by": OPERATOR},
+            {"operation_id": op_id, "decision": "confirm", "by": OPERATOR},
+            {"operation_id": op_id, "decision": "approve"},
+            {"decisions": [{"type": "edit", "edited_action": {"name": "rm_rf", "args": {}}}]},
+            {"decisions": [{"type": "maybe"}]},
+            {"decisions": [{"type": "approve"}, {"type": "approve"}]},
+            {
+                "decisions": [
+                    {
+                        "type": "edit",
+                        "edited_action": {"name": name, "args": {**request["args"], "x": _NAN}},
+                    }
+                ]
+            },
+        ]
+    else:
+        options = [
+            {"operation_id": "op-not-this-one", "decision": "confirm", "by": OPERATOR},
+            {"operation_id": op_id, "decision": "approve", "by": OPERATOR},
+            {"operation_id": op_id, "decision": "confirm"},
+            {"operation_id": op_id, "decision": "confirm", "by": OPERATOR, "result": _NAN},
+            {"decisions": [{"type": "approve"}]},
+            "confirm",
+        ]
+    return rng.choice(options)
+
+
 # --------------------------------------------------------------------------- the graph
 
 
@@ -436,36 +593,156 @@ def build_graph(
     checkpointer: Any = None,
     control: bool = False,
     node_kwargs: Mapping[str, Any] | None = None,
+    subgraph: bool = False,
+    flakes: int = 0,
+    fresh_ids: bool = False,
 ) -> Any:
-    """agent -> tools -> agent, where the agent is a script: it proposes ``tool_calls`` once.
+    """agent -> tools -> agent, where the agent is a script: it proposes ``tool_calls``.
 
     The script answers from the conversation alone (same ids every time), so a
     fresh process rebuilds the same graph and resumes the thread. ``control``
     builds the stock setup: ``ToolNode`` + ``tools_condition``; otherwise
     ``EffectToolNode`` (with ``node_kwargs``) + ``route_tool_calls``.
+
+    ``subgraph`` runs agent and tools as a subgraph of a one-node parent.
+    ``flakes`` adds a read-only tool call that raises ``ConnectionError`` that
+    many times, and a node ``RetryPolicy`` that retries it (the whole node
+    re-runs). ``fresh_ids``: every proposal after the first mints new tool-call
+    ids, as a real model does when it is asked again.
     """
     proposal = [dict(tc) for tc in tool_calls]
+    tools = list(tools)
+    if flakes:
+        flaky = flaky_tool(flakes)
+        tools.append(flaky)
+        proposal.append(
+            {"name": flaky.name, "args": {"ref": "r-1"}, "id": "call-flaky", "type": "tool_call"}
+        )
+    script = _Script(proposal, fresh_ids=fresh_ids)
 
     def agent(state: _State) -> dict[str, list[AnyMessage]]:
-        if isinstance(state["messages"][-1], HumanMessage):
-            return {"messages": [AIMessage(content="", tool_calls=proposal, id="ai-proposal")]}
-        return {"messages": [AIMessage(content="done", id="ai-done")]}
+        return {"messages": [script.reply(state["messages"])]}
 
     node: ToolNode = (
-        ToolNode(list(tools))
+        ToolNode(tools)
         if control
-        else EffectToolNode(list(tools), ledger=ledger, **dict(node_kwargs or {}))
+        else EffectToolNode(tools, ledger=ledger, **dict(node_kwargs or {}))
+    )
+    retry = (
+        RetryPolicy(
+            max_attempts=flakes + 1, initial_interval=0.0, jitter=False, retry_on=ConnectionError
+        )
+        if flakes
+        else None
     )
     builder = StateGraph(_State)
     builder.add_node("agent", agent)
-    builder.add_node("tools", node)
+    builder.add_node("tools", node, retry_policy=retry)
     builder.add_edge(START, "agent")
     router: Callable[..., Any] = tools_condition if control else route_tool_calls
     builder.add_conditional_edges("agent", router, ["tools", END])
     builder.add_edge("tools", "agent")
-    return builder.compile(
-        checkpointer=checkpointer if checkpointer is not None else InMemorySaver()
+    saver = checkpointer if checkpointer is not None else InMemorySaver()
+    if not subgraph:
+        return builder.compile(checkpointer=saver)
+    parent = StateGraph(_State)
+    parent.add_node("assistant", builder.compile())
+    parent.add_edge(START, "assistant")
+    parent.add_edge("assistant", END)
+    return parent.compile(checkpointer=saver)
+
+
+def build_agent(
+    tools: Sequence[BaseTool],
+    tool_calls: Sequence[Mapping[str, Any]],
+    *,
+    ledger: Any = None,
+    checkpointer: Any = None,
+    control: bool = False,
+    node_kwargs: Mapping[str, Any] | None = None,
+) -> Any:
+    """The same script as a ``create_agent`` agent: ``EffectMiddleware`` (none for a control)."""
+    from langchain.agents import create_agent
+
+    from langgraph_effects.middleware import EffectMiddleware
+
+    middleware = [] if control else [EffectMiddleware(ledger=ledger, **dict(node_kwargs or {}))]
+    return create_agent(
+        _ScriptedChatModel(script=_Script([dict(tc) for tc in tool_calls])),
+        tools=list(tools),
+        middleware=middleware,
+        checkpointer=checkpointer if checkpointer is not None else InMemorySaver(),
     )
+
+
+def flaky_tool(flakes: int) -> BaseTool:
+    """A read-only tool that raises ``ConnectionError`` on its first ``flakes`` calls."""
+    left = [flakes]
+    lock = threading.Lock()
+
+    @tool
+    def check_status(ref: str) -> str:
+        """Look up the status of a reference (read-only)."""
+        with lock:
+            failing = left[0] > 0
+            left[0] -= failing
+        if failing:
+            raise ConnectionError("the status service is unreachable")
+        return f"{ref}: ok"
+
+    return check_status
+
+
+class _Script:
+    """The scripted model: after each human turn it proposes the calls; after tool results, done.
+
+    Message ids derive from the conversation (the n-th human turn), so a replay
+    rebuilds the same messages. With ``fresh_ids`` every proposal after the
+    first carries new tool-call ids (``-g1``, ``-g2``...), like a model asked again.
+    """
+
+    def __init__(self, proposal: list[dict[str, Any]], *, fresh_ids: bool = False) -> None:
+        self.proposal = proposal
+        self.fresh_ids = fresh_ids
+        self.proposals = 0
+        self.lock = threading.Lock()
+
+    def reply(self, messages: Sequence[AnyMessage]) -> AIMessage:
+        turn = sum(1 for m in messages if isinstance(m, HumanMessage))
+        suffix = "" if turn <= 1 else f"-h{turn}"
+        if not isinstance(messages[-1], HumanMessage):
+            return AIMessage(content="done", id=f"ai-done{suffix}")
+        calls = self.proposal
+        if self.fresh_ids:
+            with self.lock:
+                generation, self.proposals = self.proposals, self.proposals + 1
+            if generation:
+                suffix += f"-g{generation}"
+                calls = [{**tc, "id": f"{tc['id']}-g{generation}"} for tc in calls]
+        return AIMessage(content="", tool_calls=calls, id=f"ai-proposal{suffix}")
+
+
+class _ScriptedChatModel(BaseChatModel):
+    """A chat model that replies with a :class:`_Script` (for ``create_agent``)."""
+
+    script: Any
+
+    @property
+    def _llm_type(self) -> str:
+        return "scripted"
+
+    def bind_tools(self, tools: Any, **kwargs: Any) -> _ScriptedChatModel:
+        return self
+
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: Any = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        reply = self.script.reply(messages)
+        return ChatResult(generations=[ChatGeneration(message=reply)])
 
 
 # --------------------------------------------------------------------------- the report
@@ -486,9 +763,16 @@ class ScenarioReport:
         completed: runs whose thread finished with every operation terminal.
         stale_token_refusals: fenced writes the ledger refused (a late worker).
         mislabelled: operations whose record contradicts the provider or the rules.
+        lost_receipts: effects a provider applied that the ledger does not record
+            (not confirmed, not an evidenced or pending unknown) or that the model was
+            told were not carried out; a person's own decision excepted.
+        violations: broken promises that are neither: a bad answer accepted, a
+            valid answer refused, a resume under another tenant not refused, an
+            operation recorded under a tenant the thread was not bound to, a call
+            repeated on purpose that got no operation of its own.
         crashes: injected crashes that struck.
         errors: runs that failed with another exception (a resume may finish them).
-        problems: one line per mislabelled operation or duplicate, for the failure message.
+        problems: one line per finding above, for the failure message.
     """
 
     scenario: str = ""
@@ -501,6 +785,8 @@ class ScenarioReport:
     completed: int = 0
     stale_token_refusals: int = 0
     mislabelled: int = 0
+    lost_receipts: int = 0
+    violations: int = 0
     crashes: int = 0
     errors: int = 0
     problems: tuple[str, ...] = ()
@@ -550,6 +836,32 @@ class Scenario:
         interrupt_on_unknown: as for ``EffectToolNode``.
         max_rounds: resume/answer rounds after the first run before giving up.
         name: a label for the report.
+        tenant_from_config: pass the tenant in ``config["configurable"]["tenant_id"]``
+            (as most applications do) instead of to the node.
+        resume_tenant: how the resumes after the first run name the tenant:
+            ``same``; ``absent`` (no ``tenant_id``: the thread's bound tenant must
+            be used); ``other`` (one resume under another tenant first: it must be
+            refused, nothing dispatched).
+        travel: after the thread ends, re-run it from a random history snapshot's
+            own config (``history``, no tenant in it) or from an ``update_state``
+            fork of one (``fork``), then answer again.
+        reissue: after the first run, the model re-issues the calls with new
+            tool-call ids: ``lost`` (the checkpoint holding its AIMessage was lost:
+            the thread goes on from the checkpoint before the model ran) or
+            ``resend`` (the person sends the request again in a new turn).
+        face: ``node`` (``EffectToolNode`` in a hand-built graph) or
+            ``middleware`` (``EffectMiddleware`` in ``create_agent``).
+        subgraph: run agent and tools as a subgraph (``node`` face).
+        flakes: a read-only sibling call fails that many times; a node
+            ``RetryPolicy`` re-runs the whole node (``node`` face).
+        by_position: chance that an answer to a lone interrupt is given by
+            position (``Command(resume=value)``) rather than by interrupt id.
+        bad_answers: chance that a round starts with a bad answer (it must be
+            refused and the request stay answerable).
+        seed: seeds the story's own choices (position or id, bad answers).
+        count_by_target: count duplicates per target against the intended
+            effects (two identical calls, a call repeated on purpose and an edit
+            are intended), instead of the providers' per-payload count.
     """
 
     tools: Sequence[BaseTool]
@@ -571,16 +883,43 @@ class Scenario:
     fresh: bool = True
     """Start the thread; False: it was started elsewhere (a killed process), only resume it."""
     name: str = "scenario"
+    tenant_from_config: bool = False
+    resume_tenant: Literal["same", "absent", "other"] = "same"
+    travel: Literal["none", "history", "fork"] = "none"
+    reissue: Literal["none", "lost", "resend"] = "none"
+    face: Literal["node", "middleware"] = "node"
+    subgraph: bool = False
+    flakes: int = 0
+    by_position: float = 0.0
+    bad_answers: float = 0.0
+    seed: int = 0
+    count_by_target: bool = False
+
+
+INTRUDER = "another-tenant"
+"""The tenant an ``other`` resume claims (see ``Scenario.resume_tenant``)."""
 
 
 @dataclass(frozen=True, slots=True)
 class _Invoke:
     inputs: tuple[Any, ...]
+    config: dict[str, Any] | None = None
+    """None: the thread's config."""
 
 
 @dataclass(frozen=True, slots=True)
 class _GetState:
     pass
+
+
+@dataclass(frozen=True, slots=True)
+class _History:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class _Fork:
+    config: dict[str, Any]
 
 
 @dataclass(frozen=True, slots=True)
@@ -590,7 +929,7 @@ class _LedgerCall:
     kwargs: dict[str, Any]
 
 
-_Request = _Invoke | _GetState | _LedgerCall
+_Request = _Invoke | _GetState | _History | _Fork | _LedgerCall
 
 
 @dataclass(slots=True)
@@ -598,16 +937,40 @@ class _Tally:
     crashes: int = 0
     errors: int = 0
     pending: set[str] = field(default_factory=set)
+    intended: Counter[str] = field(default_factory=Counter)
+    repeated: Counter[str] = field(default_factory=Counter)
+    """Targets of calls repeated on purpose: each needs an operation of its own."""
+    violations: list[str] = field(default_factory=list)
+    reasons: set[str] = field(default_factory=set)
+    """The reasons of the good answers given (a bad answer applied shows another)."""
+    edits: dict[str, str] = field(default_factory=dict)
+    """Edited target -> original target, for every edit sent."""
+
+
+def _thread_config(sc: Scenario, tenant: str | None) -> dict[str, Any]:
+    configurable = {"thread_id": sc.thread_id}
+    if tenant is not None:
+        configurable["tenant_id"] = tenant
+    return {"configurable": configurable}
+
+
+def _with_tenant(config: Mapping[str, Any], tenant: str) -> dict[str, Any]:
+    return {**config, "configurable": {**config["configurable"], "tenant_id": tenant}}
 
 
 def _story(sc: Scenario, tally: _Tally) -> Generator[_Request, Any, ScenarioReport]:
     """The scenario as a generator of requests (the sync and async drivers run it).
 
-    First run (unless ``fresh`` is False), ``between``, the resumers at once,
+    First run (unless ``fresh`` is False), ``between``, then the recovery: the
+    resumers at once (or a re-issue, or a resume under another tenant first),
     then rounds of: answer pending interrupts by the policy, or resume a run
     that failed, until the thread ends, only deferred reviews remain, or
-    ``max_rounds`` pass. After every injected crash the clock passes the lease.
+    ``max_rounds`` pass; then, with ``travel``, once more from the past.
+    After every failed run the clock passes the lease.
     """
+    rng = random.Random(sc.seed)
+    if sc.count_by_target:
+        tally.intended.update(t for t in map(target_of, sc.tool_calls) if t is not None)
 
     def settle(outcomes: list[BaseException | None]) -> None:
         for outcome in outcomes:
@@ -623,48 +986,314 @@ def _story(sc: Scenario, tally: _Tally) -> Generator[_Request, Any, ScenarioRepo
                 # task is cancelled mid-dispatch), so any failure moves the clock.
                 sc.clock.advance(sc.lease_for + timedelta(seconds=1))
 
-    if sc.fresh:
-        first = {"messages": [HumanMessage(content="go", id="human")]}
-        settle((yield _Invoke((first,))))
-        if sc.between is not None:
-            sc.between()
-    settle((yield _Invoke((None,) * max(1, sc.resumers))))
-    finished = False
-    for _ in range(sc.max_rounds):
-        state = yield _GetState()
-        if state.interrupts:
-            answers = {}
+    tenant = sc.thread_id if sc.tenant_from_config else None
+    config = _thread_config(sc, tenant)
+
+    def run(*inputs: Any, at: dict[str, Any] | None = None) -> Generator[_Request, Any, Any]:
+        outcomes = yield _Invoke(inputs, at or config)
+        settle(outcomes)
+        return outcomes
+
+    def answer_rounds() -> Generator[_Request, Any, bool]:
+        for _ in range(sc.max_rounds):
+            state = yield _GetState()
+            if not state.interrupts:
+                if not state.next:
+                    return True
+                yield from run(None)
+                continue
+            answers: dict[str, tuple[dict[str, Any], Any]] = {}
             tally.pending.clear()
             for pending in state.interrupts:
                 answer = sc.policy(pending.value)
                 if answer is None:
                     tally.pending.add(str(pending.value.get("operation_id")))
                 else:
-                    answers[pending.id] = answer
+                    answers[pending.id] = (pending.value, answer)
             if not answers:
-                break
-            settle((yield _Invoke((Command(resume=answers),))))
-        elif state.next:
-            settle((yield _Invoke((None,))))
-        else:
-            finished = True
-            break
+                return False
+            lone = len(state.interrupts) == 1
+            if rng.random() < sc.bad_answers:
+                yield from refuse_bad(state, rng.choice(sorted(answers)), lone)
+                continue  # the story looks again: the request must still be there
+            if lone and rng.random() < sc.by_position:
+                ((request, answer),) = answers.values()
+                command: Command[Any] = Command(resume=answer)
+            else:
+                command = Command(resume={i: a for i, (_, a) in answers.items()})
+            tally.reasons.update(_reason(a) for _, a in answers.values())
+            (outcome,) = yield from run(command)
+            if isinstance(outcome, InvalidInput):
+                tally.violations.append(f"a valid answer was refused: {outcome}")
+            for request, answer in answers.values():
+                _note_edit(tally, request, answer)  # whether it took shows in the ledger
+        return False
+
+    def refuse_bad(state: Any, interrupt_id: str, lone: bool) -> Generator[_Request, Any, None]:
+        request = next(p.value for p in state.interrupts if p.id == interrupt_id)
+        bad = bad_answer(request, rng)
+        by_position = lone and rng.random() < sc.by_position
+        decided = yield from _operator_events(request)
+        (outcome,) = yield from run(Command(resume=bad if by_position else {interrupt_id: bad}))
+        if isinstance(outcome, InjectedCrash):
+            return
+        if outcome is None:
+            # Not refused: harmless only if it was not applied (the run may have
+            # settled the operation otherwise, or applied a good answer saved
+            # before a crash: its reason is one the story gave).
+            new = (yield from _operator_events(request))[len(decided) :]
+            if any(reason not in tally.reasons for reason in new):
+                tally.violations.append(f"a bad answer was applied: {bad!r}")
+            return
+        after = yield _GetState()
+        waiting = {str(p.value.get("operation_id")) for p in after.interrupts}
+        if str(request["operation_id"]) not in waiting:
+            tally.violations.append(
+                f"after refusing {bad!r}, operation {request['operation_id']} is no longer "
+                "asked about"
+            )
+
+    def intrude() -> Generator[_Request, Any, None]:
+        state = yield _GetState()
+        if not state.next:
+            return  # nothing would run: there is nothing to refuse
+        before = sum(p.effects for p in sc.providers)
+        (outcome,) = yield _Invoke((None,), _with_tenant(config, INTRUDER))
+        if isinstance(outcome, InjectedCrash):
+            settle([outcome])
+        elif outcome is None:
+            tally.violations.append(f"a resume under tenant {INTRUDER!r} was not refused")
+        if sum(p.effects for p in sc.providers) != before:
+            tally.violations.append(f"a resume under tenant {INTRUDER!r} dispatched")
+
+    if sc.fresh:
+        first = {"messages": [HumanMessage(content="go", id="human")]}
+        yield from run(first)
+        if sc.between is not None:
+            sc.between()
+    recorded = bool((yield from _thread_ops(sc))) if tenant is not None else False
+    if tenant is not None and recorded and sc.resume_tenant == "absent":
+        config = _thread_config(sc, None)  # the thread is bound: its tenant must be used
+    if tenant is not None and recorded and sc.resume_tenant == "other":
+        yield from intrude()
+    if sc.reissue == "lost":
+        history = yield _History()
+        before_model = [h for h in history if h.next and _ends_with_human(h)]
+        start = before_model[-1].config if before_model else config
+        yield from run(None, at=_with_tenant(start, tenant) if tenant else start)
+    elif sc.reissue == "resend":
+        again = {"messages": [HumanMessage(content="go again", id="human-2")]}
+        yield from run(again)
+    else:
+        yield from run(*((None,) * max(1, sc.resumers)))
+    finished = yield from answer_rounds()
+    if sc.travel != "none":
+        history = yield _History()
+        past = [h for h in history[1:] if h.next]
+        if past:
+            origin = rng.choice(past).config
+            if sc.travel == "fork":
+                origin = yield _Fork(origin)
+            yield from run(None, at=origin)  # a snapshot's own config: no tenant in it
+            finished = yield from answer_rounds()
     CrashPlan.disarm()  # counting must not crash
-    return (yield from _count(sc, tally, finished=finished))
+    state = yield _GetState()
+    return (yield from _count(sc, tally, state, finished=finished))
+
+
+def _operator_events(request: Mapping[str, Any]) -> Generator[_Request, Any, list[str]]:
+    """The reasons of the decisions a person has recorded on the request's operation."""
+    events = yield _LedgerCall(
+        "events", (str(request.get("tenant_id")), str(request["operation_id"])), {}
+    )
+    return [
+        e.evidence.summary
+        for e in events
+        if e.evidence is not None and e.evidence.source == "operator"
+    ]
+
+
+def _thread_ops(sc: Scenario) -> Generator[_Request, Any, list[Operation]]:
+    """The thread's operations: of its tenant, or (tenant from the config) of any tenant.
+
+    With the tenant in the config, an operation recorded under another tenant
+    must show, so every tenant's operations of this thread are read.
+    """
+    if sc.control:
+        return []
+    if not sc.tenant_from_config:
+        ops: list[Operation] = yield _LedgerCall(
+            "list", (), {"tenant_id": sc.thread_id, "limit": 10_000}
+        )
+        return ops
+    ops = yield _LedgerCall("list", (), {"tenant_id": None, "limit": 100_000})
+    return [op for op in ops if op.workflow_id == sc.thread_id]
+
+
+def _ends_with_human(snapshot: Any) -> bool:
+    messages = snapshot.values.get("messages") or []
+    return bool(messages) and isinstance(messages[-1], HumanMessage)
+
+
+def _note_repeats(sc: Scenario, tally: _Tally, messages: Sequence[AnyMessage]) -> None:
+    """A re-sent request repeats on purpose the first calls the thread's messages answer.
+
+    Read from the final messages: a sibling's answer LangGraph showed in
+    ``get_state`` (a pending write) but dropped when the new request came was
+    never part of the thread, and its call maps back to the earlier operation.
+    """
+    answered = {m.tool_call_id for m in messages if isinstance(m, ToolMessage)}
+    for call in sc.tool_calls:
+        target = target_of(call)
+        if call["id"] in answered and target is not None:
+            tally.intended[target] += 1
+            tally.repeated[target] += 1
+
+
+def _reason(answer: Any) -> str:
+    if not isinstance(answer, Mapping):
+        return ""
+    decisions = answer.get("decisions")
+    if decisions:
+        return str(decisions[0].get("message") or "")
+    return str(answer.get("reason") or "")
+
+
+def _note_edit(tally: _Tally, request: Mapping[str, Any], answer: Any) -> None:
+    """Remember an edit that moves the call to another target (it may or may not take)."""
+    decisions = answer.get("decisions") if isinstance(answer, Mapping) else None
+    if not decisions or decisions[0].get("type") != "edit":
+        return
+    old = target_of({"name": request.get("tool"), "args": request.get("args")})
+    new = target_of(decisions[0]["edited_action"])
+    if old is not None and new is not None and old != new:
+        tally.edits[new] = old
+
+
+def _apply_edits(tally: _Tally, ops: Sequence[Operation]) -> None:
+    """An edit that took (the ledger has an operation on its target) moves the intended effect."""
+    made = {op.target for op in ops}
+    for new, old in tally.edits.items():
+        if new in made and tally.intended[old] > 0:
+            tally.intended[old] -= 1
+            tally.intended[new] += 1
+    tally.edits.clear()
+
+
+def _excess_by_target(sc: Scenario, tally: _Tally) -> tuple[int, list[str]]:
+    """Effects per target beyond the intended ones (two twins, a repeat, an edit are intended)."""
+    applied: Counter[str] = Counter(
+        e.target for provider in sc.providers for e in provider.effect_log()
+    )
+    lines = [
+        f"{sc.name}: target {target!r}: {n} effects for {tally.intended[target]} intended"
+        for target, n in sorted(applied.items())
+        if n > tally.intended[target]
+    ]
+    return sum(max(0, n - tally.intended[t]) for t, n in applied.items()), lines
+
+
+_NOT_DONE = ("NOT carried out", "was not carried out")
+
+
+def _attributable(
+    applied: Callable[[Operation], int | None] | None, ops: Sequence[Operation]
+) -> Callable[[Operation], int | None] | None:
+    """``applied``, but None where the provider cannot tell operations apart.
+
+    A provider without idempotency key (the ticketing fake) counts by title:
+    two operations on one title (twins, a deliberate repeat) share its count.
+    """
+    if applied is None:
+        return None
+    shared = Counter((op.action, op.target) for op in ops)
+
+    def attributable(op: Operation) -> int | None:
+        keyless = _ACTIONS.get(op.action) is ProviderKind.TICKETING
+        return None if keyless and shared[(op.action, op.target)] > 1 else applied(op)
+
+    return attributable
+
+
+def _lost_receipts(
+    name: str,
+    applied: Callable[[Operation], int | None] | None,
+    ops: Sequence[Operation],
+    histories: Mapping[str, Sequence[OperationEvent]],
+    messages: Sequence[AnyMessage],
+    *,
+    pending: Collection[str],
+    finished: bool,
+) -> list[str]:
+    """Applied effects the ledger or the model's answer does not own up to (see ScenarioReport)."""
+    if applied is None:
+        return []
+    problems = []
+    decided_by_person = {
+        op.operation_id
+        for op in ops
+        for e in histories.get(op.operation_id, ())
+        if e.evidence is not None and e.evidence.source == "operator"
+    }
+    for op in ops:
+        n = applied(op)
+        if not n or op.operation_id in decided_by_person:
+            continue
+        events = histories.get(op.operation_id, ())
+        evidenced = op.evidence_checked_at is not None or any(
+            e.evidence is not None for e in events
+        )
+        # Dispatching: a worker holds (or held) the lease; the receipt is still on
+        # its way or goes to reconciliation when the lease lapses: not lost yet.
+        owned = (
+            op.status in (S.CONFIRMED, S.DISPATCHING)
+            or (op.status is S.UNKNOWN and (evidenced or op.operation_id in pending))
+            or (op.status is S.PREPARED and not finished)
+        )
+        if not owned:
+            problems.append(
+                f"{name}: operation {op.operation_id} ({op.action} {op.target!r}): the "
+                f"provider applied it {n} time(s), the ledger says {op.status.value}"
+            )
+    calls = {tc["id"]: tc for m in messages if isinstance(m, AIMessage) for tc in m.tool_calls}
+    for m in messages:
+        if not isinstance(m, ToolMessage) or not any(x in str(m.content) for x in _NOT_DONE):
+            continue
+        call = calls.get(m.tool_call_id)
+        target = None if call is None else target_of(call)
+        mine = [op for op in ops if op.tool_call_id == m.tool_call_id] or [
+            op for op in ops if target is not None and op.target == target
+        ]
+        if not mine or any(op.operation_id in decided_by_person for op in mine):
+            continue
+        if all(applied(op) for op in mine):
+            problems.append(
+                f"{name}: the model was told call {m.tool_call_id} was not carried out; "
+                "the provider applied it"
+            )
+    return problems
 
 
 def _count(
-    sc: Scenario, tally: _Tally, *, finished: bool
+    sc: Scenario, tally: _Tally, state: Any, *, finished: bool
 ) -> Generator[_Request, Any, ScenarioReport]:
     effects = sum(p.effects for p in sc.providers)
-    duplicates = sum(p.duplicates for p in sc.providers)
-    problems: list[str] = []
-    if duplicates:
-        problems.append(f"{sc.name}: {duplicates} duplicate effect(s) at the providers")
+    ops = yield from _thread_ops(sc)
+    _apply_edits(tally, ops)
+    if sc.reissue == "resend":
+        _note_repeats(sc, tally, (state.values or {}).get("messages", []))
+    if sc.count_by_target:
+        duplicates, problems = _excess_by_target(sc, tally)
+    else:
+        duplicates = sum(p.duplicates for p in sc.providers)
+        problems = [f"{sc.name}: {duplicates} duplicate effect(s) at the providers"] * bool(
+            duplicates
+        )
+    intents = len(sc.tool_calls) + sum(tally.repeated.values())
     if sc.control:
         return ScenarioReport(
             scenario=sc.name,
-            intents=len(sc.tool_calls),
+            intents=intents,
             effects=effects,
             duplicates=duplicates,
             completed=int(finished),
@@ -672,16 +1301,37 @@ def _count(
             errors=tally.errors,
             problems=tuple(problems),
         )
-    ops: list[Operation] = yield _LedgerCall(
-        "list", (), {"tenant_id": sc.thread_id, "limit": 10_000}
-    )
     histories = {}
     for op in ops:
         histories[op.operation_id] = yield _LedgerCall(
-            "events", (sc.thread_id, op.operation_id), {}
+            "events", (op.tenant_id, op.operation_id), {}
         )
-    wrong = mislabelled_operations(ops, histories, pending_review=tally.pending, applied=sc.applied)
+    applied = _attributable(sc.applied, ops)
+    # Pending a person: every operation an open interrupt asks about.
+    pending = tally.pending | {str(i.value.get("operation_id")) for i in state.interrupts}
+    wrong = mislabelled_operations(ops, histories, pending_review=pending, applied=applied)
     problems.extend(f"{sc.name}: {line}" for line in wrong)
+    messages = (state.values or {}).get("messages", [])
+    lost = _lost_receipts(
+        sc.name, applied, ops, histories, messages, pending=pending, finished=finished
+    )
+    problems.extend(lost)
+    violations = list(tally.violations)
+    if sc.tenant_from_config:
+        violations += [
+            f"operation {op.operation_id} recorded under tenant {op.tenant_id!r}, not the "
+            f"thread's {sc.thread_id!r}"
+            for op in ops
+            if op.tenant_id != sc.thread_id
+        ]
+    for target in tally.repeated:
+        made = sum(1 for op in ops if op.target == target)
+        if finished and made < tally.intended[target]:
+            violations.append(
+                f"a call on {target!r} repeated on purpose after it was answered got no "
+                f"operation of its own ({made} operation(s) for {tally.intended[target]} intents)"
+            )
+    problems.extend(f"{sc.name}: {line}" for line in violations)
     stats = yield _LedgerCall("stats", (), {"tenant_id": sc.thread_id})
     human = sum(
         1
@@ -694,7 +1344,7 @@ def _count(
     settled = all(op.status.terminal for op in ops)
     return ScenarioReport(
         scenario=sc.name,
-        intents=len(sc.tool_calls),
+        intents=intents,
         effects=effects,
         duplicates=duplicates,
         unknown=sum(1 for op in ops if op.status is S.UNKNOWN),
@@ -702,6 +1352,8 @@ def _count(
         completed=int(finished and settled and len(ops) >= len(sc.tool_calls)),
         stale_token_refusals=stats.stale_token_refusals,
         mislabelled=len(wrong),
+        lost_receipts=len(lost),
+        violations=len(violations),
         crashes=tally.crashes,
         errors=tally.errors,
         problems=tuple(problems),
@@ -742,20 +1394,29 @@ def _start(
     sc: Scenario, ledger: Any, checkpointer: Any
 ) -> tuple[Any, dict[str, Any], Generator[_Request, Any, ScenarioReport]]:
     node_kwargs: dict[str, Any] = {
-        "tenant_id": sc.thread_id,
+        "tenant_id": None if sc.tenant_from_config else sc.thread_id,
         "lease_for": sc.lease_for,
         "interrupt_on_unknown": sc.interrupt_on_unknown,
     }
     if sc.clock is not None:
         node_kwargs["clock"] = sc.clock.now
-    graph = build_graph(
-        sc.tools,
-        sc.tool_calls,
-        ledger=ledger,
-        checkpointer=checkpointer,
-        control=sc.control,
-        node_kwargs=node_kwargs,
-    )
+    common: dict[str, Any] = {
+        "ledger": ledger,
+        "checkpointer": checkpointer,
+        "control": sc.control,
+        "node_kwargs": node_kwargs,
+    }
+    if sc.face == "middleware":
+        graph = build_agent(sc.tools, sc.tool_calls, **common)
+    else:
+        graph = build_graph(
+            sc.tools,
+            sc.tool_calls,
+            subgraph=sc.subgraph,
+            flakes=sc.flakes,
+            fresh_ids=sc.reissue != "none",
+            **common,
+        )
     config: dict[str, Any] = {"configurable": {"thread_id": sc.thread_id}}
     return graph, config, _story(sc, _Tally())
 
@@ -789,13 +1450,13 @@ def _drive_sync(
             report: ScenarioReport = stop.value
             return report
         match request:
-            case _Invoke(inputs) if len(inputs) == 1:
-                value = [_outcome(lambda: graph.invoke(inputs[0], config))]
-            case _Invoke(inputs):
+            case _Invoke(inputs, at) if len(inputs) == 1:
+                value = [_outcome(lambda: graph.invoke(inputs[0], at or config))]
+            case _Invoke(inputs, at):
                 outcomes: list[BaseException | None] = [None] * len(inputs)
 
                 def resume(i: int, item: Any, out: list[BaseException | None]) -> None:
-                    out[i] = _outcome(lambda: graph.invoke(item, config))
+                    out[i] = _outcome(lambda: graph.invoke(item, at or config))
 
                 threads = [
                     threading.Thread(target=resume, args=(i, item, outcomes))
@@ -808,6 +1469,10 @@ def _drive_sync(
                 value = outcomes
             case _GetState():
                 value = graph.get_state(config)
+            case _History():
+                value = list(graph.get_state_history(config))
+            case _Fork(origin):
+                value = graph.update_state(origin, None)
             case _LedgerCall(method, args, kwargs):
                 value = getattr(ledger, method)(*args, **kwargs)
 
@@ -815,9 +1480,9 @@ def _drive_sync(
 async def _drive_async(
     story: Generator[_Request, Any, ScenarioReport], graph: Any, config: dict[str, Any], ledger: Any
 ) -> ScenarioReport:
-    async def outcome(item: Any) -> BaseException | None:
+    async def outcome(item: Any, at: dict[str, Any]) -> BaseException | None:
         try:
-            await graph.ainvoke(item, config)
+            await graph.ainvoke(item, at)
         except (InjectedCrash, Exception) as exc:
             return exc
         return None
@@ -830,10 +1495,14 @@ async def _drive_async(
             report: ScenarioReport = stop.value
             return report
         match request:
-            case _Invoke(inputs):
-                value = list(await asyncio.gather(*(outcome(item) for item in inputs)))
+            case _Invoke(inputs, at):
+                value = list(await asyncio.gather(*(outcome(i, at or config) for i in inputs)))
             case _GetState():
                 value = await graph.aget_state(config)
+            case _History():
+                value = [h async for h in graph.aget_state_history(config)]
+            case _Fork(origin):
+                value = await graph.aupdate_state(origin, None)
             case _LedgerCall(method, args, kwargs):
                 value = getattr(ledger, method)(*args, **kwargs)
                 if inspect.isawaitable(value):
@@ -844,7 +1513,42 @@ async def _drive_async(
 
 
 Revocation = Literal["none", "provider", "hook"]
-PolicyName = Literal["confirm_if_seen", "retry_when_safe", "defer"]
+PolicyName = Literal["confirm_if_seen", "retry_when_safe", "defer", "operator"]
+
+
+class Kind(StrEnum):
+    """What a schedule exercises besides crashes and provider faults (one kind each).
+
+    Every kind but ``base`` answers through :func:`operator` more often than not
+    (several rounds, by position or by interrupt id, sometimes a bad answer
+    first) and counts duplicates per target against the intended effects.
+    """
+
+    BASE = "base"
+    """Crashes, faults, lagging search, key expiry, revocation, racing resumers."""
+    REVIEW_ROUNDS = "review_rounds"
+    """Reviews over several rounds: every resend can be lost again (retry -> unknown -> review)."""
+    APPROVAL = "approval"
+    """``require_approval`` effects: approve, reject or edit, then dispatch, unknown, review."""
+    HISTORY = "history_replay"
+    """After the thread ends: ``invoke(None, snapshot.config)`` from a random history snapshot."""
+    FORK = "update_state_fork"
+    """After the thread ends: an ``update_state`` fork of a random snapshot, run on."""
+    NO_TENANT = "no_tenant"
+    """Resumes without ``tenant_id`` in the config: the thread's bound tenant applies."""
+    OTHER_TENANT = "other_tenant"
+    """A resume under another tenant first: refused, nothing dispatched."""
+    REISSUED = "reissued_call"
+    """Default durability lost the AIMessage: the model re-issues the calls with new ids."""
+    RESENT = "resent_request"
+    """The person sends the request again: unanswered calls map back, answered ones repeat."""
+    MIDDLEWARE = "middleware"
+    """``EffectMiddleware`` in ``create_agent`` (one task per call)."""
+    SUBGRAPH = "subgraph"
+    """Agent and tools as a subgraph of the graph the person talks to."""
+    RETRY_POLICY = "retry_policy"
+    """A sibling read fails; the node's ``RetryPolicy`` re-runs every call of the node."""
+
 
 _POINTS = tuple(CrashPoint)
 _FAULTS = (
@@ -884,12 +1588,51 @@ class Schedule:
     resumers: int
     asynchronous: bool
     policy: PolicyName
+    kind: Kind = Kind.BASE
+    refaults: tuple[Fault | None, ...] = ()
+    """Scripted after ``faults``: what each resend meets (a retried call can be lost again)."""
+    key_window_zero: bool = False
+    """The keyed tools declare no key window: their unknowns go to a person, not to a retry."""
+    approval: bool = False
+    """The effects require approval before their first dispatch."""
+    twins: bool = False
+    """The first call is proposed twice in one AIMessage (same arguments, two intents)."""
+    flakes: int = 0
+    by_position: float = 0.0
+    bad_answers: float = 0.0
 
     @classmethod
     def generate(cls, seed: int) -> Schedule:
         """The schedule of ``seed`` (a seeded ``random.Random``; no global state)."""
         rng = random.Random(seed)
         calls = tuple(rng.choice(list(ProviderKind)) for _ in range(rng.choice((1, 1, 2, 3))))
+        base = cls._draw(rng, seed, calls)
+        kind = rng.choice(list(Kind))
+        if kind is Kind.BASE:
+            return base
+        faults = base.faults
+        if kind is Kind.REVIEW_ROUNDS:
+            lost = (Fault.LOSE_RESPONSE, Fault.LOSE_REQUEST, Fault.LOSE_RESPONSE, Fault.LATE)
+            faults = tuple(rng.choice(lost) for _ in calls)
+        operator_answers = kind in (Kind.REVIEW_ROUNDS, Kind.APPROVAL) or rng.random() < 0.6
+        return base.with_(
+            kind=kind,
+            faults=faults,
+            refaults=tuple(rng.choice(_FAULTS) for _ in calls),
+            key_window_zero=rng.random() < (0.7 if kind is Kind.REVIEW_ROUNDS else 0.25),
+            approval=kind is Kind.APPROVAL
+            or (kind in (Kind.MIDDLEWARE, Kind.SUBGRAPH) and rng.random() < 0.3),
+            twins=kind in (Kind.REISSUED, Kind.RESENT)
+            and calls[0] is not ProviderKind.TICKETING
+            and rng.random() < 0.4,
+            flakes=rng.choice((1, 2)) if kind is Kind.RETRY_POLICY else 0,
+            policy="operator" if operator_answers else base.policy,
+            by_position=rng.choice((0.0, 0.5, 1.0)),
+            bad_answers=rng.choice((0.0, 0.0, 0.3, 0.6)),
+        )
+
+    @classmethod
+    def _draw(cls, rng: random.Random, seed: int, calls: tuple[ProviderKind, ...]) -> Schedule:
         return cls(
             seed=seed,
             calls=calls,
@@ -921,8 +1664,10 @@ class Schedule:
     def scenario(self, providers: Providers, *, control: bool = False) -> Scenario:
         """The :class:`Scenario` of this schedule over ``providers`` (fresh ones per run)."""
         tag = f"s{self.seed}"
+        scripted = [*zip(self.calls, self.faults, strict=True)]
+        scripted += zip(self.calls, self.refaults, strict=False)
         for kind in ProviderKind:
-            script = [f for k, f in zip(self.calls, self.faults, strict=True) if k is kind]
+            script = [f for k, f in scripted if k is kind]
             for fault in script:
                 providers[kind].faults.push(
                     Fault.NONE if fault is None else fault,
@@ -946,12 +1691,25 @@ class Schedule:
             "confirm_if_seen": careful,
             "retry_when_safe": retry_when_safe(careful),
             "defer": defer,
+            "operator": operator(providers, random.Random(f"operator-{self.seed}")),
         }[self.policy]
-        return Scenario(
-            tools=control_tools(providers)
+        calls = [builtin_call(k, n, tag=tag) for n, k in enumerate(self.calls)]
+        if self.twins:
+            calls.insert(1, {**calls[0], "id": f"{calls[0]['id']}-twin"})
+        tools = (
+            control_tools(providers)
             if control
-            else effect_tools(providers, authorize=self.revoke == "hook"),
-            tool_calls=[builtin_call(k, n, tag=tag) for n, k in enumerate(self.calls)],
+            else effect_tools(
+                providers,
+                authorize=self.revoke == "hook",
+                key_window=timedelta(0) if self.key_window_zero else RETENTION,
+                require_approval=self.approval,
+            )
+        )
+        story = self.kind
+        return Scenario(
+            tools=tools,
+            tool_calls=calls,
             providers=providers.all,
             clock=providers.clock,
             crash_at=self.control_crash() if control else self.crash_at,
@@ -966,12 +1724,32 @@ class Schedule:
             # Short in real time: a resumer meeting a lease left by a cancelled
             # sibling waits at most this long before it reports LeaseHeld.
             lease_for=timedelta(seconds=0.5),
-            name=f"schedule {self.seed}",
+            name=f"schedule {self.seed} ({story.value})",
+            tenant_from_config=story is not Kind.BASE,
+            resume_tenant=_RESUME_TENANT.get(story, "same"),
+            travel=_TRAVEL.get(story, "none"),
+            reissue=_REISSUE.get(story, "none"),
+            face="middleware" if story is Kind.MIDDLEWARE else "node",
+            subgraph=story is Kind.SUBGRAPH,
+            flakes=self.flakes,
+            by_position=self.by_position,
+            bad_answers=self.bad_answers,
+            seed=self.seed,
+            count_by_target=story is not Kind.BASE,
+            max_rounds=12 if story is not Kind.BASE else 8,
         )
 
     def with_(self, **changes: Any) -> Schedule:
         """A copy with some fields changed (to pin a dimension in a test)."""
         return replace(self, **changes)
+
+
+_TRAVEL: dict[Kind, Literal["history", "fork"]] = {Kind.HISTORY: "history", Kind.FORK: "fork"}
+_REISSUE: dict[Kind, Literal["lost", "resend"]] = {Kind.REISSUED: "lost", Kind.RESENT: "resend"}
+_RESUME_TENANT: dict[Kind, Literal["absent", "other"]] = {
+    Kind.NO_TENANT: "absent",
+    Kind.OTHER_TENANT: "other",
+}
 
 
 # --------------------------------------------------------------------------- real kills
@@ -995,6 +1773,53 @@ def run_in_forked_child(
     milliseconds and is still a fresh process (new pid, nothing of the
     parent's connections or threads). Same contract as ``run_in_child``.
     """
+    return start_forked_child(fn, *args, crash_at=crash_at, mode=mode, hit=hit).wait(timeout)
+
+
+@dataclass(eq=False)
+class ForkedChild:
+    """A child started by :func:`start_forked_child`: its ``pid``, then :meth:`wait`."""
+
+    process: Any
+    receiver: Any
+
+    @property
+    def pid(self) -> int:
+        return int(self.process.pid)
+
+    def wait(self, timeout: float = 120.0) -> ChildExit:
+        """Collect what the child reported and its exit (kill it after ``timeout`` s of silence)."""
+        messages: list[tuple[str, Any]] = []
+        try:
+            while self.receiver.poll(timeout):
+                messages.append(self.receiver.recv())
+        except EOFError:
+            pass
+        finally:
+            self.receiver.close()
+        self.process.join(timeout)
+        if self.process.exitcode is None:
+            self.process.kill()
+            self.process.join()
+            raise TimeoutError(f"child {self.pid} did not finish within {timeout}s")
+        found = dict(messages)
+        crashed = found.get("crashed")
+        return ChildExit(
+            exitcode=self.process.exitcode,
+            crashed_at=None if crashed is None else CrashPoint(crashed),
+            value=found.get("value"),
+            error=found.get("error"),
+        )
+
+
+def start_forked_child(
+    fn: Callable[..., Any],
+    *args: Any,
+    crash_at: CrashPoint | None = None,
+    mode: CrashMode | str = CrashMode.EXIT,
+    hit: int = 1,
+) -> ForkedChild:
+    """Start ``fn(*args)`` in a forkserver child and return at once (freeze it, then wait)."""
     global _forkserver_ready
     ctx = multiprocessing.get_context("forkserver")
     if not _forkserver_ready:
@@ -1005,24 +1830,4 @@ def run_in_forked_child(
     process = ctx.Process(target=_child_main, args=(sender, fn, args, plan))
     process.start()
     sender.close()
-    messages: list[tuple[str, Any]] = []
-    try:
-        while receiver.poll(timeout):
-            messages.append(receiver.recv())
-    except EOFError:
-        pass
-    finally:
-        receiver.close()
-    process.join(timeout)
-    if process.exitcode is None:
-        process.kill()
-        process.join()
-        raise TimeoutError(f"child running {fn!r} did not finish within {timeout}s")
-    found = dict(messages)
-    crashed = found.get("crashed")
-    return ChildExit(
-        exitcode=process.exitcode,
-        crashed_at=None if crashed is None else CrashPoint(crashed),
-        value=found.get("value"),
-        error=found.get("error"),
-    )
+    return ForkedChild(process, receiver)
