@@ -505,6 +505,14 @@ def operator(providers: Providers, rng: random.Random, *, by: str = OPERATOR) ->
     """
 
     def policy(request: dict[str, Any]) -> dict[str, Any] | None:
+        answer = decide(request)
+        if answer is not None and "request_id" in request:
+            # A careful UI names the request it answers: an answer to a request that is
+            # no longer current (shown after a crash) then decides nothing.
+            answer = {**answer, "request_id": request["request_id"]}
+        return answer
+
+    def decide(request: dict[str, Any]) -> dict[str, Any] | None:
         op_id = request["operation_id"]
         if request.get("kind") == APPROVAL_KIND:
             choice = rng.choice(("approve", "approve", "hitl-approve", "reject", "hitl-reject"))
@@ -575,7 +583,10 @@ def bad_answer(request: Mapping[str, Any], rng: random.Random) -> Any:
             {"decisions": [{"type": "approve"}]},
             "confirm",
         ]
-    return rng.choice(options)
+    bad = rng.choice(options)
+    if isinstance(bad, dict) and "request_id" in request:
+        bad = {**bad, "request_id": request["request_id"]}  # as the UI would send it
+    return bad
 
 
 # --------------------------------------------------------------------------- the graph
