@@ -164,11 +164,12 @@ def test_notebook_one_shows_the_three_pictures() -> None:
     """Notebook 1 shows the graph, the operation state diagram and a crash-and-resume timeline."""
     nb = nbformat.read(NOTEBOOKS / "01_the_problem_and_the_fix.ipynb", as_version=4)
     pictures = {
-        cell.source.splitlines()[-1].split("(")[0]
+        name
         for cell in nb.cells
         if cell.cell_type == "code"
         for out in cell.outputs
         if "image/png" in out.get("data", {})
+        for name in re.findall(r"\b(\w+_picture)\(", cell.source)
     }
     assert pictures == {"graph_picture", "state_picture", "timeline_picture"}
 
