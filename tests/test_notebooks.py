@@ -48,6 +48,8 @@ _VOLATILE = [
     (re.compile(r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(\.\d+)?([+-]\d\d:\d\d|Z)?"), "<time>"),
     (re.compile(r"datetime\.datetime\([^)]*\)"), "<time>"),
     (re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b"), "<uuid>"),
+    (re.compile(r"\b(lge-)?op-[a-z2-7]{32}\b"), "<operation-id>"),  # digests of the call
+    (re.compile(r"\bob-[0-9a-f]{32}\b"), "<entry-id>"),
     (re.compile(r"0x[0-9a-fA-F]{6,}"), "<address>"),
     (re.compile(r"\b(process|pid|worker) \d+"), r"\1 <pid>"),
     (re.compile(r"\b\d+(\.\d+)?\s?(ms|s|seconds)\b"), "<duration>"),
