@@ -86,7 +86,9 @@ def test_readme_create_agent_with_hitl_asks_once(tmp_path: Path, with_hitl: bool
 
     first = agent.invoke({"messages": [("user", "close A")]}, config, durability="sync")
     assert len(first["__interrupt__"]) == 1  # HITL asks ...
-    out = agent.invoke(Command(resume={"decisions": [{"type": "approve"}]}), config)
+    out = agent.invoke(
+        Command(resume={"decisions": [{"type": "approve"}]}), config, durability="sync"
+    )
     if not with_hitl:  # the ledger's own approval request comes on top
         assert out["__interrupt__"][0].value["kind"] == "effect_approval"
         assert crm.effects == 0
