@@ -19,7 +19,10 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+from _example_child import run_script
 from conftest import POSTGRES_URL, require_postgres
+
+from langgraph_effects.testing import run_in_forked_child
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 CRASHED = 137
@@ -96,6 +99,18 @@ def run(name: str, *args: str | Path, expect: int = 0) -> str:
     return done.stdout
 
 
+def launch(name: str, *args: str | Path, expect: int, tmp_path: Path) -> str:
+    """``run``, in a child forked from a server that already imported LangGraph (fast)."""
+    output = tmp_path / f"{name}-{len(list(tmp_path.glob('*.out')))}.out"
+    child = run_in_forked_child(
+        run_script, str(EXAMPLES / f"{name}.py"), [str(a) for a in args], str(output)
+    )
+    code = child.exitcode if child.exitcode >= 0 else 128 - child.exitcode  # killed by a signal
+    text = output.read_text(encoding="utf-8")
+    assert code == expect, f"exit {code}\n{text}\n{child.error or ''}"
+    return text
+
+
 def assert_lines(output: str, patterns: list[str]) -> None:
     for pattern in patterns:
         assert re.search(pattern, output), f"missing {pattern!r} in:\n{output}"
@@ -127,9 +142,11 @@ def test_every_offered_crash_point_dies_and_resumes_true(
     name: str, point: str, tmp_path: Path
 ) -> None:
     """The process really dies at the point (137), and a fresh ``--resume`` ends as promised."""
-    crashed = run(name, "--crash-at", point, "--dir", tmp_path, expect=CRASHED)
+    work = tmp_path / "run"
+    crashed = launch(name, "--crash-at", point, "--dir", work, expect=CRASHED, tmp_path=tmp_path)
     assert "--resume --dir" in crashed
-    assert_lines(run(name, "--resume", "--dir", tmp_path), RESUMED_OK[name])
+    resumed = launch(name, "--resume", "--dir", work, expect=0, tmp_path=tmp_path)
+    assert_lines(resumed, RESUMED_OK[name])
 
 
 def test_a_crash_point_not_reached_says_so(tmp_path: Path) -> None:
@@ -182,10 +199,12 @@ PG_CRASHES = [
 @pytest.mark.parametrize(("name", "point"), PG_CRASHES, ids=lambda v: str(v))
 def test_crash_and_resume_on_postgres(name: str, point: str, tmp_path: Path, pg_base: str) -> None:
     """Killed with ``--postgres``, resumed with it: the same true ending as on SQLite."""
-    crashed = run(name, "--postgres", pg_base, "--crash-at", point, "--dir", tmp_path,
-                  expect=CRASHED)  # fmt: skip
+    work = tmp_path / "run"
+    crashed = launch(name, "--postgres", pg_base, "--crash-at", point, "--dir", work,
+                     expect=CRASHED, tmp_path=tmp_path)  # fmt: skip
     assert "--postgres URL" in crashed
-    resumed = run(name, "--postgres", pg_base, "--resume", "--dir", tmp_path)
+    resumed = launch(name, "--postgres", pg_base, "--resume", "--dir", work, expect=0,
+                     tmp_path=tmp_path)  # fmt: skip
     assert_lines(resumed, RESUMED_OK[name])
 
 
