@@ -113,3 +113,32 @@ def test_license_file_is_the_declared_one() -> None:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
     assert project["license"] == "MIT"
     assert (ROOT / "LICENSE").read_text(encoding="utf-8").startswith("MIT License\n")
+
+
+def test_ci_runs_exactly_the_readme_test_command() -> None:
+    """.ci/run ends with the README's 'Run the whole test suite' command, verbatim."""
+    text = README.read_text(encoding="utf-8")
+    section = text[text.index("Run the whole test suite") :]
+    match = re.search(r"```bash\n(.*?)\n```", section, re.DOTALL)
+    assert match is not None
+    ci_lines = (ROOT / ".ci" / "run").read_text(encoding="utf-8").strip().splitlines()
+    assert ci_lines[-1] == match.group(1).strip()
+
+
+@pytest.mark.parametrize(
+    ("options", "workers"),
+    [([], "2 workers"), (["-p", "no:xdist"], None)],
+)
+def test_pytest_runs_with_and_without_xdist(options: list[str], workers: str | None) -> None:
+    """Plain ``pytest`` uses two xdist workers; ``-p no:xdist`` runs in-process and still works."""
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", *options, "-p", "no:cacheprovider",
+         "tests/test_readme.py::test_license_file_is_the_declared_one"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "1 passed" in done.stdout
+    if workers is None:
+        assert "worker" not in done.stdout
+    else:
+        assert re.search(rf"\b{workers}\b", done.stdout), done.stdout
