@@ -134,10 +134,10 @@ def add_postgres_argument(parser: argparse.ArgumentParser) -> None:
 def postgres_url(base: str | None, directory: Path, *, fresh: bool) -> str | None:
     """``base`` narrowed to this run's own schema (None without ``--postgres``).
 
-    A fresh run creates a new schema (``lge_example_<hex>``, dropping the one the
-    directory named before) and writes its name to ``directory``; ``--resume``
-    reads it back, so crash and resume meet the same tables and two runs never
-    see each other's threads or operations.
+    A fresh run creates a new schema (``lge_example_<hex>``) and writes its name
+    to ``directory``; ``--resume`` reads it back, so crash and resume meet the
+    same tables and two runs never see each other's threads or operations. Old
+    schemas stay until you drop them (``DROP SCHEMA lge_example_... CASCADE``).
     """
     marker = directory / SCHEMA_FILE
     if base is None:

@@ -45,13 +45,12 @@ import hashlib
 import os
 import sqlite3
 import sys
-import tempfile
 import uuid
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from _common import SCHEMA_FILE, add_postgres_argument, postgres_url
+from _common import SCHEMA_FILE, add_postgres_argument, postgres_url, work_dir
 
 from langgraph_effects.errors import StaleVersion
 from langgraph_effects.journal import RunEvent, RunJournal, RunMachine, RunState, Transition
@@ -369,8 +368,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         parser.error("--resume needs --dir (printed by the crashed run)")
     if args.resume and not (args.dir / "provider.db").exists():
         parser.error(f"--resume --dir {args.dir}: no run there (start one without --resume)")
-    workdir: Path = args.dir or Path(tempfile.mkdtemp(prefix="lge-email-"))
-    workdir.mkdir(parents=True, exist_ok=True)
+    workdir = work_dir(
+        "email_verification", str(args.dir) if args.dir else None, fresh=not args.resume
+    )
     pg = postgres_url(args.postgres, workdir, fresh=not args.resume)
     provider = FakeVerificationProvider(workdir / "provider.db")
     with RunJournal.from_conn_string(pg or workdir / "runs.db", [EMAIL_VERIFICATION]) as journal:

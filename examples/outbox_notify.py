@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -47,6 +46,7 @@ from _common import (
     open_ledger,
     postgres_url,
     resume_command,
+    work_dir,
 )
 
 from langgraph_effects.core.model import Evidence, Operation
@@ -116,8 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--resume needs --dir (printed by the crashed run)")
     if args.resume and not (args.dir / "mail.db").exists():
         parser.error(f"--resume --dir {args.dir}: no run there (start one without --resume)")
-    workdir: Path = args.dir or Path(tempfile.mkdtemp(prefix="lge-outbox-"))
-    workdir.mkdir(parents=True, exist_ok=True)
+    workdir = work_dir("outbox_notify", str(args.dir) if args.dir else None, fresh=not args.resume)
     pg = postgres_url(args.postgres, workdir, fresh=not args.resume)
     mail = FakeMail(workdir / "mail.db")
     app = app_connection(workdir, pg)
