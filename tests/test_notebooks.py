@@ -2,11 +2,12 @@
 
 Each notebook is run top to bottom with nbclient (its cells assert what they
 claim), and its fresh outputs are compared with the committed ones after
-normalization: temp paths, timestamps, ids, process ids, memory addresses and
-durations are masked; a picture is compared by its size in pixels; a cell
-tagged ``output-varies`` (its figures depend on a race it shows) is compared
-by the kinds of its outputs only. When a
-change to the library changes what a notebook shows, refresh them with::
+normalization: temp paths, timestamps, ids, process ids, the OS user, memory
+addresses and durations are masked, and split writes to one stream joined; a
+picture is compared by its size in pixels; a cell tagged ``output-varies`` (its
+figures depend on a race it shows) is compared by the kinds of its outputs
+only. When a change to the library changes what a notebook shows, refresh
+them with::
 
     python tests/test_notebooks.py            # re-executes and rewrites notebooks/*.ipynb
 
@@ -56,10 +57,35 @@ _VOLATILE = [
 ]
 
 
+def _os_user() -> str:
+    import getpass
+
+    return getpass.getuser()
+
+
 def normalize(text: str) -> str:
     for pattern, mask in _VOLATILE:
         text = pattern.sub(mask, text)
-    return text
+    # The CLI records the OS account as the verified operator: whoever runs the notebook.
+    user = re.escape(_os_user())
+    return re.sub(rf"(?<=')({user})(?=')|(?<=os:)({user})\b", "<os-user>", text)
+
+
+def _merged_streams(outputs: list[Any]) -> list[Any]:
+    """Consecutive writes to one stream as one output (the kernel splits them by timing)."""
+    merged: list[Any] = []
+    for out in outputs:
+        last = merged[-1] if merged else None
+        if (
+            out.output_type == "stream"
+            and last is not None
+            and last.output_type == "stream"
+            and last.name == out.name
+        ):
+            merged[-1] = nbformat.from_dict({**last, "text": last.text + out.text})
+        else:
+            merged.append(out)
+    return merged
 
 
 def png_size(data: str) -> tuple[int, int]:
@@ -78,7 +104,7 @@ def shown(nb: Any) -> list[list[str]]:
             continue
         seen = []
         varies = "output-varies" in cell.metadata.get("tags", [])
-        for out in cell.outputs:
+        for out in _merged_streams(cell.outputs):
             if varies:
                 seen.append(f"{out.output_type} (varies)")
                 continue
