@@ -14,9 +14,12 @@ import argparse
 import shutil
 import sqlite3
 import tempfile
-from collections.abc import Sequence
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from langchain_core.callbacks import CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel
@@ -114,6 +117,153 @@ def saver_connection(path: Path) -> sqlite3.Connection:
     return sqlite3.connect(path, check_same_thread=False)
 
 
+# --------------------------------------------------------------------------- PostgreSQL
+
+SCHEMA_FILE = "postgres-schema"
+
+
+def add_postgres_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--postgres",
+        metavar="URL",
+        help="keep the ledger, checkpoints and application tables in PostgreSQL "
+        "(e.g. postgresql://postgres@127.0.0.1:5432/test), in a schema of this run's own",
+    )
+
+
+def postgres_url(base: str | None, directory: Path, *, fresh: bool) -> str | None:
+    """``base`` narrowed to this run's own schema (None without ``--postgres``).
+
+    A fresh run creates a new schema (``lge_example_<hex>``) and writes its name
+    to ``directory``; ``--resume`` reads it back, so crash and resume meet the
+    same tables and two runs never see each other's threads or operations. Old
+    schemas stay until you drop them (``DROP SCHEMA lge_example_... CASCADE``).
+    """
+    marker = directory / SCHEMA_FILE
+    if base is None:
+        if not fresh and marker.exists():
+            raise SystemExit(
+                f"the run in {directory} keeps its state in PostgreSQL: resume it with"
+                " --postgres and the same URL"
+            )
+        return None
+    import psycopg
+
+    if fresh:
+        schema = f"lge_example_{uuid.uuid4().hex[:12]}"
+        with psycopg.connect(base, autocommit=True) as conn:
+            conn.execute(f'CREATE SCHEMA "{schema}"')
+        marker.write_text(schema)
+    elif marker.exists():
+        schema = marker.read_text().strip()
+    else:
+        raise SystemExit(f"{directory} holds no PostgreSQL run: start one with --postgres first")
+    sep = "&" if "?" in base else "?"
+    return f"{base}{sep}options={quote(f'-csearch_path={schema}')}"
+
+
+def resume_command(script: str, directory: Path, pg: str | None) -> str:
+    """What to type to resume this run."""
+    return f"python {script} --resume --dir {directory}" + (" --postgres URL" if pg else "")
+
+
+def drop_schema(base: str, directory: Path) -> None:
+    """Drop the schema a run in ``directory`` created (tests clean up with it)."""
+    import psycopg
+
+    marker = directory / SCHEMA_FILE
+    if marker.exists():
+        with psycopg.connect(base, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{marker.read_text().strip()}" CASCADE')
+
+
+@contextmanager
+def open_ledger(directory: Path, pg: str | None) -> Iterator[Any]:
+    """The ledger, set up: ``effects.db`` in ``directory``, or PostgreSQL."""
+    if pg is None:
+        from langgraph_effects import SQLiteLedger
+
+        with SQLiteLedger.from_conn_string(str(directory / "effects.db")) as ledger:
+            ledger.setup()
+            yield ledger
+    else:
+        from langgraph_effects import PostgresLedger
+
+        with PostgresLedger.from_conn_string(pg) as ledger:
+            ledger.setup()
+            yield ledger
+
+
+@contextmanager
+def open_saver(directory: Path, pg: str | None) -> Iterator[Any]:
+    """LangGraph's checkpointer, set up, on its OWN connection (never the ledger's)."""
+    if pg is None:
+        from langgraph.checkpoint.sqlite import SqliteSaver
+
+        conn = saver_connection(directory / "checkpoints.db")
+        try:
+            yield SqliteSaver(conn)
+        finally:
+            conn.close()
+    else:
+        from langgraph.checkpoint.postgres import PostgresSaver
+
+        with PostgresSaver.from_conn_string(pg) as saver:
+            saver.setup()
+            yield saver
+
+
+def ledger_url(directory: Path, pg: str | None) -> str:
+    """The ledger as the ``langgraph-effects`` CLI names it (``--db``)."""
+    return pg if pg is not None else f"sqlite:///{directory / 'effects.db'}"
+
+
+# --------------------------------------------------------------------------- the app's database
+
+
+def app_connection(directory: Path, pg: str | None) -> Any:
+    """The application's own database: ``app.db`` in ``directory``, or PostgreSQL (autocommit)."""
+    if pg is None:
+        return sqlite3.connect(
+            directory / "app.db", isolation_level=None, check_same_thread=False, timeout=30
+        )
+    import psycopg
+
+    return psycopg.connect(pg, autocommit=True)
+
+
+def app_sql(conn: Any, statement: str) -> str:
+    """``statement`` written with ``?`` placeholders, in ``conn``'s paramstyle."""
+    return statement if isinstance(conn, sqlite3.Connection) else statement.replace("?", "%s")
+
+
+@contextmanager
+def app_transaction(conn: Any) -> Iterator[None]:
+    """One local transaction of the application: everything in it commits, or nothing does."""
+    if not isinstance(conn, sqlite3.Connection):
+        with conn.transaction():
+            yield
+        return
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
+def app_relay(directory: Path, pg: str | None, **kwargs: Any) -> Any:
+    """An ``OutboxRelay`` on its own connection to the application's database."""
+    from langgraph_effects.outbox import OutboxRelay
+
+    return OutboxRelay.from_conn_string(pg if pg is not None else directory / "app.db", **kwargs)
+
+
+class RollBack(Exception):
+    """Raised inside ``app_transaction`` to roll it back on purpose."""
+
+
 def table(rows: Sequence[Sequence[object]], header: Sequence[str]) -> str:
     """A plain text table."""
     cells = [[str(c) for c in header], *[[str(c) for c in row] for row in rows]]
@@ -170,10 +320,22 @@ def parse_crash(value: str | None) -> tuple[Any, int] | None:
     return CrashPoint(point), int(hit or 1)
 
 
-def crash_choices() -> list[str]:
-    from langgraph_effects.testing.faults import CrashPoint
+NOT_REACHED = 3
+"""Exit code of a run whose armed crash point was never reached (nothing died)."""
 
-    return [p.value for p in CrashPoint]
+
+def crash_argument(points: Sequence[str]) -> Any:
+    """An argparse ``type`` for ``POINT[:N]``: POINT one of the example's ``points``."""
+
+    def check(value: str) -> str:
+        point, _, hit = value.partition(":")
+        if point not in points or not (hit == "" or (hit.isdigit() and int(hit) >= 1)):
+            raise argparse.ArgumentTypeError(
+                f"{value!r}: expected POINT or POINT:N (N >= 1), POINT one of {', '.join(points)}"
+            )
+        return value
+
+    return check
 
 
 def who(actor: str) -> str:

@@ -16,14 +16,28 @@ Run it::
     python examples/crm_onboarding.py --crash-at relay_after_send  # the mail was accepted,
                                                                  # the relay died before the receipt
     python examples/crm_onboarding.py --model openai:gpt-4o-mini # a real model (optional)
+    python examples/crm_onboarding.py --postgres postgresql://postgres@127.0.0.1:5432/test
 
-``--crash-at`` takes a ``CrashPoint`` of the runner (``before_prepare``,
-``after_prepare``, ``after_claim``, ``after_provider``, ``after_receipt``,
-``during_reconcile``, ``during_review_resume``; ``POINT:N`` dies on the N-th
-reach) or ``relay_after_send`` (a fault at the fake mail provider: it accepts
-the message, then the relay's process is killed). The process really exits
-(code 137); ``--resume`` continues from the files in ``--dir`` (default: a
-directory under the system temp dir), and can itself take ``--crash-at``.
+``--crash-at`` takes a ``CrashPoint`` of the runner that this flow reaches
+(``POINT:N`` dies on the N-th reach):
+
+- ``before_prepare``: nothing written yet;
+- ``after_prepare``: the record is written, not claimed (``close_case`` has an
+  ``authorize`` hook, asked between the two: is the case on legal hold?);
+- ``after_claim``, ``after_provider``, ``after_receipt``: around the CRM call;
+- ``during_reconcile``: this run scripts a lost CRM response, so the close is
+  ``unknown`` and reconciled, and the process dies inside the reconciliation;
+
+or ``relay_after_send`` (a fault at the fake mail provider: it accepts the
+message, then the relay's process is killed). ``during_review_resume`` is not
+offered: the CRM's status lookup always settles the question, so no person is
+ever asked here (see ``support_ticket.py``). The process really exits (code
+137); ``--resume`` continues from the files in ``--dir`` (default: a directory
+under the system temp dir), and can itself take ``--crash-at`` (e.g.
+``during_reconcile`` after an ``after_provider`` crash). ``--postgres URL``
+keeps the ledger, LangGraph's checkpoints and the application's tables (the
+outbox) in PostgreSQL, in a schema of the run's own; the fake providers stay
+SQLite files.
 
 What it prints: each step of the agent (tool calls and results), what the
 relay did, then the ledger's operations (two: ``crm.close_case`` and
@@ -31,53 +45,70 @@ relay did, then the ledger's operations (two: ``crm.close_case`` and
 their receipt state (``accepted`` is not ``delivered``), and what the
 providers counted: ``CRM closures of case-318: 1`` and ``e-mails to the
 account owner: 1``, whatever crashed. Exit code 0 when both counts are 1 and
-both operations are confirmed; 137 when a crash point killed it; 1 otherwise.
+both operations are confirmed; 137 when a crash point killed it; 3 when the
+armed crash point was not reached (nothing died); 1 otherwise.
 """
 
 from __future__ import annotations
 
 import argparse
-import sqlite3
 import sys
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from _common import (
+    NOT_REACHED,
     add_model_argument,
+    add_postgres_argument,
+    app_connection,
+    app_relay,
+    app_sql,
+    app_transaction,
     chat_model,
-    crash_choices,
+    crash_argument,
     narrate,
+    open_ledger,
+    open_saver,
     parse_crash,
-    saver_connection,
+    postgres_url,
+    resume_command,
     table,
     who,
     work_dir,
 )
 from langchain_core.messages import HumanMessage
 from langchain_core.tools import tool
-from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.graph import END, START, MessagesState, StateGraph
 
 from langgraph_effects import (
     EffectContext,
     EffectToolNode,
     Evidence,
+    Ledger,
     Operation,
     OperationStatus,
     ProviderContract,
-    SQLiteLedger,
     effect,
     route_tool_calls,
 )
-from langgraph_effects.outbox import Delivery, Outbox, OutboxRelay, Receipt
-from langgraph_effects.testing import CrashPlan, FakeCRM, FakeMail, Fault
+from langgraph_effects.outbox import Delivery, Outbox, Receipt
+from langgraph_effects.testing import CrashPlan, CrashPoint, FakeCRM, FakeMail, Fault
 
 TENANT = "acme"
 THREAD = "onboarding-42"
 CASE = "case-318"
 OWNER = "owner@acme.example"
 RELAY_CRASH = "relay_after_send"
+CRASH_POINTS = (
+    "before_prepare",
+    "after_prepare",
+    "after_claim",
+    "after_provider",
+    "after_receipt",
+    "during_reconcile",
+    RELAY_CRASH,
+)
 PLAN = [
     [{"name": "close_case", "args": {"case_id": CASE, "resolution": "onboarding complete"}}],
     [{"name": "complete_onboarding", "args": {"case_id": CASE, "owner_email": OWNER}}],
@@ -88,18 +119,25 @@ KEYS_24H = ProviderContract(idempotency_window=timedelta(hours=24), status_looku
 # --------------------------------------------------------------------------- the application
 
 
-def app_connection(directory: Path) -> sqlite3.Connection:
-    """The application's own database: its business table and the outbox."""
-    conn = sqlite3.connect(directory / "app.db", isolation_level=None, check_same_thread=False)
+def open_app(directory: Path, pg: str | None) -> Any:
+    """The application's own database: its business tables and the outbox."""
+    conn = app_connection(directory, pg)
     conn.execute(
         "CREATE TABLE IF NOT EXISTS onboarding (case_id TEXT PRIMARY KEY, status TEXT NOT NULL)"
     )
+    conn.execute("CREATE TABLE IF NOT EXISTS legal_holds (case_id TEXT PRIMARY KEY)")
     Outbox(tenant_id=TENANT).setup(conn)
     return conn
 
 
-def build_tools(crm: FakeCRM, app: sqlite3.Connection) -> list[Any]:
+def build_tools(crm: FakeCRM, app: Any) -> list[Any]:
     """The agent's two tools: an effect on the CRM, a local transaction with an outbox row."""
+
+    def not_on_hold(ctx: EffectContext) -> bool:
+        # Asked before every new dispatch: a case put on legal hold since the
+        # model proposed the close must not be closed.
+        sql = app_sql(app, "SELECT 1 FROM legal_holds WHERE case_id = ?")
+        return app.execute(sql, (ctx.target,)).fetchone() is None
 
     def find_closure(op: Operation) -> Evidence:
         # Conclusive only when the CRM shows THIS operation's key on the case.
@@ -113,7 +151,11 @@ def build_tools(crm: FakeCRM, app: sqlite3.Connection) -> list[Any]:
         return Evidence.inconclusive(f"{case['case_id']} is {case['status']}, not by this key")
 
     @effect(
-        "crm.close_case", target=lambda a: a["case_id"], contract=KEYS_24H, reconcile=find_closure
+        "crm.close_case",
+        target=lambda a: a["case_id"],
+        contract=KEYS_24H,
+        reconcile=find_closure,
+        authorize=not_on_hold,
     )
     def close_case(case_id: str, resolution: str, ctx: EffectContext) -> dict[str, Any]:
         """Close a CRM case with a resolution."""
@@ -127,11 +169,13 @@ def build_tools(crm: FakeCRM, app: sqlite3.Connection) -> list[Any]:
         # unfinished tool) is harmless: the UPDATE is idempotent and the
         # dedupe_key makes the second enqueue the same entry.
         outbox = Outbox(tenant_id=TENANT)
-        app.execute("BEGIN IMMEDIATE")
-        try:
+        with app_transaction(app):
             app.execute(
-                "INSERT INTO onboarding (case_id, status) VALUES (?, 'complete')"
-                " ON CONFLICT (case_id) DO UPDATE SET status = 'complete'",
+                app_sql(
+                    app,
+                    "INSERT INTO onboarding (case_id, status) VALUES (?, 'complete')"
+                    " ON CONFLICT (case_id) DO UPDATE SET status = 'complete'",
+                ),
                 (case_id,),
             )
             entry_id = outbox.enqueue(
@@ -145,16 +189,12 @@ def build_tools(crm: FakeCRM, app: sqlite3.Connection) -> list[Any]:
                     "body": f"The onboarding case {case_id} is closed.",
                 },
             )
-        except BaseException:
-            app.execute("ROLLBACK")
-            raise
-        app.execute("COMMIT")
         return f"onboarding of {case_id} marked complete; owner notification queued ({entry_id})"
 
     return [close_case, complete_onboarding]
 
 
-def build_graph(tools: list[Any], ledger: SQLiteLedger, saver: SqliteSaver, model: Any) -> Any:
+def build_graph(tools: list[Any], ledger: Ledger, saver: Any, model: Any) -> Any:
     model = model.bind_tools(tools)
 
     def agent(state: MessagesState) -> dict[str, Any]:
@@ -169,7 +209,7 @@ def build_graph(tools: list[Any], ledger: SQLiteLedger, saver: SqliteSaver, mode
     return builder.compile(checkpointer=saver)
 
 
-def relay_for(app_dir: Path, ledger: SQLiteLedger, mail: FakeMail) -> Any:
+def relay_for(app_dir: Path, pg: str | None, ledger: Ledger, mail: FakeMail) -> Any:
     """The outbox relay: each entry becomes a ledger operation; receipts saved at once."""
 
     def deliver(d: Delivery) -> Receipt:
@@ -188,8 +228,9 @@ def relay_for(app_dir: Path, ledger: SQLiteLedger, mail: FakeMail) -> Any:
         # The Sent search is eventually consistent: an empty result proves nothing.
         return Evidence.inconclusive("no message under this key in the Sent folder (yet)")
 
-    return OutboxRelay.from_conn_string(
-        app_dir / "app.db",
+    return app_relay(
+        app_dir,
+        pg,
         ledger=ledger,
         deliver=deliver,
         reconcile=reconcile,
@@ -202,7 +243,7 @@ def relay_for(app_dir: Path, ledger: SQLiteLedger, mail: FakeMail) -> Any:
 # --------------------------------------------------------------------------- the run
 
 
-def report(directory: Path, ledger: SQLiteLedger, app: sqlite3.Connection) -> int:
+def report(directory: Path, ledger: Ledger, app: Any) -> int:
     """Print what the ledger, the outbox and the providers say; return the exit code."""
     ops = ledger.list(tenant_id=TENANT)
     print("\nLedger operations:")
@@ -239,32 +280,37 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--crash-at",
         metavar="POINT[:N]",
-        help=f"die at a crash point: {', '.join(crash_choices())}, or {RELAY_CRASH}",
+        type=crash_argument(CRASH_POINTS),
+        help=f"die at a crash point: {', '.join(CRASH_POINTS)}",
     )
     parser.add_argument("--resume", action="store_true", help="continue after a crash")
     add_model_argument(parser)
+    add_postgres_argument(parser)
     args = parser.parse_args(argv)
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
 
     directory = work_dir("crm_onboarding", args.dir, fresh=not args.resume)
-    print(f"Files in {directory}")
+    pg = postgres_url(args.postgres, directory, fresh=not args.resume)
+    print(f"Files in {directory}" + (" (ledger, checkpoints, app: PostgreSQL)" if pg else ""))
     relay_crash = args.crash_at == RELAY_CRASH
     crash = None if relay_crash else parse_crash(args.crash_at)
     if args.crash_at:
         print(f"Armed: this process dies at {args.crash_at}. Then run:")
-        print(f"  python {sys.argv[0]} --resume --dir {directory}")
+        print(f"  {resume_command(sys.argv[0], directory, pg)}")
 
-    app = app_connection(directory)
+    app = open_app(directory, pg)
     config = {"configurable": {"thread_id": THREAD}}
     with (
         FakeCRM(directory / "crm.db") as crm,
         FakeMail(directory / "mail.db") as mail,
-        SQLiteLedger.from_conn_string(str(directory / "effects.db")) as ledger,
+        open_ledger(directory, pg) as ledger,
+        open_saver(directory, pg) as saver,
     ):
-        ledger.setup()
         if relay_crash:
             mail.faults.push(Fault.CRASH)  # accept the message, commit, then kill us
-        saver = SqliteSaver(saver_connection(directory / "checkpoints.db"))
+        if crash and crash[0] is CrashPoint.DURING_RECONCILE and not args.resume:
+            crm.faults.push(Fault.LOSE_RESPONSE)  # closes, then times out: reconcile follows
+            print("Scripted: the CRM will close the case and lose the reply.")
         graph = build_graph(build_tools(crm, app), ledger, saver, chat_model(args.model, PLAN))
         plan = CrashPlan.arm(crash[0], "exit", hit=crash[1]) if crash else None
 
@@ -282,12 +328,14 @@ def main(argv: list[str] | None = None) -> int:
             print("\nThe agent's thread is finished; nothing to resume there.")
 
         print("\nThe outbox relay delivers what the committed transactions queued:")
-        with relay_for(directory, ledger, mail) as relay:
+        with relay_for(directory, pg, ledger, mail) as relay:
             done = relay.run_until_idle()
         print(f"  claimed {done.claimed}, sent {done.sent}, review {done.review}, dead {done.dead}")
-        if plan is not None and not plan.fired:
-            print(f"(the crash point {args.crash_at} was not reached in this run)")
-        return report(directory, ledger, app)
+        code = report(directory, ledger, app)
+        if args.crash_at and (plan is None or not plan.fired):
+            print(f"The crash point {args.crash_at} was not reached in this run: nothing died.")
+            return NOT_REACHED
+        return code
 
 
 if __name__ == "__main__":

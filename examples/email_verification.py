@@ -16,17 +16,26 @@ Run it::
     python examples/email_verification.py                       # one run, start to end
     python examples/email_verification.py --crash-at waiting    # killed while WAITING ...
     python examples/email_verification.py --resume --dir DIR    # ... and resumed from DIR
+    python examples/email_verification.py --postgres postgresql://postgres@127.0.0.1:5432/test
 
 Crash points: ``after_request`` (the app accepted the request, the journal does
 not know yet), ``waiting`` (after the first empty poll), ``after_receive``
 (message accepted, code not verified). ``--crash-at`` kills the process with
-``os._exit(137)`` and prints the directory to resume from.
+``os._exit(137)`` and prints the directory to resume from. Before asking the
+application for a message, the worker looks the request up by its key: after
+an ``after_request`` crash the resumed run finds the request the crashed one
+made and records it, instead of asking again. ``--postgres URL`` keeps the
+journal in PostgreSQL (a schema of the run's own); the fake application and
+inbox stay a SQLite file.
 
 It prints each action as it happens (``[v3 waiting] poll_inbox -> 1 message(s)``),
 then the snapshot and the metrics: runs resumed successfully, inbox polls for
 the run, stale-version rejections, seconds from REQUESTED to RECEIVED,
 messages discarded for another run id, and the verification requests the
-application received (1, even after a crash and a resume).
+application received (1, even after a crash and a resume). Exit code 0 when the
+run is verified with exactly one request received; 137 when a crash point
+killed it; 1 otherwise (2 for a usage error, such as ``--resume`` of a
+directory holding no run).
 """
 
 from __future__ import annotations
@@ -35,11 +44,13 @@ import argparse
 import hashlib
 import os
 import sqlite3
-import tempfile
+import sys
 import uuid
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
+
+from _common import SCHEMA_FILE, add_postgres_argument, postgres_url, work_dir
 
 from langgraph_effects.errors import StaleVersion
 from langgraph_effects.journal import RunEvent, RunJournal, RunMachine, RunState, Transition
@@ -142,6 +153,11 @@ class FakeVerificationProvider:
         row = self.conn.execute("SELECT n FROM counters WHERE name = ?", (name,)).fetchone()
         return int(row[0]) if row else 0
 
+    def find_request(self, key: str) -> str | None:
+        """The application's lookup: the request id made under ``key``, if any (sends nothing)."""
+        row = self.conn.execute("SELECT request_id FROM requests WHERE key = ?", (key,)).fetchone()
+        return str(row[0]) if row else None
+
     def request(self, run_id: str, recipient: str, *, key: str) -> str:
         """Ask the application to send a verification code; returns the request id."""
         self._bump("requests_received")
@@ -189,7 +205,8 @@ def _sha(text: str) -> str:
 
 def _crash(point: str, crash_at: str | None, workdir: Path) -> None:
     if point == crash_at:
-        print(f"** crash at {point}: process killed; resume with --resume --dir {workdir}")
+        pg = " --postgres URL" if (workdir / SCHEMA_FILE).exists() else ""
+        print(f"** crash at {point}: process killed; resume with --resume --dir {workdir}{pg}")
         os._exit(137)
 
 
@@ -215,8 +232,15 @@ def work(
         head = f"[v{snap.version} {snap.state}]"
         try:
             if action == "request_message":
-                request_id = provider.request(run_id, RECIPIENT, key=f"{run_id}:request")
-                say(f"{head} request_message -> accepted as {request_id}")
+                # Look before asking: a crashed worker may have made the request
+                # and died before the journal recorded it.
+                key = f"{run_id}:request"
+                request_id = provider.find_request(key)
+                if request_id is not None:
+                    say(f"{head} request_message -> already made as {request_id}; recording it")
+                else:
+                    request_id = provider.request(run_id, RECIPIENT, key=key)
+                    say(f"{head} request_message -> accepted as {request_id}")
                 _crash("after_request", crash_at, workdir)
                 journal.append(
                     run_id,
@@ -338,15 +362,22 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     )
     parser.add_argument("--crash-at", choices=CRASH_POINTS)
     parser.add_argument("--resume", action="store_true", help="resume the run found in --dir")
+    add_postgres_argument(parser)
     args = parser.parse_args(argv)
     if args.resume and args.dir is None:
         parser.error("--resume needs --dir (printed by the crashed run)")
-    workdir: Path = args.dir or Path(tempfile.mkdtemp(prefix="lge-email-"))
-    workdir.mkdir(parents=True, exist_ok=True)
+    if args.resume and not (args.dir / "provider.db").exists():
+        parser.error(f"--resume --dir {args.dir}: no run there (start one without --resume)")
+    workdir = work_dir(
+        "email_verification", str(args.dir) if args.dir else None, fresh=not args.resume
+    )
+    pg = postgres_url(args.postgres, workdir, fresh=not args.resume)
     provider = FakeVerificationProvider(workdir / "provider.db")
-    with RunJournal.from_conn_string(workdir / "runs.db", [EMAIL_VERIFICATION]) as journal:
+    with RunJournal.from_conn_string(pg or workdir / "runs.db", [EMAIL_VERIFICATION]) as journal:
         journal.setup()
         if args.resume:
+            if journal.get(RUN_ID) is None:
+                parser.error(f"--resume --dir {workdir}: no run {RUN_ID} in its journal")
             snap = journal.resume(RUN_ID, worker=f"pid-{os.getpid()}", boot_id=uuid.uuid4().hex)
             print(f"resumed {RUN_ID} at v{snap.version} in {snap.state}: next {snap.next_action}")
         else:
@@ -357,7 +388,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 attempts=5,
                 lease_for=timedelta(minutes=30),
             )
-            print(f"started {RUN_ID} (mailbox {RECIPIENT} leased) in {workdir}")
+            where = " (journal: PostgreSQL)" if pg else ""
+            print(f"started {RUN_ID} (mailbox {RECIPIENT} leased) in {workdir}{where}")
         work(journal, provider, RUN_ID, crash_at=args.crash_at, workdir=workdir)
         snap = journal.get(RUN_ID)
         assert snap is not None
@@ -369,4 +401,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    main()
+    done = main()
+    ok = done["final_state"] == "verified" and done["verification_requests_received"] == 1
+    sys.exit(0 if ok else 1)

@@ -12,49 +12,72 @@ Run it::
     python examples/outbox_notify.py --crash-at after_send        # killed after the provider sent,
                                                                   # before the receipt was saved
     python examples/outbox_notify.py --resume --dir DIR           # ... a new relay finishes the job
+    python examples/outbox_notify.py --postgres postgresql://postgres@127.0.0.1:5432/test
+
+``--postgres URL`` keeps the application's tables (cases, outbox) and the
+ledger in PostgreSQL, in a schema of the run's own; the fake mail provider
+stays a SQLite file.
 
 It prints: the case closed (and a second change rolled back, so its
 notification never exists), what the relay did (claimed, sent, review, dead),
 each outbox entry with its status and receipt state ("accepted" is not
 "delivered"), each ledger operation with its status and events, and the
 number of messages the mail provider actually sent: 1, whatever the crash.
+Exit code 0 when that count is 1 and every entry is sent; 137 when a crash
+point killed it; 1 otherwise (2 for a usage error, such as ``--resume`` of a
+directory holding no run).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import sqlite3
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+
+from _common import (
+    RollBack,
+    add_postgres_argument,
+    app_connection,
+    app_relay,
+    app_sql,
+    app_transaction,
+    open_ledger,
+    postgres_url,
+    resume_command,
+    work_dir,
+)
 
 from langgraph_effects.core.model import Evidence, Operation
-from langgraph_effects.ledger.sqlite import SQLiteLedger
-from langgraph_effects.outbox import Delivery, Outbox, OutboxRelay, Receipt
+from langgraph_effects.outbox import Delivery, Outbox, OutboxStatus, Receipt
 from langgraph_effects.testing.providers import FakeMail, Fault
 
 CRASH_POINTS = ("before_relay", "after_send")
 
 
-def close_case(app_db: Path, case_id: str, *, commit: bool) -> None:
+def close_case(conn: Any, case_id: str, *, commit: bool) -> None:
     """The business transaction: the case change and its notification commit together."""
-    conn = sqlite3.connect(app_db)
     try:
-        conn.execute("UPDATE cases SET status = 'closed' WHERE id = ?", (case_id,))
-        Outbox().enqueue(
-            conn,
-            topic="case.closed",
-            key=case_id,
-            dedupe_key=f"closed:{case_id}",
-            payload={"to": "owner@example.com", "subject": f"{case_id} closed", "body": "Done."},
-        )
-        if commit:
-            conn.commit()
-        else:
-            conn.rollback()
-    finally:
-        conn.close()
+        with app_transaction(conn):
+            conn.execute(
+                app_sql(conn, "UPDATE cases SET status = 'closed' WHERE id = ?"), (case_id,)
+            )
+            Outbox().enqueue(
+                conn,
+                topic="case.closed",
+                key=case_id,
+                dedupe_key=f"closed:{case_id}",
+                payload={
+                    "to": "owner@example.com",
+                    "subject": f"{case_id} closed",
+                    "body": "Done.",
+                },
+            )
+            if not commit:
+                raise RollBack
+    except RollBack:
+        pass
     print(f"case {case_id}: {'closed and notification enqueued' if commit else 'rolled back'}")
 
 
@@ -87,45 +110,44 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dir", type=Path)
     parser.add_argument("--crash-at", choices=CRASH_POINTS)
     parser.add_argument("--resume", action="store_true")
+    add_postgres_argument(parser)
     args = parser.parse_args(argv)
     if args.resume and args.dir is None:
         parser.error("--resume needs --dir (printed by the crashed run)")
-    workdir: Path = args.dir or Path(tempfile.mkdtemp(prefix="lge-outbox-"))
-    workdir.mkdir(parents=True, exist_ok=True)
-    app_db = workdir / "app.db"
+    if args.resume and not (args.dir / "mail.db").exists():
+        parser.error(f"--resume --dir {args.dir}: no run there (start one without --resume)")
+    workdir = work_dir("outbox_notify", str(args.dir) if args.dir else None, fresh=not args.resume)
+    pg = postgres_url(args.postgres, workdir, fresh=not args.resume)
     mail = FakeMail(workdir / "mail.db")
+    app = app_connection(workdir, pg)
     if not args.resume:
-        conn = sqlite3.connect(app_db)
-        Outbox().setup(conn)
-        conn.execute("CREATE TABLE IF NOT EXISTS cases (id TEXT PRIMARY KEY, status TEXT)")
-        conn.executemany(
-            "INSERT OR IGNORE INTO cases VALUES (?, 'open')", [("case-318",), ("case-319",)]
-        )
-        conn.commit()
-        conn.close()
-        print(f"working in {workdir}")
-        close_case(app_db, "case-318", commit=True)
-        close_case(app_db, "case-319", commit=False)
+        Outbox().setup(app)
+        app.execute("CREATE TABLE IF NOT EXISTS cases (id TEXT PRIMARY KEY, status TEXT)")
+        for case_id in ("case-318", "case-319"):
+            app.execute(
+                app_sql(app, "INSERT INTO cases VALUES (?, 'open') ON CONFLICT (id) DO NOTHING"),
+                (case_id,),
+            )
+        print(f"working in {workdir}" + (" (app tables and ledger: PostgreSQL)" if pg else ""))
+        close_case(app, "case-318", commit=True)
+        close_case(app, "case-319", commit=False)
+        resume = resume_command("examples/outbox_notify.py", workdir, pg)
         if args.crash_at == "before_relay":
-            print(f"** crash before the relay ran; resume with --resume --dir {workdir}")
+            print(f"** crash before the relay ran; resume with {resume}")
             os._exit(137)
         if args.crash_at == "after_send":
             mail.faults.push(Fault.CRASH)  # send, commit at the provider, kill this process
-            print(
-                f"** the provider will send and then this process dies; resume with "
-                f"--resume --dir {workdir}"
-            )
+            print(f"** the provider will send and then this process dies; resume with {resume}")
     with (
-        SQLiteLedger.from_conn_string(str(workdir / "ledger.db")) as ledger,
-        OutboxRelay.from_conn_string(
-            app_db, ledger=ledger, deliver=sender(mail), reconcile=reconciler(mail)
+        open_ledger(workdir, pg) as ledger,
+        app_relay(
+            workdir, pg, ledger=ledger, deliver=sender(mail), reconcile=reconciler(mail)
         ) as relay,
     ):
-        ledger.setup()
         report = relay.run_until_idle()
         print(f"relay: {report}")
-        conn = sqlite3.connect(app_db)
-        for entry in Outbox.list(conn):
+        entries = Outbox.list(app)
+        for entry in entries:
             print(
                 f"entry {entry.entry_id} [{entry.key}]: {entry.status.value}, "
                 f"receipt {entry.receipt_state}, message {entry.provider_message_id}"
@@ -133,10 +155,12 @@ def main(argv: list[str] | None = None) -> int:
             op = ledger.get(entry.tenant_id, entry.operation_id)
             events = [e.kind.value for e in ledger.events(entry.tenant_id, entry.operation_id)]
             print(f"  operation {op.operation_id}: {op.status.value}, events {events}")
-        conn.close()
-    print(f"messages the provider sent: {mail.effects} (to case-319's owner: none)")
+    app.close()
+    sent = mail.effects
+    print(f"messages the provider sent: {sent} (to case-319's owner: none)")
     mail.close()
-    return 0
+    ok = sent == 1 and [e.status for e in entries] == [OutboxStatus.SENT]
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

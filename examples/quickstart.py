@@ -4,6 +4,8 @@ Run it (no API key, nothing to start; a few seconds)::
 
     python examples/quickstart.py            # files in a temp dir
     python examples/quickstart.py --dir ./qs # or keep them where you like
+    python examples/quickstart.py --postgres postgresql://postgres@127.0.0.1:5432/test
+                                             # ledger and checkpoints in PostgreSQL
 
 An agent closes CRM case ``case-318`` through a tool. Twice over, once with a
 plain LangGraph ``ToolNode`` (the control) and once with ``EffectToolNode``:
@@ -40,10 +42,18 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from _common import ScriptedChatModel, saver_connection, table, who, work_dir
+from _common import (
+    ScriptedChatModel,
+    add_postgres_argument,
+    open_ledger,
+    open_saver,
+    postgres_url,
+    table,
+    who,
+    work_dir,
+)
 from langchain_core.messages import HumanMessage
 from langchain_core.tools import tool
-from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode
 
@@ -51,9 +61,9 @@ from langgraph_effects import (
     EffectContext,
     EffectToolNode,
     Evidence,
+    Ledger,
     Operation,
     ProviderContract,
-    SQLiteLedger,
     effect,
     route_tool_calls,
 )
@@ -107,7 +117,7 @@ def plain_tool(crm: FakeCRM) -> Any:
     return close_case
 
 
-def build_graph(node: str, crm: FakeCRM, ledger: SQLiteLedger, saver: SqliteSaver) -> Any:
+def build_graph(node: str, crm: FakeCRM, ledger: Ledger, saver: Any) -> Any:
     """agent -> tools -> agent, with a scripted model (no API key)."""
     model = ScriptedChatModel(plan=PLAN)
 
@@ -131,15 +141,14 @@ def build_graph(node: str, crm: FakeCRM, ledger: SQLiteLedger, saver: SqliteSave
 # --------------------------------------------------------------------------- one process
 
 
-def run_phase(phase: str, node: str, directory: Path) -> None:
+def run_phase(phase: str, node: str, directory: Path, pg: str | None) -> None:
     """Run 1 (``start``) or run 2 (``resume``) of one thread, in this process."""
     config = {"configurable": {"thread_id": f"quickstart-{node}"}}
     with (
         FakeCRM(directory / f"crm-{node}.db") as crm,
-        SQLiteLedger.from_conn_string(str(directory / "effects.db")) as ledger,
+        open_ledger(directory, pg) as ledger,
+        open_saver(directory, pg) as saver,
     ):
-        ledger.setup()
-        saver = SqliteSaver(saver_connection(directory / "checkpoints.db"))
         graph = build_graph(node, crm, ledger, saver)
         # durability="sync": the AIMessage (and its tool-call ids) is saved
         # before the tool runs, so the resumed run sees the same call.
@@ -151,10 +160,11 @@ def run_phase(phase: str, node: str, directory: Path) -> None:
         print(f"    agent: {result['messages'][-1].content}")
 
 
-def child(phase: str, node: str, directory: Path) -> int:
+def child(phase: str, node: str, directory: Path, base_pg: str | None) -> int:
     """Run one phase in a fresh Python process; return its exit code."""
+    command = [sys.executable, __file__, "--dir", str(directory), "--phase", phase, "--node", node]
     done = subprocess.run(
-        [sys.executable, __file__, "--dir", str(directory), "--phase", phase, "--node", node],
+        command + (["--postgres", base_pg] if base_pg else []),
         check=False,
     )
     return done.returncode
@@ -163,22 +173,22 @@ def child(phase: str, node: str, directory: Path) -> int:
 # --------------------------------------------------------------------------- the demo
 
 
-def demo(node: str, directory: Path) -> tuple[int, int, str]:
+def demo(node: str, directory: Path, base_pg: str | None, pg: str | None) -> tuple[int, int, str]:
     """Crash one thread after the CRM acted, resume it; return (closures, duplicates, status)."""
     title = "EffectToolNode" if node == "effect" else "ToolNode (plain, the control)"
     print(f"\n== {title}")
     with FakeCRM(directory / f"crm-{node}.db") as crm:
         crm.faults.push(Fault.CRASH)  # the next close_case applies, commits, then kills
     print(f"  run 1, child process: the agent calls close_case; the CRM closes {CASE} ...")
-    code = child("start", node, directory)
+    code = child("start", node, directory, base_pg)
     print(f"        ... and the process dies before the tool's answer is saved (exit code {code})")
     print("  run 2, fresh process: graph.invoke(None, config)")
-    resumed = child("resume", node, directory)
+    resumed = child("resume", node, directory, base_pg)
     with FakeCRM(directory / f"crm-{node}.db") as crm:
         closures, duplicates = crm.effects, crm.duplicates
     status = "-"
     if node == "effect":
-        with SQLiteLedger.from_conn_string(str(directory / "effects.db")) as ledger:
+        with open_ledger(directory, pg) as ledger:
             (op,) = ledger.list(tenant_id=TENANT)
             status = op.status.value
             print(f"  the ledger's log of operation {op.operation_id}:")
@@ -203,16 +213,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dir", help="where the SQLite files go (default: a temp dir)")
     parser.add_argument("--phase", choices=["start", "resume"], help=argparse.SUPPRESS)
     parser.add_argument("--node", choices=["effect", "plain"], help=argparse.SUPPRESS)
+    add_postgres_argument(parser)
     args = parser.parse_args(argv)
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]  # interleave with children
     if args.phase:  # we are one of the child processes
-        run_phase(args.phase, args.node, Path(args.dir))
+        directory = Path(args.dir)
+        run_phase(
+            args.phase, args.node, directory, postgres_url(args.postgres, directory, fresh=False)
+        )
         return 0
 
     directory = work_dir("quickstart", args.dir, fresh=True)
-    print(f"Files: {directory} (effects.db = ledger, checkpoints.db = LangGraph, crm-*.db = CRM)")
-    plain = demo("plain", directory)
-    guarded = demo("effect", directory)
+    pg = postgres_url(args.postgres, directory, fresh=True)
+    if pg:
+        print(
+            f"Files: {directory} (crm-*.db = CRM); ledger and LangGraph's checkpoints: PostgreSQL"
+        )
+    else:
+        print(
+            f"Files: {directory} (effects.db = ledger, checkpoints.db = LangGraph, crm-*.db = CRM)"
+        )
+    plain = demo("plain", directory, args.postgres, pg)
+    guarded = demo("effect", directory, args.postgres, pg)
     print()
     print(
         table(

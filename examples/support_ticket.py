@@ -22,6 +22,7 @@ Run it::
     python examples/support_ticket.py --via-cli            # all of the above in one go
     python examples/support_ticket.py --crash-at after_provider   # the process dies instead
     python examples/support_ticket.py --resume             # of a timeout: the same review
+    python examples/support_ticket.py --postgres postgresql://postgres@127.0.0.1:5432/test
 
 Answers: from Python, ``graph.invoke(Command(resume={"operation_id": ...,
 "decision": "confirm", "by": "alice", "reason": ...}), config)``; out of
@@ -30,22 +31,33 @@ band, through the ledger (the CLI's ``resolve``), then
 person: they look in the ticketing system's UI (here the fake's harness view)
 and confirm when the ticket is there, reject when it is not.
 
-``--crash-at POINT[:N]`` takes a ``CrashPoint`` (e.g. ``after_provider``: the
-ticket was created and the process died before the receipt was saved;
-``during_review_resume``: the answer arrived and the process died before the
-ledger recorded it; LangGraph saved the answer with the checkpoint, so the
-resumed run applies that same answer, once). The process really exits
-(code 137); ``--resume`` continues from ``--dir`` (default: a directory under
-the system temp dir).
+``--crash-at POINT[:N]`` takes a ``CrashPoint`` this flow reaches:
+
+- ``before_prepare``: nothing written; the resume starts the call afresh (and
+  meets the scripted lost response);
+- ``after_claim``: claimed, the ticketing system never heard of it; the resume
+  finds the owner dead, so ``unknown``, and the review; the on-call person sees
+  no ticket and rejects: no ticket, ``rejected``, and that is the truth;
+- ``after_provider``: the ticket was created, the receipt not saved: review;
+- ``after_receipt``: the receipt is saved, the checkpoint not: replayed;
+- ``during_review_resume``: the answer arrived and the process died before the
+  ledger recorded it; LangGraph saved the answer with the checkpoint, so the
+  resumed run applies that same answer, once.
+
+(``after_prepare`` and ``during_reconcile`` are not offered: with no approval,
+no ``authorize`` hook and no reconciler this flow never stops there.) The
+process really exits (code 137); ``--resume`` continues from ``--dir``
+(default: a directory under the system temp dir). ``--postgres URL`` keeps the
+ledger and LangGraph's checkpoints in PostgreSQL (a schema of the run's own).
 
 What it prints: each step of the agent; the review request (operation,
 status ``unknown``, attempts, evidence, retry risk, allowed decisions); the
 answer given and by whom; the operation's status and event log; and
 ``tickets created: N`` as counted by the ticketing system. Exit code 0 when
 the flow ended with the ledger matching the provider (``confirmed`` and one
-ticket, or ``retry`` chosen and the duplicate the review warned of);
-2 when stopped at the review on purpose; 137 when a crash point killed it;
-1 otherwise.
+ticket, ``rejected`` and no ticket, or ``retry`` chosen and the duplicate the
+review warned of); 2 when stopped at the review on purpose; 137 when a crash
+point killed it; 3 when the armed crash point was not reached; 1 otherwise.
 """
 
 from __future__ import annotations
@@ -60,25 +72,30 @@ from pathlib import Path
 from typing import Any
 
 from _common import (
+    NOT_REACHED,
     add_model_argument,
+    add_postgres_argument,
     chat_model,
-    crash_choices,
+    crash_argument,
+    ledger_url,
     narrate,
+    open_ledger,
+    open_saver,
     parse_crash,
-    saver_connection,
+    postgres_url,
+    resume_command,
     who,
     work_dir,
 )
 from langchain_core.messages import HumanMessage
-from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.types import Command
 
 from langgraph_effects import (
     EffectContext,
     EffectToolNode,
+    Ledger,
     OperationStatus,
-    SQLiteLedger,
     effect,
     route_tool_calls,
 )
@@ -96,11 +113,16 @@ PLAN = [
     ]
 ]
 STOPPED_AT_REVIEW = 2
+CRASH_POINTS = (
+    "before_prepare",
+    "after_claim",
+    "after_provider",
+    "after_receipt",
+    "during_review_resume",
+)
 
 
-def build_graph(
-    tickets: FakeTicketing, ledger: SQLiteLedger, saver: SqliteSaver, model: Any
-) -> Any:
+def build_graph(tickets: FakeTicketing, ledger: Ledger, saver: Any, model: Any) -> Any:
     # No contract (no idempotency key), no reconciler (no lookup): an unknown
     # outcome can only be resolved by a person.
     @effect("ticketing.create_ticket", target=lambda a: a["title"])
@@ -169,7 +191,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--crash-at",
         metavar="POINT[:N]",
-        help=f"die at a crash point: {', '.join(crash_choices())}",
+        type=crash_argument(CRASH_POINTS),
+        help=f"die at a crash point: {', '.join(CRASH_POINTS)}",
     )
     parser.add_argument("--resume", action="store_true", help="continue the thread in --dir")
     parser.add_argument(
@@ -184,24 +207,25 @@ def main(argv: list[str] | None = None) -> int:
         "--via-cli", action="store_true", help="resolve with the langgraph-effects CLI"
     )
     add_model_argument(parser)
+    add_postgres_argument(parser)
     args = parser.parse_args(argv)
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
 
     directory = work_dir("support_ticket", args.dir, fresh=not args.resume)
-    db_url = f"sqlite:///{directory / 'effects.db'}"
-    print(f"Files in {directory}")
+    pg = postgres_url(args.postgres, directory, fresh=not args.resume)
+    db_url = ledger_url(directory, pg)
+    print(f"Files in {directory}" + (" (ledger, checkpoints: PostgreSQL)" if pg else ""))
     crash = parse_crash(args.crash_at)
     if crash:
         print(f"Armed: this process dies at {args.crash_at}. Then run:")
-        print(f"  python {sys.argv[0]} --resume --dir {directory}")
+        print(f"  {resume_command(sys.argv[0], directory, pg)}")
 
     config = {"configurable": {"thread_id": THREAD}}
     with (
         FakeTicketing(directory / "ticketing.db") as tickets,
-        SQLiteLedger.from_conn_string(str(directory / "effects.db")) as ledger,
+        open_ledger(directory, pg) as ledger,
+        open_saver(directory, pg) as saver,
     ):
-        ledger.setup()
-        saver = SqliteSaver(saver_connection(directory / "checkpoints.db"))
         graph = build_graph(tickets, ledger, saver, chat_model(args.model, PLAN))
         plan = CrashPlan.arm(crash[0], "exit", hit=crash[1]) if crash else None
 
@@ -242,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
                     f"  langgraph-effects resolve {op_id} --tenant {TENANT} --confirm --by alice"
                     f' --reason "seen in the UI" --db {db_url}'
                 )
-                print(f"and then: python {sys.argv[0]} --resume --dir {directory}")
+                print(f"and then: {resume_command(sys.argv[0], directory, pg)}")
                 return STOPPED_AT_REVIEW
             if args.decision:
                 answer = {
@@ -256,8 +280,6 @@ def main(argv: list[str] | None = None) -> int:
             print(f"\nAnswer: graph.invoke(Command(resume={json.dumps(answer)}), config)")
             interrupts = narrate(graph, Command(resume=answer), config)
 
-        if plan is not None and not plan.fired:
-            print(f"(the crash point {args.crash_at} was not reached in this run)")
         (op,) = ledger.list(tenant_id=TENANT)
         print(f"\nOperation {op.operation_id}: {op.status.value}, {op.attempts} attempt(s)")
         for e in ledger.events(TENANT, op.operation_id):
@@ -279,10 +301,17 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 "A person chose retry with no idempotency key: the duplicate the review warned of."
             )
-        ok = op.status is OperationStatus.CONFIRMED and created == (2 if retried else 1)
+        confirmed_right = op.status is OperationStatus.CONFIRMED and created == (
+            2 if retried else 1
+        )
+        rejected_right = op.status is OperationStatus.REJECTED and created == 0
         if op.status is OperationStatus.REJECTED and created:
             print("Rejected, yet the ticketing system holds the ticket: the decision was wrong.")
+        ok = confirmed_right or rejected_right
         print("OK: the ledger matches the ticketing system." if ok else "MISMATCH: see above.")
+        if plan is not None and not plan.fired:
+            print(f"The crash point {args.crash_at} was not reached in this run: nothing died.")
+            return NOT_REACHED
         return 0 if ok else 1
 
 

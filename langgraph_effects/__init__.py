@@ -11,6 +11,8 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+__version__ = "0.1.0"  # keep equal to pyproject.toml's version (tests/test_readme.py checks)
+
 # Public name -> defining module. Imported on first use (PEP 562), so importing
 # the package stays cheap and optional extras (psycopg, langchain) load only
 # when their faces are used.

@@ -17,6 +17,24 @@ import pytest
 
 POSTGRES_URL = os.environ.get("LGE_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 REQUIRE_POSTGRES = os.environ.get("LGE_REQUIRE_POSTGRES") == "1"
+DEFAULT_WORKERS = 2  # the suite's parallelism when the command line does not choose
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook turns -n into workers
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    """Run on two xdist workers by default, only when xdist is there and nothing else was asked.
+
+    Not in ``addopts``: there ``-n 2`` breaks ``pytest -p no:xdist`` and any
+    machine without pytest-xdist. An explicit ``-n``/``--dist``/``--tx``,
+    ``--pdb`` or ``--collect-only`` keeps its meaning.
+    """
+    if not config.pluginmanager.hasplugin("xdist") or hasattr(config, "workerinput"):
+        return
+    option = config.option
+    chosen = option.numprocesses is not None or option.dist != "no" or option.tx
+    if not (chosen or option.usepdb or option.collectonly):
+        option.numprocesses = DEFAULT_WORKERS
+
 
 _pg_error: str | None = None
 _pg_checked = False

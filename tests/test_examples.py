@@ -1,18 +1,28 @@
 """The runnable examples, run as a reader runs them: subprocesses, real crashes, fresh resumes.
 
 Each example counts effects at its fake provider and prints the count; these
-tests assert the exit code and those printed counts.
+tests assert the exit code and those printed counts. Every ``--crash-at`` point
+an example offers (its ``CRASH_POINTS``) is run: the process must really die
+there, and the resume must end with the counts the example promises. Every
+example also runs on PostgreSQL (``--postgres``).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 
 import pytest
+from _example_child import run_script
+from conftest import POSTGRES_URL, require_postgres
+
+from langgraph_effects.testing import run_in_forked_child
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 CRASHED = 137
@@ -43,6 +53,37 @@ DEFAULT_RUN: dict[str, list[str]] = {
 }
 
 
+# What a resume after any crash must print (the example's promise, whatever crashed).
+RESUMED_OK: dict[str, list[str]] = {
+    "crm_onboarding": [
+        r"CRM closures of case-318: 1\n",
+        r"e-mails to the account owner: 1\n",
+        r"OK: each effect happened exactly once",
+    ],
+    "support_ticket": [r"tickets created: [01]\n", r"OK: the ledger matches the ticketing system"],
+    "outbox_notify": [r"messages the provider sent: 1 ", r": sent, receipt (accepted|delivered)"],
+    "email_verification": [r"final_state: verified", r"verification_requests_received: 1\n"],
+}
+NOT_REACHED = 3
+
+
+def load(name: str) -> ModuleType:
+    """Import ``examples/<name>.py`` (its sibling ``_common`` importable, as for the script)."""
+    if str(EXAMPLES) not in sys.path:
+        sys.path.insert(0, str(EXAMPLES))
+    spec = importlib.util.spec_from_file_location(f"example_{name}", EXAMPLES / f"{name}.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def crash_cases() -> list[tuple[str, str]]:
+    """Every (example, crash point) the examples offer."""
+    return [(name, point) for name in sorted(RESUMED_OK) for point in load(name).CRASH_POINTS]
+
+
 def run(name: str, *args: str | Path, expect: int = 0) -> str:
     """Run ``examples/<name>.py`` in a fresh interpreter; assert its exit code; return stdout."""
     env = {k: v for k, v in os.environ.items() if k != "LGE_CRASH_AT"}
@@ -56,6 +97,18 @@ def run(name: str, *args: str | Path, expect: int = 0) -> str:
     )
     assert done.returncode == expect, f"exit {done.returncode}\n{done.stdout}\n{done.stderr}"
     return done.stdout
+
+
+def launch(name: str, *args: str | Path, expect: int, tmp_path: Path) -> str:
+    """``run``, in a child forked from a server that already imported LangGraph (fast)."""
+    output = tmp_path / f"{name}-{len(list(tmp_path.glob('*.out')))}.out"
+    child = run_in_forked_child(
+        run_script, str(EXAMPLES / f"{name}.py"), [str(a) for a in args], str(output)
+    )
+    code = child.exitcode if child.exitcode >= 0 else 128 - child.exitcode  # killed by a signal
+    text = output.read_text(encoding="utf-8")
+    assert code == expect, f"exit {code}\n{text}\n{child.error or ''}"
+    return text
 
 
 def assert_lines(output: str, patterns: list[str]) -> None:
@@ -74,6 +127,85 @@ def test_every_example_has_a_default_run_check() -> None:
     """Every example script in examples/ is covered by the default-run table below."""
     scripts = {p.stem for p in EXAMPLES.glob("*.py") if not p.stem.startswith("_")}
     assert scripts <= set(DEFAULT_RUN), f"no check for {sorted(scripts - set(DEFAULT_RUN))}"
+
+
+def test_every_crash_option_is_listed() -> None:
+    """An example with ``--crash-at`` lists its points in CRASH_POINTS, and this file checks it."""
+    for path in EXAMPLES.glob("*.py"):
+        if "--crash-at" in path.read_text(encoding="utf-8") and not path.stem.startswith("_"):
+            assert path.stem in RESUMED_OK, f"{path.name}: no resume check here"
+            assert load(path.stem).CRASH_POINTS, f"{path.name}: no CRASH_POINTS"
+
+
+@pytest.mark.parametrize(("name", "point"), crash_cases(), ids=lambda v: str(v))
+def test_every_offered_crash_point_dies_and_resumes_true(
+    name: str, point: str, tmp_path: Path
+) -> None:
+    """The process really dies at the point (137), and a fresh ``--resume`` ends as promised."""
+    work = tmp_path / "run"
+    crashed = launch(name, "--crash-at", point, "--dir", work, expect=CRASHED, tmp_path=tmp_path)
+    assert "--resume --dir" in crashed
+    resumed = launch(name, "--resume", "--dir", work, expect=0, tmp_path=tmp_path)
+    assert_lines(resumed, RESUMED_OK[name])
+
+
+def test_a_crash_point_not_reached_says_so(tmp_path: Path) -> None:
+    """Armed at a point the run never reaches (a finished thread), it says so and exits 3."""
+    run("crm_onboarding", "--dir", tmp_path)
+    out = run("crm_onboarding", "--resume", "--crash-at", "after_prepare", "--dir", tmp_path,
+              expect=NOT_REACHED)  # fmt: skip
+    assert "was not reached in this run: nothing died" in out
+
+
+@pytest.mark.parametrize("name", ["outbox_notify", "email_verification"])
+def test_resume_of_a_missing_directory_is_a_clear_error(name: str, tmp_path: Path) -> None:
+    """``--resume --dir`` of a directory with no run: a usage error naming it, no traceback."""
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLES / f"{name}.py"), "--resume", "--dir", tmp_path / "nope"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert "no run there" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+@pytest.fixture
+def pg_base(tmp_path: Path) -> Iterator[str]:
+    """The PostgreSQL URL the examples get; the schemas they create are dropped afterwards."""
+    require_postgres()
+    yield POSTGRES_URL
+    from _common import drop_schema
+
+    for marker in tmp_path.rglob("postgres-schema"):
+        drop_schema(POSTGRES_URL, marker.parent)
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("name", sorted(DEFAULT_RUN))
+def test_default_run_on_postgres(name: str, tmp_path: Path, pg_base: str) -> None:
+    """Each example runs start to end with ``--postgres`` and prints the same counts."""
+    assert_lines(run(name, "--postgres", pg_base, "--dir", tmp_path), DEFAULT_RUN[name])
+
+
+PG_CRASHES = [
+    ("crm_onboarding", "after_provider"),
+    ("support_ticket", "during_review_resume"),
+    ("outbox_notify", "after_send"),
+    ("email_verification", "after_request"),
+]
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize(("name", "point"), PG_CRASHES, ids=lambda v: str(v))
+def test_crash_and_resume_on_postgres(name: str, point: str, tmp_path: Path, pg_base: str) -> None:
+    """Killed with ``--postgres``, resumed with it: the same true ending as on SQLite."""
+    work = tmp_path / "run"
+    crashed = launch(name, "--postgres", pg_base, "--crash-at", point, "--dir", work,
+                     expect=CRASHED, tmp_path=tmp_path)  # fmt: skip
+    assert "--postgres URL" in crashed
+    resumed = launch(name, "--postgres", pg_base, "--resume", "--dir", work, expect=0,
+                     tmp_path=tmp_path)  # fmt: skip
+    assert_lines(resumed, RESUMED_OK[name])
 
 
 @pytest.mark.parametrize("name", sorted(DEFAULT_RUN))
@@ -154,19 +286,3 @@ def test_support_ticket_via_cli(tmp_path: Path) -> None:
     assert_lines(
         out, [r"\$ langgraph-effects resolve op-", r"is now confirmed", r"tickets created: 1\n"]
     )
-
-
-def test_outbox_notify_crash_then_resume(tmp_path: Path) -> None:
-    """outbox_notify: killed after the provider sent, resumed: one message."""
-    present("outbox_notify")
-    run("outbox_notify", "--crash-at", "after_send", "--dir", tmp_path, expect=CRASHED)
-    out = run("outbox_notify", "--resume", "--dir", tmp_path)
-    assert_lines(out, [r"mark_unknown", r"messages the provider sent: 1 "])
-
-
-def test_email_verification_crash_then_resume(tmp_path: Path) -> None:
-    """email_verification: killed while waiting, resumed: verified, one request."""
-    present("email_verification")
-    run("email_verification", "--crash-at", "waiting", "--dir", tmp_path, expect=CRASHED)
-    out = run("email_verification", "--resume", "--dir", tmp_path)
-    assert_lines(out, DEFAULT_RUN["email_verification"] + [r"runs_resumed_successfully: 1"])

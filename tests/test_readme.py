@@ -1,57 +1,144 @@
-"""The README quickstart snippet runs as written, given the names it leaves to the reader."""
+"""The README's code runs as written: the quickstart as pasted, the create_agent block with a model.
+
+Also the facts the README states about the package itself: its version and its license.
+"""
 
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
+import tomllib
 from pathlib import Path
 from typing import Any
 
 import pytest
-from langchain_core.messages import AIMessage, ToolMessage
-from langchain_core.tools import tool
+from _graphs import ScriptedModel, call
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.types import Command
 
-from langgraph_effects import OperationStatus, SQLiteLedger
+import langgraph_effects
+from langgraph_effects import EffectContext, InMemoryLedger, OperationStatus, effect
 from langgraph_effects.testing import FakeCRM
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
 
 
-def _quickstart_snippet() -> str:
+def python_block(heading: str) -> str:
+    """The first ```python block after ``heading`` in the README."""
     text = README.read_text(encoding="utf-8")
-    section = text[text.index("## Quickstart") :]
+    section = text[text.index(heading) :]
     match = re.search(r"```python\n(.*?)```", section, re.DOTALL)
-    assert match is not None, "the Quickstart section has no python block"
+    assert match is not None, f"no python block after {heading!r}"
     return match.group(1)
 
 
-def test_readme_quickstart_closes_the_case_once(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The snippet closes the case once, records it confirmed, and a resume replays it."""
-    monkeypatch.chdir(tmp_path)
+def test_readme_quickstart_runs_as_pasted(tmp_path: Path) -> None:
+    """The quickstart, pasted into a file and run twice in an empty directory, closes the case once.
+
+    A fresh interpreter and nothing but the block itself: every name it uses it
+    defines or imports. The second run meets the same operation and replays it.
+    """
+    script = tmp_path / "quickstart.py"
+    script.write_text(python_block("## Quickstart\n"), encoding="utf-8")
+    for _ in range(2):
+        done = subprocess.run(
+            [sys.executable, str(script)],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip() == "confirmed | closures at the CRM: 1"
+    with FakeCRM(tmp_path / "crm.db") as crm:
+        assert (crm.effects, crm.duplicates) == (1, 0)
+
+
+@pytest.mark.parametrize("with_hitl", [True, False], ids=["hitl=", "without hitl="])
+def test_readme_create_agent_with_hitl_asks_once(tmp_path: Path, with_hitl: bool) -> None:
+    """The create_agent block: with ``hitl=`` one question; without it (as the README warns) two."""
     crm = FakeCRM(tmp_path / "crm.db")
 
-    def call_model(state: dict[str, Any]) -> dict[str, Any]:
-        if isinstance(state["messages"][-1], ToolMessage):
-            return {"messages": [AIMessage(content="closed")]}
-        call = {
-            "name": "close_case",
-            "id": "call-1",
-            "type": "tool_call",
-            "args": {"case_id": "case-318", "resolution": "onboarding complete"},
-        }
-        return {"messages": [AIMessage(content="", tool_calls=[call])]}
+    @effect("crm.close_case", target=lambda a: a["case_id"], require_approval=True)
+    def close_case(case_id: str, resolution: str, ctx: EffectContext) -> dict[str, Any]:
+        """Close a CRM case."""
+        return crm.close_case(case_id, resolution, idempotency_key=ctx.idempotency_key)
 
-    @tool
-    def search_docs(query: str) -> str:
-        """Search the docs."""
-        return "nothing"
+    ledger = InMemoryLedger()
+    ledger.setup()
+    model = ScriptedModel(tool_calls=[call("close_case", "c1", case_id="A", resolution="done")])
+    namespace: dict[str, Any] = {
+        "model": model,
+        "close_case": close_case,
+        "saver": InMemorySaver(),
+        "ledger": ledger,
+    }
+    block = python_block("### With `create_agent`")
+    if not with_hitl:
+        assert ", hitl=hitl)" in block
+        block = block.replace(", hitl=hitl)", ")")
+    exec(compile(block, str(README), "exec"), namespace)
+    agent = namespace["agent"]
+    config = {"configurable": {"thread_id": "t1"}}
 
-    namespace: dict[str, Any] = {"crm": crm, "call_model": call_model, "search_docs": search_docs}
-    exec(compile(_quickstart_snippet(), str(README), "exec"), namespace)
-
+    first = agent.invoke({"messages": [("user", "close A")]}, config, durability="sync")
+    assert len(first["__interrupt__"]) == 1  # HITL asks ...
+    out = agent.invoke(
+        Command(resume={"decisions": [{"type": "approve"}]}), config, durability="sync"
+    )
+    if not with_hitl:  # the ledger's own approval request comes on top
+        assert out["__interrupt__"][0].value["kind"] == "effect_approval"
+        assert crm.effects == 0
+        return
+    assert "__interrupt__" not in out  # ... and nobody asks again
+    [op] = ledger.list(tenant_id="default")
+    assert op.status is OperationStatus.CONFIRMED
     assert crm.effects == 1
-    with SQLiteLedger.from_conn_string(str(tmp_path / "app.db")) as ledger:
-        [op] = ledger.list(tenant_id="acme")
-        assert op.status is OperationStatus.CONFIRMED
-        assert op.target == "case-318"
+    actors = {e.actor for e in ledger.events("default", op.operation_id)}
+    assert "human-in-the-loop" in actors
+
+
+def test_version_matches_pyproject() -> None:
+    """``langgraph_effects.__version__`` is the version pyproject.toml builds."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    assert langgraph_effects.__version__ == project["version"]
+    assert f"## {project['version']}" in (ROOT / "CHANGELOG.md").read_text(encoding="utf-8")
+
+
+def test_license_file_is_the_declared_one() -> None:
+    """pyproject.toml says MIT; the LICENSE file is the MIT license."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    assert project["license"] == "MIT"
+    assert (ROOT / "LICENSE").read_text(encoding="utf-8").startswith("MIT License\n")
+
+
+def test_ci_runs_exactly_the_readme_test_command() -> None:
+    """.ci/run ends with the README's 'Run the whole test suite' command, verbatim."""
+    text = README.read_text(encoding="utf-8")
+    section = text[text.index("Run the whole test suite") :]
+    match = re.search(r"```bash\n(.*?)\n```", section, re.DOTALL)
+    assert match is not None
+    ci_lines = (ROOT / ".ci" / "run").read_text(encoding="utf-8").strip().splitlines()
+    assert ci_lines[-1] == match.group(1).strip()
+
+
+@pytest.mark.parametrize(
+    ("options", "workers"),
+    [([], "2 workers"), (["-p", "no:xdist"], None)],
+)
+def test_pytest_runs_with_and_without_xdist(options: list[str], workers: str | None) -> None:
+    """Plain ``pytest`` uses two xdist workers; ``-p no:xdist`` runs in-process and still works."""
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", *options, "-p", "no:cacheprovider",
+         "tests/test_readme.py::test_license_file_is_the_declared_one"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "1 passed" in done.stdout
+    if workers is None:
+        assert "worker" not in done.stdout
+    else:
+        assert re.search(rf"\b{workers}\b", done.stdout), done.stdout
