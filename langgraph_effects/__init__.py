@@ -40,6 +40,7 @@ _EXPORTS: dict[str, str] = {
     "LedgerError": "langgraph_effects.errors",
     "LedgerNotSetUp": "langgraph_effects.errors",
     "LedgerUnavailable": "langgraph_effects.errors",
+    "MiddlewareOrderError": "langgraph_effects.errors",
     "OperationNotFound": "langgraph_effects.errors",
     "PayloadMismatch": "langgraph_effects.errors",
     "StaleFencingToken": "langgraph_effects.errors",

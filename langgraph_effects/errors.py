@@ -7,6 +7,7 @@ The tree::
     │   ├── PayloadMismatch                   same operation key, another payload digest
     │   ├── InvalidAnswer                     a resume value that answers no pending request
     │   └── TenantMismatch                    a thread resumed under a tenant it is not bound to
+    ├── MiddlewareOrderError                  agent middleware listed in an order that cannot work
     ├── IllegalTransition                     the state machine refuses the move
     ├── LedgerError
     │   ├── LedgerNotSetUp                    call ledger.setup() first
@@ -40,6 +41,7 @@ __all__ = [
     "LedgerError",
     "LedgerNotSetUp",
     "LedgerUnavailable",
+    "MiddlewareOrderError",
     "OperationNotFound",
     "PayloadMismatch",
     "ProviderError",
@@ -107,6 +109,10 @@ class TenantMismatch(InvalidInput):
         self.workflow_id = workflow_id
         self.bound = bound
         self.requested = requested
+
+
+class MiddlewareOrderError(EffectsError):
+    """``create_agent`` middleware is listed in an order that cannot keep the guarantee."""
 
 
 class IllegalTransition(EffectsError):

@@ -16,9 +16,9 @@ With LangChain's ``HumanInTheLoopMiddleware``:
   as the operation's approval.
 
 In HITL's ``per_call`` mode list HITL *before* ``EffectMiddleware`` (HITL then
-asks before the operation is claimed). Listed after it, approve, reject and respond
-work, but an edit is applied inside the dispatch, after the operation was bound to
-the model's arguments.
+asks before the operation is claimed). Listed after it, an edit would be applied
+inside the dispatch, after the operation was bound to the model's arguments, so
+the first gated call raises ``MiddlewareOrderError`` before anything is sent.
 """
 
 from __future__ import annotations
@@ -30,10 +30,12 @@ from typing import Annotated, Any, NotRequired
 from langchain.agents.middleware import AgentMiddleware, AgentState
 from langchain.agents.middleware.types import ToolCallRequest
 from langchain_core.messages import ToolCall, ToolMessage
+from langgraph.errors import GraphInterrupt
 from langgraph.types import Command
 
 from langgraph_effects.core.model import utcnow
 from langgraph_effects.effects import effect_spec
+from langgraph_effects.errors import MiddlewareOrderError
 from langgraph_effects.ledger.base import DEFAULT_LEASE
 from langgraph_effects.node import (
     _execute_with,
@@ -145,7 +147,7 @@ class EffectMiddleware(AgentMiddleware[EffectAgentState, Any, Any]):
             return handler(request)
         request = effect_request
         call = self._build(request, self.runner.tenant_for(self._config(request), self.tenant_id))
-        run = _execute_with(request, handler)
+        run = _execute_with(request, _refuse_inner_review(handler))
         op = self.runner.run(call, run)
         return effect_result(request, call, op, produced=run.first_answer(op))
 
@@ -161,6 +163,54 @@ class EffectMiddleware(AgentMiddleware[EffectAgentState, Any, Any]):
         request = effect_request
         thread = await self.runner.atenant_for(self._config(request), self.tenant_id)
         call = self._build(request, thread)
-        run = _execute_with(request, handler)
+        run = _execute_with(request, _arefuse_inner_review(handler))
         op = await self.runner.arun(call, run.acall)
         return effect_result(request, call, op, produced=run.first_answer(op))
+
+
+_ORDER = (
+    "HumanInTheLoopMiddleware in per_call mode must be listed before EffectMiddleware: "
+    "listed after it, a reviewer's edit would change the call after its operation was "
+    "bound to the model's arguments. Nothing was sent."
+)
+
+
+def _per_call_review(exc: GraphInterrupt) -> bool:
+    """The interrupt is HITL's per-call approval request (``type: "tool_approval"``)."""
+    interrupts = exc.args[0] if exc.args else ()
+    return any(
+        isinstance(getattr(i, "value", None), dict) and i.value.get("type") == "tool_approval"
+        for i in interrupts
+    )
+
+
+def _refuse_inner_review(
+    handler: Callable[[ToolCallRequest], ToolMessage | Command[Any]],
+) -> Callable[[ToolCallRequest], ToolMessage | Command[Any]]:
+    """``handler``, refusing HITL's per-call review raised inside it (the wrong order)."""
+
+    def run(request: ToolCallRequest) -> ToolMessage | Command[Any]:
+        try:
+            return handler(request)
+        except GraphInterrupt as exc:
+            if _per_call_review(exc):
+                raise MiddlewareOrderError(_ORDER) from None
+            raise
+
+    return run
+
+
+def _arefuse_inner_review(
+    handler: Callable[[ToolCallRequest], Awaitable[ToolMessage | Command[Any]]],
+) -> Callable[[ToolCallRequest], Awaitable[ToolMessage | Command[Any]]]:
+    """Async twin of ``_refuse_inner_review``."""
+
+    async def run(request: ToolCallRequest) -> ToolMessage | Command[Any]:
+        try:
+            return await handler(request)
+        except GraphInterrupt as exc:
+            if _per_call_review(exc):
+                raise MiddlewareOrderError(_ORDER) from None
+            raise
+
+    return run

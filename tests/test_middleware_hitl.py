@@ -16,7 +16,7 @@ from langchain.agents import create_agent
 from langchain.agents.middleware import HumanInTheLoopMiddleware
 from langgraph.types import Command
 
-from langgraph_effects import EffectContext, EffectMiddleware, effect
+from langgraph_effects import EffectContext, EffectMiddleware, MiddlewareOrderError, effect
 from langgraph_effects.core.model import OperationStatus
 from langgraph_effects.testing.providers import FakeCRM
 
@@ -95,11 +95,15 @@ def run_review(
 
 
 ORDERS = pytest.mark.parametrize("effect_first", [True, False], ids=["effect-first", "hitl-first"])
-HITL_MODES = pytest.mark.parametrize("mode", ["batched", "per_call"])
+# Per-call HITL listed inside EffectMiddleware is refused (test_per_call_hitl_inside_...).
+ORDER_MODES = pytest.mark.parametrize(
+    ("effect_first", "mode"),
+    [(True, "batched"), (False, "batched"), (False, "per_call")],
+    ids=["effect-first-batched", "hitl-first-batched", "hitl-first-per_call"],
+)
 
 
-@ORDERS
-@HITL_MODES
+@ORDER_MODES
 def test_approve_runs_once(env: Env, effect_first: bool, mode: str) -> None:
     """Approved: the effect happens once and is confirmed."""
     crm, other, out = run_review(env, effect_first=effect_first, mode=mode, decision="approve")
@@ -109,20 +113,11 @@ def test_approve_runs_once(env: Env, effect_first: bool, mode: str) -> None:
     assert tool_messages(out)[0].content == "closed A: fixed"
 
 
-@ORDERS
-@HITL_MODES
+@ORDER_MODES
 def test_edit_binds_the_operation_and_keeps_the_notice(
-    env: Env, effect_first: bool, mode: str, request: pytest.FixtureRequest
+    env: Env, effect_first: bool, mode: str
 ) -> None:
     """Edited: the edited call is the operation, runs once, and the model reads HITL's notice."""
-    if mode == "per_call" and effect_first:
-        request.applymarker(
-            pytest.mark.xfail(
-                strict=True,
-                reason="per-call HITL listed inside EffectMiddleware edits the call after the "
-                "operation was bound: list HITL first in per_call mode (README)",
-            )
-        )
     crm, other, out = run_review(env, effect_first=effect_first, mode=mode, decision="edit")
     assert (crm.effects, other.effects) == (1, 0)
     [op] = [o for o in env.ops() if o.status is S.CONFIRMED]
@@ -149,8 +144,7 @@ def test_edit_redirected_to_another_effect_tool(env: Env, effect_first: bool) ->
     assert str(msg.content).endswith("escalated A")
 
 
-@ORDERS
-@HITL_MODES
+@ORDER_MODES
 @pytest.mark.parametrize("decision", ["reject", "respond"])
 def test_reject_and_respond_send_nothing(
     env: Env, effect_first: bool, mode: str, decision: str
@@ -162,3 +156,21 @@ def test_reject_and_respond_send_nothing(
     [msg] = tool_messages(out)
     assert DECISIONS[decision]["message"] in str(msg.content)
     assert msg.status == ("error" if decision == "reject" else "success")
+
+
+def test_per_call_hitl_inside_effect_middleware_is_refused(env: Env) -> None:
+    """Per-call HITL listed after EffectMiddleware would let an edit change a call already
+    bound to its operation: the first gated call fails with MiddlewareOrderError naming the
+    order to use; nothing is sent and no operation is left claimed."""
+    crm, other = FakeCRM(), FakeCRM()
+    hitl = HumanInTheLoopMiddleware(interrupt_on={"close_case": True}, interrupt_mode="per_call")  # type: ignore[arg-type]
+    agent = create_agent(
+        ScriptedModel(tool_calls=[CLOSE]),
+        tools=tools(crm, other),
+        middleware=[EffectMiddleware(ledger=env.ledger, hitl=hitl), hitl],
+        checkpointer=env.checkpointer,
+    )
+    with pytest.raises(MiddlewareOrderError, match="before EffectMiddleware"):
+        env.invoke(agent, {"messages": [("user", "close A")]}, CFG)
+    assert (crm.effects, other.effects) == (0, 0)
+    assert [op.status for op in env.ops()] in ([], [S.PREPARED])
