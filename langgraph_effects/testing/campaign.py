@@ -66,6 +66,7 @@ from langchain_core.messages import HumanMessage, ToolMessage
 from langgraph.types import Command
 
 from langgraph_effects.core.model import Operation, OperationStatus, utcnow
+from langgraph_effects.core.plan import receipt_conflict
 from langgraph_effects.ledger.base import DEFAULT_LEASE
 from langgraph_effects.testing.assertions import mislabelled_operations
 from langgraph_effects.testing.faults import CrashPlan, CrashPoint, InjectedCrash
@@ -675,7 +676,11 @@ def _one_stale(case: StaleCase) -> ScenarioReport:
 
 
 def _operator_last(events: Sequence[Any], op: Operation) -> bool:
+    """A person rejected it on the evidence they had, and a receipt that arrived later is
+    kept as a conflict for review (``core.plan.receipt_conflict``): truthful, not hidden."""
     mine = [e for e in events if e.operation_id == op.operation_id]
+    if receipt_conflict(op, mine) is not None:
+        return any(e.evidence is not None and e.evidence.source == "operator" for e in mine)
     return bool(mine) and mine[-1].evidence is not None and mine[-1].evidence.source == "operator"
 
 
