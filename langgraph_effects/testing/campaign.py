@@ -55,6 +55,7 @@ import sys
 import tempfile
 import time
 import uuid
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -68,6 +69,7 @@ from langgraph.types import Command
 from langgraph_effects.core.model import Operation, OperationStatus, utcnow
 from langgraph_effects.core.plan import receipt_conflict
 from langgraph_effects.ledger.base import DEFAULT_LEASE
+from langgraph_effects.runner import DurabilityWarning
 from langgraph_effects.testing.assertions import mislabelled_operations
 from langgraph_effects.testing.faults import CrashPlan, CrashPoint, InjectedCrash
 from langgraph_effects.testing.providers import Fault
@@ -170,6 +172,11 @@ def _quiet_langgraph() -> None:
     # interrupts, LangGraph's executor logs the sibling's GraphInterrupt from a
     # future callback. Expected here, and noise in the table.
     logging.getLogger("concurrent.futures").setLevel(logging.CRITICAL)
+    # Schedules run LangGraph's default durability on purpose. The warning about it
+    # must stay a warning even where the host turns warnings into errors (a pytest
+    # run): raised inside a tool call, it would fail one run of the first schedule
+    # to meet it in each worker, and the harness would read that as a crash.
+    warnings.filterwarnings("ignore", category=DurabilityWarning)
 
 
 # --------------------------------------------------------------------------- kills
