@@ -27,7 +27,7 @@ from langgraph_effects.testing.campaign import (
     stale_cases,
     stale_matrix,
 )
-from langgraph_effects.testing.faults import CrashPoint
+from langgraph_effects.testing.faults import CrashPoint, run_in_child
 from langgraph_effects.testing.scenario import Kind, ProviderKind, Schedule
 
 # A hang guard, not the budget: the randomized fixture is charged to its first test,
@@ -61,6 +61,17 @@ def randomized(tmp_path_factory: pytest.TempPathFactory) -> CampaignResult:
 
 
 def _run_randomized() -> CampaignResult:
+    # In a fresh interpreter, as `python -m langgraph_effects.testing.campaign` runs it:
+    # run inside the pytest worker, the schedules also inherited that process's state
+    # (and failed on seeds the command line passes).
+    done = run_in_child(_campaign, timeout=900)
+    if not done.ok:
+        raise RuntimeError(f"the campaign process failed: {done.error}")
+    result: CampaignResult = done.value
+    return result
+
+
+def _campaign() -> CampaignResult:
     return run_campaign(
         schedules=SCHEDULES,
         parts=("randomized", "control"),
@@ -71,52 +82,6 @@ def _run_randomized() -> CampaignResult:
 
 def _problems(result: CampaignResult) -> str:
     return "\n".join(line for row in result.node_rows for line in row.problems)
-
-
-# The PostgreSQL tests come first: under xdist each worker starts with one of
-# them while the first worker to need the randomized campaign runs it.
-
-
-@pytest.mark.postgres
-def test_real_kills_at_every_point_resume_without_duplicates(tmp_path: Path, pg_url: str) -> None:
-    """Every crash point x provider x {SQLite file, PostgreSQL} x {sync, async}, killed for real."""
-    cases = kill_cases(("sqlite", "postgres"), tmp_path, postgres_url=pg_url)
-    assert len(cases) == 2 * 2 * (3 * len(CrashPoint) - 1)
-    assert {c.kind for c in cases} == set(ProviderKind)
-    groups = kill_matrix(cases, workers=2)
-    problems = "\n".join(line for r in groups.values() for line in r.problems)
-    assert sum(r.crashes for r in groups.values()) == len(cases), problems  # every point reached
-    assert sum(r.duplicates for r in groups.values()) == 0, problems
-    assert sum(r.mislabelled for r in groups.values()) == 0, problems
-    assert sum(r.unknown for r in groups.values()) == 0, problems
-
-
-@pytest.mark.postgres
-def test_eight_processes_resuming_the_same_threads_dispatch_each_intent_once(
-    tmp_path: Path, pg_url: str
-) -> None:
-    """8 processes resume the same 100 crashed threads on PostgreSQL: one effect per intent."""
-    report = concurrency(pg_url, tmp_path, processes=8, threads=100)
-    assert report.problems == ()
-    assert (report.intents, report.effects, report.duplicates) == (200, 200, 0)
-    assert report.completed == 100
-
-
-@pytest.mark.postgres
-def test_stale_workers_and_failed_renewals_cost_no_duplicate_and_no_receipt(
-    tmp_path: Path, pg_url: str
-) -> None:
-    """A worker frozen past its lease (SIGSTOP, then SIGCONT) or whose ledger connection is
-    terminated mid-call (PostgreSQL): no duplicate, its receipt kept, a renewing worker trusted."""
-    cases = stale_cases(("sqlite", "postgres"), tmp_path, postgres_url=pg_url)
-    assert {c.fault for c in cases} == {"sigstop", "renewal"}
-    groups = stale_matrix(cases, workers=4)
-    problems = "\n".join(line for r in groups.values() for line in r.problems)
-    assert sum(r.runs for r in groups.values()) == len(cases)
-    assert sum(r.errors for r in groups.values()) == 0, problems
-    assert sum(r.duplicates for r in groups.values()) == 0, problems
-    assert sum(r.lost_receipts for r in groups.values()) == 0, problems
-    assert sum(r.violations for r in groups.values()) == 0, problems
 
 
 def test_randomized_schedules_apply_no_effect_twice(randomized: CampaignResult) -> None:
@@ -188,3 +153,51 @@ def test_the_command_prints_the_table_and_its_status_says_pass_or_fail(
     clean = "EffectToolNode: 0 duplicates, 0 lost receipts, 0 mislabelled, 0 violations" in out
     assert status == (0 if clean else 1)
     assert main(["--parts", "nonsense"]) == 2
+
+
+# The process-heavy matrices come after the randomized campaign: run beside it,
+# their load made a few schedules' real-time races come out differently (leases
+# renewed or waited for in real time), so the campaign runs first while the other
+# worker waits for its result.
+
+
+@pytest.mark.postgres
+def test_real_kills_at_every_point_resume_without_duplicates(tmp_path: Path, pg_url: str) -> None:
+    """Every crash point x provider x {SQLite file, PostgreSQL} x {sync, async}, killed for real."""
+    cases = kill_cases(("sqlite", "postgres"), tmp_path, postgres_url=pg_url)
+    assert len(cases) == 2 * 2 * (3 * len(CrashPoint) - 1)
+    assert {c.kind for c in cases} == set(ProviderKind)
+    groups = kill_matrix(cases, workers=2)
+    problems = "\n".join(line for r in groups.values() for line in r.problems)
+    assert sum(r.crashes for r in groups.values()) == len(cases), problems  # every point reached
+    assert sum(r.duplicates for r in groups.values()) == 0, problems
+    assert sum(r.mislabelled for r in groups.values()) == 0, problems
+    assert sum(r.unknown for r in groups.values()) == 0, problems
+
+
+@pytest.mark.postgres
+def test_eight_processes_resuming_the_same_threads_dispatch_each_intent_once(
+    tmp_path: Path, pg_url: str
+) -> None:
+    """8 processes resume the same 100 crashed threads on PostgreSQL: one effect per intent."""
+    report = concurrency(pg_url, tmp_path, processes=8, threads=100)
+    assert report.problems == ()
+    assert (report.intents, report.effects, report.duplicates) == (200, 200, 0)
+    assert report.completed == 100
+
+
+@pytest.mark.postgres
+def test_stale_workers_and_failed_renewals_cost_no_duplicate_and_no_receipt(
+    tmp_path: Path, pg_url: str
+) -> None:
+    """A worker frozen past its lease (SIGSTOP, then SIGCONT) or whose ledger connection is
+    terminated mid-call (PostgreSQL): no duplicate, its receipt kept, a renewing worker trusted."""
+    cases = stale_cases(("sqlite", "postgres"), tmp_path, postgres_url=pg_url)
+    assert {c.fault for c in cases} == {"sigstop", "renewal"}
+    groups = stale_matrix(cases, workers=4)
+    problems = "\n".join(line for r in groups.values() for line in r.problems)
+    assert sum(r.runs for r in groups.values()) == len(cases)
+    assert sum(r.errors for r in groups.values()) == 0, problems
+    assert sum(r.duplicates for r in groups.values()) == 0, problems
+    assert sum(r.lost_receipts for r in groups.values()) == 0, problems
+    assert sum(r.violations for r in groups.values()) == 0, problems

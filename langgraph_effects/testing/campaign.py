@@ -172,10 +172,8 @@ def _quiet_langgraph() -> None:
     # interrupts, LangGraph's executor logs the sibling's GraphInterrupt from a
     # future callback. Expected here, and noise in the table.
     logging.getLogger("concurrent.futures").setLevel(logging.CRITICAL)
-    # Schedules run LangGraph's default durability on purpose. The warning about it
-    # must stay a warning even where the host turns warnings into errors (a pytest
-    # run): raised inside a tool call, it would fail one run of the first schedule
-    # to meet it in each worker, and the harness would read that as a crash.
+    # Schedules run LangGraph's default durability on purpose: the advice is noise
+    # here, and where a host turns warnings into errors it must not fail a run.
     warnings.filterwarnings("ignore", category=DurabilityWarning)
 
 
