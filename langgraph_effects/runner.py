@@ -956,23 +956,31 @@ class EffectRunner:
                 p.retry_forbidden = True
                 p.evidence.append(Evidence.inconclusive(refusal, source="authorize"))
                 return op
-        op = yield from self._guarded(
-            p,
-            op,
-            _L(
-                "claim",
-                op.tenant_id,
-                op.operation_id,
-                owner=owner,
-                lease_for=self.lease_for,
-                actor=owner.encode(),
-            ),
-        )
+        op = yield from self._claim(p, op, owner)
         if op.status is S.DISPATCHING and op.lease_owner == owner.encode():
             p.claimed = True
             if step is Step.RETRY_SAFE:
                 p.retried = True
         return op
+
+    def _claim(
+        self, p: _Pass, op: Operation, owner: LeaseOwner
+    ) -> Generator[_Action, Any, Operation]:
+        """Take the lease (``prepared``/``unknown`` -> ``dispatching``), or re-read the record."""
+        return (
+            yield from self._guarded(
+                p,
+                op,
+                _L(
+                    "claim",
+                    op.tenant_id,
+                    op.operation_id,
+                    owner=owner,
+                    lease_for=self.lease_for,
+                    actor=owner.encode(),
+                ),
+            )
+        )
 
     def _dispatch(
         self, p: _Pass, op: Operation, owner: LeaseOwner
@@ -1165,18 +1173,7 @@ class EffectRunner:
         if fresh.status is S.REJECTED:
             return _conflicted(fresh, receipt)
         if fresh.status is S.PREPARED:
-            fresh = yield from self._guarded(
-                p,
-                fresh,
-                _L(
-                    "claim",
-                    fresh.tenant_id,
-                    fresh.operation_id,
-                    owner=owner,
-                    lease_for=self.lease_for,
-                    actor=owner.encode(),
-                ),
-            )
+            fresh = yield from self._claim(p, fresh, owner)
             if fresh.status is S.DISPATCHING and fresh.lease_owner == owner.encode():
                 return (
                     yield from self._guarded(
