@@ -68,7 +68,6 @@ from datetime import datetime, timedelta
 from enum import IntEnum
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
-from urllib.parse import urlsplit
 
 import pydantic
 import typer
@@ -98,6 +97,7 @@ from langgraph_effects.errors import (
     StaleFencingToken,
 )
 from langgraph_effects.ledger.base import Ledger, LedgerStats
+from langgraph_effects.ledger.connect import LEDGER_URL_ENV, _authority, parse_ledger_url
 
 __all__ = ["ExitCode", "ResolvePolicy", "app", "main", "open_ledger", "parse_duration"]
 
@@ -152,7 +152,7 @@ DbOption = Annotated[
     str | None,
     typer.Option(
         "--db",
-        envvar=["LGE_LEDGER_URL", "LGE_DB"],
+        envvar=list(LEDGER_URL_ENV),
         metavar="URL",
         help="Ledger URL: sqlite:///file.db, sqlite:////abs/file.db or postgresql://...",
         show_default=False,
@@ -246,37 +246,20 @@ def open_ledger(url: str) -> Iterator[Ledger]:
             missing SQLite file.
         LedgerError: the backend could not be opened or reached.
     """
-    scheme = urlsplit(url).scheme.lower() if "://" in url else ""
-    if scheme in ("postgresql", "postgres") or scheme.startswith("postgresql+"):
-        if _authority(url).count("@") > 1:
-            # libpq would cut the password at its first '@' and take the rest for a host.
-            raise InvalidInput(
-                "the ledger URL's user name or password holds an '@': percent-encode it as %40"
-            )
+    location = parse_ledger_url(url)
+    if location.backend == "postgres":
         import psycopg
 
         from langgraph_effects.ledger.postgres import PostgresLedger
 
         # One connection, not a pool: a command runs a few statements, and an
         # unreachable server must fail within seconds, not a pool's timeout.
-        conn_string = re.sub(r"^postgresql\+\w+://", "postgresql://", url)
-        with psycopg.connect(conn_string, autocommit=True, connect_timeout=10) as conn:
+        with psycopg.connect(location.target, autocommit=True, connect_timeout=10) as conn:
             yield PostgresLedger(conn)
         return
-    if scheme == "sqlite":
-        # SQLAlchemy's convention: sqlite:///rel/path, sqlite:////abs/path.
-        path = Path(url[len("sqlite:///") :]) if url.lower().startswith("sqlite:///") else None
-        if path is None or not str(path):
-            raise InvalidInput(f"malformed SQLite URL {url!r}: use sqlite:///path/to/effects.db")
-    elif scheme == "" and url.strip():
-        path = Path(url)
-    else:
-        raise InvalidInput(
-            f"unsupported ledger URL {url!r}: use sqlite:///path/to/effects.db "
-            "or postgresql://user@host:5432/db"
-        )
+    path = Path(location.target)
     if not path.is_file():
-        hint = " (an absolute path takes four slashes: sqlite:////abs/path)" if scheme else ""
+        hint = " (an absolute path takes four slashes: sqlite:////abs/path)" if "://" in url else ""
         raise InvalidInput(f"no SQLite ledger at {path.resolve()}: the file does not exist{hint}")
     from langgraph_effects.ledger.sqlite import SQLiteLedger
 
@@ -325,12 +308,6 @@ def _passwords(url: str) -> list[str]:
         if ":" in userinfo:
             found.append(userinfo.split(":", 1)[1])
     return [secret for secret in found if secret]
-
-
-def _authority(url: str) -> str:
-    """``user:password@host:port`` of a URL (empty without ``://``)."""
-    _, sep, rest = url.partition("://")
-    return re.split(r"[/?#]", rest, maxsplit=1)[0] if sep else ""
 
 
 def _redact(text: str) -> str:
