@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 import os
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -149,6 +150,10 @@ class LazyLedger:
         self._setup = setup
         self._clock = clock
         self._max_size = max_size
+        self._open_backend = _postgres if location.backend == "postgres" else _sqlite
+        # Import the backend now (a module's import time, before any loop runs): an
+        # import in the loop on first use would read files there, a blocking call.
+        importlib.import_module(f"langgraph_effects.ledger.{location.backend}")
         self._open: dict[asyncio.AbstractEventLoop, tuple[Any, contextlib.AsyncExitStack]] = {}
         self._opening: dict[asyncio.AbstractEventLoop, asyncio.Lock] = {}
 
@@ -172,7 +177,9 @@ class LazyLedger:
             if entry is None:
                 stack = contextlib.AsyncExitStack()
                 try:
-                    ledger = await stack.enter_async_context(self._backend())
+                    ledger = await stack.enter_async_context(
+                        self._open_backend(self.location.target, self._clock, self._max_size)
+                    )
                     if self._setup:
                         await ledger.setup()
                 except BaseException:
@@ -186,15 +193,6 @@ class LazyLedger:
         entry = self._open.pop(asyncio.get_running_loop(), None)
         if entry is not None:
             await entry[1].aclose()
-
-    def _backend(self) -> contextlib.AbstractAsyncContextManager[Any]:
-        if self.location.backend == "postgres":
-            from langgraph_effects.ledger.postgres import AsyncPostgresLedger
-
-            return AsyncPostgresLedger.from_conn_string(
-                self.location.target, clock=self._clock, max_size=self._max_size
-            )
-        return _sqlite(self.location.target, self._clock)
 
     setup = _delegate("setup")
     prepare = _delegate("prepare")
@@ -217,25 +215,39 @@ class LazyLedger:
     stats = _delegate("stats")
 
 
-@contextlib.asynccontextmanager
-async def _sqlite(path: str, clock: Callable[[], datetime]) -> AsyncIterator[Any]:
+def _sqlite(
+    path: str, clock: Callable[[], datetime], max_size: int
+) -> contextlib.AbstractAsyncContextManager[Any]:
     """``AsyncSQLiteLedger`` on ``path``, every blocking step (connect, the connection's
     pragmas, close) in a worker thread."""
     from langgraph_effects.ledger.sqlite import AsyncSQLiteLedger, _connect
 
-    def open_() -> tuple[Any, Any]:
-        conn = _connect(str(Path(path)))
-        try:
-            return conn, AsyncSQLiteLedger(conn, clock=clock)
-        except BaseException:
-            conn.close()
-            raise
+    @contextlib.asynccontextmanager
+    async def opened() -> AsyncIterator[Any]:
+        def open_() -> tuple[Any, Any]:
+            conn = _connect(str(Path(path)))
+            try:
+                return conn, AsyncSQLiteLedger(conn, clock=clock)
+            except BaseException:
+                conn.close()
+                raise
 
-    conn, ledger = await asyncio.to_thread(open_)
-    try:
-        yield ledger
-    finally:
-        await asyncio.to_thread(conn.close)
+        conn, ledger = await asyncio.to_thread(open_)
+        try:
+            yield ledger
+        finally:
+            await asyncio.to_thread(conn.close)
+
+    return opened()
+
+
+def _postgres(
+    url: str, clock: Callable[[], datetime], max_size: int
+) -> contextlib.AbstractAsyncContextManager[Any]:
+    """``AsyncPostgresLedger`` on its own ``AsyncConnectionPool``, opened in the running loop."""
+    from langgraph_effects.ledger.postgres import AsyncPostgresLedger
+
+    return AsyncPostgresLedger.from_conn_string(url, clock=clock, max_size=max_size)
 
 
 def ledger_from_url(
