@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -36,7 +37,8 @@ for _module in ("langgraph_api", "langgraph_cli", "langgraph_runtime_inmem", "la
 
 from langgraph_sdk import get_sync_client  # noqa: E402
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "server"
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = ROOT / "examples" / "server"
 GRAPH = "support"
 CRASH_EXIT_CODE = 137
 
@@ -320,3 +322,17 @@ def test_no_duplicate_after_the_server_is_killed_after_the_provider_acted(
     [answer] = [m for m in messages if m["type"] == "tool"]
     assert answer["status"] == "success"
     assert json.loads(answer["content"])["closed_by"] == op.idempotency_key
+
+
+def test_the_readme_sdk_block_runs_against_the_server(server: Server) -> None:
+    """The README's LangGraph Server block, run as written against this server: case-1 is
+    closed once, case-2 never."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text[text.index("Answer approvals with the SDK") :]
+    match = re.search(r"```python\n(.*?)```", section, re.DOTALL)
+    assert match is not None
+    block = match.group(1)
+    assert "http://127.0.0.1:2024" in block
+    exec(compile(block.replace("http://127.0.0.1:2024", server.url), "README.md", "exec"), {})
+    crm = server.crm()
+    assert (crm.effects_for("case-1"), crm.effects_for("case-2")) == (1, 0)
