@@ -26,9 +26,12 @@ from langgraph_effects.errors import InvalidInput
 from langgraph_effects.ledger.connect import LazyLedger, LedgerLocation, parse_ledger_url
 from langgraph_effects.testing import make_draft
 
-blockbuster = pytest.importorskip(
-    "blockbuster", reason="blockbuster is not installed: the 'server' extra is missing"
-)
+
+def blockbuster() -> Any:
+    """LangGraph Server's blocking-call detector (the ``server`` extra installs it)."""
+    return pytest.importorskip(
+        "blockbuster", reason="blockbuster is not installed: the 'server' extra is missing"
+    )
 
 
 @pytest.mark.parametrize(
@@ -84,7 +87,7 @@ def test_ledger_from_env_reads_the_url_and_opens_nothing(
 
 async def _lifecycle(ledger: LazyLedger, owner: LeaseOwner) -> OperationStatus:
     """Prepare (claimed), confirm, read back: every call under the blocking detector."""
-    with blockbuster.blockbuster_ctx():
+    with blockbuster().blockbuster_ctx():
         prepared = await ledger.prepare(make_draft("op-1"), owner=owner)
         token = prepared.operation.fencing_token
         await ledger.confirm("tenant-a", "op-1", token=token, result={"ok": True})
@@ -118,11 +121,13 @@ def test_a_sync_ledger_in_the_loop_is_what_the_detector_catches(tmp_path: Path) 
     ledger = SQLiteLedger(conn)
     ledger.setup()
 
+    detector = blockbuster()
+
     async def use() -> Any:
-        with blockbuster.blockbuster_ctx():
+        with detector.blockbuster_ctx():
             return ledger.get("tenant-a", "op-1")
 
-    with pytest.raises(blockbuster.BlockingError, match="sqlite3"):
+    with pytest.raises(detector.BlockingError, match="sqlite3"):
         asyncio.run(use())
     conn.close()
 

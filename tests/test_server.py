@@ -125,7 +125,6 @@ class Server:
         (workdir / "patterns.py").write_text(PATTERNS)
 
     def start(self) -> None:
-        langgraph = Path(sys.executable).parent / "langgraph"
         env = {
             **os.environ,
             "LGE_LEDGER_URL": f"sqlite:///{self.ledger_path}",
@@ -136,9 +135,10 @@ class Server:
             "LANGSMITH_TRACING": "false",
         }
         env.pop("LGE_DB", None)
+        command = [sys.executable, "-m", "langgraph_cli", "dev", "--no-browser", "--no-reload"]
         with self.log.open("ab") as log:
             self.proc = subprocess.Popen(
-                [str(langgraph), "dev", "--no-browser", "--no-reload", "--port", str(self.port)],
+                [*command, "--port", str(self.port)],
                 cwd=self.workdir,
                 env=env,
                 stdout=log,
