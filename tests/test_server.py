@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import POSTGRES_URL, _postgres_problem, _with_search_path, require_postgres
 
 from langgraph_effects import OperationStatus, SQLiteLedger
 from langgraph_effects.testing import FakeCRM, Fault
@@ -93,6 +94,8 @@ readme_pattern = build(sync_ledger)
 
 # The factory: no I/O now; opened without blocking in the server's loop on first use.
 factory_pattern = build(ledger_from_url("sqlite:///" + os.environ["PATTERN_FACTORY_DB"]))
+# The same on PostgreSQL, as in production (an AsyncConnectionPool in the server's loop).
+factory_postgres = build(ledger_from_url(os.environ.get("PATTERN_PG_URL") or "unused.db"))
 '''
 
 
@@ -105,8 +108,9 @@ def _free_port() -> int:
 class Server:
     """A ``langgraph dev`` process on a working dir; ``start`` again after a kill."""
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, pg_url: str | None) -> None:
         self.workdir = workdir
+        self.pg_url = pg_url
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -119,8 +123,8 @@ class Server:
         config["graphs"] = {
             name: str(EXAMPLE / spec.removeprefix("./")) for name, spec in config["graphs"].items()
         }
-        config["graphs"]["readme_pattern"] = str(workdir / "patterns.py") + ":readme_pattern"
-        config["graphs"]["factory_pattern"] = str(workdir / "patterns.py") + ":factory_pattern"
+        for name in ("readme_pattern", "factory_pattern", "factory_postgres"):
+            config["graphs"][name] = f"{workdir / 'patterns.py'}:{name}"
         (workdir / "langgraph.json").write_text(json.dumps(config, indent=2))
         (workdir / "patterns.py").write_text(PATTERNS)
 
@@ -131,6 +135,7 @@ class Server:
             "LGE_EXAMPLE_CRM": str(self.crm_path),
             "PATTERN_SYNC_DB": str(self.workdir / "pattern_sync.db"),
             "PATTERN_FACTORY_DB": str(self.workdir / "pattern_factory.db"),
+            "PATTERN_PG_URL": self.pg_url or "",
             "LANGGRAPH_CLI_NO_ANALYTICS": "1",
             "LANGSMITH_TRACING": "false",
         }
@@ -176,8 +181,26 @@ class Server:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    srv = Server(tmp_path_factory.mktemp("server"))
+def pg_schema_url() -> Iterator[str | None]:
+    """A fresh PostgreSQL schema for the module's server (None: PostgreSQL unreachable)."""
+    if _postgres_problem() is not None:
+        yield None
+        return
+    import psycopg
+
+    schema = f"lge_srv_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA "{schema}"')
+    try:
+        yield _with_search_path(POSTGRES_URL, schema)
+    finally:
+        with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory, pg_schema_url: str | None) -> Iterator[Server]:
+    srv = Server(tmp_path_factory.mktemp("server"), pg_schema_url)
     srv.start()
     try:
         yield srv
@@ -267,6 +290,23 @@ def test_readme_sync_ledger_fails_under_the_blocking_detector_and_the_factory_ru
     final = client.runs.wait(thread, "factory_pattern", input=inputs)
     assert [m["content"] for m in final["messages"] if m["type"] == "tool"] == ["touched x"]
     with SQLiteLedger.from_conn_string(str(server.workdir / "pattern_factory.db")) as ledger:
+        [op] = ledger.list(limit=10)
+    assert op.status is OperationStatus.CONFIRMED
+
+
+@pytest.mark.postgres
+def test_the_factory_runs_on_postgresql_under_the_server(server: Server, client: Any) -> None:
+    """``ledger_from_url("postgresql://...")`` under ``langgraph dev``: the pool opens in the
+    server's loop, the run succeeds and the operation is confirmed in PostgreSQL."""
+    require_postgres()
+    assert server.pg_url is not None
+    thread = client.threads.create()["thread_id"]
+    inputs = {"messages": [{"role": "user", "content": "touch x"}]}
+    final = client.runs.wait(thread, "factory_postgres", input=inputs)
+    assert [m["content"] for m in final["messages"] if m["type"] == "tool"] == ["touched x"]
+    from langgraph_effects.ledger.postgres import PostgresLedger
+
+    with PostgresLedger.from_conn_string(server.pg_url) as ledger:
         [op] = ledger.list(limit=10)
     assert op.status is OperationStatus.CONFIRMED
 
