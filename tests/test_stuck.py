@@ -191,3 +191,37 @@ def test_cli_stuck_with_nothing_stuck_says_so(tmp_path: Path) -> None:
     result = cli(f"sqlite:///{path}", "stuck")
     assert result.exit_code == 0, result.output
     assert result.stdout.strip() == "no stuck operations (examined 0 dispatching)"
+
+
+class ReceiptDuringSweep(SQLiteLedger):
+    """A real ledger whose owner's receipt lands just after the sweep read the rows (the race
+    ``--mark-unknown`` must lose): ``list`` returns, then op-dead is confirmed."""
+
+    def list(self, **kwargs: Any) -> Any:
+        rows = super().list(**kwargs)
+        for op in rows:
+            if op.operation_id == "op-dead" and op.status is S.DISPATCHING:
+                self.confirm(TENANT, "op-dead", token=op.fencing_token, result={"ok": True})
+        return rows
+
+
+def test_cli_stuck_mark_unknown_loses_to_a_late_receipt(tmp_path: Path, clock: Clock) -> None:
+    """A receipt recorded between the sweep and the mark wins: that operation stays confirmed,
+    the command says it was refused and exits 4; the others are marked."""
+    path = tmp_path / "effects.db"
+    with ReceiptDuringSweep.from_conn_string(str(path), clock=clock) as ledger:
+        ledger.setup()
+        populate(ledger, clock)
+        result = CliRunner().invoke(
+            app,
+            ["stuck", "-t", TENANT, "--mark-unknown", "--reason", "thread abandoned", "--json"],
+            obj=ledger,
+            env={"LGE_LEDGER_URL": None, "LGE_DB": None, "LGE_IDENTITY": None},
+        )
+        assert result.exit_code == ExitCode.REFUSED, result.output
+        rows = {r["operation_id"]: r for r in json.loads(result.stdout)["stuck"]}
+        assert rows["op-dead"]["marked_unknown"] is False
+        assert "nothing was changed" in rows["op-dead"]["refused"]
+        assert rows["op-far-old"]["marked_unknown"] is True
+        assert ledger.get(TENANT, "op-dead").status is S.CONFIRMED
+        assert ledger.get(TENANT, "op-far-old").status is S.UNKNOWN
