@@ -125,6 +125,7 @@ def test_the_async_sweep_finds_the_same(db: Any, clock: Clock, tmp_path: Path) -
 
 def cli(url: str, *args: str) -> Result:
     env = {"LGE_LEDGER_URL": url, "LGE_DB": None, "LGE_TENANT": None, "LGE_IDENTITY": None}
+    env["COLUMNS"] = "200"  # one line per row, whatever terminal runs the tests
     return CliRunner().invoke(app, list(args), env=env)
 
 
