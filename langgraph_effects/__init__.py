@@ -57,6 +57,10 @@ _EXPORTS: dict[str, str] = {
     "AsyncSQLiteLedger": "langgraph_effects.ledger.sqlite",
     "PostgresLedger": "langgraph_effects.ledger.postgres",
     "AsyncPostgresLedger": "langgraph_effects.ledger.postgres",
+    "ledger_from_env": "langgraph_effects.ledger.connect",
+    "ledger_from_url": "langgraph_effects.ledger.connect",
+    "find_stuck": "langgraph_effects.ledger.sweep",
+    "afind_stuck": "langgraph_effects.ledger.sweep",
     # effects and faces
     "effect": "langgraph_effects.effects",
     "EffectContext": "langgraph_effects.effects",

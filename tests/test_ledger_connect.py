@@ -1,0 +1,154 @@
+"""Ledger URLs and the lazy ledger a server's graph module creates at import time.
+
+``ledger_from_env()`` / ``ledger_from_url()`` must do no I/O when called and never block
+the event loop afterwards: checked here in-process with blockbuster (the detector
+``langgraph dev`` runs; ``tests/test_server.py`` checks it under the real server).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from langgraph_effects import (
+    LeaseOwner,
+    LedgerNotSetUp,
+    OperationStatus,
+    SQLiteLedger,
+    ledger_from_env,
+    ledger_from_url,
+)
+from langgraph_effects.errors import InvalidInput
+from langgraph_effects.ledger.connect import LazyLedger, LedgerLocation, parse_ledger_url
+from langgraph_effects.testing import make_draft
+
+
+def blockbuster() -> Any:
+    """LangGraph Server's blocking-call detector (the ``server`` extra installs it)."""
+    return pytest.importorskip(
+        "blockbuster", reason="blockbuster is not installed: the 'server' extra is missing"
+    )
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("sqlite:///effects.db", LedgerLocation("sqlite", "effects.db")),
+        ("sqlite:////abs/effects.db", LedgerLocation("sqlite", "/abs/effects.db")),
+        ("SQLite:///rel/e.db", LedgerLocation("sqlite", "rel/e.db")),
+        ("effects.db", LedgerLocation("sqlite", "effects.db")),
+        ("postgresql://u@h:5432/db", LedgerLocation("postgres", "postgresql://u@h:5432/db")),
+        ("postgres://u@h/db", LedgerLocation("postgres", "postgres://u@h/db")),
+        ("postgresql+psycopg://u@h/db", LedgerLocation("postgres", "postgresql://u@h/db")),
+    ],
+)
+def test_parse_ledger_url(url: str, expected: LedgerLocation) -> None:
+    """Every accepted spelling names its backend and target."""
+    assert parse_ledger_url(url) == expected
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("sqlite:///", "malformed SQLite URL"),
+        ("sqlite://effects.db", "malformed SQLite URL"),
+        ("mysql://u@h/db", "unsupported ledger URL"),
+        ("   ", "unsupported ledger URL"),
+        ("postgresql://u:p@ss@h/db", "percent-encode it as %40"),
+    ],
+)
+def test_parse_ledger_url_refuses(url: str, message: str) -> None:
+    """A malformed or unsupported URL is refused with what to write instead."""
+    with pytest.raises(InvalidInput, match=message):
+        parse_ledger_url(url)
+
+
+def test_ledger_from_env_reads_the_url_and_opens_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """LGE_LEDGER_URL wins over LGE_DB, which wins over the default; no file is created
+    until the first call."""
+    first, second = tmp_path / "first.db", tmp_path / "second.db"
+    monkeypatch.setenv("LGE_LEDGER_URL", f"sqlite:///{first}")
+    monkeypatch.setenv("LGE_DB", f"sqlite:///{second}")
+    assert ledger_from_env().location == LedgerLocation("sqlite", str(first))
+    monkeypatch.delenv("LGE_LEDGER_URL")
+    assert ledger_from_env().location == LedgerLocation("sqlite", str(second))
+    monkeypatch.delenv("LGE_DB")
+    assert ledger_from_env().location == LedgerLocation("sqlite", "effects.db")
+    assert ledger_from_env(f"sqlite:///{first}").location.target == str(first)
+    assert not first.exists()
+    assert not second.exists()
+
+
+async def _lifecycle(ledger: LazyLedger, owner: LeaseOwner) -> OperationStatus:
+    """Prepare (claimed), confirm, read back: every call under the blocking detector."""
+    with blockbuster().blockbuster_ctx():
+        prepared = await ledger.prepare(make_draft("op-1"), owner=owner)
+        token = prepared.operation.fencing_token
+        await ledger.confirm("tenant-a", "op-1", token=token, result={"ok": True})
+        [op] = await ledger.list(tenant_id="tenant-a")
+        await ledger.aclose()
+    return op.status
+
+
+def test_sqlite_lazy_ledger_never_blocks_the_loop(tmp_path: Path) -> None:
+    """Opened, set up and used inside a running loop with blockbuster on: no blocking call;
+    the records are in the file."""
+    path = tmp_path / "effects.db"
+    ledger = ledger_from_url(f"sqlite:///{path}")
+    owner = LeaseOwner.current()  # reads /proc once, outside the loop
+    assert asyncio.run(_lifecycle(ledger, owner)) is OperationStatus.CONFIRMED
+    with SQLiteLedger.from_conn_string(str(path)) as sync:
+        assert sync.get("tenant-a", "op-1").status is OperationStatus.CONFIRMED
+
+
+@pytest.mark.postgres
+def test_postgres_lazy_ledger_never_blocks_the_loop(pg_url: str) -> None:
+    """The same on PostgreSQL: the pool opens in the loop, every statement is awaited."""
+    ledger = ledger_from_url(pg_url)
+    owner = LeaseOwner.current()
+    assert asyncio.run(_lifecycle(ledger, owner)) is OperationStatus.CONFIRMED
+
+
+def test_a_sync_ledger_in_the_loop_is_what_the_detector_catches(tmp_path: Path) -> None:
+    """The control: the README's sync SQLiteLedger called from a coroutine raises BlockingError."""
+    conn = sqlite3.connect(tmp_path / "sync.db", check_same_thread=False, isolation_level=None)
+    ledger = SQLiteLedger(conn)
+    ledger.setup()
+
+    detector = blockbuster()
+
+    async def use() -> Any:
+        with detector.blockbuster_ctx():
+            return ledger.get("tenant-a", "op-1")
+
+    with pytest.raises(detector.BlockingError, match="sqlite3"):
+        asyncio.run(use())
+    conn.close()
+
+
+def test_concurrent_first_calls_open_once_and_each_loop_gets_its_own(tmp_path: Path) -> None:
+    """Ten calls racing the first open share one backend; a second event loop (a second
+    ``asyncio.run``) opens its own, on the same file."""
+    ledger = ledger_from_url(f"sqlite:///{tmp_path / 'effects.db'}")
+
+    async def backends() -> list[Any]:
+        return list(await asyncio.gather(*(ledger.opened() for _ in range(10))))
+
+    first = asyncio.run(backends())
+    second = asyncio.run(backends())
+    assert all(b is first[0] for b in first)
+    assert all(b is second[0] for b in second)
+    assert first[0] is not second[0]
+
+
+def test_setup_false_leaves_the_schema_to_a_deploy_step(tmp_path: Path) -> None:
+    """With setup=False the ledger is used as it is: a fresh file says it is not set up."""
+    ledger = ledger_from_url(f"sqlite:///{tmp_path / 'effects.db'}", setup=False)
+    with pytest.raises(LedgerNotSetUp):
+        asyncio.run(ledger.get("tenant-a", "op-1"))

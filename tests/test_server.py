@@ -1,0 +1,378 @@
+"""``examples/server/`` under the real LangGraph API server, driven with ``langgraph_sdk``.
+
+One ``langgraph dev`` process (the ``server`` extra: langgraph-cli with its in-memory
+runtime) serves the module, from a temp working dir: its state goes to
+``.langgraph_api/`` there, the ledger and the fake CRM to SQLite files beside it. The
+server runs with its blocking-call detector (blockbuster) on, as ``langgraph dev`` does
+by default. The crash test kills it and starts it again on the same directory.
+
+Skipped, with the reason, only where the server cannot be installed (the ``server``
+extra is missing: ``pip install -e '.[dev]'`` installs it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import POSTGRES_URL, _postgres_problem, _with_search_path, require_postgres
+
+from langgraph_effects import OperationStatus, SQLiteLedger
+from langgraph_effects.testing import FakeCRM, Fault
+
+for _module in ("langgraph_api", "langgraph_cli", "langgraph_runtime_inmem", "langgraph_sdk"):
+    pytest.importorskip(
+        _module, reason=f"{_module} is not installed: the 'server' extra is missing"
+    )
+
+from langgraph_sdk import get_sync_client  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = ROOT / "examples" / "server"
+GRAPH = "support"
+CRASH_EXIT_CODE = 137
+
+# Two small graphs beside the example, one per way of opening a ledger at module level:
+# the README's sync SQLiteLedger, and the factory the example uses.
+PATTERNS = '''
+import os
+import sqlite3
+
+from langchain_core.messages import AIMessage
+from langgraph.graph import END, START, MessagesState, StateGraph
+
+from langgraph_effects import (
+    EffectContext, EffectState, EffectToolNode, SQLiteLedger, effect, ledger_from_url,
+    route_tool_calls,
+)
+
+
+@effect("demo.touch", target=lambda args: args["name"])
+def touch(name: str, ctx: EffectContext) -> str:
+    """Touch a thing."""
+    return f"touched {name}"
+
+
+class State(MessagesState, EffectState):
+    pass
+
+
+def agent(state):
+    if state["messages"][-1].type == "tool":
+        return {"messages": [AIMessage("done")]}
+    call = {"name": "touch", "args": {"name": "x"}, "id": "call-1", "type": "tool_call"}
+    return {"messages": [AIMessage("", tool_calls=[call])]}
+
+
+def build(ledger):
+    builder = StateGraph(State)
+    builder.add_node("agent", agent)
+    builder.add_node("tools", EffectToolNode([touch], ledger=ledger))
+    builder.add_edge(START, "agent")
+    builder.add_conditional_edges("agent", route_tool_calls, ["tools", END])
+    builder.add_edge("tools", "agent")
+    return builder.compile()
+
+
+# The old README pattern: a sync ledger opened (and set up) when the module loads.
+sync_ledger = SQLiteLedger(
+    sqlite3.connect(os.environ["PATTERN_SYNC_DB"], check_same_thread=False, isolation_level=None)
+)
+sync_ledger.setup()
+readme_pattern = build(sync_ledger)
+
+# The factory: no I/O now; opened without blocking in the server's loop on first use.
+factory_pattern = build(ledger_from_url("sqlite:///" + os.environ["PATTERN_FACTORY_DB"]))
+# The same on PostgreSQL, as in production (an AsyncConnectionPool in the server's loop).
+factory_postgres = build(ledger_from_url(os.environ.get("PATTERN_PG_URL") or "unused.db"))
+'''
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class Server:
+    """A ``langgraph dev`` process on a working dir; ``start`` again after a kill."""
+
+    def __init__(self, workdir: Path, pg_url: str | None) -> None:
+        self.workdir = workdir
+        self.pg_url = pg_url
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log = workdir / "server.log"
+        self.crm_path = workdir / "crm.db"
+        self.ledger_path = workdir / "effects.db"
+        config = json.loads((EXAMPLE / "langgraph.json").read_text())
+        # The example's own langgraph.json, its paths made absolute, plus the two patterns.
+        config["dependencies"] = [str(EXAMPLE), str(workdir)]
+        config["graphs"] = {
+            name: str(EXAMPLE / spec.removeprefix("./")) for name, spec in config["graphs"].items()
+        }
+        for name in ("readme_pattern", "factory_pattern", "factory_postgres"):
+            config["graphs"][name] = f"{workdir / 'patterns.py'}:{name}"
+        (workdir / "langgraph.json").write_text(json.dumps(config, indent=2))
+        (workdir / "patterns.py").write_text(PATTERNS)
+
+    def start(self) -> None:
+        env = {
+            **os.environ,
+            "LGE_LEDGER_URL": f"sqlite:///{self.ledger_path}",
+            "LGE_EXAMPLE_CRM": str(self.crm_path),
+            "PATTERN_SYNC_DB": str(self.workdir / "pattern_sync.db"),
+            "PATTERN_FACTORY_DB": str(self.workdir / "pattern_factory.db"),
+            "PATTERN_PG_URL": self.pg_url or "",
+            "LANGGRAPH_CLI_NO_ANALYTICS": "1",
+            "LANGSMITH_TRACING": "false",
+        }
+        env.pop("LGE_DB", None)
+        command = [sys.executable, "-m", "langgraph_cli", "dev", "--no-browser", "--no-reload"]
+        with self.log.open("ab") as log:
+            self.proc = subprocess.Popen(
+                [*command, "--port", str(self.port)],
+                cwd=self.workdir,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        deadline = time.monotonic() + 90
+        with get_sync_client(url=self.url, timeout=5) as client:
+            while time.monotonic() < deadline:
+                if self.proc.poll() is not None:
+                    raise AssertionError(
+                        f"langgraph dev exited {self.proc.returncode}:\n{self.tail()}"
+                    )
+                try:
+                    client.http.get("/ok")
+                    return
+                except Exception:
+                    time.sleep(0.25)
+        raise AssertionError(f"langgraph dev did not answer /ok in 90 s:\n{self.tail()}")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+
+    def tail(self, lines: int = 60) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+
+    def crm(self) -> FakeCRM:
+        return FakeCRM(self.crm_path)
+
+
+@pytest.fixture(scope="module")
+def pg_schema_url() -> Iterator[str | None]:
+    """A fresh PostgreSQL schema for the module's server (None: PostgreSQL unreachable)."""
+    if _postgres_problem() is not None:
+        yield None
+        return
+    import psycopg
+
+    schema = f"lge_srv_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA "{schema}"')
+    try:
+        yield _with_search_path(POSTGRES_URL, schema)
+    finally:
+        with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory, pg_schema_url: str | None) -> Iterator[Server]:
+    srv = Server(tmp_path_factory.mktemp("server"), pg_schema_url)
+    srv.start()
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+@pytest.fixture
+def client(server: Server) -> Iterator[Any]:
+    with get_sync_client(url=server.url, timeout=60) as sdk:
+        yield sdk
+
+
+def _ask(client: Any, text: str, *, tenant: str) -> tuple[str, dict[str, Any]]:
+    """Start a thread with one user message; return it and the run config."""
+    config = {"configurable": {"tenant_id": tenant}}
+    thread = client.threads.create()["thread_id"]
+    client.runs.wait(
+        thread, GRAPH, config=config, input={"messages": [{"role": "user", "content": text}]}
+    )
+    return thread, config
+
+
+def _pending(client: Any, thread: str) -> dict[str, dict[str, Any]]:
+    """The thread's pending approval requests by target: {target: {"id", "value"}}."""
+    interrupts = client.threads.get_state(thread)["interrupts"]
+    return {it["value"]["target"]: it for it in interrupts}
+
+
+def _answer(it: dict[str, Any], decision: str, by: str = "ana") -> dict[str, Any]:
+    value = it["value"]
+    return {
+        "operation_id": value["operation_id"],
+        "request_id": value["request_id"],
+        "decision": decision,
+        "by": by,
+        "reason": f"{decision}d in a test",
+    }
+
+
+def _ledger_ops(server: Server, tenant: str) -> dict[str, Any]:
+    with SQLiteLedger.from_conn_string(str(server.ledger_path)) as ledger:
+        return {op.target: op for op in ledger.list(tenant_id=tenant, limit=1000)}
+
+
+def test_approve_one_call_and_reject_another_by_interrupt_id(server: Server, client: Any) -> None:
+    """Two approval requests of one AIMessage, answered by interrupt id: the approved case is
+    closed once, the rejected one never, and the ledger records who decided."""
+    tenant = f"t-{uuid.uuid4().hex[:8]}"
+    first, second = f"case-{tenant}-a", f"case-{tenant}-b"
+    thread, config = _ask(client, f"close {first} and {second}", tenant=tenant)
+    pending = _pending(client, thread)
+    assert set(pending) == {first, second}
+    assert all(it["value"]["kind"] == "effect_approval" for it in pending.values())
+
+    resume = {
+        pending[first]["id"]: _answer(pending[first], "approve"),
+        pending[second]["id"]: _answer(pending[second], "reject"),
+    }
+    final = client.runs.wait(thread, GRAPH, config=config, command={"resume": resume})
+
+    crm = server.crm()
+    assert (crm.effects_for(first), crm.effects_for(second)) == (1, 0)
+    ops = _ledger_ops(server, tenant)
+    assert ops[first].status is OperationStatus.CONFIRMED
+    assert ops[second].status is OperationStatus.REJECTED
+    assert ops[first].authorization_ref == "approved-by:ana"
+    tools = {m["tool_call_id"]: m for m in final["messages"] if m["type"] == "tool"}
+    assert [m["status"] for m in tools.values()] == ["success", "error"]
+    assert client.threads.get_state(thread)["interrupts"] == []
+
+
+def test_readme_sync_ledger_fails_under_the_blocking_detector_and_the_factory_runs(
+    server: Server, client: Any
+) -> None:
+    """Under ``langgraph dev`` a sync SQLiteLedger opened at module level fails the run with
+    BlockingError; the same graph on ``ledger_from_url`` (opened lazily, off the loop) runs
+    and confirms its effect."""
+    inputs = {"messages": [{"role": "user", "content": "touch x"}]}
+    thread = client.threads.create()["thread_id"]
+    run = client.runs.create(thread, "readme_pattern", input=inputs)
+    client.runs.join(thread, run["run_id"])
+    assert client.runs.get(thread, run["run_id"])["status"] == "error"
+    assert "Blocking call to sqlite3" in server.tail(400)
+
+    thread = client.threads.create()["thread_id"]
+    final = client.runs.wait(thread, "factory_pattern", input=inputs)
+    assert [m["content"] for m in final["messages"] if m["type"] == "tool"] == ["touched x"]
+    with SQLiteLedger.from_conn_string(str(server.workdir / "pattern_factory.db")) as ledger:
+        [op] = ledger.list(limit=10)
+    assert op.status is OperationStatus.CONFIRMED
+
+
+@pytest.mark.postgres
+def test_the_factory_runs_on_postgresql_under_the_server(server: Server, client: Any) -> None:
+    """``ledger_from_url("postgresql://...")`` under ``langgraph dev``: the pool opens in the
+    server's loop, the run succeeds and the operation is confirmed in PostgreSQL."""
+    require_postgres()
+    assert server.pg_url is not None
+    thread = client.threads.create()["thread_id"]
+    inputs = {"messages": [{"role": "user", "content": "touch x"}]}
+    final = client.runs.wait(thread, "factory_postgres", input=inputs)
+    assert [m["content"] for m in final["messages"] if m["type"] == "tool"] == ["touched x"]
+    from langgraph_effects.ledger.postgres import PostgresLedger
+
+    with PostgresLedger.from_conn_string(server.pg_url) as ledger:
+        [op] = ledger.list(limit=10)
+    assert op.status is OperationStatus.CONFIRMED
+
+
+def test_no_duplicate_after_the_server_is_killed_after_the_provider_acted(
+    server: Server, client: Any
+) -> None:
+    """The approved close reaches the CRM, then the server process dies before the receipt
+    (state saved before the kill); restarted on the same directory, the thread answers the
+    same approval again and the ledger settles it: the CRM counts one closure, not two."""
+    tenant = f"t-{uuid.uuid4().hex[:8]}"
+    case = f"case-{tenant}"
+    thread, config = _ask(client, f"close {case}", tenant=tenant)
+    [request] = _pending(client, thread).values()
+    # Save the state: langgraph dev's in-memory runtime writes its checkpoints to
+    # .langgraph_api/ when it shuts down cleanly (runs and threads also every 10 s).
+    server.stop()
+    server.start()
+    assert [it["id"] for it in client.threads.get_state(thread)["interrupts"]] == [request["id"]]
+
+    # The CRM applies and commits the close, then kills the calling process: the server.
+    server.crm().faults.push(Fault.CRASH, exit_code=CRASH_EXIT_CODE)
+    client.runs.create(
+        thread,
+        GRAPH,
+        config=config,
+        command={"resume": {request["id"]: _answer(request, "approve")}},
+    )
+    assert server.proc is not None
+    assert server.proc.wait(timeout=60) == CRASH_EXIT_CODE
+    assert server.crm().effects_for(case) == 1
+    assert _ledger_ops(server, tenant)[case].status is OperationStatus.DISPATCHING
+
+    server.start()
+    # A run the last write saw running is retried by the restarted server itself; wait for it.
+    for run in client.runs.list(thread):
+        if run["status"] in ("pending", "running"):
+            client.runs.join(thread, run["run_id"])
+    for it in client.threads.get_state(thread)["interrupts"]:
+        assert it["id"] == request["id"]  # the same request, as saved before the kill
+        client.runs.wait(
+            thread, GRAPH, config=config, command={"resume": {it["id"]: _answer(it, "approve")}}
+        )
+
+    crm = server.crm()
+    assert (crm.effects_for(case), crm.duplicates) == (1, 0)
+    op = _ledger_ops(server, tenant)[case]
+    assert op.status is OperationStatus.CONFIRMED
+    with SQLiteLedger.from_conn_string(str(server.ledger_path)) as ledger:
+        kinds = [e.kind.value for e in ledger.events(tenant, op.operation_id)]
+    assert "mark_unknown" in kinds  # the dead owner's lease was taken over, then reconciled
+    messages = client.threads.get_state(thread)["values"]["messages"]
+    [answer] = [m for m in messages if m["type"] == "tool"]
+    assert answer["status"] == "success"
+    assert json.loads(answer["content"])["closed_by"] == op.idempotency_key
+
+
+def test_the_readme_sdk_block_runs_against_the_server(server: Server) -> None:
+    """The README's LangGraph Server block, run as written against this server: case-1 is
+    closed once, case-2 never."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text[text.index("Answer approvals with the SDK") :]
+    match = re.search(r"```python\n(.*?)```", section, re.DOTALL)
+    assert match is not None
+    block = match.group(1)
+    assert "http://127.0.0.1:2024" in block
+    exec(compile(block.replace("http://127.0.0.1:2024", server.url), "README.md", "exec"), {})
+    crm = server.crm()
+    assert (crm.effects_for("case-1"), crm.effects_for("case-2")) == (1, 0)
