@@ -1,12 +1,10 @@
-"""The statement logic of the SQL ledgers, written once for SQLite and PostgreSQL, sync and async.
+"""The ledger's transitions as statement programs, written once for SQLite and PostgreSQL.
 
-Each ledger operation is a generator (checkpoint-postgres's ``_keep_latest``
-pattern): it yields ``Step``s, named statements with bound values, and is sent
-back the rows each returned. It holds every decision (which statement, which
-error); a backend contributes only a ``Dialect`` (its SQL under the same names,
-and how it stores timestamps and JSON) and a driver of about ten lines that
-runs the steps on a cursor, sync or async, inside the transaction the
-``Program`` asks for. ``compile`` turns steps into plain SQL for a driver.
+Each ledger operation is a ``Program`` of the statement engine (``_statements``):
+a generator that yields named ``Statement``s and is sent back their rows. It
+holds every decision (which statement, which error); the backends contribute
+the SQL under the names below (``sqlite/_sql.py``, ``postgres/_sql.py``) and a
+driver. The read-only programs are in ``_queries``.
 
 Every transition is one conditional write of the row plus its event. The
 happy path never reads first: only when the write matched nothing is the row
@@ -22,10 +20,9 @@ statements), the write is tried again, a bounded number of times::
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any, Generic, TypeVar
+from typing import Any
 
 from langgraph_effects.core.digest import canonical_json
 from langgraph_effects.core.model import (
@@ -48,35 +45,24 @@ from langgraph_effects.errors import (
     IllegalTransition,
     InvalidInput,
     LeaseHeld,
-    LedgerNotSetUp,
     OperationNotFound,
     PayloadMismatch,
     StaleFencingToken,
 )
+from langgraph_effects.ledger._statements import (
+    Dialect,
+    Program,
+    Result,
+    Row,
+    Statement,
+    Statements,
+)
 from langgraph_effects.ledger._values import json_text, text, with_answer
-from langgraph_effects.ledger.base import Confirmation, LedgerStats
-from langgraph_effects.ledger.memory import coerce_status
-
-__all__ = [
-    "Dialect",
-    "Outcome",
-    "Program",
-    "Step",
-    "adrive",
-    "compile_steps",
-    "drive",
-]
+from langgraph_effects.ledger.base import Confirmation
 
 S = OperationStatus
-T = TypeVar("T")
-Row = dict[str, Any]
-Rows = list[Row]
 
 # -- statement names (each dialect maps every one to its SQL) -----------------
-SETUP_LOCK = "setup_lock"
-SCHEMA_VERSION_TABLE = "schema_version_table"
-SCHEMA_VERSION = "schema_version"
-RECORD_SCHEMA_VERSION = "record_schema_version"
 PREPARE = "prepare"
 GET = "get"
 GET_MANY = "get_many"
@@ -100,9 +86,6 @@ STATS_EVIDENCE = "stats_evidence"
 BIND_THREAD = "bind_thread"
 
 STATEMENT_NAMES = (
-    SCHEMA_VERSION_TABLE,
-    SCHEMA_VERSION,
-    RECORD_SCHEMA_VERSION,
     PREPARE,
     GET,
     GET_MANY,
@@ -123,14 +106,14 @@ STATEMENT_NAMES = (
     STATS_EVIDENCE,
     BIND_THREAD,
 )
-"""Every name a dialect must define (``SETUP_LOCK`` is optional; so are ``FEED_PENDING``
-and ``PAUSE``, for a backend whose event ids may commit out of order: see ``feed``)."""
+"""Every name a ledger dialect defines besides the engine's schema statements
+(``FEED_PENDING`` and ``PAUSE`` are optional, for a backend whose event ids may
+commit out of order: see ``_queries.feed``)."""
 
 _RETRIES = 3
 """Conditional writes retried when the row moved back under them (see module doc)."""
 
 _OPERATION_FIELDS = tuple(Operation.model_fields)
-_COLUMNS = frozenset(_OPERATION_FIELDS) | frozenset(OperationEvent.model_fields)
 _TIMESTAMP_FIELDS = (
     "lease_expires_at",
     "evidence_checked_at",
@@ -141,197 +124,6 @@ _TIMESTAMP_FIELDS = (
     "last_dispatched_at",
     "resolved_at",
 )
-
-
-# -- the pieces a backend provides and runs ------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Step:
-    """One statement to run: its name in the dialect and its bound values.
-
-    Args:
-        name: a statement name above; ``sql`` overrides it (migrations).
-        params: the values, by name.
-        batch: several rows of values for one statement. A dialect with
-            ``batch=True`` gets them as one JSON array bound to ``batch`` (one
-            round trip); otherwise the statement runs once per row.
-        where: names of the dialect's filter fragments joined into ``{where}``.
-        adhoc: plan with the actual values (optional filters), never a cached plan.
-    """
-
-    name: str
-    params: Mapping[str, Any] = field(default_factory=dict)
-    batch: Sequence[Mapping[str, Any]] | None = None
-    where: tuple[str, ...] = ()
-    adhoc: bool = False
-    sql: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Outcome(Generic[T]):
-    """What a program returns: the value, and the transitions to log after commit."""
-
-    value: T
-    logged: tuple[tuple[Operation, OperationEvent], ...] = ()
-
-
-Steps = Generator[Step, Rows, T]
-
-
-@dataclass(frozen=True, slots=True)
-class Program(Generic[T]):
-    """A ledger operation ready to run.
-
-    Args:
-        steps: the generator of statements.
-        writes: it may write (SQLite takes the write lock: ``BEGIN IMMEDIATE``).
-        atomic: it may write and then write again or raise, so it needs an
-            explicit transaction even on an autocommit connection. Programs
-            with one conditional write are atomic by themselves.
-    """
-
-    steps: Steps[Outcome[T]]
-    writes: bool
-    atomic: bool = False
-    receipt: bool = False
-    """It records receipts only (``confirm``, ``confirm_many``): a backend may commit
-    it with the weaker durability the user chose for receipts (SQLite)."""
-    tenant_id: str | None = None
-    """The tenant of the one operation it moves: named when a refusal is reported."""
-
-
-@dataclass(frozen=True, slots=True)
-class Dialect:
-    """A backend's SQL and storage formats.
-
-    Args:
-        statements: statement name -> SQL, or a chain of SQL: the first is the
-            conditional write; the rest run only when it returned a row, with
-            its columns added to the values, and their first rows are merged
-            into it (SQLite inserts the event this way; PostgreSQL fuses the
-            chain into one statement with data-modifying CTEs).
-        filters: filter name -> SQL fragment, for ``Step.where``.
-        migrations: append-only; migration ``i`` makes schema version ``i + 1``.
-        batch: runs a ``Step.batch`` as one statement (see ``Step``).
-        single: see the attribute.
-    """
-
-    statements: Mapping[str, str | tuple[str, ...]]
-    filters: Mapping[str, str]
-    migrations: tuple[tuple[str, ...], ...]
-    dump_ts: Callable[[datetime | None], Any]
-    load_ts: Callable[[Any], datetime | None]
-    load_json: Callable[[Any], Any]
-    dump_batch: Callable[[list[dict[str, Any]]], Any]
-    batch: bool = False
-    single: Mapping[str, str] = field(default_factory=dict)
-    """With ``batch``: statement name -> the same statement for a batch of one row,
-    its values bound as plain parameters (cheaper than a one-element JSON array)."""
-    read_first: bool = False
-    """``prepare`` reads before it writes (``recorded``): worth it where a read is
-    far cheaper than a write transaction (SQLite: no write lock, no commit) and a
-    miss costs no round trip; PostgreSQL's one-statement prepare already replays
-    in one round trip."""
-
-    def __post_init__(self) -> None:
-        missing = set(STATEMENT_NAMES) - set(self.statements)
-        if missing:
-            raise TypeError(f"dialect lacks statements: {sorted(missing)}")
-
-
-Raw = Generator[tuple[str, Mapping[str, Any], bool], Rows, T]
-
-
-def compile_steps(dialect: Dialect, steps: Steps[T]) -> Raw[T]:
-    """Turn a program's steps into ``(sql, params, adhoc)`` for a driver to execute.
-
-    A row that lacks a column this release reads comes from an older schema:
-    the schema version is read and ``LedgerNotSetUp`` names the migrations to run.
-    """
-    try:
-        step = next(steps)
-    except StopIteration as stop:
-        return stop.value  # type: ignore[no-any-return]
-    while True:
-        rows = yield from _run_step(dialect, step)
-        try:
-            step = steps.send(rows)
-        except StopIteration as stop:
-            return stop.value  # type: ignore[no-any-return]
-        except KeyError as exc:
-            if exc.args[0] not in _COLUMNS:
-                raise
-            (row,) = yield from _run_step(dialect, Step(SCHEMA_VERSION))
-            if int(row["version"]) >= len(dialect.migrations):
-                raise  # the schema is current: a bug, not an old ledger
-            raise old_schema(dialect, int(row["version"]), str(exc.args[0])) from None
-
-
-def old_schema(dialect: Dialect, version: int, column: str) -> LedgerNotSetUp:
-    """The error for a ledger whose schema predates this release: which migrations to run."""
-    latest = len(dialect.migrations)
-    todo = f"migration {latest}" if latest == version + 1 else f"migrations {version + 1}-{latest}"
-    return LedgerNotSetUp(
-        f"its schema is version {version}, older than this release's {latest} (column "
-        f"{column!r} is missing): run ledger.setup() once to apply {todo}; "
-        "it is idempotent, locked and keeps every row"
-    )
-
-
-def _run_step(dialect: Dialect, step: Step) -> Raw[Rows]:
-    sqls = (step.sql,) if step.sql else dialect.statements[step.name]
-    if isinstance(sqls, str):
-        sqls = (sqls,)
-    if "{where}" in sqls[0]:
-        where = " AND ".join(dialect.filters[name] for name in step.where) or "1 = 1"
-        sqls = (sqls[0].format(where=where), *sqls[1:])
-    if step.batch is None:
-        return (yield from _chain(sqls, step.params, step.adhoc))
-    if dialect.batch:
-        one = dialect.single.get(step.name) if len(step.batch) == 1 else None
-        if one is not None:
-            return (yield one, {**step.params, **step.batch[0]}, step.adhoc)
-        params = {**step.params, "batch": dialect.dump_batch([dict(b) for b in step.batch])}
-        return (yield sqls[0], params, step.adhoc)
-    out: Rows = []
-    for values in step.batch:
-        out += yield from _chain(sqls, {**step.params, **values}, step.adhoc)
-    return out
-
-
-def _chain(sqls: tuple[str, ...], params: Mapping[str, Any], adhoc: bool) -> Raw[Rows]:
-    rows = yield sqls[0], params, adhoc
-    if not rows or len(sqls) == 1:
-        return rows
-    merged = dict(rows[0])
-    for sql in sqls[1:]:
-        more = yield sql, {**params, **merged}, adhoc
-        if more:
-            merged.update(more[0])
-    return [merged]
-
-
-async def adrive(
-    execute: Callable[[str, Mapping[str, Any], bool], Awaitable[Rows]], raw: Raw[T]
-) -> T:
-    """Run compiled statements with an asynchronous ``execute(sql, params, adhoc) -> rows``."""
-    try:
-        sql, params, adhoc = next(raw)
-        while True:
-            sql, params, adhoc = raw.send(await execute(sql, params, adhoc))
-    except StopIteration as stop:
-        return stop.value  # type: ignore[no-any-return]
-
-
-def drive(execute: Callable[[str, Mapping[str, Any], bool], Rows], raw: Raw[T]) -> T:
-    """Run compiled statements with a synchronous ``execute(sql, params, adhoc) -> rows``."""
-    try:
-        sql, params, adhoc = next(raw)
-        while True:
-            sql, params, adhoc = raw.send(execute(sql, params, adhoc))
-    except StopIteration as stop:
-        return stop.value  # type: ignore[no-any-return]
 
 
 # -- values in and out ---------------------------------------------------------
@@ -383,35 +175,15 @@ def _now(clock: Callable[[], datetime]) -> datetime:
     return now
 
 
-# -- setup -------------------------------------------------------------------------
-
-
-def setup(dialect: Dialect) -> Program[None]:
-    """Create or migrate the tables, under a lock, in one transaction."""
-
-    def steps() -> Steps[Outcome[None]]:
-        if SETUP_LOCK in dialect.statements:
-            yield Step(SETUP_LOCK)
-        yield Step(SCHEMA_VERSION_TABLE)
-        (row,) = yield Step(SCHEMA_VERSION)
-        for version in range(int(row["version"]) + 1, len(dialect.migrations) + 1):
-            for sql in dialect.migrations[version - 1]:
-                yield Step(f"migration {version}", sql=sql)
-            yield Step(RECORD_SCHEMA_VERSION, {"version": version})
-        return Outcome(None)
-
-    return Program(steps(), writes=True, atomic=True)
-
-
 # -- writes ------------------------------------------------------------------------
 
 
-def _key(tenant_id: str, operation_id: str) -> dict[str, str]:
+def row_key(tenant_id: str, operation_id: str) -> dict[str, str]:
     return {"tenant_id": tenant_id, "operation_id": operation_id}
 
 
-def _get_row(tenant_id: str, operation_id: str) -> Steps[Row | None]:
-    rows = yield Step(GET, _key(tenant_id, operation_id))
+def get_row(tenant_id: str, operation_id: str) -> Statements[Row | None]:
+    rows = yield Statement(GET, row_key(tenant_id, operation_id))
     return rows[0] if rows else None
 
 
@@ -468,14 +240,14 @@ def recorded(dialect: Dialect, drafts: Sequence[OperationDraft]) -> Program[list
     """
     unique = _unique(drafts)
 
-    def steps() -> Steps[Outcome[list[Prepared] | None]]:
+    def steps() -> Statements[Result[list[Prepared] | None]]:
         if len(unique) == 1:
             ((tenant_id, operation_id),) = unique
-            rows = yield Step(GET, _key(tenant_id, operation_id))
+            rows = yield Statement(GET, row_key(tenant_id, operation_id))
         else:
-            rows = yield Step(GET_MANY, batch=[_key(*k) for k in unique])
+            rows = yield Statement(GET_MANY, batch=[row_key(*k) for k in unique])
         if len(rows) < len(unique):
-            return Outcome(None)
+            return Result(None)
         found = {(r["tenant_id"], r["operation_id"]): r for r in rows}
         ops: dict[tuple[str, str], Operation] = {}
         for k, draft in unique.items():
@@ -485,7 +257,7 @@ def recorded(dialect: Dialect, drafts: Sequence[OperationDraft]) -> Program[list
                     draft.operation_id, expected=row["payload_digest"], actual=draft.payload_digest
                 )
             ops[k] = load_operation(dialect, row)
-        return Outcome(
+        return Result(
             [Prepared(operation=ops[(d.tenant_id, d.operation_id)], created=False) for d in drafts]
         )
 
@@ -506,7 +278,7 @@ def prepare_many(
     items = [_draft_values(draft) for draft in unique.values()]
     actor = owner.encode() if owner is not None else None
 
-    def steps() -> Steps[Outcome[list[Prepared]]]:
+    def steps() -> Statements[Result[list[Prepared]]]:
         now = _now(clock)
         claimed = owner is not None
         params = {
@@ -520,14 +292,14 @@ def prepare_many(
             "dispatched_at": dialect.dump_ts(now) if claimed else None,
             "actor": actor,
         }
-        rows = (yield Step(PREPARE, params, batch=items)) if items else []
+        rows = (yield Statement(PREPARE, params, batch=items)) if items else []
         found = {(r["tenant_id"], r["operation_id"]): r for r in rows}
         missing = [k for k in unique if k not in found]
         if missing:
             # Rows that existed before, or (PostgreSQL) were committed by a
             # concurrent prepare after this statement's snapshot was taken:
             # ON CONFLICT skipped them but the statement could not see them.
-            more = yield Step(GET_MANY, batch=[_key(*k) for k in missing])
+            more = yield Statement(GET_MANY, batch=[row_key(*k) for k in missing])
             found.update({(r["tenant_id"], r["operation_id"]): r for r in more})
         out: list[Prepared] = []
         logged: list[tuple[Operation, OperationEvent]] = []
@@ -576,7 +348,7 @@ def prepare_many(
                         )
                     )
             out.append(Prepared(operation=op, created=created))
-        return Outcome(out, tuple(logged))
+        return Result(out, tuple(logged))
 
     return Program(steps(), writes=True, atomic=len(unique) > 1)
 
@@ -617,7 +389,7 @@ def _transition(
     from the ledger's clock.
     """
     params = {
-        **_key(tenant_id, operation_id),
+        **row_key(tenant_id, operation_id),
         **values,
         "event_kind": kind.value,
         "actor": actor,
@@ -625,7 +397,7 @@ def _transition(
         "detail": json_text(detail, what="detail"),
     }
 
-    def steps() -> Steps[Outcome[Operation]]:
+    def steps() -> Statements[Result[Operation]]:
         for _ in range(_RETRIES):
             now = _now(clock)
             timed = {
@@ -635,7 +407,7 @@ def _transition(
             }
             if lease_for is not None:
                 timed["lease_expires_at"] = dialect.dump_ts(now + lease_for)
-            rows = yield Step(name, timed)
+            rows = yield Statement(name, timed)
             if rows:
                 row = rows[0]
                 op = load_operation(dialect, row)
@@ -648,13 +420,13 @@ def _transition(
                     evidence=evidence,
                     detail=detail,
                 )
-                return Outcome(op, ((op, event),))
-            current = yield from _get_row(tenant_id, operation_id)
+                return Result(op, ((op, event),))
+            current = yield from get_row(tenant_id, operation_id)
             verdict = diagnose(None if current is None else load_operation(dialect, current))
             if isinstance(verdict, Exception):
                 raise verdict
             if isinstance(verdict, Operation):
-                return Outcome(verdict)
+                return Result(verdict)
         raise ConcurrentUpdate(operation_id, expected=f"a row {name} can move", status="moving")
 
     return Program(steps(), writes=True, receipt=receipt, tenant_id=tenant_id)
@@ -773,20 +545,20 @@ def renew(
     """Extend a live lease: one conditional write, no event."""
     diagnose = _fenced(tenant_id, operation_id, token, S.DISPATCHING)
 
-    def steps() -> Steps[Outcome[Operation]]:
+    def steps() -> Statements[Result[Operation]]:
         for _ in range(_RETRIES):
             now = _now(clock)
-            rows = yield Step(
+            rows = yield Statement(
                 RENEW,
                 {
-                    **_key(tenant_id, operation_id),
+                    **row_key(tenant_id, operation_id),
                     "token": token,
                     "lease_expires_at": dialect.dump_ts(now + lease_for),
                 },
             )
             if rows:
-                return Outcome(load_operation(dialect, rows[0]))
-            current = yield from _get_row(tenant_id, operation_id)
+                return Result(load_operation(dialect, rows[0]))
+            current = yield from get_row(tenant_id, operation_id)
             verdict = diagnose(None if current is None else load_operation(dialect, current))
             if verdict is not None:
                 raise verdict
@@ -846,7 +618,7 @@ def confirm_many(
         raise InvalidInput("confirm_many names an operation twice")
     items: dict[tuple[str, str], dict[str, Any]] = {
         (c.tenant_id, c.operation_id): {
-            **_key(c.tenant_id, c.operation_id),
+            **row_key(c.tenant_id, c.operation_id),
             "token": c.token,
             "result": json_text(c.result, what="result"),
             "provider_result_id": c.provider_result_id,
@@ -858,7 +630,7 @@ def confirm_many(
     }
     by_key = dict(zip(keys, confirmations, strict=True))
 
-    def steps() -> Steps[Outcome[list[Operation | EffectsError]]]:
+    def steps() -> Statements[Result[list[Operation | EffectsError]]]:
         done: dict[tuple[str, str], Operation | EffectsError] = {}
         logged: list[tuple[Operation, OperationEvent]] = []
         pending = list(keys)
@@ -876,7 +648,7 @@ def confirm_many(
                 "from_status": S.DISPATCHING.value,
                 "detail": None,
             }
-            rows = yield Step(CONFIRM_MANY, params, batch=batch)
+            rows = yield Statement(CONFIRM_MANY, params, batch=batch)
             for row in rows:
                 k = (row["tenant_id"], row["operation_id"])
                 op = load_operation(dialect, row)
@@ -895,7 +667,7 @@ def confirm_many(
             pending = []
             if not missed:
                 break
-            found = yield Step(GET_MANY, batch=[_key(*k) for k in missed])
+            found = yield Statement(GET_MANY, batch=[row_key(*k) for k in missed])
             current = {(r["tenant_id"], r["operation_id"]): r for r in found}
             for k in missed:
                 now_row = current.get(k)
@@ -911,7 +683,7 @@ def confirm_many(
                     raise verdict
         for k in pending:
             done[k] = ConcurrentUpdate(k[1], expected="a row confirm can move", status="moving")
-        return Outcome([done[k] for k in keys], tuple(logged))
+        return Result([done[k] for k in keys], tuple(logged))
 
     # Each receipt is its own conditional write: statements that commit apart
     # lose nothing, so an autocommit connection needs no explicit transaction.
@@ -1091,8 +863,8 @@ def resolve(
 
     if refusal is not None:
         # Refused whatever the row says; read it only to name the precise error.
-        def refuse() -> Steps[Outcome[Operation]]:
-            current = yield from _get_row(tenant_id, operation_id)
+        def refuse() -> Statements[Result[Operation]]:
+            current = yield from get_row(tenant_id, operation_id)
             verdict = diagnose(None if current is None else load_operation(dialect, current))
             raise verdict or refusal
 
@@ -1148,11 +920,11 @@ def resolve(
         diagnose=refuse_prepared,
     )
 
-    def steps() -> Steps[Outcome[Operation]]:
+    def steps() -> Statements[Result[Operation]]:
         try:
-            return (yield from move.steps)
+            return (yield from move.statements)
         except _IsPrepared:
-            return (yield from reject_prepared.steps)
+            return (yield from reject_prepared.statements)
 
     return Program(steps(), writes=True, tenant_id=tenant_id)
 
@@ -1226,180 +998,3 @@ def record_evidence(
         detail=with_answer(None, answer),
         diagnose=diagnose,
     )
-
-
-# -- queries -----------------------------------------------------------------------
-
-
-def bind_thread(
-    dialect: Dialect, clock: Callable[[], datetime], workflow_id: str, tenant_id: str
-) -> Program[str]:
-    """Bind a thread to a tenant the first time; return the tenant it is bound to.
-
-    One upsert that changes nothing when the thread is bound already, so two
-    first runs racing under different tenants agree on one of them.
-    """
-    if not workflow_id or not tenant_id:
-        raise InvalidInput("bind_thread needs a thread id and a tenant id")
-
-    def steps() -> Steps[Outcome[str]]:
-        rows = yield Step(
-            BIND_THREAD,
-            {"workflow_id": workflow_id, "tenant_id": tenant_id, "at": dialect.dump_ts(clock())},
-        )
-        return Outcome(str(rows[0]["tenant_id"]))
-
-    return Program(steps(), writes=True)
-
-
-def get(dialect: Dialect, tenant_id: str, operation_id: str) -> Program[Operation | None]:
-    def steps() -> Steps[Outcome[Operation | None]]:
-        row = yield from _get_row(tenant_id, operation_id)
-        return Outcome(None if row is None else load_operation(dialect, row))
-
-    return Program(steps(), writes=False)
-
-
-def list_operations(
-    dialect: Dialect,
-    *,
-    tenant_id: str | None,
-    status: OperationStatus | str | None,
-    action: str | None,
-    updated_before: datetime | None,
-    limit: int,
-    id_prefix: str | None = None,
-) -> Program[list[Operation]]:
-    wanted = coerce_status(status)
-    if limit < 0:
-        raise InvalidInput(f"limit must be >= 0, not {limit}")
-    if updated_before is not None and updated_before.tzinfo is None:
-        raise InvalidInput("updated_before must be timezone-aware")
-    filters = {
-        "tenant_id": tenant_id,
-        "status": None if wanted is None else wanted.value,
-        "action": action,
-        "updated_before": dialect.dump_ts(updated_before),
-        "id_prefix": id_prefix,
-    }
-    present = {k: v for k, v in filters.items() if v is not None}
-
-    def steps() -> Steps[Outcome[list[Operation]]]:
-        rows = yield Step(LIST, {**present, "limit": limit}, where=tuple(present), adhoc=True)
-        return Outcome([load_operation(dialect, r) for r in rows])
-
-    return Program(steps(), writes=False)
-
-
-def events(dialect: Dialect, tenant_id: str, operation_id: str) -> Program[list[OperationEvent]]:
-    def steps() -> Steps[Outcome[list[OperationEvent]]]:
-        rows = yield Step(EVENTS, _key(tenant_id, operation_id))
-        return Outcome([load_event(dialect, r) for r in rows])
-
-    return Program(steps(), writes=False)
-
-
-_FEED_ROUNDS = 3
-_FEED_WAITS = 20
-"""``feed`` waits at most this many pauses (``PAUSE``: 10 ms) for writers in flight."""
-
-
-def feed(
-    dialect: Dialect, *, after_id: int, tenant_id: str | None, limit: int
-) -> Program[list[OperationEvent]]:
-    """Events with ``event_id > after_id`` in order, never skipping one that commits late.
-
-    Where ids are handed out in commit order (SQLite's single writer, the
-    memory ledger) the visible events are all there is. On PostgreSQL a writer
-    draws its id from a sequence and commits later, so a smaller id can become
-    visible after a larger one::
-
-        writer A: nextval -> 5 ....................... COMMIT
-        writer B:    nextval -> 6   COMMIT
-        reader:                            sees 6, not 5 (a gap)
-
-    A reader that moved its cursor to 6 would never see 5. So the feed returns
-    events only below the first gap. A gap below the largest id a read saw can
-    only be held by a transaction in progress at that read (it drew its id,
-    after its xid, before the larger one committed), so once every transaction
-    of that snapshot has ended, each such gap is final: committed (now visible)
-    or rolled back (never will be). The feed waits briefly for that; if they
-    are still running it returns what is safe (possibly nothing) and the next
-    poll tries again: late, never skipped.
-    """
-    if limit < 0:
-        raise InvalidInput(f"limit must be >= 0, not {limit}")
-    present = {} if tenant_id is None else {"tenant_id": tenant_id}
-    gaps = FEED_PENDING in dialect.statements
-
-    def read(settled: int) -> Steps[Rows]:
-        rows = yield Step(
-            FEED,
-            {**present, "after_id": after_id, "settled": settled, "limit": limit},
-            where=tuple(present),
-            adhoc=True,
-        )
-        return rows
-
-    def steps() -> Steps[Outcome[list[OperationEvent]]]:
-        settled = after_id
-        rows = yield from read(settled)
-        if not gaps:
-            return Outcome([load_event(dialect, r) for r in rows])
-        for _ in range(_FEED_ROUNDS):
-            page = [r for r in rows if r["event_id"] is not None]
-            gap = rows[0]["first_gap"] if rows else None
-            safe = [r for r in page if gap is None or r["event_id"] < gap]
-            if gap is None or safe:
-                return Outcome([load_event(dialect, r) for r in safe])
-            # The first event is behind a gap: wait for the writers in flight at that read.
-            for _ in range(_FEED_WAITS):
-                (pending,) = yield Step(FEED_PENDING, {"xids": rows[0]["in_progress"]})
-                if not pending["n"]:
-                    break
-                yield Step(PAUSE)
-            else:
-                return Outcome([])  # still in flight: late, never skipped
-            settled = max(r["event_id"] for r in page)
-            rows = yield from read(settled)
-        return Outcome([])
-
-    return Program(steps(), writes=False)
-
-
-def stats(
-    dialect: Dialect, *, tenant_id: str | None, stale_token_refusals: int
-) -> Program[LedgerStats]:
-    present = {} if tenant_id is None else {"tenant_id": tenant_id}
-    where = tuple(present)
-
-    def steps() -> Steps[Outcome[LedgerStats]]:
-        counted = yield Step(STATS_COUNTS, present, where=where, adhoc=True)
-        evidence = yield Step(STATS_EVIDENCE, present, where=where, adhoc=True)
-        counts = dict.fromkeys(OperationStatus, 0)
-        oldest: dict[OperationStatus, datetime | None] = {}
-        for row in counted:
-            status = S(row["status"])
-            counts[status] = int(row["n"])
-            oldest[status] = dialect.load_ts(row["oldest"])
-        reconciliation: dict[str, int] = {}
-        operator_resolutions = 0
-        for row in evidence:
-            n = int(row["n"])
-            if row["source"] not in ("operator", "receipt"):
-                kind = str(row["evidence_kind"])
-                reconciliation[kind] = reconciliation.get(kind, 0) + n
-            if row["kind"] == EventKind.RESOLVE.value and row["source"] == "operator":
-                operator_resolutions += n
-        return Outcome(
-            LedgerStats(
-                counts=counts,
-                oldest_unknown_at=oldest.get(S.UNKNOWN),
-                oldest_dispatching_at=oldest.get(S.DISPATCHING),
-                reconciliation=reconciliation,
-                operator_resolutions=operator_resolutions,
-                stale_token_refusals=stale_token_refusals,
-            )
-        )
-
-    return Program(steps(), writes=False)
