@@ -49,6 +49,7 @@ __all__ = [
     "drive",
     "migrate",
     "not_set_up",
+    "single",
 ]
 
 T = TypeVar("T")
@@ -293,3 +294,13 @@ def migrate(dialect: Dialect) -> Program[None]:
         return Result(None)
 
     return Program(statements(), writes=True, atomic=True)
+
+
+def single(name: str, params: Mapping[str, Any] | None = None) -> Program[Rows]:
+    """A program of one statement (read, or one write atomic by itself): its rows."""
+
+    def statements() -> Statements[Result[Rows]]:
+        rows = yield Statement(name, params or {})
+        return Result(rows)
+
+    return Program(statements(), writes=False)

@@ -23,16 +23,16 @@ from langgraph_effects.ledger import _programs as ledger
 from langgraph_effects.ledger import _statements as engine
 from langgraph_effects.ledger.postgres._migrations import MIGRATIONS
 
-__all__ = ["DIALECT", "SETUP_LOCK_KEY"]
+__all__ = ["DIALECT", "SETUP_LOCK_KEY", "dump_ts", "load_ts"]
 
 SETUP_LOCK_KEY = 0x6C67655F6C6564  # "lge_led": one setup at a time per database
 
 
-def _dump_ts(value: datetime | None) -> datetime | None:
+def dump_ts(value: datetime | None) -> datetime | None:
     return value
 
 
-def _load_ts(value: Any) -> datetime | None:
+def load_ts(value: Any) -> datetime | None:
     # timestamptz arrives in the session's time zone; the ledger speaks UTC.
     return None if value is None else value.astimezone(UTC)
 
@@ -385,8 +385,8 @@ DIALECT = engine.Dialect(
     required=ledger.STATEMENT_NAMES,
     filters=FILTERS,
     migrations=MIGRATIONS,
-    dump_ts=_dump_ts,
-    load_ts=_load_ts,
+    dump_ts=dump_ts,
+    load_ts=load_ts,
     load_json=_load_json,
     dump_batch=_dump_batch,
     batch=True,

@@ -17,17 +17,19 @@ from langgraph_effects.ledger import _programs as ledger
 from langgraph_effects.ledger import _statements as engine
 from langgraph_effects.ledger.sqlite._migrations import MIGRATIONS
 
-__all__ = ["DIALECT"]
+__all__ = ["DIALECT", "dump_ts", "load_ts"]
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _US = timedelta(microseconds=1)
 
 
-def _dump_ts(value: datetime | None) -> int | None:
+def dump_ts(value: datetime | None) -> int | None:
+    """Integer microseconds since the Unix epoch: exact, and ordered as time is."""
     return None if value is None else (value - _EPOCH) // _US
 
 
-def _load_ts(value: Any) -> datetime | None:
+def load_ts(value: Any) -> datetime | None:
+    """A UTC datetime."""
     return None if value is None else _EPOCH + int(value) * _US
 
 
@@ -233,8 +235,8 @@ DIALECT = engine.Dialect(
     required=ledger.STATEMENT_NAMES,
     filters=FILTERS,
     migrations=MIGRATIONS,
-    dump_ts=_dump_ts,
-    load_ts=_load_ts,
+    dump_ts=dump_ts,
+    load_ts=load_ts,
     load_json=_load_json,
     batch=False,
     read_first=True,
