@@ -37,7 +37,7 @@ def boundary(dialect: Dialect) -> Iterator[None]:
     try:
         yield
     except (psycopg.errors.UndefinedTable, psycopg.errors.UndefinedColumn) as exc:
-        raise not_set_up(dialect, None, f"PostgreSQL: {exc}") from exc
+        raise not_set_up(dialect, None, f"PostgreSQL: {exc.diag.message_primary or exc}") from exc
     except (UnicodeEncodeError, psycopg.DataError) as exc:
         # A value PostgreSQL cannot hold (a NUL, a lone surrogate): bad input, not an outage.
         # Results and evidence never get here: they are escaped first (core.storable).

@@ -14,8 +14,7 @@ from langgraph_effects.ledger._statements import (
     SCHEMA_VERSION_TABLE,
     Dialect,
 )
-from langgraph_effects.ledger.sqlite._outbox import iso_to_us
-from langgraph_effects.ledger.sqlite._sql import dump_ts, load_ts
+from langgraph_effects.ledger.sqlite._sql import dump_ts, iso_to_us, load_ts
 
 __all__ = ["DIALECT"]
 

@@ -14,23 +14,9 @@ from langgraph_effects.ledger._statements import (
     SCHEMA_VERSION_TABLE,
     Dialect,
 )
-from langgraph_effects.ledger.sqlite._sql import dump_ts, load_ts
+from langgraph_effects.ledger.sqlite._sql import dump_ts, iso_to_us, load_ts
 
-__all__ = ["DIALECT", "iso_to_us"]
-
-
-def iso_to_us(column: str) -> str:
-    """SQL turning an ISO-8601 text timestamp (``2026-01-02T03:04:05.123456+00:00``, as
-    versions before integer timestamps wrote them) into integer microseconds, exactly.
-
-    Whole seconds come from ``strftime('%s', ...)`` (which applies the offset),
-    the microseconds from the text; integers and NULLs pass unchanged.
-    """
-    return (
-        f"CASE WHEN {column} IS NULL OR typeof({column}) = 'integer' THEN {column}"
-        f" ELSE CAST(strftime('%s', substr({column}, 1, 19) || substr({column}, 27)) AS INTEGER)"
-        f" * 1000000 + CAST(substr({column}, 21, 6) AS INTEGER) END"
-    )
+__all__ = ["DIALECT"]
 
 
 _OUTBOX_TABLE = """CREATE TABLE {name} (

@@ -9,7 +9,6 @@ between them, so the chain costs one commit and no network round trip.
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -17,7 +16,7 @@ from langgraph_effects.ledger import _programs as ledger
 from langgraph_effects.ledger import _statements as engine
 from langgraph_effects.ledger.sqlite._migrations import MIGRATIONS
 
-__all__ = ["DIALECT", "dump_ts", "load_ts"]
+__all__ = ["DIALECT", "dump_ts", "iso_to_us", "load_ts"]
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _US = timedelta(microseconds=1)
@@ -33,8 +32,18 @@ def load_ts(value: Any) -> datetime | None:
     return None if value is None else _EPOCH + int(value) * _US
 
 
-def _load_json(value: Any) -> Any:
-    return None if value is None else json.loads(value)
+def iso_to_us(column: str) -> str:
+    """SQL turning an ISO-8601 text timestamp (``2026-01-02T03:04:05.123456+00:00``, as
+    versions before integer timestamps wrote them) into integer microseconds, exactly.
+
+    Whole seconds come from ``strftime('%s', ...)`` (which applies the offset),
+    the microseconds from the text; integers and NULLs pass unchanged.
+    """
+    return (
+        f"CASE WHEN {column} IS NULL OR typeof({column}) = 'integer' THEN {column}"
+        f" ELSE CAST(strftime('%s', substr({column}, 1, 19) || substr({column}, 27)) AS INTEGER)"
+        f" * 1000000 + CAST(substr({column}, 21, 6) AS INTEGER) END"
+    )
 
 
 SCHEMA_VERSION_TABLE_SQL = """
@@ -237,7 +246,6 @@ DIALECT = engine.Dialect(
     migrations=MIGRATIONS,
     dump_ts=dump_ts,
     load_ts=load_ts,
-    load_json=_load_json,
     batch=False,
     read_first=True,
 )
