@@ -90,11 +90,13 @@ class _Driver:
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute(f"PRAGMA synchronous={synchronous}")
             conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+        # One cursor for every program: they all run under the lock.
+        self.cur = dict_cursor(conn)
+        self.execute = executor(self.cur)
 
     def run(self, program: Program[T]) -> Result[T]:
         with self.lock, boundary(self.conn, DIALECT):
-            cur = dict_cursor(self.conn)
-            execute = executor(cur)
+            cur, execute = self.cur, self.execute
             if not program.writes:
                 return drive(execute, compile_statements(DIALECT, program.statements))
             # synchronous applies at commit time, per connection: switch it for
