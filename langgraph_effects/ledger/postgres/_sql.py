@@ -291,7 +291,7 @@ RESOLVE_SQL = _move(
 )
 RECORD_EVIDENCE_SQL = _move(_STAMP_EVIDENCE, "TRUE", from_status="status", status_change=False)
 
-# Run unprepared (Step.adhoc): planned with the actual status, PostgreSQL sees
+# Run unprepared (Statement.adhoc): planned with the actual status, PostgreSQL sees
 # that it implies the partial index's predicate.
 LIST_SQL = """
 SELECT * FROM lge_operations WHERE {where}
