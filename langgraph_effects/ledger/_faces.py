@@ -1,11 +1,11 @@
 """The public methods of the SQL ledgers, once for sync and once for async.
 
-Each method builds a ``Program`` from ``_programs`` or ``_queries`` and hands it
-to the backend's driver (``_run`` / ``_arun``); nothing here knows SQL. After the driver has
-committed, the transitions are logged; a ``StaleFencingToken`` is counted for
-``stats()`` (process-local: a refusal changes no row) and reported to
-``observe.log_stale_token`` (without the action: the refusal reads no more of
-the row than it needs).
+Each method builds a ``Program`` (``_prepare``, ``_programs``, ``_resolve``,
+``_queries``) and hands it to the backend's driver (``_run`` / ``_arun``);
+nothing here knows SQL. After the driver has committed, the transitions are
+logged; a ``StaleFencingToken`` is counted for ``stats()`` (process-local: a
+refusal changes no row) and reported to ``observe.log_stale_token`` (without
+the action: the refusal reads no more of the row than it needs).
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from langgraph_effects.core.model import (
     utcnow,
 )
 from langgraph_effects.errors import EffectsError, StaleFencingToken
+from langgraph_effects.ledger import _prepare, _resolve
 from langgraph_effects.ledger import _programs as programs
 from langgraph_effects.ledger import _queries as queries
 from langgraph_effects.ledger._statements import Dialect, Program, Result, migrate
@@ -112,11 +113,11 @@ class SyncFace(_Face):
         lease_for: timedelta = DEFAULT_LEASE,
     ) -> list[Prepared]:
         # Built first: it checks the drafts (JSON, size) whichever way they go.
-        program = programs.prepare_many(
+        program = _prepare.prepare_many(
             self._dialect, self._clock, drafts, owner=owner, lease_for=lease_for
         )
         if self._dialect.read_first:
-            known = self._execute(programs.recorded(self._dialect, drafts))
+            known = self._execute(_prepare.recorded(self._dialect, drafts))
             if known is not None:
                 return known
         return self._execute(program)
@@ -269,7 +270,7 @@ class SyncFace(_Face):
 
     def resolve(self, tenant_id: str, operation_id: str, resolution: Resolution) -> Operation:
         return self._execute(
-            programs.resolve(self._dialect, self._clock, tenant_id, operation_id, resolution)
+            _resolve.resolve(self._dialect, self._clock, tenant_id, operation_id, resolution)
         )
 
     def record_evidence(
@@ -366,11 +367,11 @@ class AsyncFace(_Face):
         lease_for: timedelta = DEFAULT_LEASE,
     ) -> list[Prepared]:
         # Built first: it checks the drafts (JSON, size) whichever way they go.
-        program = programs.prepare_many(
+        program = _prepare.prepare_many(
             self._dialect, self._clock, drafts, owner=owner, lease_for=lease_for
         )
         if self._dialect.read_first:
-            known = await self._execute(programs.recorded(self._dialect, drafts))
+            known = await self._execute(_prepare.recorded(self._dialect, drafts))
             if known is not None:
                 return known
         return await self._execute(program)
@@ -525,7 +526,7 @@ class AsyncFace(_Face):
 
     async def resolve(self, tenant_id: str, operation_id: str, resolution: Resolution) -> Operation:
         return await self._execute(
-            programs.resolve(self._dialect, self._clock, tenant_id, operation_id, resolution)
+            _resolve.resolve(self._dialect, self._clock, tenant_id, operation_id, resolution)
         )
 
     async def record_evidence(

@@ -4,7 +4,9 @@ Each ledger operation is a ``Program`` of the statement engine (``_statements``)
 a generator that yields named ``Statement``s and is sent back their rows. It
 holds every decision (which statement, which error); the backends contribute
 the SQL under the names below (``sqlite/_sql.py``, ``postgres/_sql.py``) and a
-driver. The read-only programs are in ``_queries``.
+driver. ``prepare`` is in ``_prepare``, an operator's or reconciler's ``resolve``
+in ``_resolve``, the read-only programs in ``_queries``; the conditional write
+every transition shares is ``transition`` here.
 
 Every transition is one conditional write of the row plus its event. The
 happy path never reads first: only when the write matched nothing is the row
@@ -20,25 +22,18 @@ statements), the write is tried again, a bounded number of times::
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from langgraph_effects.core.digest import canonical_json
 from langgraph_effects.core.model import (
-    Decision,
     EventKind,
     Evidence,
-    EvidenceKind,
     LeaseOwner,
     Operation,
-    OperationDraft,
     OperationEvent,
     OperationStatus,
-    Prepared,
-    Resolution,
 )
-from langgraph_effects.core.transitions import check_transition
 from langgraph_effects.errors import (
     ConcurrentUpdate,
     EffectsError,
@@ -129,7 +124,7 @@ _TIMESTAMP_FIELDS = (
 # -- values in and out ---------------------------------------------------------
 
 
-def _model_text(model: Evidence | None) -> str | None:
+def model_text(model: Evidence | None) -> str | None:
     return None if model is None else model.model_dump_json()
 
 
@@ -168,7 +163,7 @@ def _required_ts(dialect: Dialect, value: Any) -> datetime:
     return ts
 
 
-def _now(clock: Callable[[], datetime]) -> datetime:
+def now_of(clock: Callable[[], datetime]) -> datetime:
     now = clock()
     if now.tzinfo is None:
         raise InvalidInput("the ledger's clock must return timezone-aware datetimes")
@@ -187,7 +182,7 @@ def get_row(tenant_id: str, operation_id: str) -> Statements[Row | None]:
     return rows[0] if rows else None
 
 
-def _event(
+def event_of(
     op: Operation,
     kind: EventKind,
     from_status: OperationStatus | None,
@@ -216,156 +211,12 @@ def _event(
     )
 
 
-def _unique(drafts: Iterable[OperationDraft]) -> dict[tuple[str, str], OperationDraft]:
-    """The drafts by key; the same operation twice with two payloads is a mismatch."""
-    unique: dict[tuple[str, str], OperationDraft] = {}
-    for draft in drafts:
-        first = unique.setdefault((draft.tenant_id, draft.operation_id), draft)
-        if first.payload_digest != draft.payload_digest:
-            raise PayloadMismatch(
-                draft.operation_id, expected=first.payload_digest, actual=draft.payload_digest
-            )
-    return unique
-
-
-def recorded(dialect: Dialect, drafts: Sequence[OperationDraft]) -> Program[list[Prepared] | None]:
-    """``prepare_many``'s answer when every draft is already recorded, by reads alone; else None.
-
-    A replay then costs one plain read and no write lock. It is race-free
-    because a recorded row's identity (its key and payload digest) never
-    changes and ``prepare`` never moves an existing row: what the read returns
-    is what the conditional insert would have returned at that instant. When
-    any draft is missing, the caller runs ``prepare_many``, whose
-    ``INSERT ... ON CONFLICT`` stays the arbiter between concurrent preparers.
-    """
-    unique = _unique(drafts)
-
-    def steps() -> Statements[Result[list[Prepared] | None]]:
-        if len(unique) == 1:
-            ((tenant_id, operation_id),) = unique
-            rows = yield Statement(GET, row_key(tenant_id, operation_id))
-        else:
-            rows = yield Statement(GET_MANY, batch=[row_key(*k) for k in unique])
-        if len(rows) < len(unique):
-            return Result(None)
-        found = {(r["tenant_id"], r["operation_id"]): r for r in rows}
-        ops: dict[tuple[str, str], Operation] = {}
-        for k, draft in unique.items():
-            row = found[k]
-            if row["payload_digest"] != draft.payload_digest:
-                raise PayloadMismatch(
-                    draft.operation_id, expected=row["payload_digest"], actual=draft.payload_digest
-                )
-            ops[k] = load_operation(dialect, row)
-        return Result(
-            [Prepared(operation=ops[(d.tenant_id, d.operation_id)], created=False) for d in drafts]
-        )
-
-    return Program(steps(), writes=False)
-
-
-def prepare_many(
-    dialect: Dialect,
-    clock: Callable[[], datetime],
-    drafts: Iterable[OperationDraft],
-    *,
-    owner: LeaseOwner | None,
-    lease_for: timedelta,
-) -> Program[list[Prepared]]:
-    """Insert the drafts not yet recorded (claimed at once with ``owner``), all or nothing."""
-    drafts = list(drafts)
-    unique = _unique(drafts)
-    items = [_draft_values(draft) for draft in unique.values()]
-    actor = owner.encode() if owner is not None else None
-
-    def steps() -> Statements[Result[list[Prepared]]]:
-        now = _now(clock)
-        claimed = owner is not None
-        params = {
-            "now": dialect.dump_ts(now),
-            "status": (S.DISPATCHING if claimed else S.PREPARED).value,
-            "attempts": int(claimed),
-            "fencing_token": int(claimed),
-            "record_version": 2 if claimed else 1,
-            "lease_owner": actor,
-            "lease_expires_at": dialect.dump_ts(now + lease_for) if claimed else None,
-            "dispatched_at": dialect.dump_ts(now) if claimed else None,
-            "actor": actor,
-        }
-        rows = (yield Statement(PREPARE, params, batch=items)) if items else []
-        found = {(r["tenant_id"], r["operation_id"]): r for r in rows}
-        missing = [k for k in unique if k not in found]
-        if missing:
-            # Rows that existed before, or (PostgreSQL) were committed by a
-            # concurrent prepare after this statement's snapshot was taken:
-            # ON CONFLICT skipped them but the statement could not see them.
-            more = yield Statement(GET_MANY, batch=[row_key(*k) for k in missing])
-            found.update({(r["tenant_id"], r["operation_id"]): r for r in more})
-        out: list[Prepared] = []
-        logged: list[tuple[Operation, OperationEvent]] = []
-        for k, draft in unique.items():
-            row = found.get(k)
-            if row is None:
-                raise ConcurrentUpdate(draft.operation_id, expected="a row", status="none")
-            if row["payload_digest"] != draft.payload_digest:
-                raise PayloadMismatch(
-                    draft.operation_id, expected=row["payload_digest"], actual=draft.payload_digest
-                )
-        seen: set[tuple[str, str]] = set()
-        for draft in drafts:
-            k = (draft.tenant_id, draft.operation_id)
-            row = found[k]
-            op = load_operation(dialect, row)
-            created = bool(row.get("created")) and k not in seen
-            seen.add(k)
-            if created:
-                logged.append(
-                    (
-                        op,
-                        _event(
-                            op,
-                            EventKind.PREPARE,
-                            None,
-                            seq=1,
-                            to_status=S.PREPARED,
-                            fencing_token=0,
-                            actor="ledger",
-                            event_id=row["prepare_event_id"],
-                        ),
-                    )
-                )
-                if claimed:
-                    logged.append(
-                        (
-                            op,
-                            _event(
-                                op,
-                                EventKind.CLAIM,
-                                S.PREPARED,
-                                actor=str(actor),
-                                event_id=row["claim_event_id"],
-                            ),
-                        )
-                    )
-            out.append(Prepared(operation=op, created=created))
-        return Result(out, tuple(logged))
-
-    return Program(steps(), writes=True, atomic=len(unique) > 1)
-
-
-def _draft_values(draft: OperationDraft) -> dict[str, Any]:
-    values = draft.model_dump(exclude={"payload"})
-    # Canonical JSON also refuses NaN, sets and objects, and payloads over 1 MiB.
-    values["payload"] = None if draft.payload is None else canonical_json(draft.payload).decode()
-    return values
-
-
 Diagnose = Callable[[Operation | None], Exception | Operation | None]
 """Why a conditional write matched nothing: an error to raise, the row to
 return unchanged (an idempotent no-op), or None: the row fits now, try again."""
 
 
-def _transition(
+def transition(
     dialect: Dialect,
     clock: Callable[[], datetime],
     name: str,
@@ -393,13 +244,13 @@ def _transition(
         **values,
         "event_kind": kind.value,
         "actor": actor,
-        "evidence": _model_text(evidence),
+        "evidence": model_text(evidence),
         "detail": json_text(detail, what="detail"),
     }
 
     def steps() -> Statements[Result[Operation]]:
         for _ in range(_RETRIES):
-            now = _now(clock)
+            now = now_of(clock)
             timed = {
                 **params,
                 "now": dialect.dump_ts(now),
@@ -411,7 +262,7 @@ def _transition(
             if rows:
                 row = rows[0]
                 op = load_operation(dialect, row)
-                event = _event(
+                event = event_of(
                     op,
                     kind,
                     S(row["from_status"]),
@@ -432,11 +283,11 @@ def _transition(
     return Program(steps(), writes=True, receipt=receipt, tenant_id=tenant_id)
 
 
-def _not_found(tenant_id: str, operation_id: str) -> OperationNotFound:
+def not_found(tenant_id: str, operation_id: str) -> OperationNotFound:
     return OperationNotFound(tenant_id, operation_id)
 
 
-def _illegal(op: Operation, target: OperationStatus, why: str) -> IllegalTransition:
+def illegal(op: Operation, target: OperationStatus, why: str) -> IllegalTransition:
     if op.status.terminal:
         why = "terminal states never move"
     return IllegalTransition(op.operation_id, status=op.status, target=target, why=why)
@@ -449,11 +300,11 @@ def _fenced(
 
     def diagnose(op: Operation | None) -> Exception | None:
         if op is None:
-            return _not_found(tenant_id, operation_id)
+            return not_found(tenant_id, operation_id)
         if op.fencing_token != token:
             return StaleFencingToken(operation_id, token=token, current=op.fencing_token)
         if op.status is not S.DISPATCHING:
-            return _illegal(op, target, "only a dispatching operation moves by a fenced write")
+            return illegal(op, target, "only a dispatching operation moves by a fenced write")
         return None
 
     return diagnose
@@ -475,14 +326,14 @@ def approve(
 
     def diagnose(op: Operation | None) -> Exception | Operation | None:
         if op is None:
-            return _not_found(tenant_id, operation_id)
+            return not_found(tenant_id, operation_id)
         if op.payload_digest != payload_digest:
             return PayloadMismatch(operation_id, expected=op.payload_digest, actual=payload_digest)
         if op.status.terminal:
-            return _illegal(op, S.DISPATCHING, "")
+            return illegal(op, S.DISPATCHING, "")
         return op if op.status is not S.PREPARED else None  # already past approval
 
-    return _transition(
+    return transition(
         dialect,
         clock,
         APPROVE,
@@ -512,14 +363,14 @@ def claim(
 ) -> Program[Operation]:
     def diagnose(op: Operation | None) -> Exception | None:
         if op is None:
-            return _not_found(tenant_id, operation_id)
+            return not_found(tenant_id, operation_id)
         if op.status is S.DISPATCHING:
             return LeaseHeld(operation_id, owner=op.lease_owner, expires_at=op.lease_expires_at)
         if op.status.terminal:
-            return _illegal(op, S.DISPATCHING, "")
+            return illegal(op, S.DISPATCHING, "")
         return None
 
-    return _transition(
+    return transition(
         dialect,
         clock,
         CLAIM,
@@ -547,7 +398,7 @@ def renew(
 
     def steps() -> Statements[Result[Operation]]:
         for _ in range(_RETRIES):
-            now = _now(clock)
+            now = now_of(clock)
             rows = yield Statement(
                 RENEW,
                 {
@@ -579,7 +430,7 @@ def confirm(
     provider_request_id: str | None,
     evidence: Evidence | None,
 ) -> Program[Operation]:
-    return _transition(
+    return transition(
         dialect,
         clock,
         CONFIRM,
@@ -623,7 +474,7 @@ def confirm_many(
             "result": json_text(c.result, what="result"),
             "provider_result_id": c.provider_result_id,
             "provider_request_id": c.provider_request_id,
-            "evidence": _model_text(c.evidence),
+            "evidence": model_text(c.evidence),
             "actor": "receipt" if c.evidence is None else c.evidence.source,
         }
         for c in confirmations
@@ -637,7 +488,7 @@ def confirm_many(
         for _ in range(_RETRIES):
             if not pending:
                 break
-            now = dialect.dump_ts(_now(clock))
+            now = dialect.dump_ts(now_of(clock))
             batch = [
                 {**items[k], "evidence_at": None if items[k]["evidence"] is None else now}
                 for k in pending
@@ -654,7 +505,7 @@ def confirm_many(
                 op = load_operation(dialect, row)
                 done[k] = op
                 c = by_key[k]
-                event = _event(
+                event = event_of(
                     op,
                     EventKind.CONFIRM,
                     S.DISPATCHING,
@@ -711,15 +562,15 @@ def reject(
 
         def diagnose(op: Operation | None) -> Exception | None:
             if op is None:
-                return _not_found(tenant_id, operation_id)
+                return not_found(tenant_id, operation_id)
             if op.status.terminal:
-                return _illegal(op, S.REJECTED, "")
+                return illegal(op, S.REJECTED, "")
             if op.status is not S.PREPARED:
                 # Claimed since the caller looked: its view of the operation is stale.
                 return StaleFencingToken(operation_id, token=0, current=op.fencing_token)
             return None
 
-    return _transition(
+    return transition(
         dialect,
         clock,
         REJECT,
@@ -747,7 +598,7 @@ def release(
     token: int,
     reason: str,
 ) -> Program[Operation]:
-    return _transition(
+    return transition(
         dialect,
         clock,
         RELEASE,
@@ -772,7 +623,7 @@ def mark_unknown(
     evidence: Evidence | None,
     actor: str | None,
 ) -> Program[Operation]:
-    return _transition(
+    return transition(
         dialect,
         clock,
         MARK_UNKNOWN,
@@ -791,189 +642,6 @@ def mark_unknown(
     )
 
 
-_RESOLVE_TARGET = {
-    Decision.CONFIRM: S.CONFIRMED,
-    Decision.REJECT: S.REJECTED,
-    Decision.RETRY: S.PREPARED,
-}
-_EVIDENCE_FOR = {
-    S.CONFIRMED: EvidenceKind.CONFIRMED,
-    S.REJECTED: EvidenceKind.REJECTED,
-    S.PREPARED: EvidenceKind.INCONCLUSIVE,
-}
-
-
-def resolution_plan(resolution: Resolution) -> tuple[OperationStatus, Evidence, str | None]:
-    """The target, the evidence to record and the operator (None: a reconciler) of a resolution.
-
-    An operator is a person: a resolution without evidence, or with evidence
-    whose source is ``"operator"``. A reconciler resolves by evidence alone.
-    """
-    target = _RESOLVE_TARGET.get(resolution.decision)
-    if target is None:
-        raise InvalidInput(f"resolve takes confirm, reject or retry, not {resolution.decision}")
-    is_operator = resolution.evidence is None or resolution.evidence.source == "operator"
-    evidence = resolution.evidence or Evidence(
-        kind=_EVIDENCE_FOR[target],
-        summary=resolution.reason,
-        result=resolution.result,
-        provider_result_id=resolution.provider_result_id,
-        source="operator",
-    )
-    return target, evidence, resolution.by if is_operator else None
-
-
-def resolve(
-    dialect: Dialect,
-    clock: Callable[[], datetime],
-    tenant_id: str,
-    operation_id: str,
-    resolution: Resolution,
-) -> Program[Operation]:
-    """``unknown -> confirmed | rejected | prepared`` on conclusive evidence or an operator;
-    an operator's ``approve`` or ``reject`` of a ``prepared`` operation (out of band).
-
-    A ``reject`` tries ``unknown -> rejected`` first; only when that matched
-    nothing and the row turns out to be ``prepared`` does it write
-    ``prepared -> rejected`` (again one conditional write plus its event).
-    """
-    if resolution.decision is Decision.APPROVE:
-        return _approve_prepared(dialect, clock, tenant_id, operation_id, resolution)
-    target, evidence, operator = resolution_plan(resolution)
-    try:
-        kind = check_transition(
-            operation_id, S.UNKNOWN, target, evidence=evidence, operator=operator
-        )
-        refusal: IllegalTransition | None = None
-    except IllegalTransition as exc:
-        kind, refusal = EventKind.RESOLVE, exc
-    prepared_too = target is S.REJECTED and operator is not None
-
-    def diagnose(op: Operation | None) -> Exception | None:
-        if op is None:
-            return _not_found(tenant_id, operation_id)
-        if prepared_too and op.status is S.PREPARED:
-            return _IsPrepared()
-        if op.status is not S.UNKNOWN:
-            why = "only an unknown operation is resolved"
-            if op.status is S.PREPARED:
-                why += " (an operator approves or rejects a prepared one)"
-            return _illegal(op, target, why)
-        return refusal
-
-    if refusal is not None:
-        # Refused whatever the row says; read it only to name the precise error.
-        def refuse() -> Statements[Result[Operation]]:
-            current = yield from get_row(tenant_id, operation_id)
-            verdict = diagnose(None if current is None else load_operation(dialect, current))
-            raise verdict or refusal
-
-        return Program(refuse(), writes=False)
-
-    values: dict[str, Any] = {
-        "to_status": target.value,
-        "from_status": S.UNKNOWN.value,
-        "result": None,
-        "provider_result_id": None,
-        "error": None,
-    }
-    if target is S.CONFIRMED:
-        result = resolution.result if resolution.result is not None else evidence.result
-        values["result"] = json_text(result, what="result")
-        values["provider_result_id"] = resolution.provider_result_id or evidence.provider_result_id
-    elif target is S.REJECTED:
-        values["error"] = text(resolution.reason or evidence.summary)
-    move = _transition(
-        dialect,
-        clock,
-        RESOLVE,
-        tenant_id,
-        operation_id,
-        values,
-        kind=kind,
-        actor=resolution.by,
-        evidence=evidence,
-        detail=with_answer(resolution.detail(), resolution.answer),
-        diagnose=diagnose,
-    )
-    if not prepared_too:
-        return move
-
-    def refuse_prepared(op: Operation | None) -> Exception | None:
-        if op is None:
-            return _not_found(tenant_id, operation_id)
-        if op.status is S.PREPARED:
-            return None
-        return _illegal(op, S.REJECTED, "it left prepared while the rejection was written")
-
-    reject_prepared = _transition(
-        dialect,
-        clock,
-        REJECT,
-        tenant_id,
-        operation_id,
-        {"token": None, "error": values["error"], "from_status": S.PREPARED.value},
-        kind=EventKind.REJECT,
-        actor=resolution.by,
-        evidence=evidence,
-        detail=with_answer(resolution.detail(), resolution.answer),
-        diagnose=refuse_prepared,
-    )
-
-    def steps() -> Statements[Result[Operation]]:
-        try:
-            return (yield from move.statements)
-        except _IsPrepared:
-            return (yield from reject_prepared.statements)
-
-    return Program(steps(), writes=True, tenant_id=tenant_id)
-
-
-class _IsPrepared(Exception):
-    """A rejection met a ``prepared`` row: write ``prepared -> rejected`` instead."""
-
-
-def _approve_prepared(
-    dialect: Dialect,
-    clock: Callable[[], datetime],
-    tenant_id: str,
-    operation_id: str,
-    resolution: Resolution,
-) -> Program[Operation]:
-    """An operator's out-of-band approval: the next run dispatches without asking.
-
-    The approval binds to the record's pinned payload (``payload_digest`` never
-    changes under an operation id). Approving an operation that is no longer
-    ``prepared`` is refused: it was dispatched, decided or rejected meanwhile.
-    """
-    if resolution.evidence is not None and resolution.evidence.source != "operator":
-        raise InvalidInput("only an operator approves; evidence approves nothing")
-
-    def diagnose(op: Operation | None) -> Exception | None:
-        if op is None:
-            return _not_found(tenant_id, operation_id)
-        if op.status is not S.PREPARED:
-            return _illegal(op, S.PREPARED, "only a prepared operation is approved")
-        return None
-
-    return _transition(
-        dialect,
-        clock,
-        APPROVE,
-        tenant_id,
-        operation_id,
-        {
-            "payload_digest": None,
-            "authorization_ref": f"approved-by:{resolution.by}",
-            "from_status": S.PREPARED.value,
-        },
-        kind=EventKind.APPROVE,
-        actor=resolution.by,
-        detail=with_answer(resolution.detail(), resolution.answer),
-        diagnose=diagnose,
-    )
-
-
 def record_evidence(
     dialect: Dialect,
     clock: Callable[[], datetime],
@@ -983,9 +651,9 @@ def record_evidence(
     answer: str | None = None,
 ) -> Program[Operation]:
     def diagnose(op: Operation | None) -> Exception | None:
-        return _not_found(tenant_id, operation_id) if op is None else None
+        return not_found(tenant_id, operation_id) if op is None else None
 
-    return _transition(
+    return transition(
         dialect,
         clock,
         RECORD_EVIDENCE,
