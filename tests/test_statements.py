@@ -200,6 +200,23 @@ def test_journal_migration_converts_iso_text_timestamps_to_microseconds(tmp_path
     conn.close()
 
 
+def test_both_backends_name_the_same_statements() -> None:
+    """The outbox's and the journal's programs find every statement they name on both backends."""
+    pytest.importorskip("psycopg")
+    from langgraph_effects.ledger.postgres import _journal as pg_journal
+    from langgraph_effects.ledger.postgres import _outbox as pg_outbox
+    from langgraph_effects.ledger.postgres import _sql as pg_ledger
+    from langgraph_effects.ledger.sqlite import _sql as sqlite_ledger
+
+    for lite, pg in (
+        (sqlite_outbox, pg_outbox),
+        (sqlite_journal, pg_journal),
+        (sqlite_ledger, pg_ledger),
+    ):
+        optional = {"setup_lock", "feed_pending", "pause"}
+        assert set(lite.DIALECT.statements) - optional == set(pg.DIALECT.statements) - optional
+
+
 # --------------------------------------------------------------------------- error boundary
 
 

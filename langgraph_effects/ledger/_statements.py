@@ -108,7 +108,9 @@ class Program(Generic[T]):
         writes: it may write (SQLite takes the write lock: ``BEGIN IMMEDIATE``).
         atomic: it may write and then write again or raise, so it needs an
             explicit transaction even on an autocommit connection. Programs
-            with one conditional write are atomic by themselves.
+            with one conditional write are atomic by themselves. On a
+            connection the caller owns (outbox, journal) ``atomic`` alone
+            decides the transaction (``_connection.Tables.run``).
     """
 
     statements: Statements[Result[T]]
