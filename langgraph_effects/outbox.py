@@ -699,6 +699,10 @@ def _take_over(
     return Program(statements(), writes=True)
 
 
+_RESOLVED = frozenset({OutboxStatus.SENT, OutboxStatus.DEAD})
+"""Settled into one of these, an entry gets ``resolved_at``."""
+
+
 def _fenced_write(dialect: Dialect, name: str, values: dict[str, Any]) -> Program[bool]:
     """One write fenced by the entry's token (``settle``, ``release_check``): did it apply?
     Datetime values are stored in the dialect's format."""
@@ -1022,9 +1026,7 @@ class OutboxRelay:
                     "provider_message_id": message_id,
                     "last_error": error if error is not None else (op.error if op else None),
                     "now": now,
-                    "resolved_at": now
-                    if status in (OutboxStatus.SENT, OutboxStatus.DEAD)
-                    else None,
+                    "resolved_at": now if status in _RESOLVED else None,
                     "seq": entry.seq,
                     "token": entry.fencing_token,
                 },
