@@ -35,7 +35,6 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from langgraph_effects.core.digest import canonical_json
 from langgraph_effects.core.model import utcnow
 from langgraph_effects.errors import IllegalTransition, InvalidInput, StaleVersion
-from langgraph_effects.ledger._connection import Tables
 from langgraph_effects.ledger._statements import (
     Dialect,
     Program,
@@ -45,6 +44,7 @@ from langgraph_effects.ledger._statements import (
     migrate,
     single,
 )
+from langgraph_effects.ledger._tables import Tables
 
 __all__ = [
     "AsyncRunJournal",

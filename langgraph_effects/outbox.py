@@ -105,7 +105,6 @@ from langgraph_effects.errors import (
     PayloadMismatch,
     StaleFencingToken,
 )
-from langgraph_effects.ledger._connection import Backend, Tables
 from langgraph_effects.ledger._statements import (
     Dialect,
     Program,
@@ -117,6 +116,7 @@ from langgraph_effects.ledger._statements import (
     migrate,
     single,
 )
+from langgraph_effects.ledger._tables import Backend, Tables
 from langgraph_effects.ledger.base import AsyncLedger, Ledger
 
 __all__ = [

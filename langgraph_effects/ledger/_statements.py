@@ -110,7 +110,7 @@ class Program(Generic[T]):
             explicit transaction even on an autocommit connection. Programs
             with one conditional write are atomic by themselves. On a
             connection the caller owns (outbox, journal) ``atomic`` alone
-            decides the transaction (``_connection.Tables.run``).
+            decides the transaction (``_tables.Tables.run``).
     """
 
     statements: Statements[Result[T]]
