@@ -24,27 +24,27 @@ Events carry ids and hashes, not bodies: ``RunEvent.data`` is capped at
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Generator, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from langgraph_effects import _journal_sql as sql
-from langgraph_effects._sqlrun import (
-    Rows,
-    Stmt,
-    dialect_of,
-    migrate,
-    one,
-    run_async,
-    run_sync,
-)
 from langgraph_effects.core.digest import canonical_json
 from langgraph_effects.core.model import utcnow
-from langgraph_effects.errors import IllegalTransition, InvalidInput, LedgerNotSetUp, StaleVersion
+from langgraph_effects.errors import IllegalTransition, InvalidInput, StaleVersion
+from langgraph_effects.ledger._statements import (
+    Dialect,
+    Program,
+    Result,
+    Statement,
+    Statements,
+    migrate,
+    single,
+)
+from langgraph_effects.ledger._tables import Tables
 
 __all__ = [
     "AsyncRunJournal",
@@ -59,6 +59,7 @@ __all__ = [
 ]
 
 JSON = Any
+T = TypeVar("T")
 MAX_EVENT_DATA_BYTES = 4096
 STARTED = "started"
 RESUMED = "resumed"
@@ -312,6 +313,8 @@ class JournalStats(_Frozen):
 
 
 # --------------------------------------------------------------------------- statements
+# Programs of the statement engine (``ledger._statements``); the SQL of each
+# backend is in ``ledger/sqlite/_journal.py`` and ``ledger/postgres/_journal.py``.
 
 
 def _dump(model: BaseModel) -> str:
@@ -327,50 +330,61 @@ def _replay(row: dict[str, Any], event: RunEvent, run_id: str) -> RunSnapshot:
     return RunSnapshot.model_validate_json(row["snapshot"])
 
 
-def _write_event(snap: RunSnapshot, event: RunEvent, now: datetime) -> Stmt:
-    return sql.INSERT_EVENT_SQL, {
-        "run_id": snap.run_id,
-        "version": snap.version,
-        "event_id": event.event_id,
-        "type": event.type,
-        "state": snap.state,
-        "event": _dump(event),
-        "snapshot": _dump(snap),
-        "now": now,
-    }
-
-
-def _start_steps(
-    machine: RunMachine, run_id: str, start: RunEvent, snap: RunSnapshot, now: datetime
-) -> Generator[Stmt, Rows, RunSnapshot]:
-    rows = yield (
-        sql.INSERT_RUN_SQL,
+def _write_event(dialect: Dialect, snap: RunSnapshot, event: RunEvent, now: datetime) -> Statement:
+    return Statement(
+        "insert_event",
         {
-            "run_id": run_id,
-            "machine": machine.name,
-            "state": snap.state,
+            "run_id": snap.run_id,
             "version": snap.version,
+            "event_id": event.event_id,
+            "type": event.type,
+            "state": snap.state,
+            "event": _dump(event),
             "snapshot": _dump(snap),
-            "now": now,
+            "now": dialect.dump_ts(now),
         },
     )
-    if not rows:  # already started: the same start returns the run as it is now
-        existing = yield sql.GET_EVENT_SQL, {"run_id": run_id, "event_id": start.event_id}
-        if not existing:
-            raise InvalidInput(f"run {run_id!r} already exists (started by another event)")
-        first = _start_args(
-            RunEvent.model_validate_json(existing[0]["event"]),
-            RunSnapshot.model_validate_json(existing[0]["snapshot"]),
+
+
+def _start(
+    dialect: Dialect,
+    machine: RunMachine,
+    run_id: str,
+    start: RunEvent,
+    snap: RunSnapshot,
+    now: datetime,
+) -> Program[RunSnapshot]:
+    def statements() -> Statements[Result[RunSnapshot]]:
+        rows = yield Statement(
+            "insert_run",
+            {
+                "run_id": run_id,
+                "machine": machine.name,
+                "state": snap.state,
+                "version": snap.version,
+                "snapshot": _dump(snap),
+                "now": dialect.dump_ts(now),
+            },
         )
-        if first != _start_args(start, snap):
-            raise InvalidInput(
-                f"run {run_id!r} was already started with {first}; "
-                f"this start asks for {_start_args(start, snap)}"
+        if not rows:  # already started: the same start returns the run as it is now
+            existing = yield Statement("get_event", {"run_id": run_id, "event_id": start.event_id})
+            if not existing:
+                raise InvalidInput(f"run {run_id!r} already exists (started by another event)")
+            first = _start_args(
+                RunEvent.model_validate_json(existing[0]["event"]),
+                RunSnapshot.model_validate_json(existing[0]["snapshot"]),
             )
-        current = yield sql.GET_RUN_SQL, {"run_id": run_id}
-        return RunSnapshot.model_validate_json(current[0]["snapshot"])
-    yield _write_event(snap, start, now)
-    return snap
+            if first != _start_args(start, snap):
+                raise InvalidInput(
+                    f"run {run_id!r} was already started with {first}; "
+                    f"this start asks for {_start_args(start, snap)}"
+                )
+            current = yield Statement("get_run", {"run_id": run_id})
+            return Result(RunSnapshot.model_validate_json(current[0]["snapshot"]))
+        yield _write_event(dialect, snap, start, now)
+        return Result(snap)
+
+    return Program(statements(), writes=True, atomic=True)
 
 
 def _start_args(start: RunEvent, snap: RunSnapshot) -> str:
@@ -384,47 +398,54 @@ def _start_args(start: RunEvent, snap: RunSnapshot) -> str:
     return f"machine={snap.machine!r}, {data}, lease_for={lease_for}"
 
 
-def _append_steps(
-    machine: RunMachine, run_id: str, expected: int, event: RunEvent, now: datetime
-) -> Generator[Stmt, Rows, RunSnapshot]:
-    rows = yield sql.GET_EVENT_SQL, {"run_id": run_id, "event_id": event.event_id}
-    if rows:
-        return _replay(rows[0], event, run_id)
-    rows = yield sql.GET_RUN_SQL, {"run_id": run_id}
-    if not rows:
-        raise InvalidInput(f"no run {run_id!r}: start it first")
-    current = RunSnapshot.model_validate_json(rows[0]["snapshot"])
-    if current.version != expected:
-        raise StaleVersion(run_id, expected=expected, current=current.version)
-    new = machine.apply(current, event, now)
-    rows = yield (
-        sql.UPDATE_RUN_SQL,
-        {
-            "run_id": run_id,
-            "expected": expected,
-            "state": new.state,
-            "version": new.version,
-            "snapshot": _dump(new),
-            "now": now,
-        },
-    )
-    if not rows:
-        # Lost a race after reading (PostgreSQL, READ COMMITTED): the same event
-        # may be what won; otherwise this append is stale.
-        again = yield sql.GET_EVENT_SQL, {"run_id": run_id, "event_id": event.event_id}
-        if again:
-            return _replay(again[0], event, run_id)
-        raise StaleVersion(run_id, expected=expected, current=expected + 1)
-    yield _write_event(new, event, now)
-    return new
+def _append(
+    dialect: Dialect,
+    machine: RunMachine,
+    run_id: str,
+    expected: int,
+    event: RunEvent,
+    now: datetime,
+) -> Program[RunSnapshot]:
+    def statements() -> Statements[Result[RunSnapshot]]:
+        rows = yield Statement("get_event", {"run_id": run_id, "event_id": event.event_id})
+        if rows:
+            return Result(_replay(rows[0], event, run_id))
+        rows = yield Statement("get_run", {"run_id": run_id})
+        if not rows:
+            raise InvalidInput(f"no run {run_id!r}: start it first")
+        current = RunSnapshot.model_validate_json(rows[0]["snapshot"])
+        if current.version != expected:
+            raise StaleVersion(run_id, expected=expected, current=current.version)
+        new = machine.apply(current, event, now)
+        rows = yield Statement(
+            "update_run",
+            {
+                "run_id": run_id,
+                "expected": expected,
+                "state": new.state,
+                "version": new.version,
+                "snapshot": _dump(new),
+                "now": dialect.dump_ts(now),
+            },
+        )
+        if not rows:
+            # Lost a race after reading (PostgreSQL, READ COMMITTED): the same event
+            # may be what won; otherwise this append is stale.
+            again = yield Statement("get_event", {"run_id": run_id, "event_id": event.event_id})
+            if again:
+                return Result(_replay(again[0], event, run_id))
+            raise StaleVersion(run_id, expected=expected, current=expected + 1)
+        yield _write_event(dialect, new, event, now)
+        return Result(new)
+
+    return Program(statements(), writes=True, atomic=True)
+
+
+def _count(run_id: str, name: str) -> Program[Any]:
+    return single("bump_counter", {"run_id": run_id, "name": name})
 
 
 # --------------------------------------------------------------------------- journals
-
-
-def _missing_table(exc: Exception) -> bool:
-    text = str(exc).lower()
-    return "no such table" in text or ("lge_run" in text and "does not exist" in text)
 
 
 class _JournalBase:
@@ -436,7 +457,7 @@ class _JournalBase:
         clock: Callable[[], datetime] = utcnow,
     ) -> None:
         self.conn = conn
-        self.dialect = dialect_of(conn)
+        self._tables = Tables.on(conn, "journal")
         self.machines = {m.name: m for m in machines}
         self.clock = clock
         self._lock = threading.RLock()
@@ -447,60 +468,125 @@ class _JournalBase:
         except KeyError:
             raise InvalidInput(f"no machine {name!r} was given to this journal") from None
 
-    def _machine_of(self, run_id: str) -> Generator[Stmt, Rows, RunMachine]:
-        rows = yield sql.GET_RUN_SQL, {"run_id": run_id}
-        if not rows:
-            raise InvalidInput(f"no run {run_id!r}: start it first")
-        return self._machine(RunSnapshot.model_validate_json(rows[0]["snapshot"]).machine)
+    def _start(
+        self,
+        run_id: str,
+        machine: str,
+        *,
+        resource: str | None,
+        attempts: int,
+        lease_for: timedelta | None,
+        event_id: str,
+    ) -> Program[RunSnapshot]:
+        m, now = self._machine(machine), self.clock()
+        expires = None if lease_for is None else now + lease_for
+        start = RunEvent(
+            event_id=event_id,
+            type=STARTED,
+            lease_expires_at=expires,
+            data={"resource": resource, "attempts": attempts},
+        )
+        snap = m.start(
+            run_id, resource=resource, attempts=attempts, lease_expires_at=expires, now=now
+        )
+        return _start(self._tables.dialect, m, run_id, start, snap, now)
+
+    def _append(
+        self, machine: RunMachine, run_id: str, expected: int, event: RunEvent
+    ) -> Program[RunSnapshot]:
+        return _append(self._tables.dialect, machine, run_id, expected, event, self.clock())
+
+    def _machine_of(self, run_id: str) -> Program[RunMachine]:
+        def statements() -> Statements[Result[RunMachine]]:
+            rows = yield Statement("get_run", {"run_id": run_id})
+            if not rows:
+                raise InvalidInput(f"no run {run_id!r}: start it first")
+            snap = RunSnapshot.model_validate_json(rows[0]["snapshot"])
+            return Result(self._machine(snap.machine))
+
+        return Program(statements(), writes=False)
 
     @staticmethod
-    def _metrics_steps(run_id: str) -> Generator[Stmt, Rows, RunMetrics | None]:
-        events = yield sql.EVENTS_SQL, {"run_id": run_id}
-        if not events:
-            return None
-        counters = yield sql.COUNTERS_SQL, {}
-        by_type: dict[str, int] = {}
-        entered: dict[str, datetime] = {}
-        for e in events:
-            by_type[e["type"]] = by_type.get(e["type"], 0) + 1
-            at = e["at"] if isinstance(e["at"], datetime) else datetime.fromisoformat(e["at"])
-            entered.setdefault(e["state"], at)
-        return RunMetrics(
-            run_id=run_id,
-            state=events[-1]["state"],
-            events_by_type=by_type,
-            entered_at=entered,
-            stale_version_rejections=sum(
-                c["n"] for c in counters if c["run_id"] == run_id and c["name"] == "stale_version"
-            ),
-            resumed=by_type.get(RESUMED, 0),
-        )
+    def _get(run_id: str) -> Program[RunSnapshot | None]:
+        def statements() -> Statements[Result[RunSnapshot | None]]:
+            rows = yield Statement("get_run", {"run_id": run_id})
+            return Result(RunSnapshot.model_validate_json(rows[0]["snapshot"]) if rows else None)
 
-    def _stats_steps(self) -> Generator[Stmt, Rows, JournalStats]:
-        runs = yield sql.RUNS_SQL, {}
-        events = yield sql.ALL_EVENT_TYPES_SQL, {}
-        counters = yield sql.COUNTERS_SQL, {}
-        by_state: dict[str, int] = {}
-        success: set[str] = set()
-        for r in runs:
-            by_state[r["state"]] = by_state.get(r["state"], 0) + 1
-            snap = RunSnapshot.model_validate_json(r["snapshot"])
-            machine = self.machines.get(snap.machine)
-            if machine is not None and machine.states[snap.state].success:
-                success.add(snap.run_id)
-        by_type: dict[str, int] = {}
-        resumed: set[str] = set()
-        for e in events:
-            by_type[e["type"]] = by_type.get(e["type"], 0) + 1
-            if e["type"] == RESUMED:
-                resumed.add(e["run_id"])
-        return JournalStats(
-            runs_by_state=by_state,
-            events_by_type=by_type,
-            stale_version_rejections=sum(c["n"] for c in counters if c["name"] == "stale_version"),
-            resumed_runs=len(resumed),
-            resumed_runs_succeeded=len(resumed & success),
-        )
+        return Program(statements(), writes=False)
+
+    @staticmethod
+    def _events(run_id: str) -> Program[list[RunEvent]]:
+        def statements() -> Statements[Result[list[RunEvent]]]:
+            rows = yield Statement("events", {"run_id": run_id})
+            return Result([RunEvent.model_validate_json(r["event"]) for r in rows])
+
+        return Program(statements(), writes=False)
+
+    def _metrics(self, run_id: str) -> Program[RunMetrics | None]:
+        dialect = self._tables.dialect
+
+        def statements() -> Statements[Result[RunMetrics | None]]:
+            events = yield Statement("events", {"run_id": run_id})
+            if not events:
+                return Result(None)
+            counters = yield Statement("counters")
+            by_type: dict[str, int] = {}
+            entered: dict[str, datetime] = {}
+            for e in events:
+                by_type[e["type"]] = by_type.get(e["type"], 0) + 1
+                if e["state"] not in entered:
+                    at = dialect.load_ts(e["at"])
+                    assert at is not None, "lge_run_events.at is NOT NULL"
+                    entered[e["state"]] = at
+            return Result(
+                RunMetrics(
+                    run_id=run_id,
+                    state=events[-1]["state"],
+                    events_by_type=by_type,
+                    entered_at=entered,
+                    stale_version_rejections=sum(
+                        c["n"]
+                        for c in counters
+                        if c["run_id"] == run_id and c["name"] == "stale_version"
+                    ),
+                    resumed=by_type.get(RESUMED, 0),
+                )
+            )
+
+        return Program(statements(), writes=False)
+
+    def _stats(self) -> Program[JournalStats]:
+        def statements() -> Statements[Result[JournalStats]]:
+            runs = yield Statement("runs")
+            events = yield Statement("all_event_types")
+            counters = yield Statement("counters")
+            by_state: dict[str, int] = {}
+            success: set[str] = set()
+            for r in runs:
+                by_state[r["state"]] = by_state.get(r["state"], 0) + 1
+                snap = RunSnapshot.model_validate_json(r["snapshot"])
+                machine = self.machines.get(snap.machine)
+                if machine is not None and machine.states[snap.state].success:
+                    success.add(snap.run_id)
+            by_type: dict[str, int] = {}
+            resumed: set[str] = set()
+            for e in events:
+                by_type[e["type"]] = by_type.get(e["type"], 0) + 1
+                if e["type"] == RESUMED:
+                    resumed.add(e["run_id"])
+            return Result(
+                JournalStats(
+                    runs_by_state=by_state,
+                    events_by_type=by_type,
+                    stale_version_rejections=sum(
+                        c["n"] for c in counters if c["name"] == "stale_version"
+                    ),
+                    resumed_runs=len(resumed),
+                    resumed_runs_succeeded=len(resumed & success),
+                )
+            )
+
+        return Program(statements(), writes=False)
 
 
 class RunJournal(_JournalBase):
@@ -536,37 +622,22 @@ class RunJournal(_JournalBase):
         finally:
             conn.close()
 
-    def _tx(self, steps: Generator[Stmt, Rows, Any]) -> Any:
-        """Run ``steps`` in one transaction; count a stale-version refusal after rollback."""
+    def _tx(self, program: Program[T]) -> T:
+        """Run a write in one transaction; count a stale-version refusal after rollback."""
         with self._lock:
             try:
-                if self.dialect == "postgres":
-                    with self.conn.transaction():
-                        return run_sync(self.conn, self.dialect, steps)
-                self.conn.execute("BEGIN IMMEDIATE")
-                try:
-                    result = run_sync(self.conn, self.dialect, steps)
-                except BaseException:
-                    self.conn.execute("ROLLBACK")
-                    raise
-                self.conn.execute("COMMIT")
-                return result
+                return self._tables.run(program)
             except StaleVersion as stale:
-                self._count(stale.run_id, "stale_version")
-                raise
-            except Exception as exc:
-                if _missing_table(exc):
-                    raise LedgerNotSetUp(
-                        "run journal tables missing: call journal.setup()"
-                    ) from exc
+                self._tables.run(_count(stale.run_id, "stale_version"))
                 raise
 
-    def _count(self, run_id: str, name: str) -> None:
-        self._tx(one(sql.BUMP_COUNTER_SQL, {"run_id": run_id, "name": name}))
+    def _read(self, program: Program[T]) -> T:
+        with self._lock:
+            return self._tables.run(program, commit=True)
 
     def setup(self) -> None:
         """Create or migrate the journal's tables (idempotent, locked)."""
-        self._tx(migrate(self.dialect, sql, self.clock()))
+        self._tx(migrate(self._tables.dialect))
 
     def start(
         self,
@@ -585,19 +656,16 @@ class RunJournal(_JournalBase):
         worker may call it again; ``lease_for`` counts as the duration asked
         for. Other arguments for an existing run raise ``InvalidInput``.
         """
-        m, now = self._machine(machine), self.clock()
-        expires = None if lease_for is None else now + lease_for
-        start = RunEvent(
-            event_id=event_id,
-            type=STARTED,
-            lease_expires_at=expires,
-            data={"resource": resource, "attempts": attempts},
+        return self._tx(
+            self._start(
+                run_id,
+                machine,
+                resource=resource,
+                attempts=attempts,
+                lease_for=lease_for,
+                event_id=event_id,
+            )
         )
-        snap = m.start(
-            run_id, resource=resource, attempts=attempts, lease_expires_at=expires, now=now
-        )
-        result: RunSnapshot = self._tx(_start_steps(m, run_id, start, snap, now))
-        return result
 
     def append(self, run_id: str, expected_version: int, event: RunEvent) -> RunSnapshot:
         """Append ``event`` if the run is at ``expected_version``; return the new snapshot.
@@ -608,16 +676,9 @@ class RunJournal(_JournalBase):
             InvalidInput: no such run, or the event id was used with other content.
         """
         with self._lock:
-            machine = run_sync(self.conn, self.dialect, self._machine_of(run_id))
-            self._commit_reads()
-            result: RunSnapshot = self._tx(
-                _append_steps(machine, run_id, expected_version, event, self.clock())
-            )
+            machine = self._read(self._machine_of(run_id))
+            result: RunSnapshot = self._tx(self._append(machine, run_id, expected_version, event))
             return result
-
-    def _commit_reads(self) -> None:
-        if self.dialect == "sqlite" and self.conn.in_transaction:
-            self.conn.execute("COMMIT")
 
     def resume(self, run_id: str, *, worker: str, boot_id: str) -> RunSnapshot:
         """Record that ``worker`` picked the run up again; return the current snapshot.
@@ -634,10 +695,7 @@ class RunJournal(_JournalBase):
         return self.append(run_id, snap.version, event)
 
     def get(self, run_id: str) -> RunSnapshot | None:
-        with self._lock:
-            rows = run_sync(self.conn, self.dialect, one(sql.GET_RUN_SQL, {"run_id": run_id}))
-            self._commit_reads()
-        return RunSnapshot.model_validate_json(rows[0]["snapshot"]) if rows else None
+        return self._read(self._get(run_id))
 
     def next_action(self, run_id: str) -> str | None:
         """The one action to take now (lease expiry checked against the clock)."""
@@ -647,41 +705,27 @@ class RunJournal(_JournalBase):
         return self._machine(snap.machine).next_action(snap, self.clock())
 
     def events(self, run_id: str) -> list[RunEvent]:
-        with self._lock:
-            rows = run_sync(self.conn, self.dialect, one(sql.EVENTS_SQL, {"run_id": run_id}))
-            self._commit_reads()
-        return [RunEvent.model_validate_json(r["event"]) for r in rows]
+        return self._read(self._events(run_id))
 
     def metrics(self, run_id: str) -> RunMetrics | None:
-        with self._lock:
-            result = run_sync(self.conn, self.dialect, self._metrics_steps(run_id))
-            self._commit_reads()
-        return result
+        return self._read(self._metrics(run_id))
 
     def stats(self) -> JournalStats:
-        with self._lock:
-            result = run_sync(self.conn, self.dialect, self._stats_steps())
-            self._commit_reads()
-        return result
+        return self._read(self._stats())
 
 
 class AsyncRunJournal(_JournalBase):
-    """``RunJournal`` on a psycopg ``AsyncConnection`` (autocommit): the same statements."""
+    """``RunJournal`` on a psycopg ``AsyncConnection`` (autocommit): the same programs."""
 
-    async def _tx(self, steps: Generator[Stmt, Rows, Any]) -> Any:
+    async def _tx(self, program: Program[T]) -> T:
         try:
-            async with self.conn.transaction():
-                return await run_async(self.conn, steps)
+            return await self._tables.arun(program)
         except StaleVersion as stale:
-            async with self.conn.transaction():
-                await run_async(
-                    self.conn,
-                    one(sql.BUMP_COUNTER_SQL, {"run_id": stale.run_id, "name": "stale_version"}),
-                )
+            await self._tables.arun(_count(stale.run_id, "stale_version"))
             raise
 
     async def setup(self) -> None:
-        await self._tx(migrate("postgres", sql, self.clock()))
+        await self._tx(migrate(self._tables.dialect))
 
     async def start(
         self,
@@ -693,35 +737,27 @@ class AsyncRunJournal(_JournalBase):
         lease_for: timedelta | None = None,
         event_id: str = "start",
     ) -> RunSnapshot:
-        m, now = self._machine(machine), self.clock()
-        expires = None if lease_for is None else now + lease_for
-        start = RunEvent(
-            event_id=event_id,
-            type=STARTED,
-            lease_expires_at=expires,
-            data={"resource": resource, "attempts": attempts},
+        return await self._tx(
+            self._start(
+                run_id,
+                machine,
+                resource=resource,
+                attempts=attempts,
+                lease_for=lease_for,
+                event_id=event_id,
+            )
         )
-        snap = m.start(
-            run_id, resource=resource, attempts=attempts, lease_expires_at=expires, now=now
-        )
-        result: RunSnapshot = await self._tx(_start_steps(m, run_id, start, snap, now))
-        return result
 
     async def append(self, run_id: str, expected_version: int, event: RunEvent) -> RunSnapshot:
-        machine = await run_async(self.conn, self._machine_of(run_id))
-        result: RunSnapshot = await self._tx(
-            _append_steps(machine, run_id, expected_version, event, self.clock())
-        )
+        machine = await self._tables.arun(self._machine_of(run_id))
+        result: RunSnapshot = await self._tx(self._append(machine, run_id, expected_version, event))
         return result
 
     async def get(self, run_id: str) -> RunSnapshot | None:
-        rows = await run_async(self.conn, one(sql.GET_RUN_SQL, {"run_id": run_id}))
-        return RunSnapshot.model_validate_json(rows[0]["snapshot"]) if rows else None
+        return await self._tables.arun(self._get(run_id))
 
     async def metrics(self, run_id: str) -> RunMetrics | None:
-        result: RunMetrics | None = await run_async(self.conn, self._metrics_steps(run_id))
-        return result
+        return await self._tables.arun(self._metrics(run_id))
 
     async def stats(self) -> JournalStats:
-        result: JournalStats = await run_async(self.conn, self._stats_steps())
-        return result
+        return await self._tables.arun(self._stats())

@@ -77,18 +77,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
-from langgraph_effects import _outbox_sql as sql
 from langgraph_effects._faults import CrashPoint, crash_point
-from langgraph_effects._sqlrun import (
-    Dialect,
-    Rows,
-    Stmt,
-    dialect_of,
-    migrate,
-    one,
-    run_async,
-    run_sync,
-)
 from langgraph_effects.core.digest import canonical_json, payload_digest
 from langgraph_effects.core.ids import idempotency_key, intent_operation_id
 from langgraph_effects.core.model import (
@@ -116,6 +105,18 @@ from langgraph_effects.errors import (
     PayloadMismatch,
     StaleFencingToken,
 )
+from langgraph_effects.ledger._statements import (
+    Dialect,
+    Program,
+    Result,
+    Row,
+    Rows,
+    Statement,
+    Statements,
+    migrate,
+    single,
+)
+from langgraph_effects.ledger._tables import Backend, Tables
 from langgraph_effects.ledger.base import AsyncLedger, Ledger
 
 __all__ = [
@@ -256,11 +257,15 @@ class RelayReport:
 
 
 # --------------------------------------------------------------------------- statements
+# Programs of the statement engine (``ledger._statements``); the SQL of each
+# backend is in ``ledger/sqlite/_outbox.py`` and ``ledger/postgres/_outbox.py``.
+
+_TS_FIELDS = ("available_at", "lease_expires_at", "created_at", "updated_at", "resolved_at")
 
 
-def _require_open_transaction(conn: Any, dialect: Dialect) -> None:
+def _require_open_transaction(conn: Any, backend: Backend) -> None:
     """Refuse to enqueue on a connection that would commit the INSERT on its own."""
-    if dialect == "sqlite":
+    if backend == "sqlite":
         autocommit = getattr(conn, "autocommit", None) is True or conn.isolation_level is None
         if autocommit and not conn.in_transaction:
             raise InvalidInput(
@@ -300,30 +305,21 @@ class Outbox:
         Commits on ``conn``: call it outside your own transaction (sqlite3), or
         on a connection without an open transaction block (psycopg).
         """
-        dialect = dialect_of(conn)
-        if dialect == "postgres":
-            with conn.transaction():
-                run_sync(conn, dialect, migrate(dialect, sql, self._clock()))
-            return
-        if conn.in_transaction:
+        tables = Tables.on(conn, "outbox")
+        if tables.backend == "sqlite" and conn.in_transaction:
             raise InvalidInput("Outbox.setup commits: call it outside an open transaction")
-        conn.execute("BEGIN IMMEDIATE")  # one writer migrates at a time
-        try:
-            run_sync(conn, dialect, migrate(dialect, sql, self._clock()))
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        conn.execute("COMMIT")
+        tables.run(migrate(tables.dialect))  # BEGIN IMMEDIATE: one writer migrates at a time
 
     async def asetup(self, conn: Any) -> None:
         """``setup`` on a psycopg ``AsyncConnection``."""
-        async with conn.transaction():
-            await run_async(conn, migrate("postgres", sql, self._clock()))
+        tables = Tables.on(conn, "outbox")
+        await tables.arun(migrate(tables.dialect))
 
     # -- enqueue --------------------------------------------------------------
 
-    def _enqueue_steps(
+    def _enqueue(
         self,
+        dialect: Dialect,
         *,
         topic: str,
         payload: JSON,
@@ -331,7 +327,8 @@ class Outbox:
         dedupe_key: str | None,
         ordered: bool,
         tenant_id: str | None,
-    ) -> Generator[Stmt, Rows, str]:
+    ) -> Program[str]:
+        """One INSERT (plus a read on a repeated dedupe key), run in the caller's transaction."""
         tenant = tenant_id or self.tenant_id
         if not topic.strip():
             raise InvalidInput("an outbox entry needs a topic")
@@ -345,29 +342,31 @@ class Outbox:
             entry_id = f"ob-{raw[:32]}"
         action = _action(topic)
         digest = payload_digest(action, 1, key, payload)
-        rows = yield (
-            sql.INSERT_ENTRY_SQL,
-            {
-                "entry_id": entry_id,
-                "tenant_id": tenant,
-                "topic": topic,
-                "key": key,
-                "ordered": ordered,
-                "payload": json.dumps(payload),
-                "payload_digest": digest,
-                "operation_id": intent_operation_id(
-                    tenant_id=tenant, action=action, intent_key=entry_id
-                ),
-                "now": self._clock(),
-            },
-        )
-        if not rows:
-            existing = yield sql.GET_ENTRY_SQL, {"entry_id": entry_id}
-            if existing[0]["payload_digest"] != digest:
-                raise PayloadMismatch(
-                    entry_id, expected=existing[0]["payload_digest"], actual=digest
-                )
-        return entry_id
+        values = {
+            "entry_id": entry_id,
+            "tenant_id": tenant,
+            "topic": topic,
+            "key": key,
+            "ordered": ordered,
+            "payload": json.dumps(payload),
+            "payload_digest": digest,
+            "operation_id": intent_operation_id(
+                tenant_id=tenant, action=action, intent_key=entry_id
+            ),
+            "now": dialect.dump_ts(self._clock()),
+        }
+
+        def statements() -> Statements[Result[str]]:
+            if not (yield Statement("insert_entry", values)):
+                existing = yield Statement("get_entry", {"entry_id": entry_id})
+                if existing[0]["payload_digest"] != digest:
+                    raise PayloadMismatch(
+                        entry_id, expected=existing[0]["payload_digest"], actual=digest
+                    )
+            return Result(entry_id)
+
+        # Not atomic: it runs in the caller's open transaction and never commits.
+        return Program(statements(), writes=True)
 
     def enqueue(
         self,
@@ -402,9 +401,10 @@ class Outbox:
                 (autocommit outside a transaction), or bad arguments.
             PayloadMismatch: ``dedupe_key`` reused with another payload.
         """
-        dialect = dialect_of(conn)
-        _require_open_transaction(conn, dialect)
-        steps = self._enqueue_steps(
+        tables = Tables.on(conn, "outbox")
+        _require_open_transaction(conn, tables.backend)
+        program = self._enqueue(
+            tables.dialect,
             topic=topic,
             payload=payload,
             key=key,
@@ -412,7 +412,7 @@ class Outbox:
             ordered=ordered,
             tenant_id=tenant_id,
         )
-        return run_sync(conn, dialect, steps)
+        return tables.run(program)
 
     async def aenqueue(
         self,
@@ -426,8 +426,10 @@ class Outbox:
         tenant_id: str | None = None,
     ) -> str:
         """``enqueue`` on a psycopg ``AsyncConnection`` (inside its open transaction)."""
+        tables = Tables.on(conn, "outbox")
         _require_open_transaction(conn, "postgres")
-        steps = self._enqueue_steps(
+        program = self._enqueue(
+            tables.dialect,
             topic=topic,
             payload=payload,
             key=key,
@@ -435,15 +437,16 @@ class Outbox:
             ordered=ordered,
             tenant_id=tenant_id,
         )
-        return await run_async(conn, steps)
+        return await tables.arun(program)
 
     # -- queries --------------------------------------------------------------
 
     @staticmethod
     def get(conn: Any, entry_id: str) -> OutboxEntry | None:
         """Read one entry (any connection; no commit)."""
-        rows = run_sync(conn, dialect_of(conn), one(sql.GET_ENTRY_SQL, {"entry_id": entry_id}))
-        return _entry(rows[0]) if rows else None
+        tables = Tables.on(conn, "outbox")
+        rows = tables.run(single("get_entry", {"entry_id": entry_id}))
+        return _entry(tables.dialect, rows[0]) if rows else None
 
     @staticmethod
     def list(
@@ -459,8 +462,9 @@ class Outbox:
             "tenant_id": tenant_id,
             "limit": limit,
         }
-        rows = run_sync(conn, dialect_of(conn), one(sql.LIST_ENTRIES_SQL, params))
-        return [_entry(r) for r in rows]
+        tables = Tables.on(conn, "outbox")
+        rows = tables.run(single("list_entries", params))
+        return [_entry(tables.dialect, r) for r in rows]
 
     # -- delivery evidence ------------------------------------------------------
 
@@ -501,16 +505,19 @@ class Outbox:
             webhook naming a message id whose receipt is not saved yet; answer
             it so the provider retries, or identify entries by ``entry_id``.
         """
-        steps = _delivered_steps(
-            entry_id=entry_id,
-            message_id=message_id,
-            evidence_id=evidence_id,
-            source=source,
-            detail=detail,
-            token=token,
-            now=self._clock(),
+        tables = Tables.on(conn, "outbox")
+        return tables.run(
+            _delivered(
+                tables.dialect,
+                entry_id=entry_id,
+                message_id=message_id,
+                evidence_id=evidence_id,
+                source=source,
+                detail=detail,
+                token=token,
+                now=self._clock(),
+            )
         )
-        return _transact(conn, dialect_of(conn), steps)
 
     async def amark_delivered(
         self,
@@ -524,72 +531,46 @@ class Outbox:
         token: int | None = None,
     ) -> OutboxEntry | None:
         """``mark_delivered`` on a psycopg ``AsyncConnection``."""
-        steps = _delivered_steps(
-            entry_id=entry_id,
-            message_id=message_id,
-            evidence_id=evidence_id,
-            source=source,
-            detail=detail,
-            token=token,
-            now=self._clock(),
+        tables = Tables.on(conn, "outbox")
+        return await tables.arun(
+            _delivered(
+                tables.dialect,
+                entry_id=entry_id,
+                message_id=message_id,
+                evidence_id=evidence_id,
+                source=source,
+                detail=detail,
+                token=token,
+                now=self._clock(),
+            )
         )
-        try:
-            async with conn.transaction():
-                return await run_async(conn, steps)
-        except Exception as exc:
-            if _is_missing_table(exc):
-                raise LedgerNotSetUp(_SETUP_AGAIN) from exc
-            raise
 
     @staticmethod
     def events(conn: Any, entry_id: str) -> builtins.list[OutboxEvent]:
         """The delivery evidence recorded for an entry, oldest first (any connection; no commit)."""
-        rows = run_sync(conn, dialect_of(conn), one(sql.ENTRY_EVENTS_SQL, {"entry_id": entry_id}))
-        return [_event(r) for r in rows]
+        tables = Tables.on(conn, "outbox")
+        rows = tables.run(single("entry_events", {"entry_id": entry_id}))
+        return [_event(tables.dialect, r) for r in rows]
 
 
-def _entry(row: dict[str, Any]) -> OutboxEntry:
-    return OutboxEntry.model_validate(
-        {**row, "payload": json.loads(row["payload"]), "ordered": bool(row["ordered"])}
-    )
+def _entry(dialect: Dialect, row: Row) -> OutboxEntry:
+    values = {**row, "payload": json.loads(row["payload"]), "ordered": bool(row["ordered"])}
+    for name in _TS_FIELDS:
+        values[name] = dialect.load_ts(row[name])
+    return OutboxEntry.model_validate(values)
 
 
-def _is_missing_table(exc: Exception) -> bool:
-    text = str(exc).lower()
-    return "no such table" in text or ("lge_outbox" in text and "does not exist" in text)
+def _entries(dialect: Dialect, rows: Rows) -> builtins.list[OutboxEntry]:
+    return [_entry(dialect, r) for r in rows]
 
 
-_SETUP_AGAIN = "outbox tables are missing or older than this version: call Outbox().setup(conn)"
-
-
-def _event(row: dict[str, Any]) -> OutboxEvent:
+def _event(dialect: Dialect, row: Row) -> OutboxEvent:
     detail = None if row["detail"] is None else json.loads(row["detail"])
-    return OutboxEvent.model_validate({**row, "detail": detail})
+    return OutboxEvent.model_validate({**row, "detail": detail, "at": dialect.load_ts(row["at"])})
 
 
-def _transact(conn: Any, dialect: Dialect, steps: Generator[Stmt, Rows, T]) -> T:
-    """Run ``steps`` in the caller's open transaction, or in one of its own, committed here."""
-    try:
-        if dialect == "postgres":
-            with conn.transaction():  # a savepoint inside the caller's transaction
-                return run_sync(conn, dialect, steps)
-        if conn.in_transaction:
-            return run_sync(conn, dialect, steps)
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            result = run_sync(conn, dialect, steps)
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        conn.execute("COMMIT")
-        return result
-    except Exception as exc:
-        if _is_missing_table(exc):
-            raise LedgerNotSetUp(_SETUP_AGAIN) from exc
-        raise
-
-
-def _delivered_steps(
+def _delivered(
+    dialect: Dialect,
     *,
     entry_id: str | None,
     message_id: str | None,
@@ -598,7 +579,7 @@ def _delivered_steps(
     detail: JSON,
     token: int | None,
     now: datetime,
-) -> Generator[Stmt, Rows, OutboxEntry | None]:
+) -> Program[OutboxEntry | None]:
     """Raise the entry's receipt to ``delivered`` and record the evidence, in one transaction.
 
     The write comes first and is fenced when ``token`` is given, so a stale
@@ -613,40 +594,125 @@ def _delivered_steps(
         raise InvalidInput(
             f"delivery detail is over {MAX_EVENT_DETAIL_BYTES} bytes: keep ids, not bodies"
         )
-    if entry_id is not None:
-        rows = yield sql.GET_ENTRY_SQL, {"entry_id": entry_id}
-    else:
-        rows = yield sql.GET_ENTRY_BY_MESSAGE_SQL, {"message_id": message_id}
-    if not rows:
-        return None
-    entry = _entry(rows[0])
-    if message_id is not None and entry.provider_message_id not in (None, message_id):
-        raise InvalidInput(
-            f"entry {entry.entry_id!r} was sent as message {entry.provider_message_id!r}, "
-            f"not {message_id!r}: this evidence is about another message"
-        )
-    if token is None:
-        rows = yield sql.MARK_DELIVERED_SQL, {"seq": entry.seq, "now": now}
-    else:
-        rows = yield sql.MARK_DELIVERED_FENCED_SQL, {"seq": entry.seq, "token": token, "now": now}
+    at = dialect.dump_ts(now)
+
+    def statements() -> Statements[Result[OutboxEntry | None]]:
+        if entry_id is not None:
+            rows = yield Statement("get_entry", {"entry_id": entry_id})
+        else:
+            rows = yield Statement("get_entry_by_message", {"message_id": message_id})
         if not rows:
-            raise StaleFencingToken(entry.entry_id, token=token, current=entry.fencing_token)
-    event = {
-        "entry_id": entry.entry_id,
-        "evidence_id": evidence_id,
-        "kind": DELIVERED,
-        "source": source,
-        "message_id": message_id,
-        "detail": detail_text,
-    }
-    if not (yield sql.INSERT_EVENT_SQL, {**event, "now": now}):
-        (first,) = yield sql.GET_EVENT_SQL, {"entry_id": entry.entry_id, "evidence_id": evidence_id}
-        if {k: first[k] for k in event} != event:
+            return Result(None)
+        entry = _entry(dialect, rows[0])
+        if message_id is not None and entry.provider_message_id not in (None, message_id):
             raise InvalidInput(
-                f"entry {entry.entry_id!r}: evidence {evidence_id!r} was already recorded "
-                "with other content"
+                f"entry {entry.entry_id!r} was sent as message {entry.provider_message_id!r}, "
+                f"not {message_id!r}: this evidence is about another message"
             )
-    return _entry(rows[0])
+        if token is None:
+            rows = yield Statement("mark_delivered", {"seq": entry.seq, "now": at})
+        else:
+            rows = yield Statement(
+                "mark_delivered_fenced", {"seq": entry.seq, "token": token, "now": at}
+            )
+            if not rows:
+                raise StaleFencingToken(entry.entry_id, token=token, current=entry.fencing_token)
+        event = {
+            "entry_id": entry.entry_id,
+            "evidence_id": evidence_id,
+            "kind": DELIVERED,
+            "source": source,
+            "message_id": message_id,
+            "detail": detail_text,
+        }
+        if not (yield Statement("insert_event", {**event, "now": at})):
+            (first,) = yield Statement(
+                "get_event", {"entry_id": entry.entry_id, "evidence_id": evidence_id}
+            )
+            if {k: first[k] for k in event} != event:
+                raise InvalidInput(
+                    f"entry {entry.entry_id!r}: evidence {evidence_id!r} was already recorded "
+                    "with other content"
+                )
+        return Result(_entry(dialect, rows[0]))
+
+    return Program(statements(), writes=True, atomic=True)
+
+
+def _claim_batch(
+    dialect: Dialect,
+    name: str,
+    *,
+    owner: LeaseOwner,
+    now: datetime,
+    lease_for: timedelta,
+    tenant_id: str | None,
+    limit: int,
+    since: datetime | None = None,
+) -> Program[builtins.list[OutboxEntry]]:
+    """One conditional write leasing a batch (``claim``: due entries; ``claim_check``:
+    sent entries still only accepted), each with a new fencing token; by ``seq``."""
+    params = {
+        "owner": owner.encode(),
+        "lease_expires_at": dialect.dump_ts(now + lease_for),
+        "now": dialect.dump_ts(now),
+        "tenant_id": tenant_id,
+        "limit": limit,
+    }
+    if since is not None:
+        params["since"] = dialect.dump_ts(since)
+
+    def statements() -> Statements[Result[builtins.list[OutboxEntry]]]:
+        rows = yield Statement(name, params)
+        return Result(sorted(_entries(dialect, rows), key=lambda e: e.seq))
+
+    return Program(statements(), writes=True)
+
+
+def _leased(dialect: Dialect, now: datetime, limit: int) -> Program[Rows]:
+    """Entries whose lease is still running: ``seq``, ``lease_owner``, ``fencing_token``."""
+    return single("leased", {"now": dialect.dump_ts(now), "limit": limit})
+
+
+def _take_over(
+    dialect: Dialect,
+    *,
+    seq: int,
+    token: int,
+    owner: LeaseOwner,
+    now: datetime,
+    lease_for: timedelta,
+) -> Program[builtins.list[OutboxEntry]]:
+    """Lease one entry from a dead owner, fenced by the token it was seen with."""
+    params = {
+        "owner": owner.encode(),
+        "lease_expires_at": dialect.dump_ts(now + lease_for),
+        "now": dialect.dump_ts(now),
+        "seq": seq,
+        "token": token,
+    }
+
+    def statements() -> Statements[Result[builtins.list[OutboxEntry]]]:
+        rows = yield Statement("take_over", params)
+        return Result(_entries(dialect, rows))
+
+    return Program(statements(), writes=True)
+
+
+_RESOLVED = frozenset({OutboxStatus.SENT, OutboxStatus.DEAD})
+"""Settled into one of these, an entry gets ``resolved_at``."""
+
+
+def _fenced_write(dialect: Dialect, name: str, values: dict[str, Any]) -> Program[bool]:
+    """One write fenced by the entry's token (``settle``, ``release_check``): did it apply?
+    Datetime values are stored in the dialect's format."""
+    params = {k: dialect.dump_ts(v) if isinstance(v, datetime) else v for k, v in values.items()}
+
+    def statements() -> Statements[Result[bool]]:
+        rows = yield Statement(name, params)
+        return Result(bool(rows))
+
+    return Program(statements(), writes=True)
 
 
 # --------------------------------------------------------------------------- relay
@@ -667,10 +733,10 @@ _MAX_STEPS = 8  # plan steps per entry per pass; each step moves the record forw
 
 @dataclass(frozen=True, slots=True)
 class _Sql:
-    """One statement on the relay's outbox connection, committed at once."""
+    """A program on the relay's outbox connection: an atomic one in a transaction of
+    its own, any other statement by statement, each committed at once."""
 
-    text: str
-    params: dict[str, Any]
+    program: Program[Any]
 
 
 @dataclass(frozen=True, slots=True)
@@ -688,14 +754,7 @@ class _Hook:
     arg: Any
 
 
-@dataclass(frozen=True, slots=True)
-class _Tx:
-    """Several statements on the relay's outbox connection, in one transaction."""
-
-    steps: Generator[Stmt, Rows, Any]
-
-
-_Action = _Sql | _Ledger | _Hook | _Tx
+_Action = _Sql | _Ledger | _Hook
 _Steps = Generator[_Action, Any, T]
 
 
@@ -756,7 +815,7 @@ class OutboxRelay:
         if max_failures < 1:
             raise InvalidInput("max_failures must be at least 1")
         self.conn = conn
-        self.dialect = dialect_of(conn)
+        self._tables = Tables.on(conn, "outbox")
         self.ledger = ledger
         self.deliver = deliver
         self.reconcile = reconcile
@@ -828,10 +887,8 @@ class OutboxRelay:
             value, error = None, None
             try:
                 match action:
-                    case _Sql(text, params):
-                        value = self._exec(text, params)
-                    case _Tx(statements):
-                        value = _transact(self.conn, self.dialect, statements)
+                    case _Sql(program):
+                        value = self._exec(program)
                     case _Ledger(method, args, kwargs):
                         value = getattr(self.ledger, method)(*args, **kwargs)
                     case _Hook(fn, arg):
@@ -854,12 +911,8 @@ class OutboxRelay:
             value, error = None, None
             try:
                 match action:
-                    case _Sql(text, params):
-                        value = await asyncio.to_thread(self._exec, text, params)
-                    case _Tx(statements):
-                        value = await asyncio.to_thread(
-                            _transact, self.conn, self.dialect, statements
-                        )
+                    case _Sql(program):
+                        value = await asyncio.to_thread(self._exec, program)
                     case _Ledger(method, args, kwargs):
                         value = getattr(self.ledger, method)(*args, **kwargs)
                     case _Hook(fn, arg):
@@ -871,22 +924,9 @@ class OutboxRelay:
 
     # -- database -------------------------------------------------------------
 
-    def _exec(self, text: str, params: dict[str, Any]) -> Rows:
-        try:
-            rows = run_sync(self.conn, self.dialect, one(text, params))
-        except Exception as exc:
-            self._rollback()
-            if _is_missing_table(exc):
-                raise LedgerNotSetUp("lge_outbox is missing: call Outbox().setup(conn)") from exc
-            raise
-        self.conn.commit()  # a no-op in autocommit mode; ends a legacy implicit transaction
-        return rows
-
-    def _rollback(self) -> None:
-        try:
-            self.conn.rollback()
-        except Exception:  # the connection may be gone; the error that led here matters more
-            logger.debug("rollback after a failed outbox statement failed", exc_info=True)
+    def _exec(self, program: Program[T]) -> T:
+        # commit: a no-op in autocommit mode; ends a legacy implicit transaction.
+        return self._tables.run(program, commit=True)
 
     # -- passes ---------------------------------------------------------------
 
@@ -922,18 +962,17 @@ class OutboxRelay:
         return total
 
     def _claim(self, now: datetime) -> _Steps[list[OutboxEntry]]:
-        text = sql.CLAIM_SQL_PG if self.dialect == "postgres" else sql.CLAIM_SQL_SQLITE
-        rows = yield _Sql(
-            text,
-            {
-                "owner": self.owner.encode(),
-                "lease_expires_at": now + self.lease_for,
-                "now": now,
-                "tenant_id": self.tenant_id,
-                "limit": self.batch_size,
-            },
+        claimed: list[OutboxEntry] = yield _Sql(
+            _claim_batch(
+                self._tables.dialect,
+                "claim",
+                owner=self.owner,
+                now=now,
+                lease_for=self.lease_for,
+                tenant_id=self.tenant_id,
+                limit=self.batch_size,
+            )
         )
-        claimed = [_entry(r) for r in rows]
         claimed += yield from self._take_over_dead(now, self.batch_size - len(claimed))
         return sorted(claimed, key=lambda e: e.seq)
 
@@ -942,21 +981,20 @@ class OutboxRelay:
         if limit <= 0:
             return []
         taken: list[OutboxEntry] = []
-        for row in (yield _Sql(sql.LEASED_SQL, {"now": now, "limit": limit})):
+        for row in (yield _Sql(_leased(self._tables.dialect, now, limit))):
             owner = LeaseOwner.decode(row["lease_owner"]) if row["lease_owner"] else None
             if owner is None or owner == self.owner or not owner.provably_dead():
                 continue
-            rows = yield _Sql(
-                sql.TAKE_OVER_SQL,
-                {
-                    "owner": self.owner.encode(),
-                    "lease_expires_at": now + self.lease_for,
-                    "now": now,
-                    "seq": row["seq"],
-                    "token": row["fencing_token"],
-                },
+            taken += yield _Sql(
+                _take_over(
+                    self._tables.dialect,
+                    seq=row["seq"],
+                    token=row["fencing_token"],
+                    owner=self.owner,
+                    now=now,
+                    lease_for=self.lease_for,
+                )
             )
-            taken.extend(_entry(r) for r in rows)
         return taken
 
     def _settle(
@@ -976,22 +1014,25 @@ class OutboxRelay:
             result = op.result if isinstance(op.result, dict) else {}
             receipt_state = str(result.get("state") or "accepted")
             message_id = op.provider_result_id
-        rows = yield _Sql(
-            sql.SETTLE_SQL,
-            {
-                "status": status.value,
-                "failures": entry.failures if failures is None else failures,
-                "available_at": available_at or now,
-                "receipt_state": receipt_state,
-                "provider_message_id": message_id,
-                "last_error": error if error is not None else (op.error if op else None),
-                "now": now,
-                "resolved_at": now if status in (OutboxStatus.SENT, OutboxStatus.DEAD) else None,
-                "seq": entry.seq,
-                "token": entry.fencing_token,
-            },
+        settled = yield _Sql(
+            _fenced_write(
+                self._tables.dialect,
+                "settle",
+                {
+                    "status": status.value,
+                    "failures": entry.failures if failures is None else failures,
+                    "available_at": available_at or now,
+                    "receipt_state": receipt_state,
+                    "provider_message_id": message_id,
+                    "last_error": error if error is not None else (op.error if op else None),
+                    "now": now,
+                    "resolved_at": now if status in _RESOLVED else None,
+                    "seq": entry.seq,
+                    "token": entry.fencing_token,
+                },
+            )
         )
-        if not rows:
+        if not settled:
             report.lost_lease += 1
             return
         match status:
@@ -1318,26 +1359,29 @@ class OutboxRelay:
     ) -> _Steps[RelayReport]:
         report = RelayReport()
         now = self.clock()
-        rows = yield _Sql(
-            sql.CLAIM_CHECK_SQL_PG if self.dialect == "postgres" else sql.CLAIM_CHECK_SQL_SQLITE,
-            {
-                "owner": self.owner.encode(),
-                "lease_expires_at": now + self.lease_for,
-                "now": now,
-                "since": now - give_up_after,
-                "tenant_id": self.tenant_id,
-                "limit": self.batch_size,
-            },
+        dialect = self._tables.dialect
+        claimed: list[OutboxEntry] = yield _Sql(
+            _claim_batch(
+                dialect,
+                "claim_check",
+                owner=self.owner,
+                now=now,
+                lease_for=self.lease_for,
+                tenant_id=self.tenant_id,
+                limit=self.batch_size,
+                since=now - give_up_after,
+            )
         )
-        report.claimed = len(rows)
-        for entry in sorted((_entry(r) for r in rows), key=lambda e: e.seq):
+        report.claimed = len(claimed)
+        for entry in claimed:
             try:
                 delivered = bool((yield _Hook(check, entry)))
             except Exception:  # a failed lookup is no evidence either way
                 logger.warning("delivery check of %s failed", entry.entry_id, exc_info=True)
                 delivered = False
             if delivered:
-                steps = _delivered_steps(
+                program = _delivered(
+                    dialect,
                     entry_id=entry.entry_id,
                     message_id=entry.provider_message_id,
                     evidence_id=f"status_check:{entry.provider_message_id or entry.entry_id}",
@@ -1347,20 +1391,23 @@ class OutboxRelay:
                     now=self.clock(),
                 )
                 try:
-                    yield _Tx(steps)
+                    yield _Sql(program)
                     report.delivered += 1
                 except StaleFencingToken:
                     report.lost_lease += 1
                 continue
             later = self.clock()
             released = yield _Sql(
-                sql.RELEASE_CHECK_SQL,
-                {
-                    "available_at": later + recheck,
-                    "now": later,
-                    "seq": entry.seq,
-                    "token": entry.fencing_token,
-                },
+                _fenced_write(
+                    dialect,
+                    "release_check",
+                    {
+                        "available_at": later + recheck,
+                        "now": later,
+                        "seq": entry.seq,
+                        "token": entry.fencing_token,
+                    },
+                )
             )
             if released:
                 report.deferred += 1

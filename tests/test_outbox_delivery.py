@@ -169,11 +169,13 @@ def test_setup_upgrades_a_version_1_outbox_and_keeps_its_entries(
     conn = app.connect()
     try:
         conn.execute("DROP TABLE lge_outbox_events")  # back to what version 1 created
-        conn.execute("DELETE FROM lge_outbox_schema_version WHERE version = 2")
+        conn.execute("DELETE FROM lge_outbox_schema_version WHERE version >= 2")
         conn.commit()
         Outbox().setup(conn)
         versions = conn.execute("SELECT version FROM lge_outbox_schema_version ORDER BY version")
-        assert [tuple(v) for v in versions.fetchall()] == [(1,), (2,)]
+        # SQLite has a version 3 (integer timestamps); it converts only what is still text.
+        latest = 3 if app.backend == "sqlite" else 2
+        assert [tuple(v) for v in versions.fetchall()] == [(v,) for v in range(1, latest + 1)]
     finally:
         conn.close()
     marked = webhook(app, message_id=entry.provider_message_id, evidence_id="evt-1")

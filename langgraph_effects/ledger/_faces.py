@@ -1,11 +1,11 @@
 """The public methods of the SQL ledgers, once for sync and once for async.
 
-Each method builds a ``Program`` from ``_logic`` and hands it to the backend's
-driver (``_run`` / ``_arun``); nothing here knows SQL. After the driver has
-committed, the transitions are logged; a ``StaleFencingToken`` is counted for
-``stats()`` (process-local: a refusal changes no row) and reported to
-``observe.log_stale_token`` (without the action: the refusal reads no more of
-the row than it needs).
+Each method builds a ``Program`` (``_prepare``, ``_programs``, ``_resolve``,
+``_queries``) and hands it to the backend's driver (``_run`` / ``_arun``);
+nothing here knows SQL. After the driver has committed, the transitions are
+logged; a ``StaleFencingToken`` is counted for ``stats()`` (process-local: a
+refusal changes no row) and reported to ``observe.log_stale_token`` (without
+the action: the refusal reads no more of the row than it needs).
 """
 
 from __future__ import annotations
@@ -28,7 +28,10 @@ from langgraph_effects.core.model import (
     utcnow,
 )
 from langgraph_effects.errors import EffectsError, StaleFencingToken
-from langgraph_effects.ledger import _logic as logic
+from langgraph_effects.ledger import _prepare, _resolve
+from langgraph_effects.ledger import _programs as programs
+from langgraph_effects.ledger import _queries as queries
+from langgraph_effects.ledger._statements import Dialect, Program, Result, migrate
 from langgraph_effects.ledger.base import DEFAULT_LEASE, Confirmation, LedgerStats
 from langgraph_effects.observe import log_stale_token, log_transition
 
@@ -40,7 +43,7 @@ T = TypeVar("T")
 class _Face:
     """State both faces share: the dialect, the clock, the refusal counter."""
 
-    _dialect: logic.Dialect
+    _dialect: Dialect
 
     def __init__(self, *, clock: Callable[[], datetime] = utcnow) -> None:
         self._clock = clock
@@ -69,29 +72,29 @@ class _Face:
         return outcomes
 
     @staticmethod
-    def _log(outcome: logic.Outcome[T]) -> T:
-        for operation, event in outcome.logged:
+    def _log(result: Result[T]) -> T:
+        for operation, event in result.logged:
             log_transition(operation, event)
-        return outcome.value
+        return result.value
 
 
 class SyncFace(_Face):
-    """``Ledger`` methods over a synchronous driver ``_run(program) -> Outcome``."""
+    """``Ledger`` methods over a synchronous driver ``_run(program) -> Result``."""
 
-    def _run(self, program: logic.Program[T]) -> logic.Outcome[T]:
+    def _run(self, program: Program[T]) -> Result[T]:
         raise NotImplementedError
 
-    def _execute(self, program: logic.Program[T]) -> T:
+    def _execute(self, program: Program[T]) -> T:
         try:
-            outcome = self._run(program)
+            result = self._run(program)
         except StaleFencingToken as refusal:
             self._refused(program.tenant_id, refusal)
             raise
-        return self._log(outcome)
+        return self._log(result)
 
     def setup(self) -> None:
         """Create or migrate the tables: idempotent, safe to call concurrently."""
-        self._execute(logic.setup(self._dialect))
+        self._execute(migrate(self._dialect))
 
     def prepare(
         self,
@@ -110,11 +113,11 @@ class SyncFace(_Face):
         lease_for: timedelta = DEFAULT_LEASE,
     ) -> list[Prepared]:
         # Built first: it checks the drafts (JSON, size) whichever way they go.
-        program = logic.prepare_many(
+        program = _prepare.prepare_many(
             self._dialect, self._clock, drafts, owner=owner, lease_for=lease_for
         )
         if self._dialect.read_first:
-            known = self._execute(logic.recorded(self._dialect, drafts))
+            known = self._execute(_prepare.recorded(self._dialect, drafts))
             if known is not None:
                 return known
         return self._execute(program)
@@ -130,7 +133,7 @@ class SyncFace(_Face):
         answer: str | None = None,
     ) -> Operation:
         return self._execute(
-            logic.approve(
+            programs.approve(
                 self._dialect,
                 self._clock,
                 tenant_id,
@@ -152,7 +155,7 @@ class SyncFace(_Face):
         actor: str | None = None,
     ) -> Operation:
         return self._execute(
-            logic.claim(
+            programs.claim(
                 self._dialect,
                 self._clock,
                 tenant_id,
@@ -167,7 +170,7 @@ class SyncFace(_Face):
         self, tenant_id: str, operation_id: str, *, token: int, lease_for: timedelta = DEFAULT_LEASE
     ) -> Operation:
         return self._execute(
-            logic.renew(
+            programs.renew(
                 self._dialect,
                 self._clock,
                 tenant_id,
@@ -189,7 +192,7 @@ class SyncFace(_Face):
         evidence: Evidence | None = None,
     ) -> Operation:
         return self._execute(
-            logic.confirm(
+            programs.confirm(
                 self._dialect,
                 self._clock,
                 tenant_id,
@@ -207,7 +210,7 @@ class SyncFace(_Face):
     ) -> builtins.list[Operation | EffectsError]:
         return self._counted(
             confirmations,
-            self._execute(logic.confirm_many(self._dialect, self._clock, confirmations)),
+            self._execute(programs.confirm_many(self._dialect, self._clock, confirmations)),
         )
 
     def reject(
@@ -222,7 +225,7 @@ class SyncFace(_Face):
         answer: str | None = None,
     ) -> Operation:
         return self._execute(
-            logic.reject(
+            programs.reject(
                 self._dialect,
                 self._clock,
                 tenant_id,
@@ -237,7 +240,7 @@ class SyncFace(_Face):
 
     def release(self, tenant_id: str, operation_id: str, *, token: int, reason: str) -> Operation:
         return self._execute(
-            logic.release(
+            programs.release(
                 self._dialect, self._clock, tenant_id, operation_id, token=token, reason=reason
             )
         )
@@ -253,7 +256,7 @@ class SyncFace(_Face):
         actor: str | None = None,
     ) -> Operation:
         return self._execute(
-            logic.mark_unknown(
+            programs.mark_unknown(
                 self._dialect,
                 self._clock,
                 tenant_id,
@@ -267,23 +270,25 @@ class SyncFace(_Face):
 
     def resolve(self, tenant_id: str, operation_id: str, resolution: Resolution) -> Operation:
         return self._execute(
-            logic.resolve(self._dialect, self._clock, tenant_id, operation_id, resolution)
+            _resolve.resolve(self._dialect, self._clock, tenant_id, operation_id, resolution)
         )
 
     def record_evidence(
         self, tenant_id: str, operation_id: str, evidence: Evidence, answer: str | None = None
     ) -> Operation:
         return self._execute(
-            logic.record_evidence(
+            programs.record_evidence(
                 self._dialect, self._clock, tenant_id, operation_id, evidence, answer
             )
         )
 
     def bind_thread(self, workflow_id: str, tenant_id: str) -> str:
-        return self._execute(logic.bind_thread(self._dialect, self._clock, workflow_id, tenant_id))
+        return self._execute(
+            queries.bind_thread(self._dialect, self._clock, workflow_id, tenant_id)
+        )
 
     def get(self, tenant_id: str, operation_id: str) -> Operation | None:
-        return self._execute(logic.get(self._dialect, tenant_id, operation_id))
+        return self._execute(queries.get(self._dialect, tenant_id, operation_id))
 
     def list(
         self,
@@ -296,7 +301,7 @@ class SyncFace(_Face):
         id_prefix: str | None = None,
     ) -> builtins.list[Operation]:
         return self._execute(
-            logic.list_operations(
+            queries.list_operations(
                 self._dialect,
                 tenant_id=tenant_id,
                 status=status,
@@ -308,18 +313,18 @@ class SyncFace(_Face):
         )
 
     def events(self, tenant_id: str, operation_id: str) -> builtins.list[OperationEvent]:
-        return self._execute(logic.events(self._dialect, tenant_id, operation_id))
+        return self._execute(queries.events(self._dialect, tenant_id, operation_id))
 
     def feed(
         self, *, after_id: int = 0, tenant_id: str | None = None, limit: int = 100
     ) -> builtins.list[OperationEvent]:
         return self._execute(
-            logic.feed(self._dialect, after_id=after_id, tenant_id=tenant_id, limit=limit)
+            queries.feed(self._dialect, after_id=after_id, tenant_id=tenant_id, limit=limit)
         )
 
     def stats(self, *, tenant_id: str | None = None) -> LedgerStats:
         return self._execute(
-            logic.stats(
+            queries.stats(
                 self._dialect,
                 tenant_id=tenant_id,
                 stale_token_refusals=self._stale_token_refusals,
@@ -328,22 +333,22 @@ class SyncFace(_Face):
 
 
 class AsyncFace(_Face):
-    """``AsyncLedger`` methods over an asynchronous driver ``_arun(program) -> Outcome``."""
+    """``AsyncLedger`` methods over an asynchronous driver ``_arun(program) -> Result``."""
 
-    async def _arun(self, program: logic.Program[T]) -> logic.Outcome[T]:
+    async def _arun(self, program: Program[T]) -> Result[T]:
         raise NotImplementedError
 
-    async def _execute(self, program: logic.Program[T]) -> T:
+    async def _execute(self, program: Program[T]) -> T:
         try:
-            outcome = await self._arun(program)
+            result = await self._arun(program)
         except StaleFencingToken as refusal:
             self._refused(program.tenant_id, refusal)
             raise
-        return self._log(outcome)
+        return self._log(result)
 
     async def setup(self) -> None:
         """Create or migrate the tables: idempotent, safe to call concurrently."""
-        await self._execute(logic.setup(self._dialect))
+        await self._execute(migrate(self._dialect))
 
     async def prepare(
         self,
@@ -362,11 +367,11 @@ class AsyncFace(_Face):
         lease_for: timedelta = DEFAULT_LEASE,
     ) -> list[Prepared]:
         # Built first: it checks the drafts (JSON, size) whichever way they go.
-        program = logic.prepare_many(
+        program = _prepare.prepare_many(
             self._dialect, self._clock, drafts, owner=owner, lease_for=lease_for
         )
         if self._dialect.read_first:
-            known = await self._execute(logic.recorded(self._dialect, drafts))
+            known = await self._execute(_prepare.recorded(self._dialect, drafts))
             if known is not None:
                 return known
         return await self._execute(program)
@@ -382,7 +387,7 @@ class AsyncFace(_Face):
         answer: str | None = None,
     ) -> Operation:
         return await self._execute(
-            logic.approve(
+            programs.approve(
                 self._dialect,
                 self._clock,
                 tenant_id,
@@ -404,7 +409,7 @@ class AsyncFace(_Face):
         actor: str | None = None,
     ) -> Operation:
         return await self._execute(
-            logic.claim(
+            programs.claim(
                 self._dialect,
                 self._clock,
                 tenant_id,
@@ -419,7 +424,7 @@ class AsyncFace(_Face):
         self, tenant_id: str, operation_id: str, *, token: int, lease_for: timedelta = DEFAULT_LEASE
     ) -> Operation:
         return await self._execute(
-            logic.renew(
+            programs.renew(
                 self._dialect,
                 self._clock,
                 tenant_id,
@@ -441,7 +446,7 @@ class AsyncFace(_Face):
         evidence: Evidence | None = None,
     ) -> Operation:
         return await self._execute(
-            logic.confirm(
+            programs.confirm(
                 self._dialect,
                 self._clock,
                 tenant_id,
@@ -459,7 +464,7 @@ class AsyncFace(_Face):
     ) -> builtins.list[Operation | EffectsError]:
         return self._counted(
             confirmations,
-            await self._execute(logic.confirm_many(self._dialect, self._clock, confirmations)),
+            await self._execute(programs.confirm_many(self._dialect, self._clock, confirmations)),
         )
 
     async def reject(
@@ -474,7 +479,7 @@ class AsyncFace(_Face):
         answer: str | None = None,
     ) -> Operation:
         return await self._execute(
-            logic.reject(
+            programs.reject(
                 self._dialect,
                 self._clock,
                 tenant_id,
@@ -491,7 +496,7 @@ class AsyncFace(_Face):
         self, tenant_id: str, operation_id: str, *, token: int, reason: str
     ) -> Operation:
         return await self._execute(
-            logic.release(
+            programs.release(
                 self._dialect, self._clock, tenant_id, operation_id, token=token, reason=reason
             )
         )
@@ -507,7 +512,7 @@ class AsyncFace(_Face):
         actor: str | None = None,
     ) -> Operation:
         return await self._execute(
-            logic.mark_unknown(
+            programs.mark_unknown(
                 self._dialect,
                 self._clock,
                 tenant_id,
@@ -521,25 +526,25 @@ class AsyncFace(_Face):
 
     async def resolve(self, tenant_id: str, operation_id: str, resolution: Resolution) -> Operation:
         return await self._execute(
-            logic.resolve(self._dialect, self._clock, tenant_id, operation_id, resolution)
+            _resolve.resolve(self._dialect, self._clock, tenant_id, operation_id, resolution)
         )
 
     async def record_evidence(
         self, tenant_id: str, operation_id: str, evidence: Evidence, answer: str | None = None
     ) -> Operation:
         return await self._execute(
-            logic.record_evidence(
+            programs.record_evidence(
                 self._dialect, self._clock, tenant_id, operation_id, evidence, answer
             )
         )
 
     async def bind_thread(self, workflow_id: str, tenant_id: str) -> str:
         return await self._execute(
-            logic.bind_thread(self._dialect, self._clock, workflow_id, tenant_id)
+            queries.bind_thread(self._dialect, self._clock, workflow_id, tenant_id)
         )
 
     async def get(self, tenant_id: str, operation_id: str) -> Operation | None:
-        return await self._execute(logic.get(self._dialect, tenant_id, operation_id))
+        return await self._execute(queries.get(self._dialect, tenant_id, operation_id))
 
     async def list(
         self,
@@ -552,7 +557,7 @@ class AsyncFace(_Face):
         id_prefix: str | None = None,
     ) -> builtins.list[Operation]:
         return await self._execute(
-            logic.list_operations(
+            queries.list_operations(
                 self._dialect,
                 tenant_id=tenant_id,
                 status=status,
@@ -564,18 +569,18 @@ class AsyncFace(_Face):
         )
 
     async def events(self, tenant_id: str, operation_id: str) -> builtins.list[OperationEvent]:
-        return await self._execute(logic.events(self._dialect, tenant_id, operation_id))
+        return await self._execute(queries.events(self._dialect, tenant_id, operation_id))
 
     async def feed(
         self, *, after_id: int = 0, tenant_id: str | None = None, limit: int = 100
     ) -> builtins.list[OperationEvent]:
         return await self._execute(
-            logic.feed(self._dialect, after_id=after_id, tenant_id=tenant_id, limit=limit)
+            queries.feed(self._dialect, after_id=after_id, tenant_id=tenant_id, limit=limit)
         )
 
     async def stats(self, *, tenant_id: str | None = None) -> LedgerStats:
         return await self._execute(
-            logic.stats(
+            queries.stats(
                 self._dialect,
                 tenant_id=tenant_id,
                 stale_token_refusals=self._stale_token_refusals,

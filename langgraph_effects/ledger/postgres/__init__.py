@@ -33,14 +33,19 @@ from datetime import datetime
 from typing import Any, Self, TypeVar
 
 import psycopg
-from psycopg import pq
 from psycopg.rows import DictRow, dict_row
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from langgraph_effects.core.model import utcnow
-from langgraph_effects.errors import InvalidInput, LedgerNotSetUp, LedgerUnavailable
-from langgraph_effects.ledger import _logic as logic
 from langgraph_effects.ledger._faces import AsyncFace, SyncFace
+from langgraph_effects.ledger._statements import (
+    Program,
+    Result,
+    adrive,
+    compile_statements,
+    drive,
+)
+from langgraph_effects.ledger.postgres._driver import boundary, has_rows
 from langgraph_effects.ledger.postgres._sql import DIALECT
 
 __all__ = ["AsyncPostgresLedger", "PostgresLedger"]
@@ -49,31 +54,6 @@ T = TypeVar("T")
 
 POOL_KWARGS: dict[str, Any] = {"autocommit": True, "prepare_threshold": 0}
 """Connections of the pool ``from_conn_string`` opens (LangGraph's saver uses the same)."""
-
-
-@contextlib.contextmanager
-def _boundary() -> Iterator[None]:
-    """Translate driver errors: missing tables -> LedgerNotSetUp, the rest -> LedgerUnavailable."""
-    try:
-        yield
-    except (psycopg.errors.UndefinedTable, psycopg.errors.UndefinedColumn) as exc:
-        raise LedgerNotSetUp(f"PostgreSQL: {exc}") from exc
-    except (UnicodeEncodeError, psycopg.DataError) as exc:
-        # A value PostgreSQL cannot hold (a NUL, a lone surrogate): bad input, not an outage.
-        # Results and evidence never get here: they are escaped first (core.storable).
-        raise InvalidInput(f"PostgreSQL cannot store a value: {exc}") from exc
-    except psycopg.Error as exc:  # includes the pool's PoolTimeout and PoolClosed
-        raise LedgerUnavailable(f"PostgreSQL failed: {exc}") from exc
-
-
-def _has_rows(cur: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any]) -> bool:
-    """The statement returned a result set (possibly empty).
-
-    Read from the result status, not ``cur.description``: that builds a
-    ``Column`` object per column (30 us per statement on a 30-column row).
-    """
-    result = cur.pgresult
-    return result is not None and result.status == pq.ExecStatus.TUPLES_OK
 
 
 def _needs_transaction(
@@ -132,22 +112,26 @@ class PostgresLedger(SyncFace):
             with self._lock:
                 yield self._conn
 
-    def _run(self, program: logic.Program[T]) -> logic.Outcome[T]:
-        with _boundary(), self._connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+    def _run(self, program: Program[T]) -> Result[T]:
+        with (
+            boundary(DIALECT),
+            self._connection() as conn,
+            conn.cursor(row_factory=dict_row) as cur,
+        ):
             pipes: list[psycopg.Pipeline] = []
 
             def execute(sql: str, params: Mapping[str, Any], adhoc: bool) -> list[DictRow]:
                 cur.execute(sql, params, prepare=False if adhoc else None)
                 for pipe in pipes:
                     pipe.sync()  # the queued BEGIN and this statement: one round trip
-                return cur.fetchall() if _has_rows(cur) else []
+                return cur.fetchall() if has_rows(cur) else []
 
-            raw = logic.compile_steps(DIALECT, program.steps)
+            raw = compile_statements(DIALECT, program.statements)
             if not _needs_transaction(conn, program.atomic):
-                return logic.drive(execute, raw)
+                return drive(execute, raw)
             if not (conn.autocommit and psycopg.Pipeline.is_supported()):
                 with conn.transaction():
-                    return logic.drive(execute, raw)
+                    return drive(execute, raw)
             # Pipeline mode: BEGIN travels with the first statement and COMMIT
             # (or ROLLBACK) with the pipeline's closing sync, instead of each
             # waiting for its own answer: two round trips fewer per transaction.
@@ -155,7 +139,7 @@ class PostgresLedger(SyncFace):
                 pipes.append(pipe)
                 cur.execute("BEGIN")
                 try:
-                    outcome = logic.drive(execute, raw)
+                    outcome = drive(execute, raw)
                 except BaseException:
                     cur.execute("ROLLBACK")
                     raise
@@ -208,8 +192,8 @@ class AsyncPostgresLedger(AsyncFace):
             async with self._lock:
                 yield self._conn
 
-    async def _arun(self, program: logic.Program[T]) -> logic.Outcome[T]:
-        with _boundary():
+    async def _arun(self, program: Program[T]) -> Result[T]:
+        with boundary(DIALECT):
             async with self._connection() as conn, conn.cursor(row_factory=dict_row) as cur:
                 pipes: list[psycopg.AsyncPipeline] = []
 
@@ -219,19 +203,19 @@ class AsyncPostgresLedger(AsyncFace):
                     await cur.execute(sql, params, prepare=False if adhoc else None)
                     for pipe in pipes:
                         await pipe.sync()
-                    return await cur.fetchall() if _has_rows(cur) else []
+                    return await cur.fetchall() if has_rows(cur) else []
 
-                raw = logic.compile_steps(DIALECT, program.steps)
+                raw = compile_statements(DIALECT, program.statements)
                 if not _needs_transaction(conn, program.atomic):
-                    return await logic.adrive(execute, raw)
+                    return await adrive(execute, raw)
                 if not (conn.autocommit and psycopg.AsyncPipeline.is_supported()):
                     async with conn.transaction():
-                        return await logic.adrive(execute, raw)
+                        return await adrive(execute, raw)
                 async with conn.pipeline() as pipe:  # see PostgresLedger._run
                     pipes.append(pipe)
                     await cur.execute("BEGIN")
                     try:
-                        outcome = await logic.adrive(execute, raw)
+                        outcome = await adrive(execute, raw)
                     except BaseException:
                         await cur.execute("ROLLBACK")
                         raise

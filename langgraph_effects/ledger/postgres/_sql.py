@@ -1,4 +1,4 @@
-"""PostgreSQL statements of the ledger, by the names ``ledger._logic`` yields.
+"""PostgreSQL statements of the ledger, by the names ``ledger._programs`` defines.
 
 Every transition is ONE statement: a data-modifying CTE runs the conditional
 ``UPDATE ... RETURNING`` and inserts the event from what it returned, so the
@@ -19,19 +19,20 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
-from langgraph_effects.ledger import _logic as logic
+from langgraph_effects.ledger import _programs as ledger
+from langgraph_effects.ledger import _statements as engine
 from langgraph_effects.ledger.postgres._migrations import MIGRATIONS
 
-__all__ = ["DIALECT", "SETUP_LOCK_KEY"]
+__all__ = ["DIALECT", "SETUP_LOCK_KEY", "dump_ts", "load_ts"]
 
 SETUP_LOCK_KEY = 0x6C67655F6C6564  # "lge_led": one setup at a time per database
 
 
-def _dump_ts(value: datetime | None) -> datetime | None:
+def dump_ts(value: datetime | None) -> datetime | None:
     return value
 
 
-def _load_ts(value: Any) -> datetime | None:
+def load_ts(value: Any) -> datetime | None:
     # timestamptz arrives in the session's time zone; the ledger speaks UTC.
     return None if value is None else value.astimezone(UTC)
 
@@ -290,7 +291,7 @@ RESOLVE_SQL = _move(
 )
 RECORD_EVIDENCE_SQL = _move(_STAMP_EVIDENCE, "TRUE", from_status="status", status_change=False)
 
-# Run unprepared (Step.adhoc): planned with the actual status, PostgreSQL sees
+# Run unprepared (Statement.adhoc): planned with the actual status, PostgreSQL sees
 # that it implies the partial index's predicate.
 LIST_SQL = """
 SELECT * FROM lge_operations WHERE {where}
@@ -301,7 +302,7 @@ SELECT * FROM lge_events WHERE tenant_id = %(tenant_id)s AND operation_id = %(op
 ORDER BY seq
 """
 # One statement, so the page, its first gap and the transactions in progress
-# are all of one snapshot (see ``_logic.feed``). A gap is an id no row of any
+# are all of one snapshot (see ``_ledger.feed``). A gap is an id no row of any
 # tenant holds between the settled cursor and the page's last event.
 FEED_SQL = """
 WITH page AS (
@@ -351,40 +352,43 @@ FILTERS = {
     "id_prefix": "starts_with(operation_id, %(id_prefix)s)",
 }
 
-DIALECT = logic.Dialect(
+DIALECT = engine.Dialect(
     statements={
-        logic.SETUP_LOCK: SETUP_LOCK_SQL,
-        logic.SCHEMA_VERSION_TABLE: SCHEMA_VERSION_TABLE_SQL,
-        logic.SCHEMA_VERSION: SCHEMA_VERSION_SQL,
-        logic.RECORD_SCHEMA_VERSION: RECORD_SCHEMA_VERSION_SQL,
-        logic.PREPARE: PREPARE_SQL,
-        logic.GET: GET_SQL,
-        logic.GET_MANY: GET_MANY_SQL,
-        logic.APPROVE: APPROVE_SQL,
-        logic.CLAIM: CLAIM_SQL,
-        logic.RENEW: RENEW_SQL,
-        logic.CONFIRM: CONFIRM_SQL,
-        logic.CONFIRM_MANY: CONFIRM_MANY_SQL,
-        logic.REJECT: REJECT_SQL,
-        logic.RELEASE: RELEASE_SQL,
-        logic.MARK_UNKNOWN: MARK_UNKNOWN_SQL,
-        logic.RESOLVE: RESOLVE_SQL,
-        logic.RECORD_EVIDENCE: RECORD_EVIDENCE_SQL,
-        logic.LIST: LIST_SQL,
-        logic.EVENTS: EVENTS_SQL,
-        logic.FEED: FEED_SQL,
-        logic.FEED_PENDING: FEED_PENDING_SQL,
-        logic.PAUSE: PAUSE_SQL,
-        logic.STATS_COUNTS: STATS_COUNTS_SQL,
-        logic.STATS_EVIDENCE: STATS_EVIDENCE_SQL,
-        logic.BIND_THREAD: BIND_THREAD_SQL,
+        engine.SETUP_LOCK: SETUP_LOCK_SQL,
+        engine.SCHEMA_VERSION_TABLE: SCHEMA_VERSION_TABLE_SQL,
+        engine.SCHEMA_VERSION: SCHEMA_VERSION_SQL,
+        engine.RECORD_SCHEMA_VERSION: RECORD_SCHEMA_VERSION_SQL,
+        ledger.PREPARE: PREPARE_SQL,
+        ledger.GET: GET_SQL,
+        ledger.GET_MANY: GET_MANY_SQL,
+        ledger.APPROVE: APPROVE_SQL,
+        ledger.CLAIM: CLAIM_SQL,
+        ledger.RENEW: RENEW_SQL,
+        ledger.CONFIRM: CONFIRM_SQL,
+        ledger.CONFIRM_MANY: CONFIRM_MANY_SQL,
+        ledger.REJECT: REJECT_SQL,
+        ledger.RELEASE: RELEASE_SQL,
+        ledger.MARK_UNKNOWN: MARK_UNKNOWN_SQL,
+        ledger.RESOLVE: RESOLVE_SQL,
+        ledger.RECORD_EVIDENCE: RECORD_EVIDENCE_SQL,
+        ledger.LIST: LIST_SQL,
+        ledger.EVENTS: EVENTS_SQL,
+        ledger.FEED: FEED_SQL,
+        ledger.FEED_PENDING: FEED_PENDING_SQL,
+        ledger.PAUSE: PAUSE_SQL,
+        ledger.STATS_COUNTS: STATS_COUNTS_SQL,
+        ledger.STATS_EVIDENCE: STATS_EVIDENCE_SQL,
+        ledger.BIND_THREAD: BIND_THREAD_SQL,
     },
+    tables=("lge_schema_version", "lge_operations", "lge_events", "lge_threads"),
+    setup="ledger.setup()",
+    required=ledger.STATEMENT_NAMES,
     filters=FILTERS,
     migrations=MIGRATIONS,
-    dump_ts=_dump_ts,
-    load_ts=_load_ts,
+    dump_ts=dump_ts,
+    load_ts=load_ts,
     load_json=_load_json,
     dump_batch=_dump_batch,
     batch=True,
-    single={logic.PREPARE: PREPARE_ONE_SQL},
+    single={ledger.PREPARE: PREPARE_ONE_SQL},
 )

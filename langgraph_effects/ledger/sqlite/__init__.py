@@ -44,14 +44,15 @@ import asyncio
 import contextlib
 import sqlite3
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator
 from datetime import datetime
-from typing import Any, Literal, Self, TypeVar
+from typing import Literal, Self, TypeVar
 
 from langgraph_effects.core.model import utcnow
-from langgraph_effects.errors import InvalidInput, LedgerNotSetUp, LedgerUnavailable
-from langgraph_effects.ledger import _logic as logic
+from langgraph_effects.errors import LedgerUnavailable
 from langgraph_effects.ledger._faces import AsyncFace, SyncFace
+from langgraph_effects.ledger._statements import Program, Result, compile_statements, drive
+from langgraph_effects.ledger.sqlite._driver import boundary, dict_cursor, executor
 from langgraph_effects.ledger.sqlite._sql import DIALECT
 
 __all__ = ["AsyncSQLiteLedger", "SQLiteLedger", "Synchronous"]
@@ -63,10 +64,6 @@ Synchronous = Literal["FULL", "NORMAL"]
 
 BUSY_TIMEOUT_MS = 5000
 """How long a write waits for another *process* holding the file's write lock."""
-
-
-def _dict_row(cursor: sqlite3.Cursor, row: tuple[Any, ...]) -> dict[str, Any]:
-    return {column[0]: value for column, value in zip(cursor.description, row, strict=True)}
 
 
 class _Driver:
@@ -88,22 +85,20 @@ class _Driver:
         self.synchronous = synchronous
         self.receipt_synchronous = receipt_synchronous or synchronous
         self.lock = threading.Lock()
-        with self.lock, _boundary():
+        with self.lock, boundary(conn, DIALECT):
             # WAL persists in the file; ":memory:" keeps its own journal mode.
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute(f"PRAGMA synchronous={synchronous}")
             conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+        # One cursor for every program: they all run under the lock.
+        self.cur = dict_cursor(conn)
+        self.execute = executor(self.cur)
 
-    def run(self, program: logic.Program[T]) -> logic.Outcome[T]:
-        with self.lock, _boundary():
-            cur = self.conn.cursor()
-            cur.row_factory = _dict_row
-
-            def execute(sql: str, params: Mapping[str, Any], adhoc: bool) -> logic.Rows:
-                return cur.execute(sql, params).fetchall()
-
+    def run(self, program: Program[T]) -> Result[T]:
+        with self.lock, boundary(self.conn, DIALECT):
+            cur, execute = self.cur, self.execute
             if not program.writes:
-                return logic.drive(execute, logic.compile_steps(DIALECT, program.steps))
+                return drive(execute, compile_statements(DIALECT, program.statements))
             # synchronous applies at commit time, per connection: switch it for
             # this one receipt transaction only, and back before anything else.
             relaxed = program.receipt and self.receipt_synchronous != self.synchronous
@@ -112,7 +107,7 @@ class _Driver:
             try:
                 cur.execute("BEGIN IMMEDIATE")
                 try:
-                    outcome = logic.drive(execute, logic.compile_steps(DIALECT, program.steps))
+                    result = drive(execute, compile_statements(DIALECT, program.statements))
                 except BaseException:
                     with contextlib.suppress(sqlite3.Error):
                         self.conn.rollback()
@@ -121,24 +116,7 @@ class _Driver:
             finally:
                 if relaxed:
                     cur.execute(f"PRAGMA synchronous={self.synchronous}")
-            return outcome
-
-
-@contextlib.contextmanager
-def _boundary() -> Iterator[None]:
-    """Translate driver errors: missing tables -> LedgerNotSetUp, the rest -> LedgerUnavailable."""
-    try:
-        yield
-    except sqlite3.OperationalError as exc:
-        if "no such table" in str(exc) or "no such column" in str(exc):
-            raise LedgerNotSetUp(f"SQLite: {exc}") from exc
-        raise LedgerUnavailable(f"SQLite failed: {exc}") from exc
-    except sqlite3.Error as exc:
-        raise LedgerUnavailable(f"SQLite failed: {exc}") from exc
-    except UnicodeEncodeError as exc:
-        # A lone surrogate UTF-8 cannot encode: bad input, not an outage. Results
-        # and evidence never get here: they are escaped first (core.storable).
-        raise InvalidInput(f"SQLite cannot store a value: {exc}") from exc
+            return result
 
 
 def _connect(path: str) -> sqlite3.Connection:
@@ -199,7 +177,7 @@ class SQLiteLedger(SyncFace):
         finally:
             conn.close()
 
-    def _run(self, program: logic.Program[T]) -> logic.Outcome[T]:
+    def _run(self, program: Program[T]) -> Result[T]:
         return self._driver.run(program)
 
 
@@ -241,5 +219,5 @@ class AsyncSQLiteLedger(AsyncFace):
         finally:
             await asyncio.to_thread(conn.close)
 
-    async def _arun(self, program: logic.Program[T]) -> logic.Outcome[T]:
+    async def _arun(self, program: Program[T]) -> Result[T]:
         return await asyncio.to_thread(self._driver.run, program)

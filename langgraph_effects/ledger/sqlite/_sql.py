@@ -1,4 +1,4 @@
-"""SQLite statements of the ledger, by the names ``ledger._logic`` yields.
+"""SQLite statements of the ledger, by the names ``ledger._programs`` defines.
 
 SQLite has no data-modifying CTEs, so a transition is a chain run inside one
 ``BEGIN IMMEDIATE ... COMMIT``: the conditional ``UPDATE ... RETURNING`` and,
@@ -9,33 +9,41 @@ between them, so the chain costs one commit and no network round trip.
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from langgraph_effects.ledger import _logic as logic
+from langgraph_effects.ledger import _programs as ledger
+from langgraph_effects.ledger import _statements as engine
 from langgraph_effects.ledger.sqlite._migrations import MIGRATIONS
 
-__all__ = ["DIALECT"]
+__all__ = ["DIALECT", "dump_ts", "iso_to_us", "load_ts"]
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _US = timedelta(microseconds=1)
 
 
-def _dump_ts(value: datetime | None) -> int | None:
+def dump_ts(value: datetime | None) -> int | None:
+    """Integer microseconds since the Unix epoch: exact, and ordered as time is."""
     return None if value is None else (value - _EPOCH) // _US
 
 
-def _load_ts(value: Any) -> datetime | None:
+def load_ts(value: Any) -> datetime | None:
+    """A UTC datetime."""
     return None if value is None else _EPOCH + int(value) * _US
 
 
-def _load_json(value: Any) -> Any:
-    return None if value is None else json.loads(value)
+def iso_to_us(column: str) -> str:
+    """SQL turning an ISO-8601 text timestamp (``2026-01-02T03:04:05.123456+00:00``, as
+    versions before integer timestamps wrote them) into integer microseconds, exactly.
 
-
-def _no_batch(rows: list[dict[str, Any]]) -> Any:
-    raise AssertionError("SQLite runs batches row by row")
+    Whole seconds come from ``strftime('%s', ...)`` (which applies the offset),
+    the microseconds from the text; integers and NULLs pass unchanged.
+    """
+    return (
+        f"CASE WHEN {column} IS NULL OR typeof({column}) = 'integer' THEN {column}"
+        f" ELSE CAST(strftime('%s', substr({column}, 1, 19) || substr({column}, 27)) AS INTEGER)"
+        f" * 1000000 + CAST(substr({column}, 21, 6) AS INTEGER) END"
+    )
 
 
 SCHEMA_VERSION_TABLE_SQL = """
@@ -206,37 +214,38 @@ FILTERS = {
     "id_prefix": "substr(operation_id, 1, length(:id_prefix)) = :id_prefix",
 }
 
-DIALECT = logic.Dialect(
+DIALECT = engine.Dialect(
     statements={
-        logic.SCHEMA_VERSION_TABLE: SCHEMA_VERSION_TABLE_SQL,
-        logic.SCHEMA_VERSION: SCHEMA_VERSION_SQL,
-        logic.RECORD_SCHEMA_VERSION: RECORD_SCHEMA_VERSION_SQL,
-        logic.PREPARE: (PREPARE_SQL, PREPARE_EVENT_SQL, PREPARE_CLAIM_EVENT_SQL),
-        logic.GET: GET_SQL,
-        logic.GET_MANY: GET_SQL,
-        logic.APPROVE: APPROVE_SQL,
-        logic.CLAIM: CLAIM_SQL,
-        logic.RENEW: RENEW_SQL,
-        logic.CONFIRM: CONFIRM_SQL,
-        logic.CONFIRM_MANY: CONFIRM_SQL,  # row by row, in one BEGIN IMMEDIATE
-        logic.REJECT: REJECT_SQL,
-        logic.RELEASE: RELEASE_SQL,
-        logic.MARK_UNKNOWN: MARK_UNKNOWN_SQL,
-        logic.RESOLVE: RESOLVE_SQL,
-        logic.RECORD_EVIDENCE: RECORD_EVIDENCE_SQL,
-        logic.LIST: LIST_SQL,
-        logic.EVENTS: EVENTS_SQL,
-        logic.FEED: FEED_SQL,
-        logic.STATS_COUNTS: STATS_COUNTS_SQL,
-        logic.STATS_EVIDENCE: STATS_EVIDENCE_SQL,
-        logic.BIND_THREAD: BIND_THREAD_SQL,
+        engine.SCHEMA_VERSION_TABLE: SCHEMA_VERSION_TABLE_SQL,
+        engine.SCHEMA_VERSION: SCHEMA_VERSION_SQL,
+        engine.RECORD_SCHEMA_VERSION: RECORD_SCHEMA_VERSION_SQL,
+        ledger.PREPARE: (PREPARE_SQL, PREPARE_EVENT_SQL, PREPARE_CLAIM_EVENT_SQL),
+        ledger.GET: GET_SQL,
+        ledger.GET_MANY: GET_SQL,
+        ledger.APPROVE: APPROVE_SQL,
+        ledger.CLAIM: CLAIM_SQL,
+        ledger.RENEW: RENEW_SQL,
+        ledger.CONFIRM: CONFIRM_SQL,
+        ledger.CONFIRM_MANY: CONFIRM_SQL,  # row by row, in one BEGIN IMMEDIATE
+        ledger.REJECT: REJECT_SQL,
+        ledger.RELEASE: RELEASE_SQL,
+        ledger.MARK_UNKNOWN: MARK_UNKNOWN_SQL,
+        ledger.RESOLVE: RESOLVE_SQL,
+        ledger.RECORD_EVIDENCE: RECORD_EVIDENCE_SQL,
+        ledger.LIST: LIST_SQL,
+        ledger.EVENTS: EVENTS_SQL,
+        ledger.FEED: FEED_SQL,
+        ledger.STATS_COUNTS: STATS_COUNTS_SQL,
+        ledger.STATS_EVIDENCE: STATS_EVIDENCE_SQL,
+        ledger.BIND_THREAD: BIND_THREAD_SQL,
     },
+    tables=("lge_schema_version", "lge_operations", "lge_events", "lge_threads"),
+    setup="ledger.setup()",
+    required=ledger.STATEMENT_NAMES,
     filters=FILTERS,
     migrations=MIGRATIONS,
-    dump_ts=_dump_ts,
-    load_ts=_load_ts,
-    load_json=_load_json,
-    dump_batch=_no_batch,
+    dump_ts=dump_ts,
+    load_ts=load_ts,
     batch=False,
     read_first=True,
 )
