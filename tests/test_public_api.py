@@ -18,12 +18,12 @@ import langgraph_effects
 ROOT = Path(__file__).resolve().parent.parent
 USES = ROOT / "tests" / "typing" / "public_api.py"
 
-MISUSES = '''\
+MISUSES = """\
 from langgraph_effects import InMemoryLedger, PostgresLedger, no_such_name
 InMemoryLedger().no_such_method()
 InMemoryLedger().get("acme", 42)
 PostgresLedger.no_such_classmethod()
-'''
+"""
 
 
 def test_mypy_strict_accepts_the_public_api_and_reports_its_misuse(
