@@ -47,6 +47,7 @@ from langgraph.types import Command, Send, interrupt
 from pydantic import AfterValidator
 
 from langgraph_effects._faults import CrashPoint, crash_point
+from langgraph_effects._owners import current_owner, provably_dead
 from langgraph_effects.core.digest import canonical_json
 from langgraph_effects.core.ids import (
     idempotency_key,
@@ -1582,7 +1583,7 @@ class EffectRunner:
                 "this ledger is async: run the graph with ainvoke/astream, or give "
                 "EffectToolNode a sync ledger"
             )
-        return self._decide(call, handoff, LeaseOwner.current())
+        return self._decide(call, handoff, current_owner())
 
     def _drive(
         self, gen: _Decision, execute: Execute, call: EffectCall, *, park: bool, sent: Any = None
@@ -1652,7 +1653,7 @@ class EffectRunner:
         If the task is cancelled mid-dispatch, the dispatch is finished and
         recorded, then ``CancelledError`` is raised.
         """
-        gen = self._decide(call, handoff, LeaseOwner.current())
+        gen = self._decide(call, handoff, current_owner())
         done = await self._adrive(gen, execute, call, [], park=False)
         assert isinstance(done, Operation)
         return done
@@ -1665,7 +1666,7 @@ class EffectRunner:
         handoff: Prepared | None = None,
     ) -> Operation | ParkedReceipt:
         """The async twin of ``run_until_receipt``."""
-        gen = self._decide(call, handoff, LeaseOwner.current())
+        gen = self._decide(call, handoff, current_owner())
         return await self._adrive(gen, execute, call, [], park=True)
 
     async def afinish(
@@ -1817,7 +1818,7 @@ def _provably_dead(op: Operation) -> bool:
         owner = op.owner
     except (ValueError, TypeError):
         return False
-    return owner is not None and owner.provably_dead()
+    return owner is not None and provably_dead(owner)
 
 
 def _message_text(message: Any) -> str:

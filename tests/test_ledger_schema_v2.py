@@ -3,7 +3,7 @@
 v1 ledgers are built with the first migration only (as an older release left
 them), then ``setup()`` upgrades them in place. The runner records the key
 retention its effect's contract promises and reports replays; the ledgers
-report stale-token refusals; ``LeaseOwner.current`` caches its host per pid.
+report stale-token refusals; ``_owners.current_owner`` caches its host per pid.
 """
 
 from __future__ import annotations
@@ -21,11 +21,10 @@ import psutil
 import pytest
 from _graphs import Env, build_graph, call, tool_messages
 
-from langgraph_effects import EffectContext, ProviderContract, effect
-from langgraph_effects.core import model
+from langgraph_effects import EffectContext, ProviderContract, _owners, effect
+from langgraph_effects._owners import current_owner
 from langgraph_effects.core.model import (
     Decision,
-    LeaseOwner,
     Operation,
     OperationStatus,
     Resolution,
@@ -362,13 +361,13 @@ def test_stale_token_refusals_are_logged_with_their_ids(
     assert ledger.stats().stale_token_refusals == 2
 
 
-# -- LeaseOwner.current --------------------------------------------------------------
+# -- current_owner -------------------------------------------------------------------
 
 
 def test_lease_owner_current_caches_host_and_start_per_pid(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """current() asks for the host name once per process, and again only under a new pid
+    """current_owner() asks for the host name once per process, and again only under a new pid
     (a forked child), where it reads that process's own start time."""
     calls: list[int] = []
     real = socket.gethostname
@@ -377,9 +376,9 @@ def test_lease_owner_current_caches_host_and_start_per_pid(
         calls.append(os.getpid())
         return real()
 
-    monkeypatch.setattr(model, "_identity", None)
+    monkeypatch.setattr(_owners, "_identity", None)
     monkeypatch.setattr(socket, "gethostname", counting)
-    owners = [LeaseOwner.current() for _ in range(3)]
+    owners = [current_owner() for _ in range(3)]
     assert len(calls) == 1
     assert len({o.nonce for o in owners}) == 3
     assert {(o.host, o.pid, o.started_at) for o in owners} == {
@@ -387,7 +386,7 @@ def test_lease_owner_current_caches_host_and_start_per_pid(
     }
     parent = os.getppid()  # stands in for "another pid", as after a fork
     monkeypatch.setattr(os, "getpid", lambda: parent)
-    child = LeaseOwner.current()
+    child = current_owner()
     assert len(calls) == 2
     assert (child.pid, child.started_at) == (parent, round(psutil.Process(parent).create_time(), 2))
 

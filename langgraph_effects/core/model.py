@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-import os
-import socket
-import uuid
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
-from functools import cache
 from typing import Any, Self
 
 from pydantic import (
@@ -274,46 +270,20 @@ def key_retention_seconds(contract: ProviderContract | None) -> float | None:
     return None if retention is None else retention.total_seconds()
 
 
-@cache
-def _process_started_at(pid: int) -> float:
-    import psutil
-
-    return round(float(psutil.Process(pid).create_time()), 2)
-
-
-_identity: tuple[int, str, float] | None = None
-
-
-def _current_identity() -> tuple[int, str, float]:
-    """``(pid, host, process start)`` of this process, computed once per pid.
-
-    Keyed by pid, so a forked child computes its own instead of inheriting its
-    parent's. Two threads racing here compute the same value: no lock needed.
-    """
-    global _identity
-    pid = os.getpid()
-    if _identity is None or _identity[0] != pid:
-        _identity = (pid, socket.gethostname(), _process_started_at(pid))
-    return _identity
-
-
 class LeaseOwner(_Frozen):
     """Who holds a lease: enough to tell, on the same host, a dead owner from a live one.
 
     The process start time excludes PID reuse: a new process with the same pid
     has another start time. ``nonce`` tells two claims of one process apart.
+    A pure value: this process's owner and the liveness check, which read the
+    process table, are ``langgraph_effects._owners.current_owner`` and
+    ``provably_dead``.
     """
 
     host: str
     pid: int
     started_at: float
     nonce: str
-
-    @classmethod
-    def current(cls) -> Self:
-        """This process as a lease owner, with a fresh nonce (host and start are cached)."""
-        pid, host, started_at = _current_identity()
-        return cls(host=host, pid=pid, started_at=started_at, nonce=uuid.uuid4().hex[:12])
 
     def encode(self) -> str:
         return f"{self.host}|{self.pid}|{self.started_at:.2f}|{self.nonce}"
@@ -322,28 +292,6 @@ class LeaseOwner(_Frozen):
     def decode(cls, value: str) -> Self:
         host, pid, started, nonce = value.rsplit("|", 3)
         return cls(host=host, pid=int(pid), started_at=float(started), nonce=nonce)
-
-    def provably_dead(self) -> bool:
-        """True only when this owner ran on this host and its process is gone.
-
-        Another host can never be proven dead from here: its lease must expire.
-        """
-        import psutil
-
-        if self.host != _current_identity()[1]:
-            return False
-        try:
-            started = round(psutil.Process(self.pid).create_time(), 2)
-        except psutil.NoSuchProcess:
-            return True
-        except psutil.Error:
-            return False
-        if abs(started - self.started_at) > 0.05:
-            return True  # the pid was reused by another process
-        try:
-            return bool(psutil.Process(self.pid).status() == psutil.STATUS_ZOMBIE)
-        except psutil.Error:
-            return True
 
 
 class OperationDraft(_Frozen):

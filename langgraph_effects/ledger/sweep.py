@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from langgraph_effects._owners import provably_dead
 from langgraph_effects.core.model import Operation, OperationStatus, utcnow
 from langgraph_effects.ledger.base import AsyncLedger, Ledger
 
@@ -110,9 +111,9 @@ def _judge(rows: Sequence[Operation], now: datetime, scan: int) -> Sweep:
 
 
 def _owner_dead(op: Operation) -> bool:
-    """``LeaseOwner.provably_dead`` for the record's owner; False for an owner we cannot read."""
+    """``_owners.provably_dead`` for the record's owner; False for an owner we cannot read."""
     try:
         owner = op.owner
     except (ValueError, TypeError):  # written by another tool: nothing provable
         return False
-    return owner is not None and owner.provably_dead()
+    return owner is not None and provably_dead(owner)
