@@ -30,7 +30,7 @@ from langgraph_effects.core.model import (
     Resolution,
     key_retention_seconds,
 )
-from langgraph_effects.core.plan import key_expires_at, retry_allowed
+from langgraph_effects.core.plan import key_expires_at, recorded_contract, retry_allowed
 from langgraph_effects.errors import StaleFencingToken
 from langgraph_effects.ledger.base import Confirmation
 from langgraph_effects.ledger.memory import InMemoryLedger
@@ -128,7 +128,7 @@ def _check_upgraded(ledger: Any, clock: ManualClock) -> None:
     assert op is not None
     assert op.status_changed_at == T0 + 2 * SECOND  # the last status change, not the evidence
     assert op.updated_at == T0 + 3 * SECOND
-    assert (op.idempotency_key, op.key_retention_seconds, op.key_expires_at) == (
+    assert (op.idempotency_key, op.key_retention_seconds, recorded_contract(op)) == (
         "lge-op-v1",
         None,
         None,
@@ -228,7 +228,8 @@ def test_the_recorded_retention_is_the_window_minus_the_margin() -> None:
     assert key_retention_seconds(WINDOW) == (24 * 60 - 5) * 60
     assert key_retention_seconds(ProviderContract()) is None
     assert key_retention_seconds(None) is None
-    assert _unknown().key_expires_at == T0 + timedelta(hours=24) - timedelta(minutes=5)
+    recorded = recorded_contract(_unknown())
+    assert key_expires_at(_unknown(), recorded) == T0 + timedelta(hours=24) - timedelta(minutes=5)
 
 
 def test_plan_takes_the_stricter_of_record_and_live_contract() -> None:

@@ -243,28 +243,13 @@ class ProviderContract(_Frozen):
             return None
         return max(self.idempotency_window - self.safety_margin, timedelta(0))
 
-    def key_expires_at(self, first_dispatched_at: datetime | None) -> datetime | None:
-        """When a retry under the same key stops being safe; None without a key contract."""
-        retention = self.key_retention
-        if retention is None or first_dispatched_at is None:
-            return None
-        return first_dispatched_at + retention
-
-    def retry_is_safe(self, first_dispatched_at: datetime | None, now: datetime) -> bool:
-        """True while the provider still deduplicates a resend under the same key."""
-        if first_dispatched_at is None:
-            # Never dispatched: a first send is always safe.
-            return True
-        expires = self.key_expires_at(first_dispatched_at)
-        return expires is not None and now < expires
-
 
 def key_retention_seconds(contract: ProviderContract | None) -> float | None:
     """The retention a record keeps of ``contract``'s promise (``Operation.key_retention_seconds``).
 
     The window minus the safety margin, in seconds; None when the provider
     honours no key, so the record never claims a deduplication the provider
-    does not offer.
+    does not offer. ``core.plan.recorded_contract`` reads it back.
     """
     retention = None if contract is None else contract.key_retention
     return None if retention is None else retention.total_seconds()
@@ -378,29 +363,6 @@ class Operation(_Frozen):
     @property
     def owner(self) -> LeaseOwner | None:
         return LeaseOwner.decode(self.lease_owner) if self.lease_owner else None
-
-    @property
-    def key_expires_at(self) -> datetime | None:
-        """When a resend under the recorded key stops being deduplicated, from the record alone.
-
-        ``first_dispatched_at + key_retention_seconds``. None when the record
-        holds no key, no retention (no key contract, or a row written before
-        the retention was recorded) or was never dispatched: nothing here then
-        proves a resend safe. ``core.plan.key_expires_at`` also weighs the
-        effect's live contract.
-        """
-        if (
-            self.idempotency_key is None
-            or self.key_retention_seconds is None
-            or self.first_dispatched_at is None
-        ):
-            return None
-        return self.first_dispatched_at + timedelta(seconds=self.key_retention_seconds)
-
-    def key_window_open(self, now: datetime) -> bool:
-        """True while the record proves a resend under its key is deduplicated."""
-        expires = self.key_expires_at
-        return expires is not None and now < expires
 
 
 class OperationEvent(_Frozen):

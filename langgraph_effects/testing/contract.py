@@ -36,6 +36,7 @@ from langgraph_effects.core.model import (
     OperationStatus,
     Resolution,
 )
+from langgraph_effects.core.plan import key_expires_at, recorded_contract, retry_allowed
 from langgraph_effects.errors import (
     IllegalTransition,
     InvalidInput,
@@ -855,11 +856,12 @@ class LedgerContract:
         op = self.dispatching(ledger, "op-1", key_retention_seconds=3600.0)
         assert op.key_retention_seconds == 3600.0
         assert op.first_dispatched_at is not None
-        assert op.key_expires_at == op.first_dispatched_at + timedelta(hours=1)
-        assert op.key_window_open(op.first_dispatched_at + timedelta(minutes=59))
-        assert not op.key_window_open(op.first_dispatched_at + timedelta(hours=1))
+        recorded = recorded_contract(op)
+        assert key_expires_at(op, recorded) == op.first_dispatched_at + timedelta(hours=1)
+        assert retry_allowed(op, recorded, op.first_dispatched_at + timedelta(minutes=59))
+        assert not retry_allowed(op, recorded, op.first_dispatched_at + timedelta(hours=1))
         bare = self.dispatching(ledger, "op-2")
-        assert (bare.key_retention_seconds, bare.key_expires_at) == (None, None)
+        assert (bare.key_retention_seconds, recorded_contract(bare)) == (None, None)
 
     def test_list_by_id_prefix_finds_the_operations_it_starts(self, ledger: Ledger) -> None:
         """id_prefix keeps the ids starting with it, literally (``%`` and ``_`` are plain)."""
