@@ -1,4 +1,4 @@
-"""Notifications through a transactional outbox (DESIGN.md, "Notifications and business state").
+"""Notifications through a transactional outbox (ARCHITECTURE.md, "Where each rule lives").
 
 Where the application owns its database, the business change and the
 intention to notify commit together, in the application's own transaction::
@@ -727,7 +727,7 @@ _MAX_STEPS = 8  # plan steps per entry per pass; each step moves the record forw
 
 
 # The relay's work is written once, as generators that yield these actions and
-# receive their results (STYLE.md section 3); ``run_once`` and ``arun_once``
+# receive their results (ARCHITECTURE.md); ``run_once`` and ``arun_once``
 # are the two drivers. An exception raised by an action is thrown back into
 # the generator at its ``yield``.
 

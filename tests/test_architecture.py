@@ -18,7 +18,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("ledger",),
     ("effects", "review", "journal"),
     ("runner", "decide"),
-    ("node", "middleware", "outbox"),
+    ("node", "middleware", "outbox", "_faces"),
     ("cli", "testing"),
 )
 

@@ -1,4 +1,4 @@
-"""What a (re)run of an effect tool call does next: DESIGN.md's table as pure functions.
+"""What a (re)run of an effect tool call does next: the decision table as pure functions.
 
 ``plan`` reads the ledger's record (and facts the runner gathered: is the
 lease ours, is its owner provably dead, did reconciliation already run in this
@@ -229,7 +229,7 @@ def plan(
 
 
 class Outcome(StrEnum):
-    """How a tool's exception is read (DESIGN.md, "Errors are classified")."""
+    """How a tool's exception is read (ARCHITECTURE.md, "Where each rule lives": errors)."""
 
     REJECTED = "rejected"
     """Definitive: the provider said no before acting. Never retried."""
