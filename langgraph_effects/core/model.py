@@ -47,6 +47,7 @@ JSON = Any  # a JSON value: dict, list, str, int, float, bool or None
 
 
 def utcnow() -> datetime:
+    """The current time in UTC (timezone-aware): the default clock of ledgers and faces."""
     return datetime.now(UTC)
 
 
@@ -61,6 +62,7 @@ class OperationStatus(StrEnum):
 
     @property
     def terminal(self) -> bool:
+        """True for ``confirmed`` and ``rejected``: states no transition leaves."""
         return self in (OperationStatus.CONFIRMED, OperationStatus.REJECTED)
 
 
@@ -79,6 +81,8 @@ class EventKind(StrEnum):
 
 
 class EvidenceKind(StrEnum):
+    """What evidence says: ``confirmed`` or ``rejected`` (conclusive), or ``inconclusive``."""
+
     CONFIRMED = "confirmed"
     REJECTED = "rejected"
     INCONCLUSIVE = "inconclusive"
@@ -130,6 +134,7 @@ class Evidence(_Frozen):
 
     @property
     def conclusive(self) -> bool:
+        """True unless ``inconclusive``: only conclusive evidence may settle an ``unknown``."""
         return self.kind is not EvidenceKind.INCONCLUSIVE
 
     @classmethod
@@ -233,6 +238,7 @@ class ProviderContract(_Frozen):
 
     @property
     def honours_key(self) -> bool:
+        """True when the provider deduplicates by idempotency key (a window is declared)."""
         return self.idempotency_window is not None
 
     @property
@@ -271,10 +277,12 @@ class LeaseOwner(_Frozen):
     nonce: str
 
     def encode(self) -> str:
+        """The owner as the ledger stores it: ``host|pid|started_at|nonce``."""
         return f"{self.host}|{self.pid}|{self.started_at:.2f}|{self.nonce}"
 
     @classmethod
     def decode(cls, value: str) -> Self:
+        """The owner a stored ``lease_owner`` names (``encode``'s inverse)."""
         host, pid, started, nonce = value.rsplit("|", 3)
         return cls(host=host, pid=int(pid), started_at=float(started), nonce=nonce)
 
@@ -354,6 +362,7 @@ class Operation(_Frozen):
         return data
 
     def lease_alive(self, now: datetime) -> bool:
+        """True while the record is ``dispatching`` under a lease unexpired at ``now``."""
         return (
             self.status is OperationStatus.DISPATCHING
             and self.lease_expires_at is not None
@@ -362,6 +371,7 @@ class Operation(_Frozen):
 
     @property
     def owner(self) -> LeaseOwner | None:
+        """The holder of the current lease, decoded; None when no lease was ever taken."""
         return LeaseOwner.decode(self.lease_owner) if self.lease_owner else None
 
 

@@ -73,6 +73,7 @@ class LedgerStats(BaseModel):
 
     @property
     def total(self) -> int:
+        """The number of operations counted, all statuses together."""
         return sum(self.counts.values())
 
 

@@ -101,13 +101,15 @@ def _seconds(value: timedelta | float) -> timedelta:
 class Clock(Protocol):
     """Where the fakes read the time: aware UTC datetimes."""
 
-    def now(self) -> datetime: ...
+    def now(self) -> datetime:
+        """The current time, timezone-aware."""
 
 
 class SystemClock:
     """The real time."""
 
     def now(self) -> datetime:
+        """The wall clock, in UTC."""
         return datetime.now(UTC)
 
 
@@ -140,6 +142,7 @@ class FakeClock:
                 conn.execute("INSERT OR IGNORE INTO clock (id, us) VALUES (1, ?)", (self._us,))
 
     def now(self) -> datetime:
+        """The fake time: from its file if it has one (shared by processes), else in memory."""
         if self._db is None:
             return _from_us(self._us)
         with self._db.transaction() as conn:
@@ -161,6 +164,7 @@ class FakeClock:
         return _from_us(int(us))
 
     def close(self) -> None:
+        """Close the clock's file, if it has one."""
         if self._db is not None:
             self._db.close()
 

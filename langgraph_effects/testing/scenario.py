@@ -232,6 +232,7 @@ class Providers:
 
     @property
     def all(self) -> list[_FakeProvider]:
+        """The three fake providers, CRM, mail and ticketing, in that order."""
         return [self.crm, self.mail, self.ticketing]
 
     def applied(self, op: Operation) -> int | None:
@@ -256,6 +257,7 @@ class Providers:
         return self[kind].effects_for(str(target), idempotency_key=key) > 0
 
     def close(self) -> None:
+        """Close every provider and the shared clock."""
         for provider in self.all:
             provider.close()
         self.clock.close()
@@ -804,6 +806,7 @@ class ScenarioReport:
 
     @property
     def completion_rate(self) -> float:
+        """The share of runs that completed (1.0 when there were none)."""
         return self.completed / self.runs if self.runs else 1.0
 
     def __add__(self, other: ScenarioReport) -> ScenarioReport:
@@ -816,6 +819,7 @@ class ScenarioReport:
 
     @classmethod
     def empty(cls, scenario: str = "") -> ScenarioReport:
+        """A report of no runs, to add others to."""
         return cls(scenario=scenario, runs=0)
 
 
@@ -1796,6 +1800,7 @@ class ForkedChild:
 
     @property
     def pid(self) -> int:
+        """The child's process id."""
         return int(self.process.pid)
 
     def wait(self, timeout: float = 120.0) -> ChildExit:
