@@ -37,9 +37,9 @@ __all__ = [
     "OperationStatus",
     "Prepared",
     "ProviderContract",
-    "reconciled_evidence",
     "Resolution",
     "key_retention_seconds",
+    "reconciled_evidence",
     "utcnow",
 ]
 

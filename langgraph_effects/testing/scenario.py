@@ -121,15 +121,16 @@ from langgraph_effects.testing.providers import (
 
 __all__ = [
     "OPERATOR",
+    "Kind",
     "ProviderKind",
     "Providers",
     "ReviewPolicy",
     "Scenario",
-    "Kind",
     "ScenarioReport",
     "Schedule",
-    "builtin_call",
+    "arun_scenario",
     "build_graph",
+    "builtin_call",
     "confirm_if_seen",
     "control_tools",
     "defer",
@@ -137,9 +138,8 @@ __all__ = [
     "operator",
     "retry_when_safe",
     "run_in_forked_child",
-    "start_forked_child",
-    "arun_scenario",
     "run_scenario",
+    "start_forked_child",
 ]
 
 S = OperationStatus
