@@ -737,12 +737,12 @@ def _load_hook(option: str, spec: str | None) -> Callable[..., Any] | None:
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
-        hook = getattr(importlib.import_module(module_name), attr)
+        hook: object = getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as exc:
         raise _Failure(ExitCode.USAGE, "usage", f"cannot load {option} {spec!r}: {exc}") from exc
     if not callable(hook):
         raise _Failure(ExitCode.USAGE, "usage", f"{option} {spec!r} is not callable")
-    return hook  # type: ignore[no-any-return]
+    return hook
 
 
 def _check_policy(
