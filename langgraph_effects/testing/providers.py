@@ -69,6 +69,7 @@ __all__ = [
     "FakeCRM",
     "FakeClock",
     "FakeMail",
+    "FakeProvider",
     "FakeTicketing",
     "Fault",
     "FaultQueue",
@@ -446,8 +447,8 @@ class ProviderStats:
 # --------------------------------------------------------------------------- base
 
 
-class _FakeProvider:
-    """Shared machinery: transactions, faults, idempotency keys, late requests, counting."""
+class FakeProvider:
+    """The base of every fake: transactions, faults, idempotency keys, late requests, counting."""
 
     name: ClassVar[str] = "provider"
     _SCHEMA: ClassVar[tuple[str, ...]] = ()
@@ -765,14 +766,14 @@ class _FakeProvider:
         return AssertionError(f"{type(self).__name__} has no effect method {method!r}")
 
 
-def _rebuild(cls: type[_FakeProvider], path: Path, kwargs: dict[str, Any]) -> _FakeProvider:
+def _rebuild(cls: type[FakeProvider], path: Path, kwargs: dict[str, Any]) -> FakeProvider:
     return cls(path, **kwargs)
 
 
 # --------------------------------------------------------------------------- CRM
 
 
-class FakeCRM(_FakeProvider):
+class FakeCRM(FakeProvider):
     """A CRM with idempotency keys (Stripe-like) and a status lookup.
 
     Any case id exists and is open until closed. ``close_case`` on a closed case
@@ -904,7 +905,7 @@ class FakeCRM(_FakeProvider):
 # --------------------------------------------------------------------------- mail
 
 
-class FakeMail(_FakeProvider):
+class FakeMail(FakeProvider):
     """A mail service: accepted is not delivered, and its Sent search lags.
 
     ``send`` answers ``{"message_id", "status": "accepted"}``. The message is
@@ -1070,7 +1071,7 @@ class FakeMail(_FakeProvider):
 # --------------------------------------------------------------------------- ticketing
 
 
-class FakeTicketing(_FakeProvider):
+class FakeTicketing(FakeProvider):
     """A ticketing system with NO idempotency key and NO lookup: the dangerous case.
 
     Every ``create_ticket`` that reaches it creates a ticket, resends included;

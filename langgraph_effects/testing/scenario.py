@@ -114,9 +114,9 @@ from langgraph_effects.testing.providers import (
     FakeClock,
     FakeCRM,
     FakeMail,
+    FakeProvider,
     FakeTicketing,
     Fault,
-    _FakeProvider,
 )
 
 __all__ = [
@@ -223,7 +223,7 @@ class Providers:
             ticketing=FakeTicketing(at("ticketing"), clock=clock),
         )
 
-    def __getitem__(self, kind: ProviderKind) -> _FakeProvider:
+    def __getitem__(self, kind: ProviderKind) -> FakeProvider:
         return {
             ProviderKind.CRM: self.crm,
             ProviderKind.MAIL: self.mail,
@@ -231,7 +231,7 @@ class Providers:
         }[ProviderKind(kind)]
 
     @property
-    def all(self) -> list[_FakeProvider]:
+    def all(self) -> list[FakeProvider]:
         """The three fake providers, CRM, mail and ticketing, in that order."""
         return [self.crm, self.mail, self.ticketing]
 
@@ -881,7 +881,7 @@ class Scenario:
 
     tools: Sequence[BaseTool]
     tool_calls: Sequence[Mapping[str, Any]]
-    providers: Sequence[_FakeProvider]
+    providers: Sequence[FakeProvider]
     clock: FakeClock | None = None
     crash_at: CrashPoint | None = None
     crash_hit: int = 1
