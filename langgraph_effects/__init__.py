@@ -73,7 +73,12 @@ from langgraph_effects.journal import (
     Transition,
 )
 from langgraph_effects.ledger.base import AsyncLedger, Confirmation, Ledger, LedgerStats
-from langgraph_effects.ledger.connect import LazyLedger, ledger_from_env, ledger_from_url
+from langgraph_effects.ledger.connect import (
+    LazyLedger,
+    LedgerLocation,
+    ledger_from_env,
+    ledger_from_url,
+)
 from langgraph_effects.ledger.memory import InMemoryLedger
 from langgraph_effects.ledger.sqlite import AsyncSQLiteLedger, SQLiteLedger
 from langgraph_effects.ledger.sweep import StuckOperation, Sweep, afind_stuck, find_stuck
@@ -129,6 +134,7 @@ __all__ = [
     "LeaseOwner",
     "Ledger",
     "LedgerError",
+    "LedgerLocation",
     "LedgerNotSetUp",
     "LedgerStats",
     "LedgerUnavailable",

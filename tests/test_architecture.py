@@ -14,7 +14,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "langgraph_effects"
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("errors",),
     ("core",),
-    ("observe", "_owners", "_faults", "_sqlrun", "_outbox_sql", "_journal_sql"),
+    ("observe", "_owners", "_faults"),
     ("ledger",),
     ("effects", "review", "journal"),
     ("runner", "decide"),
