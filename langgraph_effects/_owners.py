@@ -16,9 +16,9 @@ from functools import cache
 
 import psutil
 
-from langgraph_effects.core.model import LeaseOwner
+from langgraph_effects.core.model import LeaseOwner, Operation
 
-__all__ = ["current_owner", "provably_dead"]
+__all__ = ["current_owner", "holder_provably_dead", "provably_dead"]
 
 _START_TOLERANCE = 0.05
 """Seconds two readings of one process's start time may differ (both rounded to 0.01 s)."""
@@ -72,3 +72,16 @@ def provably_dead(owner: LeaseOwner) -> bool:
         return bool(psutil.Process(owner.pid).status() == psutil.STATUS_ZOMBIE)
     except psutil.Error:
         return True
+
+
+def holder_provably_dead(op: Operation) -> bool:
+    """``provably_dead`` for the record's lease holder; False when there is none.
+
+    An owner written by another tool (one ``LeaseOwner.decode`` cannot read)
+    proves nothing either way, so it is never taken for dead.
+    """
+    try:
+        owner = op.owner
+    except (ValueError, TypeError):
+        return False
+    return owner is not None and provably_dead(owner)
