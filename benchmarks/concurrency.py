@@ -46,10 +46,10 @@ def _ledger(url: str) -> tuple[Any, Any]:
 def _throughput_worker(
     idx: int, url: str, seconds: float, ready: Any, start: Any, out: Any
 ) -> None:
-    from langgraph_effects.core.model import LeaseOwner
+    from langgraph_effects._owners import current_owner
 
     pool, ledger = _ledger(url)
-    owner = LeaseOwner.current()
+    owner = current_owner()
     _effects.fused(ledger, _effects.draft(f"warm-{idx}"), owner)
     with pool.connection() as conn:
         backend_pid = conn.execute("SELECT pg_backend_pid() AS pid").fetchone()["pid"]
@@ -77,11 +77,11 @@ def _cpu_seconds(pid: int) -> float:
 
 
 def _contention_worker(idx: int, url: str, rounds: int, barrier: Any, out: Any) -> None:
-    from langgraph_effects.core.model import LeaseOwner
+    from langgraph_effects._owners import current_owner
     from langgraph_effects.errors import EffectsError
 
     pool, ledger = _ledger(url)
-    owner = LeaseOwner.current()
+    owner = current_owner()
     for mode in ("prepare", "claim"):
         for r in range(rounds):
             d = _effects.draft(f"race-{mode}-{r}")

@@ -58,7 +58,7 @@ def run(*, rounds: int = 100) -> Report:
     from psycopg_pool import ConnectionPool
 
     from langgraph_effects import PostgresLedger
-    from langgraph_effects.core.model import LeaseOwner
+    from langgraph_effects._owners import current_owner
 
     # Registered per run (not at import) so the benchmark can run twice in one
     # process: DBOS.destroy(destroy_registry=True) forgets them.
@@ -78,7 +78,7 @@ def run(*, rounds: int = 100) -> Report:
     ):
         ledger = PostgresLedger(pool)
         ledger.setup()
-        owner = LeaseOwner.current()
+        owner = current_owner()
         singles = _effects.drafts("peer1", rounds + 5)
         batches = [_effects.drafts(f"peer10-{i}", 10) for i in range(rounds + 5)]
         confirmed = [_effects.drafts(f"peer10c-{i}", 10) for i in range(rounds + 5)]

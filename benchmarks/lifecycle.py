@@ -35,6 +35,7 @@ from benchmarks._common import (
     write_json,
 )
 from benchmarks._floor import PostgresFloor, SQLiteFloor
+from langgraph_effects._owners import current_owner
 from langgraph_effects.core.model import LeaseOwner
 
 __all__ = ["main", "run"]
@@ -181,7 +182,7 @@ def _inputs(prefix: str, rounds: int) -> dict[str, list[Any]]:
 
 def measure(backend: str, rounds: int) -> dict[str, Any]:
     """Time every shape on both sides (interleaved), then count statements per effect."""
-    owner = LeaseOwner.current()
+    owner = current_owner()
     with BACKENDS[backend](False) as (ledger, floor, _):
         sides = {"ledger": ledger, "floor": floor}
         inputs = {name: _inputs(name, rounds + 2) for name in sides}

@@ -37,9 +37,9 @@ def _rss_mb() -> float:
 def _worker(backend: str, effects: int, path: str) -> dict[str, Any]:
     """Runs in the child: process ``effects`` effects, sampling RSS."""
     from benchmarks import _effects
-    from langgraph_effects.core.model import LeaseOwner
+    from langgraph_effects._owners import current_owner
 
-    owner = LeaseOwner.current()
+    owner = current_owner()
     samples: list[tuple[int, float]] = []
     # The peak comes from a sampler thread, not ru_maxrss: Linux carries
     # ru_maxrss across fork + exec, so a child of a big parent starts with

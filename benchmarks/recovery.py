@@ -103,9 +103,9 @@ def bulk_load(pool: Any, start: int, stop: int) -> float:
 
 def _open_operations(ledger: Any, tag: str) -> list[Any]:
     """Make UNKNOWN + DISPATCHING + PREPARED open operations through the ledger."""
-    from langgraph_effects.core.model import LeaseOwner
+    from langgraph_effects._owners import current_owner
 
-    owner = LeaseOwner.current()
+    owner = current_owner()
     unknown = []
     for i in range(UNKNOWN):
         d = _effects.draft(f"{tag}-u{i}")

@@ -4,93 +4,201 @@ A checkpoint records what the graph saved, not whether the CRM did it. This
 package keeps a durable ledger of every side-effecting tool call, so a resumed,
 retried, replayed or forked graph replays confirmed results, reconciles or
 safely retries uncertain ones, and asks a person about the rest.
+
+Every public name is imported here explicitly, so type checkers see its real
+type. The faces of the optional extras load on first use: the PostgreSQL
+ledgers (``[postgres]``: psycopg) and ``EffectMiddleware`` with its
+``EffectAgentState`` (``[agents]``: langchain). ``import langgraph_effects``
+never imports psycopg or langchain. The parts and their import rule:
+ARCHITECTURE.md at the repository root.
 """
 
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from langgraph_effects.core.digest import payload_digest
+from langgraph_effects.core.model import (
+    Decision,
+    EventKind,
+    Evidence,
+    EvidenceKind,
+    LeaseOwner,
+    Operation,
+    OperationDraft,
+    OperationEvent,
+    OperationStatus,
+    Prepared,
+    ProviderContract,
+    Resolution,
+)
+from langgraph_effects.effects import (
+    Authorizer,
+    EffectContext,
+    EffectSpec,
+    EffectTool,
+    Reconciler,
+    effect,
+)
+from langgraph_effects.errors import (
+    ConcurrentUpdate,
+    EffectRejected,
+    EffectsError,
+    IllegalTransition,
+    InvalidAnswer,
+    InvalidInput,
+    LeaseHeld,
+    LedgerError,
+    LedgerNotSetUp,
+    LedgerUnavailable,
+    MiddlewareOrderError,
+    OperationNotFound,
+    PayloadMismatch,
+    ProviderError,
+    StaleFencingToken,
+    StaleVersion,
+    TenantMismatch,
+    TransientProviderError,
+)
+from langgraph_effects.journal import (
+    AsyncRunJournal,
+    JournalStats,
+    RunEvent,
+    RunJournal,
+    RunMachine,
+    RunMetrics,
+    RunSnapshot,
+    RunState,
+    Transition,
+)
+from langgraph_effects.ledger.base import AsyncLedger, Confirmation, Ledger, LedgerStats
+from langgraph_effects.ledger.connect import (
+    LazyLedger,
+    LedgerLocation,
+    ledger_from_env,
+    ledger_from_url,
+)
+from langgraph_effects.ledger.memory import InMemoryLedger
+from langgraph_effects.ledger.sqlite import AsyncSQLiteLedger, SQLiteLedger
+from langgraph_effects.ledger.sweep import StuckOperation, Sweep, afind_stuck, find_stuck
+from langgraph_effects.node import EffectState, EffectToolNode, route_tool_calls
+from langgraph_effects.outbox import (
+    Delivery,
+    Outbox,
+    OutboxEntry,
+    OutboxEvent,
+    OutboxRelay,
+    OutboxStatus,
+    Receipt,
+    RelayReport,
+)
+from langgraph_effects.runner import DurabilityWarning
+
+if TYPE_CHECKING:
+    from langgraph_effects.ledger.postgres import AsyncPostgresLedger, PostgresLedger
+    from langgraph_effects.middleware import EffectAgentState, EffectMiddleware
 
 __version__ = "0.1.0"  # keep equal to pyproject.toml's version (tests/test_readme.py checks)
 
-# Public name -> defining module. Imported on first use (PEP 562), so importing
-# the package stays cheap and optional extras (psycopg, langchain) load only
-# when their faces are used.
-_EXPORTS: dict[str, str] = {
-    # core model
-    "Decision": "langgraph_effects.core.model",
-    "Evidence": "langgraph_effects.core.model",
-    "EvidenceKind": "langgraph_effects.core.model",
-    "LeaseOwner": "langgraph_effects.core.model",
-    "Operation": "langgraph_effects.core.model",
-    "OperationDraft": "langgraph_effects.core.model",
-    "OperationEvent": "langgraph_effects.core.model",
-    "OperationStatus": "langgraph_effects.core.model",
-    "ProviderContract": "langgraph_effects.core.model",
-    "Resolution": "langgraph_effects.core.model",
-    "payload_digest": "langgraph_effects.core.digest",
-    # errors
-    "ConcurrentUpdate": "langgraph_effects.errors",
-    "EffectRejected": "langgraph_effects.errors",
-    "EffectsError": "langgraph_effects.errors",
-    "IllegalTransition": "langgraph_effects.errors",
-    "InvalidAnswer": "langgraph_effects.errors",
-    "InvalidInput": "langgraph_effects.errors",
-    "LeaseHeld": "langgraph_effects.errors",
-    "LedgerError": "langgraph_effects.errors",
-    "LedgerNotSetUp": "langgraph_effects.errors",
-    "LedgerUnavailable": "langgraph_effects.errors",
-    "MiddlewareOrderError": "langgraph_effects.errors",
-    "OperationNotFound": "langgraph_effects.errors",
-    "PayloadMismatch": "langgraph_effects.errors",
-    "StaleFencingToken": "langgraph_effects.errors",
-    "StaleVersion": "langgraph_effects.errors",
-    "TenantMismatch": "langgraph_effects.errors",
-    "TransientProviderError": "langgraph_effects.errors",
-    # ledgers
-    "AsyncLedger": "langgraph_effects.ledger.base",
-    "Confirmation": "langgraph_effects.ledger.base",
-    "Ledger": "langgraph_effects.ledger.base",
-    "LedgerStats": "langgraph_effects.ledger.base",
-    "InMemoryLedger": "langgraph_effects.ledger.memory",
-    "SQLiteLedger": "langgraph_effects.ledger.sqlite",
-    "AsyncSQLiteLedger": "langgraph_effects.ledger.sqlite",
-    "PostgresLedger": "langgraph_effects.ledger.postgres",
+__all__ = [
+    "AsyncLedger",
+    "AsyncPostgresLedger",
+    "AsyncRunJournal",
+    "AsyncSQLiteLedger",
+    "Authorizer",
+    "ConcurrentUpdate",
+    "Confirmation",
+    "Decision",
+    "Delivery",
+    "DurabilityWarning",
+    "EffectAgentState",
+    "EffectContext",
+    "EffectMiddleware",
+    "EffectRejected",
+    "EffectSpec",
+    "EffectState",
+    "EffectTool",
+    "EffectToolNode",
+    "EffectsError",
+    "EventKind",
+    "Evidence",
+    "EvidenceKind",
+    "IllegalTransition",
+    "InMemoryLedger",
+    "InvalidAnswer",
+    "InvalidInput",
+    "JournalStats",
+    "LazyLedger",
+    "LeaseHeld",
+    "LeaseOwner",
+    "Ledger",
+    "LedgerError",
+    "LedgerLocation",
+    "LedgerNotSetUp",
+    "LedgerStats",
+    "LedgerUnavailable",
+    "MiddlewareOrderError",
+    "Operation",
+    "OperationDraft",
+    "OperationEvent",
+    "OperationNotFound",
+    "OperationStatus",
+    "Outbox",
+    "OutboxEntry",
+    "OutboxEvent",
+    "OutboxRelay",
+    "OutboxStatus",
+    "PayloadMismatch",
+    "PostgresLedger",
+    "Prepared",
+    "ProviderContract",
+    "ProviderError",
+    "Receipt",
+    "Reconciler",
+    "RelayReport",
+    "Resolution",
+    "RunEvent",
+    "RunJournal",
+    "RunMachine",
+    "RunMetrics",
+    "RunSnapshot",
+    "RunState",
+    "SQLiteLedger",
+    "StaleFencingToken",
+    "StaleVersion",
+    "StuckOperation",
+    "Sweep",
+    "TenantMismatch",
+    "TransientProviderError",
+    "Transition",
+    "afind_stuck",
+    "effect",
+    "find_stuck",
+    "ledger_from_env",
+    "ledger_from_url",
+    "payload_digest",
+    "route_tool_calls",
+]
+
+# The optional extras' faces: public name -> defining module, imported on first use.
+_LAZY: dict[str, str] = {
     "AsyncPostgresLedger": "langgraph_effects.ledger.postgres",
-    "ledger_from_env": "langgraph_effects.ledger.connect",
-    "ledger_from_url": "langgraph_effects.ledger.connect",
-    "find_stuck": "langgraph_effects.ledger.sweep",
-    "afind_stuck": "langgraph_effects.ledger.sweep",
-    # effects and faces
-    "effect": "langgraph_effects.effects",
-    "EffectContext": "langgraph_effects.effects",
-    "EffectToolNode": "langgraph_effects.node",
-    "route_tool_calls": "langgraph_effects.node",
-    "EffectState": "langgraph_effects.node",
-    "DurabilityWarning": "langgraph_effects.runner",
+    "PostgresLedger": "langgraph_effects.ledger.postgres",
+    "EffectAgentState": "langgraph_effects.middleware",
     "EffectMiddleware": "langgraph_effects.middleware",
-    # notifications and run snapshots
-    "Outbox": "langgraph_effects.outbox",
-    "OutboxRelay": "langgraph_effects.outbox",
-    "Receipt": "langgraph_effects.outbox",
-    "RunJournal": "langgraph_effects.journal",
-    "RunMachine": "langgraph_effects.journal",
-    "RunEvent": "langgraph_effects.journal",
-    "RunState": "langgraph_effects.journal",
-    "Transition": "langgraph_effects.journal",
 }
 
-__all__ = sorted(_EXPORTS)
+if not TYPE_CHECKING:  # type checkers see the imports above, not a catch-all ``Any``
 
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'langgraph_effects' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+    def __getattr__(name: str) -> Any:
+        module = _LAZY.get(name)
+        if module is None:
+            raise AttributeError(f"module 'langgraph_effects' has no attribute {name!r}")
+        value = getattr(importlib.import_module(module), name)
+        globals()[name] = value
+        return value
 
 
 def __dir__() -> list[str]:
-    return __all__
+    return sorted({*globals(), *__all__})

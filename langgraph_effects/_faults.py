@@ -34,7 +34,9 @@ CRASH_EXIT_CODE = 137  # 128 + SIGKILL: what a shell reports for a killed proces
 
 
 class CrashPoint(StrEnum):
-    """The boundaries of one effect call where a process can die (DESIGN.md).
+    """The boundaries of one effect call where a process can die.
+
+    ARCHITECTURE.md, "The life of one tool call", draws them on a call's way.
 
     Each member says what is durable when the crash strikes there.
     """

@@ -85,7 +85,13 @@ from langgraph_effects.core.model import (
     Resolution,
     utcnow,
 )
-from langgraph_effects.core.plan import receipt_conflict
+from langgraph_effects.core.plan import (
+    ResendRisk,
+    key_expires_at,
+    receipt_conflict,
+    recorded_contract,
+    resend_risk,
+)
 from langgraph_effects.errors import (
     ConcurrentUpdate,
     EffectsError,
@@ -564,10 +570,10 @@ class _Outlook:
             ),
             # Recorded at prepare time from the effect's contract (None: the
             # provider promised no deduplication, or a row from before schema v2).
-            "key_window_known": op.key_expires_at is not None,
+            "key_window_known": _recorded_expiry(op) is not None,
             "key_retention_seconds": op.key_retention_seconds,
-            "key_expires_at": _iso(op.key_expires_at),
-            "key_window_open": op.key_window_open(now),
+            "key_expires_at": _iso(_recorded_expiry(op)),
+            "key_window_open": _recorded_risk(op, now) is ResendRisk.DEDUPLICATED,
         }
 
 
@@ -586,29 +592,42 @@ def _approver(op: Operation) -> str | None:
     return ref.removeprefix("approved-by:") if ref.startswith("approved-by:") else None
 
 
+def _recorded_expiry(op: Operation) -> datetime | None:
+    """When a resend under the recorded key stops being deduplicated, from the record alone."""
+    return key_expires_at(op, recorded_contract(op))
+
+
+def _recorded_risk(op: Operation, now: datetime) -> ResendRisk:
+    """``core.plan.resend_risk`` judged from the record alone: the CLI has no live contract."""
+    return resend_risk(op, recorded_contract(op), now)
+
+
 def _resend_risk(op: Operation, now: datetime) -> str | None:
     """Why a resend may not be deduplicated, judged from the record alone; None: it is.
 
     Only a recorded key with a recorded retention, first sent less than that
-    retention ago, proves a resend safe (``Operation.key_window_open``).
+    retention ago, proves a resend safe (``core.plan.recorded_contract``).
     """
-    if op.key_window_open(now):
-        return None
-    if not op.idempotency_key:
-        return "the provider got no idempotency key, so a resend is not deduplicated"
-    if op.key_expires_at is None:
-        return (
-            f"the provider promised no deduplication of idempotency key {op.idempotency_key!r}"
-            " (no key contract recorded), so a resend may not be deduplicated"
-        )
-    return (
-        f"the provider's key window closed at {_iso(op.key_expires_at)}: it may have "
-        f"forgotten idempotency key {op.idempotency_key!r}, so a resend may not be deduplicated"
-    )
+    match _recorded_risk(op, now):
+        case ResendRisk.DEDUPLICATED | ResendRisk.NOT_SENT:
+            return None
+        case ResendRisk.NO_KEY:
+            return "the provider got no idempotency key, so a resend is not deduplicated"
+        case ResendRisk.NO_PROMISE:
+            return (
+                f"the provider promised no deduplication of idempotency key {op.idempotency_key!r}"
+                " (no key contract recorded), so a resend may not be deduplicated"
+            )
+        case ResendRisk.WINDOW_CLOSED:
+            return (
+                f"the provider's key window closed at {_iso(_recorded_expiry(op))}: it may have "
+                f"forgotten idempotency key {op.idempotency_key!r}, so a resend may not be "
+                "deduplicated"
+            )
 
 
 def _key_expiry(op: Operation) -> str:
-    expires = op.key_expires_at
+    expires = _recorded_expiry(op)
     if expires is not None:
         return f"{_iso(expires)} (recorded retention {op.key_retention_seconds:g} s)"
     if op.idempotency_key and op.first_dispatched_at is not None:
@@ -677,7 +696,7 @@ def _outlook(op: Operation, now: datetime) -> _Outlook:
         risk = (
             f"{sent} under idempotency key {op.idempotency_key!r}. A retry resends the same "
             "key and pinned payload, and the provider deduplicates it until "
-            f"{_iso(op.key_expires_at)} (its recorded retention): a retry cannot apply "
+            f"{_iso(_recorded_expiry(op))} (its recorded retention): a retry cannot apply "
             "the effect twice."
         )
     elif not op.idempotency_key:
@@ -697,7 +716,7 @@ def _outlook(op: Operation, now: datetime) -> _Outlook:
         "inconclusive, "
         + (
             f"resends under the same key while the recorded key window is open (until "
-            f"{_iso(op.key_expires_at)}), else asks a person (review)"
+            f"{_iso(_recorded_expiry(op))}), else asks a person (review)"
             if problem is None
             else "asks a person (review)"
         ),
@@ -718,12 +737,12 @@ def _load_hook(option: str, spec: str | None) -> Callable[..., Any] | None:
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
-        hook = getattr(importlib.import_module(module_name), attr)
+        hook: object = getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as exc:
         raise _Failure(ExitCode.USAGE, "usage", f"cannot load {option} {spec!r}: {exc}") from exc
     if not callable(hook):
         raise _Failure(ExitCode.USAGE, "usage", f"{option} {spec!r} is not callable")
-    return hook  # type: ignore[no-any-return]
+    return hook
 
 
 def _check_policy(
@@ -1311,9 +1330,6 @@ def _stats_json(stats: LedgerStats, now: datetime) -> dict[str, Any]:
         "oldest_dispatching_at": _iso(stats.oldest_dispatching_at),
         "reconciliation": {k.value: stats.reconciliation.get(k.value, 0) for k in EvidenceKind},
         "operator_resolutions": stats.operator_resolutions,
-        # Replays happen in the workers and are not stored in the ledger
-        # (see observe.count_replay); null until a ledger records them.
-        "duplicates_prevented": getattr(stats, "duplicates_prevented", None),
     }
 
 
@@ -1328,7 +1344,8 @@ def stats(
 
     JSON: {counts: {status: n}, total, oldest_unknown_at, oldest_unknown_age_seconds,
     oldest_dispatching_at, reconciliation: {confirmed, rejected, inconclusive},
-    operator_resolutions, duplicates_prevented (null: not recorded by the ledger)}
+    operator_resolutions}. Duplicates prevented (replays) happen in the workers and are
+    not stored in the ledger: the metric ``lge.duplicates_prevented`` counts them.
     """
     with _reporting(as_json), _ledger(ctx, db) as ledger:
         figures = _stats_json(ledger.stats(tenant_id=tenant), utcnow())
@@ -1350,15 +1367,6 @@ def stats(
         outcomes = ", ".join(f"{k} {v}" for k, v in figures["reconciliation"].items())
         console.print(f"reconciliation: {outcomes}")
         console.print(f"operator resolutions: {figures['operator_resolutions']}")
-        prevented = figures["duplicates_prevented"]
-        console.print(
-            "duplicates prevented: "
-            + (
-                "not recorded in the ledger (metric lge.duplicates_prevented)"
-                if prevented is None
-                else str(prevented)
-            )
-        )
 
 
 @app.command()

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextvars
 import inspect
+import os
 import typing
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -24,7 +25,7 @@ from typing import Any, TypeAlias, overload
 from langchain_core.tools import BaseTool, StructuredTool
 from langchain_core.tools.base import create_schema_from_function
 
-from langgraph_effects.core.digest import payload_digest, resolve_payload_key
+from langgraph_effects.core.digest import PAYLOAD_KEY_ENV, payload_digest, resolve_payload_key
 from langgraph_effects.core.model import Evidence, Operation, ProviderContract
 from langgraph_effects.errors import EffectsError, InvalidInput
 
@@ -427,7 +428,14 @@ def effect(
             f"effect {action!r}: payload_key is for store_payload=False "
             "(a stored payload is digested with plain SHA-256)"
         )
-    key = None if store_payload else resolve_payload_key(payload_key, what=f"effect {action!r}")
+    key = (
+        None
+        if store_payload
+        else resolve_payload_key(
+            payload_key if payload_key is not None else os.environ.get(PAYLOAD_KEY_ENV),
+            what=f"effect {action!r}",
+        )
+    )
     spec = EffectSpec(
         action=action,
         version=version,

@@ -1,4 +1,4 @@
-"""Run snapshots for long waits (DESIGN.md, "Long waits: run snapshots").
+"""Run snapshots for long waits (ARCHITECTURE.md, "Where each rule lives").
 
 A run that waits (for an e-mail, a webhook, a person) keeps a small explicit
 snapshot: run id, leased resource, state, the single next allowed action,

@@ -38,9 +38,9 @@ from langgraph.runtime import Runtime
 from langgraph.types import Command, Send
 from typing_extensions import TypedDict
 
+from langgraph_effects._owners import current_owner
 from langgraph_effects.core.digest import canonical_json
 from langgraph_effects.core.model import (
-    LeaseOwner,
     Operation,
     OperationDraft,
     OperationStatus,
@@ -600,7 +600,7 @@ class EffectToolNode(ToolNode):
             try:
                 prepared = self.runner.ledger.prepare_many(
                     [c.draft() for c in batch],
-                    owner=LeaseOwner.current(),
+                    owner=current_owner(),
                     lease_for=self.runner.lease_for,
                 )
                 handoff = {p.operation.operation_id: p for p in prepared}
@@ -639,7 +639,7 @@ class EffectToolNode(ToolNode):
                 prepared = await self.runner._ledger_call(
                     "prepare_many",
                     [c.draft() for c in batch],
-                    owner=LeaseOwner.current(),
+                    owner=current_owner(),
                     lease_for=self.runner.lease_for,
                 )
                 handoff = {p.operation.operation_id: p for p in prepared}

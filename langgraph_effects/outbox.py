@@ -1,4 +1,4 @@
-"""Notifications through a transactional outbox (DESIGN.md, "Notifications and business state").
+"""Notifications through a transactional outbox (ARCHITECTURE.md, "Where each rule lives").
 
 Where the application owns its database, the business change and the
 intention to notify commit together, in the application's own transaction::
@@ -78,6 +78,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ConfigDict
 
 from langgraph_effects._faults import CrashPoint, crash_point
+from langgraph_effects._owners import current_owner, provably_dead
 from langgraph_effects.core.digest import canonical_json, payload_digest
 from langgraph_effects.core.ids import idempotency_key, intent_operation_id
 from langgraph_effects.core.model import (
@@ -726,7 +727,7 @@ _MAX_STEPS = 8  # plan steps per entry per pass; each step moves the record forw
 
 
 # The relay's work is written once, as generators that yield these actions and
-# receive their results (STYLE.md section 3); ``run_once`` and ``arun_once``
+# receive their results (ARCHITECTURE.md); ``run_once`` and ``arun_once``
 # are the two drivers. An exception raised by an action is thrown back into
 # the generator at its ``yield``.
 
@@ -827,7 +828,7 @@ class OutboxRelay:
         self.max_failures = max_failures
         self.review_recheck = review_recheck
         self.clock = clock
-        self.owner = LeaseOwner.current()
+        self.owner = current_owner()
         self.totals = RelayReport()
 
     @classmethod
@@ -983,7 +984,7 @@ class OutboxRelay:
         taken: list[OutboxEntry] = []
         for row in (yield _Sql(_leased(self._tables.dialect, now, limit))):
             owner = LeaseOwner.decode(row["lease_owner"]) if row["lease_owner"] else None
-            if owner is None or owner == self.owner or not owner.provably_dead():
+            if owner is None or owner == self.owner or not provably_dead(owner):
                 continue
             taken += yield _Sql(
                 _take_over(
@@ -1078,7 +1079,7 @@ class OutboxRelay:
                 contract=self.contract,
                 has_reconciler=self.reconcile is not None,
                 claimed_by_us=claimed,
-                owner_dead=owner is not None and owner != self.owner and owner.provably_dead(),
+                owner_dead=owner is not None and owner != self.owner and provably_dead(owner),
                 reconciled=reconciled,
                 retried=retried,
             )

@@ -35,7 +35,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from langgraph_effects.core.model import Decision, Evidence, Operation, ProviderContract
-from langgraph_effects.core.plan import key_expires_at, retry_allowed
+from langgraph_effects.core.plan import ResendRisk, key_expires_at, resend_risk
 from langgraph_effects.errors import InvalidAnswer
 
 __all__ = [
@@ -86,30 +86,32 @@ def _evidence_json(evidence: Evidence) -> dict[str, Any]:
 def retry_risk(op: Operation, contract: ProviderContract | None, now: datetime) -> dict[str, Any]:
     """What resending this operation would risk, for a person deciding on ``retry``.
 
-    The key counts only if the record says the provider was given one; its
-    expiry is the stricter of the record's and the live contract's
-    (``core.plan.key_expires_at``).
+    The rule is ``core.plan.resend_risk``: the key counts only if the record
+    says the provider was given one; its expiry is the stricter of the
+    record's and the live contract's (``core.plan.key_expires_at``).
     """
-    honours = contract is not None and contract.honours_key and op.idempotency_key is not None
+    risk = resend_risk(op, contract, now)
     expires = key_expires_at(op, contract)
-    open_ = retry_allowed(op, contract, now)
-    if open_:
-        summary = (
-            f"the provider deduplicates by idempotency key {op.idempotency_key!r} until "
-            f"{_iso(expires)}: a retry cannot apply the effect twice"
-        )
-    elif honours:
-        summary = (
-            f"the provider's key window closed at {_iso(expires)}: a retry may apply "
-            "the effect a second time"
-        )
-    else:
-        summary = "the provider honours no idempotency key: a retry may apply the effect twice"
+    match risk:
+        case ResendRisk.DEDUPLICATED:
+            summary = (
+                f"the provider deduplicates by idempotency key {op.idempotency_key!r} until "
+                f"{_iso(expires)}: a retry cannot apply the effect twice"
+            )
+        case ResendRisk.WINDOW_CLOSED:
+            summary = (
+                f"the provider's key window closed at {_iso(expires)}: a retry may apply "
+                "the effect a second time"
+            )
+        case ResendRisk.NOT_SENT:
+            summary = "never sent: a first dispatch cannot apply the effect twice"
+        case ResendRisk.NO_PROMISE | ResendRisk.NO_KEY:
+            summary = "the provider honours no idempotency key: a retry may apply the effect twice"
     return {
-        "provider_honours_key": honours,
-        "key_window_open": open_,
+        "provider_honours_key": risk in (ResendRisk.DEDUPLICATED, ResendRisk.WINDOW_CLOSED),
+        "key_window_open": risk is ResendRisk.DEDUPLICATED,
         "key_expires_at": _iso(expires),
-        "duplicate_possible": not open_,
+        "duplicate_possible": risk not in (ResendRisk.DEDUPLICATED, ResendRisk.NOT_SENT),
         "summary": summary,
     }
 

@@ -47,6 +47,7 @@ from langgraph.types import Command, Send, interrupt
 from pydantic import AfterValidator
 
 from langgraph_effects._faults import CrashPoint, crash_point
+from langgraph_effects._owners import current_owner, holder_provably_dead
 from langgraph_effects.core.digest import canonical_json
 from langgraph_effects.core.ids import (
     idempotency_key,
@@ -821,7 +822,7 @@ class EffectRunner:
             now = self.clock()
             owner_dead = False
             if op.status is S.DISPATCHING and not p.claimed and op.lease_alive(now):
-                owner_dead = _provably_dead(op)
+                owner_dead = holder_provably_dead(op)
             step = plan(
                 op,
                 now=now,
@@ -1262,7 +1263,7 @@ class EffectRunner:
             if cur.status is not S.DISPATCHING or cur.fencing_token != op.fencing_token:
                 return cur
             now = self.clock()
-            if not cur.lease_alive(now) or _provably_dead(cur):
+            if not cur.lease_alive(now) or holder_provably_dead(cur):
                 return cur
             if now >= deadline or time.monotonic() >= give_up:
                 raise LeaseHeld(
@@ -1582,7 +1583,7 @@ class EffectRunner:
                 "this ledger is async: run the graph with ainvoke/astream, or give "
                 "EffectToolNode a sync ledger"
             )
-        return self._decide(call, handoff, LeaseOwner.current())
+        return self._decide(call, handoff, current_owner())
 
     def _drive(
         self, gen: _Decision, execute: Execute, call: EffectCall, *, park: bool, sent: Any = None
@@ -1652,7 +1653,7 @@ class EffectRunner:
         If the task is cancelled mid-dispatch, the dispatch is finished and
         recorded, then ``CancelledError`` is raised.
         """
-        gen = self._decide(call, handoff, LeaseOwner.current())
+        gen = self._decide(call, handoff, current_owner())
         done = await self._adrive(gen, execute, call, [], park=False)
         assert isinstance(done, Operation)
         return done
@@ -1665,7 +1666,7 @@ class EffectRunner:
         handoff: Prepared | None = None,
     ) -> Operation | ParkedReceipt:
         """The async twin of ``run_until_receipt``."""
-        gen = self._decide(call, handoff, LeaseOwner.current())
+        gen = self._decide(call, handoff, current_owner())
         return await self._adrive(gen, execute, call, [], park=True)
 
     async def afinish(
@@ -1810,14 +1811,6 @@ def _checked_tenant(workflow: str, bound: str | None, requested: str | None) -> 
     if requested is not None and requested != bound:
         raise TenantMismatch(workflow, bound=bound, requested=requested)
     return bound
-
-
-def _provably_dead(op: Operation) -> bool:
-    try:
-        owner = op.owner
-    except (ValueError, TypeError):
-        return False
-    return owner is not None and owner.provably_dead()
 
 
 def _message_text(message: Any) -> str:

@@ -17,9 +17,10 @@ from test_ledger_schema_v2 import _write_v1
 from typer.testing import CliRunner, Result
 
 from langgraph_effects import EffectContext, effect
+from langgraph_effects._owners import current_owner
 from langgraph_effects.cli import ExitCode, app
 from langgraph_effects.core.digest import payload_digest
-from langgraph_effects.core.model import EventKind, LeaseOwner, OperationDraft, OperationStatus
+from langgraph_effects.core.model import EventKind, OperationDraft, OperationStatus
 from langgraph_effects.errors import LedgerNotSetUp
 from langgraph_effects.ledger.memory import InMemoryLedger
 from langgraph_effects.ledger.sqlite import SQLiteLedger
@@ -197,7 +198,7 @@ def test_reject_decides_an_unknown_operation_too_and_refuses_one_in_flight() -> 
     )
     event = ledger.events("acme", "op-lost")[-1]
     assert (event.kind, event.to_status, event.actor) == (EventKind.RESOLVE, S.REJECTED, "a")
-    ledger.prepare(draft("op-busy"), owner=LeaseOwner.current())
+    ledger.prepare(draft("op-busy"), owner=current_owner())
     busy = run("reject", "op-busy", "-t", "acme", "--reason", "x", "--by", "a", obj=ledger)
     assert busy.exit_code == ExitCode.REFUSED
     assert ledger.get("acme", "op-busy").status is S.DISPATCHING  # type: ignore[union-attr]

@@ -22,6 +22,7 @@ from langgraph_effects import (
     ledger_from_env,
     ledger_from_url,
 )
+from langgraph_effects._owners import current_owner
 from langgraph_effects.errors import InvalidInput
 from langgraph_effects.ledger.connect import LazyLedger, LedgerLocation, parse_ledger_url
 from langgraph_effects.testing import make_draft
@@ -101,7 +102,7 @@ def test_sqlite_lazy_ledger_never_blocks_the_loop(tmp_path: Path) -> None:
     the records are in the file."""
     path = tmp_path / "effects.db"
     ledger = ledger_from_url(f"sqlite:///{path}")
-    owner = LeaseOwner.current()  # reads /proc once, outside the loop
+    owner = current_owner()  # reads /proc once, outside the loop
     assert asyncio.run(_lifecycle(ledger, owner)) is OperationStatus.CONFIRMED
     with SQLiteLedger.from_conn_string(str(path)) as sync:
         assert sync.get("tenant-a", "op-1").status is OperationStatus.CONFIRMED
@@ -111,7 +112,7 @@ def test_sqlite_lazy_ledger_never_blocks_the_loop(tmp_path: Path) -> None:
 def test_postgres_lazy_ledger_never_blocks_the_loop(pg_url: str) -> None:
     """The same on PostgreSQL: the pool opens in the loop, every statement is awaited."""
     ledger = ledger_from_url(pg_url)
-    owner = LeaseOwner.current()
+    owner = current_owner()
     assert asyncio.run(_lifecycle(ledger, owner)) is OperationStatus.CONFIRMED
 
 

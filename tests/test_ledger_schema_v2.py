@@ -3,7 +3,7 @@
 v1 ledgers are built with the first migration only (as an older release left
 them), then ``setup()`` upgrades them in place. The runner records the key
 retention its effect's contract promises and reports replays; the ledgers
-report stale-token refusals; ``LeaseOwner.current`` caches its host per pid.
+report stale-token refusals; ``_owners.current_owner`` caches its host per pid.
 """
 
 from __future__ import annotations
@@ -21,17 +21,16 @@ import psutil
 import pytest
 from _graphs import Env, build_graph, call, tool_messages
 
-from langgraph_effects import EffectContext, ProviderContract, effect
-from langgraph_effects.core import model
+from langgraph_effects import EffectContext, ProviderContract, _owners, effect
+from langgraph_effects._owners import current_owner
 from langgraph_effects.core.model import (
     Decision,
-    LeaseOwner,
     Operation,
     OperationStatus,
     Resolution,
     key_retention_seconds,
 )
-from langgraph_effects.core.plan import key_expires_at, retry_allowed
+from langgraph_effects.core.plan import key_expires_at, recorded_contract, retry_allowed
 from langgraph_effects.errors import StaleFencingToken
 from langgraph_effects.ledger.base import Confirmation
 from langgraph_effects.ledger.memory import InMemoryLedger
@@ -129,7 +128,7 @@ def _check_upgraded(ledger: Any, clock: ManualClock) -> None:
     assert op is not None
     assert op.status_changed_at == T0 + 2 * SECOND  # the last status change, not the evidence
     assert op.updated_at == T0 + 3 * SECOND
-    assert (op.idempotency_key, op.key_retention_seconds, op.key_expires_at) == (
+    assert (op.idempotency_key, op.key_retention_seconds, recorded_contract(op)) == (
         "lge-op-v1",
         None,
         None,
@@ -229,7 +228,8 @@ def test_the_recorded_retention_is_the_window_minus_the_margin() -> None:
     assert key_retention_seconds(WINDOW) == (24 * 60 - 5) * 60
     assert key_retention_seconds(ProviderContract()) is None
     assert key_retention_seconds(None) is None
-    assert _unknown().key_expires_at == T0 + timedelta(hours=24) - timedelta(minutes=5)
+    recorded = recorded_contract(_unknown())
+    assert key_expires_at(_unknown(), recorded) == T0 + timedelta(hours=24) - timedelta(minutes=5)
 
 
 def test_plan_takes_the_stricter_of_record_and_live_contract() -> None:
@@ -362,13 +362,13 @@ def test_stale_token_refusals_are_logged_with_their_ids(
     assert ledger.stats().stale_token_refusals == 2
 
 
-# -- LeaseOwner.current --------------------------------------------------------------
+# -- current_owner -------------------------------------------------------------------
 
 
 def test_lease_owner_current_caches_host_and_start_per_pid(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """current() asks for the host name once per process, and again only under a new pid
+    """current_owner() asks for the host name once per process, and again only under a new pid
     (a forked child), where it reads that process's own start time."""
     calls: list[int] = []
     real = socket.gethostname
@@ -377,9 +377,9 @@ def test_lease_owner_current_caches_host_and_start_per_pid(
         calls.append(os.getpid())
         return real()
 
-    monkeypatch.setattr(model, "_identity", None)
+    monkeypatch.setattr(_owners, "_identity", None)
     monkeypatch.setattr(socket, "gethostname", counting)
-    owners = [LeaseOwner.current() for _ in range(3)]
+    owners = [current_owner() for _ in range(3)]
     assert len(calls) == 1
     assert len({o.nonce for o in owners}) == 3
     assert {(o.host, o.pid, o.started_at) for o in owners} == {
@@ -387,7 +387,7 @@ def test_lease_owner_current_caches_host_and_start_per_pid(
     }
     parent = os.getppid()  # stands in for "another pid", as after a fork
     monkeypatch.setattr(os, "getpid", lambda: parent)
-    child = LeaseOwner.current()
+    child = current_owner()
     assert len(calls) == 2
     assert (child.pid, child.started_at) == (parent, round(psutil.Process(parent).create_time(), 2))
 

@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 
 from langgraph_effects import observe
+from langgraph_effects._owners import current_owner
 from langgraph_effects.core.digest import payload_digest
 from langgraph_effects.core.model import (
     Decision,
     Evidence,
-    LeaseOwner,
     Operation,
     OperationDraft,
     Resolution,
@@ -60,7 +60,7 @@ def ledger() -> InMemoryLedger:
 
 def _unknown(ledger: InMemoryLedger, operation_id: str = "op-1") -> Operation:
     """Prepare, claim and lose the response of one operation."""
-    claimed = ledger.prepare(_draft(operation_id), owner=LeaseOwner.current()).operation
+    claimed = ledger.prepare(_draft(operation_id), owner=current_owner()).operation
     return ledger.mark_unknown("acme", operation_id, token=claimed.fencing_token, reason="timeout")
 
 
@@ -138,7 +138,7 @@ def test_a_refused_write_logs_no_transition(
 ) -> None:
     """A write with a stale fencing token changes nothing and logs no transition."""
     caplog.set_level(logging.INFO, logger="langgraph_effects")
-    claimed = ledger.prepare(_draft(), owner=LeaseOwner.current()).operation
+    claimed = ledger.prepare(_draft(), owner=current_owner()).operation
     ledger.mark_unknown("acme", "op-1", token=claimed.fencing_token, reason="lease lapsed")
     before = len(_transitions(caplog))
 

@@ -9,7 +9,18 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from langgraph_effects.core.model import Operation, OperationStatus, ProviderContract
-from langgraph_effects.core.plan import Outcome, Step, backoff, classify, plan, retry_allowed
+from langgraph_effects.core.plan import (
+    Outcome,
+    ResendRisk,
+    Step,
+    backoff,
+    classify,
+    key_expires_at,
+    plan,
+    recorded_contract,
+    resend_risk,
+    retry_allowed,
+)
 from langgraph_effects.errors import EffectRejected, TransientProviderError
 
 S = OperationStatus
@@ -93,6 +104,28 @@ def test_closed_key_window_reviews() -> None:
     assert plan(old, now=NOW, contract=WINDOW) is Step.REVIEW
     assert not retry_allowed(old, WINDOW, NOW)
     assert retry_allowed(op(S.UNKNOWN), WINDOW, NOW)
+
+
+def test_resend_risk_names_why_a_resend_is_or_is_not_deduplicated() -> None:
+    """One rule, five answers: never sent, deduplicated, window closed, no promise, no key."""
+    assert resend_risk(op(S.PREPARED), None, NOW) is ResendRisk.NOT_SENT
+    assert resend_risk(op(S.UNKNOWN), WINDOW, NOW) is ResendRisk.DEDUPLICATED
+    late = NOW + timedelta(hours=23)
+    assert resend_risk(op(S.UNKNOWN), WINDOW, late) is ResendRisk.WINDOW_CLOSED
+    assert resend_risk(op(S.UNKNOWN), ProviderContract(), NOW) is ResendRisk.NO_PROMISE
+    assert resend_risk(op(S.UNKNOWN), None, NOW) is ResendRisk.NO_PROMISE
+    assert resend_risk(op(S.UNKNOWN, idempotency_key=None), WINDOW, NOW) is ResendRisk.NO_KEY
+
+
+def test_the_recorded_contract_judges_from_the_record_alone() -> None:
+    """A recorded retention reads back as a window without margin; none records no promise."""
+    record = op(S.UNKNOWN, key_retention_seconds=7200.0)
+    recorded = recorded_contract(record)
+    assert recorded is not None
+    assert key_expires_at(record, recorded) == NOW + timedelta(hours=1)
+    assert resend_risk(record, recorded, NOW) is ResendRisk.DEDUPLICATED
+    assert resend_risk(record, recorded, NOW + timedelta(hours=1)) is ResendRisk.WINDOW_CLOSED
+    assert recorded_contract(op(S.UNKNOWN)) is None
 
 
 @given(

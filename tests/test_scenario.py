@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from langgraph_effects.core.model import Evidence, LeaseOwner, OperationDraft, Resolution
+from langgraph_effects._owners import current_owner
+from langgraph_effects.core.model import Evidence, OperationDraft, Resolution
 from langgraph_effects.core.model import OperationStatus as S
 from langgraph_effects.ledger.memory import InMemoryLedger
 from langgraph_effects.ledger.sqlite import AsyncSQLiteLedger, SQLiteLedger
@@ -174,7 +175,7 @@ def test_unevidenced_rejection_is_found_in_the_event_log() -> None:
     """An unknown rejected by an operator passes; one rejected by a refused resend is flagged."""
     ledger = InMemoryLedger()
     ledger.setup()
-    owner = LeaseOwner.current()
+    owner = current_owner()
     for op_id in ("op-operator", "op-resend"):
         draft = OperationDraft(
             tenant_id="t", operation_id=op_id, action="a", payload_digest="0" * 64

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner, Result
 
+from langgraph_effects._owners import current_owner
 from langgraph_effects.cli import ExitCode, app
 from langgraph_effects.core.model import LeaseOwner, OperationStatus, utcnow
 from langgraph_effects.ledger.sqlite import AsyncSQLiteLedger, SQLiteLedger
@@ -36,7 +37,7 @@ class Clock:
 
 def _dead_owner() -> LeaseOwner:
     """An owner on this host whose process is gone: this pid, another start time (pid reuse)."""
-    me = LeaseOwner.current()
+    me = current_owner()
     return LeaseOwner(host=me.host, pid=os.getpid(), started_at=me.started_at - 1000, nonce="x")
 
 
@@ -49,11 +50,11 @@ def populate(ledger: Any, clock: Clock) -> None:
     ledger.prepare(make_draft("op-far-old"), owner=far, lease_for=timedelta(seconds=30))
     clock.now += timedelta(minutes=30)
     ledger.prepare(make_draft("op-dead"), owner=_dead_owner(), lease_for=hour)
-    ledger.prepare(make_draft("op-live"), owner=LeaseOwner.current(), lease_for=hour)
+    ledger.prepare(make_draft("op-live"), owner=current_owner(), lease_for=hour)
     ledger.prepare(make_draft("op-far"), owner=far, lease_for=hour)
     done = ledger.prepare(make_draft("op-done"), owner=_dead_owner()).operation
     ledger.confirm(TENANT, "op-done", token=done.fencing_token, result={"ok": True})
-    gone = ledger.prepare(make_draft("op-unknown"), owner=LeaseOwner.current()).operation
+    gone = ledger.prepare(make_draft("op-unknown"), owner=current_owner()).operation
     ledger.mark_unknown(TENANT, "op-unknown", token=gone.fencing_token, reason="timeout")
     ledger.prepare(make_draft("op-other", tenant_id="tenant-b"), owner=_dead_owner())
 

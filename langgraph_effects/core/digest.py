@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import os
 from typing import Any
 
 import rfc8785
@@ -63,14 +62,15 @@ def canonical_json(value: Any) -> bytes:
     return data
 
 
-def resolve_payload_key(explicit: bytes | str | None, *, what: str) -> bytes:
-    """The digest key: ``explicit``, else ``$LGE_PAYLOAD_KEY``; refused when missing or short.
+def resolve_payload_key(key: bytes | str | None, *, what: str) -> bytes:
+    """The digest key as bytes: refused when missing or short.
 
     Args:
-        explicit: the key given in code (bytes, or text read as UTF-8), or None.
+        key: the key given in code (bytes, or text read as UTF-8), or the
+            value of ``$LGE_PAYLOAD_KEY`` (``effects.effect`` reads it; core
+            reads no environment), or None.
         what: names the caller in errors (``"effect 'auth.send_pin'"``).
     """
-    key = explicit if explicit is not None else os.environ.get(PAYLOAD_KEY_ENV)
     if key is None or key == "" or key == b"":
         raise InvalidInput(
             f"{what}: store_payload=False needs a secret key for the payload digest "

@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-import os
-import socket
-import uuid
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
-from functools import cache
 from typing import Any, Self
 
 from pydantic import (
@@ -41,9 +37,9 @@ __all__ = [
     "OperationStatus",
     "Prepared",
     "ProviderContract",
-    "reconciled_evidence",
     "Resolution",
     "key_retention_seconds",
+    "reconciled_evidence",
     "utcnow",
 ]
 
@@ -51,6 +47,7 @@ JSON = Any  # a JSON value: dict, list, str, int, float, bool or None
 
 
 def utcnow() -> datetime:
+    """The current time in UTC (timezone-aware): the default clock of ledgers and faces."""
     return datetime.now(UTC)
 
 
@@ -65,6 +62,7 @@ class OperationStatus(StrEnum):
 
     @property
     def terminal(self) -> bool:
+        """True for ``confirmed`` and ``rejected``: states no transition leaves."""
         return self in (OperationStatus.CONFIRMED, OperationStatus.REJECTED)
 
 
@@ -83,6 +81,8 @@ class EventKind(StrEnum):
 
 
 class EvidenceKind(StrEnum):
+    """What evidence says: ``confirmed`` or ``rejected`` (conclusive), or ``inconclusive``."""
+
     CONFIRMED = "confirmed"
     REJECTED = "rejected"
     INCONCLUSIVE = "inconclusive"
@@ -134,6 +134,7 @@ class Evidence(_Frozen):
 
     @property
     def conclusive(self) -> bool:
+        """True unless ``inconclusive``: only conclusive evidence may settle an ``unknown``."""
         return self.kind is not EvidenceKind.INCONCLUSIVE
 
     @classmethod
@@ -237,6 +238,7 @@ class ProviderContract(_Frozen):
 
     @property
     def honours_key(self) -> bool:
+        """True when the provider deduplicates by idempotency key (a window is declared)."""
         return self.idempotency_window is not None
 
     @property
@@ -247,54 +249,16 @@ class ProviderContract(_Frozen):
             return None
         return max(self.idempotency_window - self.safety_margin, timedelta(0))
 
-    def key_expires_at(self, first_dispatched_at: datetime | None) -> datetime | None:
-        """When a retry under the same key stops being safe; None without a key contract."""
-        retention = self.key_retention
-        if retention is None or first_dispatched_at is None:
-            return None
-        return first_dispatched_at + retention
-
-    def retry_is_safe(self, first_dispatched_at: datetime | None, now: datetime) -> bool:
-        """True while the provider still deduplicates a resend under the same key."""
-        if first_dispatched_at is None:
-            # Never dispatched: a first send is always safe.
-            return True
-        expires = self.key_expires_at(first_dispatched_at)
-        return expires is not None and now < expires
-
 
 def key_retention_seconds(contract: ProviderContract | None) -> float | None:
     """The retention a record keeps of ``contract``'s promise (``Operation.key_retention_seconds``).
 
     The window minus the safety margin, in seconds; None when the provider
     honours no key, so the record never claims a deduplication the provider
-    does not offer.
+    does not offer. ``core.plan.recorded_contract`` reads it back.
     """
     retention = None if contract is None else contract.key_retention
     return None if retention is None else retention.total_seconds()
-
-
-@cache
-def _process_started_at(pid: int) -> float:
-    import psutil
-
-    return round(float(psutil.Process(pid).create_time()), 2)
-
-
-_identity: tuple[int, str, float] | None = None
-
-
-def _current_identity() -> tuple[int, str, float]:
-    """``(pid, host, process start)`` of this process, computed once per pid.
-
-    Keyed by pid, so a forked child computes its own instead of inheriting its
-    parent's. Two threads racing here compute the same value: no lock needed.
-    """
-    global _identity
-    pid = os.getpid()
-    if _identity is None or _identity[0] != pid:
-        _identity = (pid, socket.gethostname(), _process_started_at(pid))
-    return _identity
 
 
 class LeaseOwner(_Frozen):
@@ -302,6 +266,9 @@ class LeaseOwner(_Frozen):
 
     The process start time excludes PID reuse: a new process with the same pid
     has another start time. ``nonce`` tells two claims of one process apart.
+    A pure value: this process's owner and the liveness check, which read the
+    process table, are ``langgraph_effects._owners.current_owner`` and
+    ``provably_dead``.
     """
 
     host: str
@@ -309,41 +276,15 @@ class LeaseOwner(_Frozen):
     started_at: float
     nonce: str
 
-    @classmethod
-    def current(cls) -> Self:
-        """This process as a lease owner, with a fresh nonce (host and start are cached)."""
-        pid, host, started_at = _current_identity()
-        return cls(host=host, pid=pid, started_at=started_at, nonce=uuid.uuid4().hex[:12])
-
     def encode(self) -> str:
+        """The owner as the ledger stores it: ``host|pid|started_at|nonce``."""
         return f"{self.host}|{self.pid}|{self.started_at:.2f}|{self.nonce}"
 
     @classmethod
     def decode(cls, value: str) -> Self:
+        """The owner a stored ``lease_owner`` names (``encode``'s inverse)."""
         host, pid, started, nonce = value.rsplit("|", 3)
         return cls(host=host, pid=int(pid), started_at=float(started), nonce=nonce)
-
-    def provably_dead(self) -> bool:
-        """True only when this owner ran on this host and its process is gone.
-
-        Another host can never be proven dead from here: its lease must expire.
-        """
-        import psutil
-
-        if self.host != _current_identity()[1]:
-            return False
-        try:
-            started = round(psutil.Process(self.pid).create_time(), 2)
-        except psutil.NoSuchProcess:
-            return True
-        except psutil.Error:
-            return False
-        if abs(started - self.started_at) > 0.05:
-            return True  # the pid was reused by another process
-        try:
-            return bool(psutil.Process(self.pid).status() == psutil.STATUS_ZOMBIE)
-        except psutil.Error:
-            return True
 
 
 class OperationDraft(_Frozen):
@@ -421,6 +362,7 @@ class Operation(_Frozen):
         return data
 
     def lease_alive(self, now: datetime) -> bool:
+        """True while the record is ``dispatching`` under a lease unexpired at ``now``."""
         return (
             self.status is OperationStatus.DISPATCHING
             and self.lease_expires_at is not None
@@ -429,30 +371,8 @@ class Operation(_Frozen):
 
     @property
     def owner(self) -> LeaseOwner | None:
+        """The holder of the current lease, decoded; None when no lease was ever taken."""
         return LeaseOwner.decode(self.lease_owner) if self.lease_owner else None
-
-    @property
-    def key_expires_at(self) -> datetime | None:
-        """When a resend under the recorded key stops being deduplicated, from the record alone.
-
-        ``first_dispatched_at + key_retention_seconds``. None when the record
-        holds no key, no retention (no key contract, or a row written before
-        the retention was recorded) or was never dispatched: nothing here then
-        proves a resend safe. ``core.plan.key_expires_at`` also weighs the
-        effect's live contract.
-        """
-        if (
-            self.idempotency_key is None
-            or self.key_retention_seconds is None
-            or self.first_dispatched_at is None
-        ):
-            return None
-        return self.first_dispatched_at + timedelta(seconds=self.key_retention_seconds)
-
-    def key_window_open(self, now: datetime) -> bool:
-        """True while the record proves a resend under its key is deduplicated."""
-        expires = self.key_expires_at
-        return expires is not None and now < expires
 
 
 class OperationEvent(_Frozen):

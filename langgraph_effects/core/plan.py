@@ -1,4 +1,4 @@
-"""What a (re)run of an effect tool call does next: DESIGN.md's table as pure functions.
+"""What a (re)run of an effect tool call does next: the decision table as pure functions.
 
 ``plan`` reads the ledger's record (and facts the runner gathered: is the
 lease ours, is its owner provably dead, did reconciliation already run in this
@@ -28,7 +28,7 @@ reconciliation: an expired lease never by itself permits a second dispatch.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import StrEnum
 
 from langgraph_effects.core.model import (
@@ -44,6 +44,7 @@ from langgraph_effects.errors import EffectRejected, TransientProviderError
 
 __all__ = [
     "Outcome",
+    "ResendRisk",
     "Step",
     "backoff",
     "classify",
@@ -51,8 +52,10 @@ __all__ = [
     "key_expires_at",
     "plan",
     "receipt_conflict",
+    "recorded_contract",
     "recorded_receipt",
     "renewal_delay",
+    "resend_risk",
     "retry_allowed",
 ]
 
@@ -86,39 +89,89 @@ class Step(StrEnum):
     REPLAY_REJECTED = "replay_rejected"
 
 
+def recorded_contract(op: Operation) -> ProviderContract | None:
+    """The key contract the record itself keeps, for a reader with no live contract (the CLI).
+
+    ``Operation.key_retention_seconds`` is what the effect's contract promised
+    at prepare time, already less its safety margin
+    (``core.model.key_retention_seconds``), so it comes back as a window with no
+    margin. None: the record keeps no promise (no key contract, or a row from
+    before schema v2 recorded retentions); nothing then proves a resend safe.
+    """
+    if op.key_retention_seconds is None:
+        return None
+    return ProviderContract(
+        idempotency_window=timedelta(seconds=op.key_retention_seconds),
+        safety_margin=timedelta(0),
+    )
+
+
 def key_expires_at(op: Operation, contract: ProviderContract | None) -> datetime | None:
     """When a resend of ``op`` stops being deduplicated: the stricter of record and contract.
 
     Two sources speak: the record (the key the tool was given and the
-    retention the contract promised at prepare time, ``Operation.key_expires_at``)
-    and the effect's live contract, which must honour keys. When both state an
-    expiry the earlier wins: a contract tightened since the record was written
-    applies at once, and one loosened since does not stretch what the provider
-    was promised. A record with no key was given none to send, whatever the
-    contract says now. A record with a key but no retention (prepared without
-    a key contract, or before schema v2 recorded retentions) leaves the live
+    retention the contract promised at prepare time) and ``contract``, the
+    effect's live contract, which must honour keys. When both state an expiry
+    the earlier wins: a contract tightened since the record was written applies
+    at once, and one loosened since does not stretch what the provider was
+    promised. A record with no key was given none to send, whatever the
+    contract says now. A record with a key but no retention (prepared without a
+    key contract, or before schema v2 recorded retentions) leaves the live
     contract to decide alone: a contract describes the provider, and the tool
-    had the key all along. The CLI has no live contract and so trusts only a
-    recorded retention. None: no resend is deduplicated (or never dispatched).
+    had the key all along. The CLI has no live contract and passes
+    ``recorded_contract(op)``, so it trusts only a recorded retention. None: no
+    resend is deduplicated (or never dispatched).
     """
-    live = None if contract is None else contract.key_expires_at(op.first_dispatched_at)
-    if live is None or op.idempotency_key is None:
+    retention = None if contract is None else contract.key_retention
+    first = op.first_dispatched_at
+    if retention is None or first is None or op.idempotency_key is None:
         return None
-    recorded = op.key_expires_at
-    return live if recorded is None else min(live, recorded)
+    live = first + retention
+    if op.key_retention_seconds is None:
+        return live
+    return min(live, first + timedelta(seconds=op.key_retention_seconds))
+
+
+class ResendRisk(StrEnum):
+    """What sending an operation again under its key would risk (``resend_risk``).
+
+    The one rule behind the runner's safe retry (``retry_allowed``), the
+    reviewer's ``retry_risk`` (``review.py``) and the operator's outlook
+    (``cli.py``), each worded for its reader.
+    """
+
+    NOT_SENT = "not_sent"
+    """Never dispatched: a first send duplicates nothing."""
+    DEDUPLICATED = "deduplicated"
+    """The provider still deduplicates the key it was given: no second effect."""
+    WINDOW_CLOSED = "window_closed"
+    """The key's window has closed: the provider may have forgotten it."""
+    NO_PROMISE = "no_promise"
+    """A key was sent, but no contract promises the provider deduplicates it."""
+    NO_KEY = "no_key"
+    """The provider got no idempotency key: nothing deduplicates a resend."""
+
+
+def resend_risk(op: Operation, contract: ProviderContract | None, now: datetime) -> ResendRisk:
+    """What a resend of ``op`` at ``now`` would risk under ``contract`` (see ``key_expires_at``)."""
+    if op.first_dispatched_at is None:
+        return ResendRisk.NOT_SENT
+    if op.idempotency_key is None:
+        return ResendRisk.NO_KEY
+    if contract is None or not contract.honours_key:
+        return ResendRisk.NO_PROMISE
+    expires = key_expires_at(op, contract)
+    if expires is not None and now < expires:
+        return ResendRisk.DEDUPLICATED
+    return ResendRisk.WINDOW_CLOSED
 
 
 def retry_allowed(op: Operation, contract: ProviderContract | None, now: datetime) -> bool:
-    """True when a resend is deduplicated by the provider: key promised, window still open.
-
-    See ``key_expires_at`` for how the record and the live contract combine.
-    """
+    """True when the runner may resend on its own: the live contract honours keys and a
+    resend is deduplicated (or the operation was never sent). See ``resend_risk``."""
     if contract is None or not contract.honours_key:
         return False
-    if op.first_dispatched_at is None:
-        return True  # never dispatched: a first send is always safe
-    expires = key_expires_at(op, contract)
-    return expires is not None and now < expires
+    return resend_risk(op, contract, now) in (ResendRisk.NOT_SENT, ResendRisk.DEDUPLICATED)
 
 
 def plan(
@@ -176,7 +229,7 @@ def plan(
 
 
 class Outcome(StrEnum):
-    """How a tool's exception is read (DESIGN.md, "Errors are classified")."""
+    """How a tool's exception is read (ARCHITECTURE.md, "Where each rule lives": errors)."""
 
     REJECTED = "rejected"
     """Definitive: the provider said no before acting. Never retried."""

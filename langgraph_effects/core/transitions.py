@@ -1,4 +1,4 @@
-"""The state machine of DESIGN.md, as data, and the one function that enforces it.
+"""The state machine, as data, and the one function that enforces it (ARCHITECTURE.md).
 
 ::
 

@@ -32,7 +32,13 @@ from langgraph_effects.ledger import _prepare, _resolve
 from langgraph_effects.ledger import _programs as programs
 from langgraph_effects.ledger import _queries as queries
 from langgraph_effects.ledger._statements import Dialect, Program, Result, migrate
-from langgraph_effects.ledger.base import DEFAULT_LEASE, Confirmation, LedgerStats
+from langgraph_effects.ledger.base import (
+    DEFAULT_LEASE,
+    AsyncLedger,
+    Confirmation,
+    Ledger,
+    LedgerStats,
+)
 from langgraph_effects.observe import log_stale_token, log_transition
 
 __all__ = ["AsyncFace", "SyncFace"]
@@ -78,7 +84,7 @@ class _Face:
         return result.value
 
 
-class SyncFace(_Face):
+class SyncFace(_Face, Ledger):
     """``Ledger`` methods over a synchronous driver ``_run(program) -> Result``."""
 
     def _run(self, program: Program[T]) -> Result[T]:
@@ -332,7 +338,7 @@ class SyncFace(_Face):
         )
 
 
-class AsyncFace(_Face):
+class AsyncFace(_Face, AsyncLedger):
     """``AsyncLedger`` methods over an asynchronous driver ``_arun(program) -> Result``."""
 
     async def _arun(self, program: Program[T]) -> Result[T]:

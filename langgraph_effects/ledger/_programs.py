@@ -125,10 +125,12 @@ _TIMESTAMP_FIELDS = (
 
 
 def model_text(model: Evidence | None) -> str | None:
+    """Evidence as the JSON text a row stores; None stays NULL."""
     return None if model is None else model.model_dump_json()
 
 
 def load_operation(dialect: Dialect, row: Mapping[str, Any]) -> Operation:
+    """The ``Operation`` a row of ``lge_operations`` holds, in the dialect's value formats."""
     values = {name: row[name] for name in _OPERATION_FIELDS}
     for name in _TIMESTAMP_FIELDS:
         values[name] = dialect.load_ts(values[name])
@@ -139,6 +141,7 @@ def load_operation(dialect: Dialect, row: Mapping[str, Any]) -> Operation:
 
 
 def load_event(dialect: Dialect, row: Mapping[str, Any]) -> OperationEvent:
+    """The ``OperationEvent`` a row of ``lge_operation_events`` holds."""
     evidence = dialect.load_json(row["evidence"])
     return OperationEvent(
         tenant_id=row["tenant_id"],
@@ -164,6 +167,7 @@ def _required_ts(dialect: Dialect, value: Any) -> datetime:
 
 
 def now_of(clock: Callable[[], datetime]) -> datetime:
+    """The ledger clock's time; a naive datetime is refused (``InvalidInput``)."""
     now = clock()
     if now.tzinfo is None:
         raise InvalidInput("the ledger's clock must return timezone-aware datetimes")
@@ -174,10 +178,12 @@ def now_of(clock: Callable[[], datetime]) -> datetime:
 
 
 def row_key(tenant_id: str, operation_id: str) -> dict[str, str]:
+    """The statement parameters naming one operation."""
     return {"tenant_id": tenant_id, "operation_id": operation_id}
 
 
 def get_row(tenant_id: str, operation_id: str) -> Statements[Row | None]:
+    """Statements reading one operation's row, or None when there is none."""
     rows = yield Statement(GET, row_key(tenant_id, operation_id))
     return rows[0] if rows else None
 
@@ -195,6 +201,7 @@ def event_of(
     evidence: Evidence | None = None,
     detail: Any = None,
 ) -> OperationEvent:
+    """The event row one transition of ``op`` appends (the next ``seq`` unless given)."""
     return OperationEvent(
         tenant_id=op.tenant_id,
         operation_id=op.operation_id,
@@ -284,10 +291,12 @@ def transition(
 
 
 def not_found(tenant_id: str, operation_id: str) -> OperationNotFound:
+    """The error for an operation the tenant does not have."""
     return OperationNotFound(tenant_id, operation_id)
 
 
 def illegal(op: Operation, target: OperationStatus, why: str) -> IllegalTransition:
+    """The error for a move the state machine refuses (terminal states never move)."""
     if op.status.terminal:
         why = "terminal states never move"
     return IllegalTransition(op.operation_id, status=op.status, target=target, why=why)
@@ -321,6 +330,7 @@ def approve(
     reason: str,
     answer: str | None = None,
 ) -> Program[Operation]:
+    """The program of ``Ledger.approve`` (see its contract in ``ledger.base``)."""
     if not by.strip():
         raise InvalidInput("an approval needs the approver's identity (by)")
 
@@ -361,6 +371,8 @@ def claim(
     lease_for: timedelta,
     actor: str | None,
 ) -> Program[Operation]:
+    """The program of ``Ledger.claim`` (see its contract in ``ledger.base``)."""
+
     def diagnose(op: Operation | None) -> Exception | None:
         if op is None:
             return not_found(tenant_id, operation_id)
@@ -430,6 +442,7 @@ def confirm(
     provider_request_id: str | None,
     evidence: Evidence | None,
 ) -> Program[Operation]:
+    """The program of ``Ledger.confirm`` (see its contract in ``ledger.base``)."""
     return transition(
         dialect,
         clock,
@@ -598,6 +611,7 @@ def release(
     token: int,
     reason: str,
 ) -> Program[Operation]:
+    """The program of ``Ledger.release`` (see its contract in ``ledger.base``)."""
     return transition(
         dialect,
         clock,
@@ -623,6 +637,7 @@ def mark_unknown(
     evidence: Evidence | None,
     actor: str | None,
 ) -> Program[Operation]:
+    """The program of ``Ledger.mark_unknown`` (see its contract in ``ledger.base``)."""
     return transition(
         dialect,
         clock,
@@ -650,6 +665,8 @@ def record_evidence(
     evidence: Evidence,
     answer: str | None = None,
 ) -> Program[Operation]:
+    """The program of ``Ledger.record_evidence`` (see its contract in ``ledger.base``)."""
+
     def diagnose(op: Operation | None) -> Exception | None:
         return not_found(tenant_id, operation_id) if op is None else None
 

@@ -58,6 +58,8 @@ def bind_thread(
 
 
 def get(dialect: Dialect, tenant_id: str, operation_id: str) -> Program[Operation | None]:
+    """The program of ``Ledger.get`` (see its contract in ``ledger.base``)."""
+
     def steps() -> Statements[Result[Operation | None]]:
         row = yield from get_row(tenant_id, operation_id)
         return Result(None if row is None else load_operation(dialect, row))
@@ -75,6 +77,7 @@ def list_operations(
     limit: int,
     id_prefix: str | None = None,
 ) -> Program[list[Operation]]:
+    """The program of ``Ledger.list`` (see its contract in ``ledger.base``)."""
     wanted = coerce_status(status)
     if limit < 0:
         raise InvalidInput(f"limit must be >= 0, not {limit}")
@@ -97,6 +100,8 @@ def list_operations(
 
 
 def events(dialect: Dialect, tenant_id: str, operation_id: str) -> Program[list[OperationEvent]]:
+    """The program of ``Ledger.events`` (see its contract in ``ledger.base``)."""
+
     def steps() -> Statements[Result[list[OperationEvent]]]:
         rows = yield Statement(EVENTS, row_key(tenant_id, operation_id))
         return Result([load_event(dialect, r) for r in rows])
@@ -175,6 +180,7 @@ def feed(
 def stats(
     dialect: Dialect, *, tenant_id: str | None, stale_token_refusals: int
 ) -> Program[LedgerStats]:
+    """The program of ``Ledger.stats``; ``stale_token_refusals`` is the face's own count."""
     present = {} if tenant_id is None else {"tenant_id": tenant_id}
     where = tuple(present)
 

@@ -59,6 +59,7 @@ class Tables:
 
     @classmethod
     def on(cls, conn: Any, tables: TableSet) -> Tables:
+        """The table set on ``conn``, with the dialect of the connection's backend."""
         backend = backend_of(conn)
         return cls(conn, backend, _dialect(backend, tables))
 

@@ -5,84 +5,9 @@ event log. Every transition is one conditional write of the row plus one event,
 atomically together; a write whose precondition (status, fencing token) no
 longer holds changes nothing and raises.
 
-Method contracts (the async twins have the same names and are coroutines):
-
-``setup()``
-    Create or migrate the tables; idempotent and safe to call concurrently.
-    Any other method before it raises ``LedgerNotSetUp``.
-``prepare(draft, *, owner=None, lease_for=...) -> Prepared``
-    Write-ahead insert keyed by ``(tenant_id, operation_id)``. If the row
-    exists with the same digest it is returned unchanged (``created=False``);
-    with another digest ``PayloadMismatch`` is raised and nothing changes.
-    With ``owner`` the new row is inserted already claimed (``dispatching``,
-    fencing token 1, attempts 1): one commit instead of two.
-``prepare_many(drafts, *, owner=None, lease_for=...) -> list[Prepared]``
-    The same for several drafts in one transaction (parallel tool calls).
-``approve(tenant_id, operation_id, *, payload_digest, by, reason="", answer=None) -> Operation``
-    Record a person's approval of a ``prepared`` operation; binds to the digest.
-    ``answer`` (also on ``reject`` and ``Resolution``) names the interrupt answer
-    the transition applies; it is logged in the event's detail.
-``claim(tenant_id, operation_id, *, owner, lease_for, actor=None) -> Operation``
-    ``prepared`` or ``unknown`` -> ``dispatching`` with a new lease, the next
-    fencing token and ``attempts + 1``. ``LeaseHeld`` if dispatching,
-    ``IllegalTransition`` if terminal. Whether a retry from ``unknown`` is safe
-    is the caller's decision (``core.plan``), never the ledger's.
-``renew(tenant_id, operation_id, *, token, lease_for) -> Operation``
-    Extend a live lease; no event. ``StaleFencingToken`` if taken over.
-``confirm_many(confirmations) -> list[Operation | EffectsError]``
-    Several receipts (``Confirmation``: the arguments of one ``confirm``) in
-    one transaction on SQLite and one statement on PostgreSQL: the receipts of
-    the parallel calls of one AIMessage. Each is fenced by its own token, and
-    one that no longer applies blocks none of the others: the result holds,
-    in order, the confirmed ``Operation`` or the exception ``confirm`` would
-    have raised for that receipt (``StaleFencingToken``, ``IllegalTransition``,
-    ``OperationNotFound``), returned, not raised. Only input errors (a result
-    that is not plain JSON, an operation named twice) and database failures
-    raise, before anything is written or as ``LedgerUnavailable``.
-``confirm / reject / release / mark_unknown(tenant_id, operation_id, *, token, ...)``
-    Fenced transitions out of ``dispatching``; a stale token raises
-    ``StaleFencingToken`` and changes nothing. ``reject`` with ``token=None``
-    rejects a ``prepared`` operation (approval refused, authorization revoked).
-    ``mark_unknown`` bumps the fencing token, so whoever held the lease is
-    stale from then on.
-``resolve(tenant_id, operation_id, resolution) -> Operation``
-    ``unknown`` -> ``confirmed`` | ``rejected`` on conclusive evidence or an
-    operator; an operator's ``retry`` moves ``unknown`` -> ``prepared`` so the
-    next run dispatches again (same key, same pinned payload). Out of band, an
-    operator's ``approve`` records the approval of a ``prepared`` operation
-    (the next run dispatches it without asking) and ``reject`` moves
-    ``prepared`` -> ``rejected`` (the next run replays the refusal); both are
-    refused (``IllegalTransition``) once the operation has left ``prepared``.
-    The event's detail holds the decision, the reason, and ``claimed_by`` /
-    ``verified_by`` when the resolution names them.
-``record_evidence(tenant_id, operation_id, evidence, answer=None) -> Operation``
-    Log inconclusive evidence and stamp ``evidence_checked_at``; status unchanged
-    (so ``status_changed_at`` is unchanged too: an unknown keeps its age).
-``bind_thread(workflow_id, tenant_id) -> str``
-    Bind a thread (LangGraph's ``thread_id``) to a tenant the first time and
-    return the tenant it is bound to, which may be another one: the caller
-    refuses to run a thread under a tenant it is not bound to.
-``get(tenant_id, operation_id) -> Operation | None``
-    ``None`` for an unknown id and for another tenant's operation.
-``list(*, tenant_id=None, status=None, action=None, updated_before=None, limit=100,``
-``id_prefix=None)``
-    Oldest status first: ordered by ``status_changed_at`` (set on every status
-    change, never by evidence, approval or lease renewal), then operation id.
-    ``updated_before`` keeps the rows whose *status* is unchanged since before
-    that instant (the name predates ``status_changed_at``; ``updated_at`` also
-    moves on evidence, which would make an inconclusive check look like
-    progress). Listing non-terminal statuses is indexed and stays cheap beside
-    millions of terminal rows. ``id_prefix`` keeps the operation ids that start
-    with it (the CLI's abbreviated ids, as git's).
-``events(tenant_id, operation_id) -> list[OperationEvent]``
-    The transitions in order.
-``feed(*, after_id=0, tenant_id=None, limit=100) -> list[OperationEvent]``
-    Events of all operations with ``event_id > after_id``, in order (``events --follow``),
-    never skipping one that commits after a larger id became visible: PostgreSQL
-    holds back the events above such a gap until the writers in flight have ended.
-``stats(*, tenant_id=None) -> LedgerStats``
-    ``oldest_unknown_at`` / ``oldest_dispatching_at``: the earliest
-    ``status_changed_at`` among rows in that status.
+Each method's contract is its docstring on ``Ledger``; ``AsyncLedger``'s
+coroutines keep the same contracts. The backends subclass the protocol they
+implement, so ``help()`` and IDEs show these contracts on their methods too.
 
 Timestamps of a record: ``updated_at`` moves on every write (evidence and
 approval included); ``status_changed_at`` only when the status changes (and
@@ -92,6 +17,7 @@ at creation). Stale-token refusals are reported to ``observe.log_stale_token``.
 from __future__ import annotations
 
 import builtins
+import inspect
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -147,14 +73,25 @@ class LedgerStats(BaseModel):
 
     @property
     def total(self) -> int:
+        """The number of operations counted, all statuses together."""
         return sum(self.counts.values())
 
 
 @runtime_checkable
 class Ledger(Protocol):
-    """Synchronous ledger. See the module docstring for each method's contract."""
+    """Synchronous ledger: the durable store of operation records and their event log.
 
-    def setup(self) -> None: ...
+    Every transition is one conditional write of the row plus one event; a
+    write whose precondition (status, fencing token) no longer holds changes
+    nothing and raises. Implementations subclass this protocol so they inherit
+    these contracts as their methods' docstrings.
+    """
+
+    def setup(self) -> None:
+        """Create or migrate the tables; idempotent and safe to call concurrently.
+
+        Any other method before it raises ``LedgerNotSetUp``.
+        """
 
     def prepare(
         self,
@@ -162,7 +99,18 @@ class Ledger(Protocol):
         *,
         owner: LeaseOwner | None = None,
         lease_for: timedelta = DEFAULT_LEASE,
-    ) -> Prepared: ...
+    ) -> Prepared:
+        """Write the record of an operation ahead of its dispatch (write-ahead).
+
+        Keyed by ``(tenant_id, operation_id)``. If the row exists with the same
+        digest it is returned unchanged (``created=False``); with another digest
+        ``PayloadMismatch`` is raised and nothing changes. With ``owner`` a new row
+        is inserted already claimed (``dispatching``, fencing token 1, attempts 1):
+        one commit instead of two; an existing row is returned as it is.
+
+        Returns:
+            The record, and whether this call created it.
+        """
 
     def prepare_many(
         self,
@@ -170,7 +118,12 @@ class Ledger(Protocol):
         *,
         owner: LeaseOwner | None = None,
         lease_for: timedelta = DEFAULT_LEASE,
-    ) -> list[Prepared]: ...
+    ) -> list[Prepared]:
+        """``prepare`` for several drafts in one transaction (the parallel calls of one AIMessage).
+
+        Returns:
+            One ``Prepared`` per draft, in order.
+        """
 
     def approve(
         self,
@@ -181,7 +134,17 @@ class Ledger(Protocol):
         by: str,
         reason: str = "",
         answer: str | None = None,
-    ) -> Operation: ...
+    ) -> Operation:
+        """Record a person's approval of a ``prepared`` operation; it binds to the digest.
+
+        ``payload_digest`` must be the record's (an approval can never be
+        consumed by another call: ``PayloadMismatch`` otherwise). ``answer``
+        names the interrupt answer the approval applies; it is logged in the
+        event's detail so the same answer is recognised, never re-applied.
+
+        Raises:
+            IllegalTransition: the operation has left ``prepared``.
+        """
 
     def claim(
         self,
@@ -191,11 +154,27 @@ class Ledger(Protocol):
         owner: LeaseOwner,
         lease_for: timedelta = DEFAULT_LEASE,
         actor: str | None = None,
-    ) -> Operation: ...
+    ) -> Operation:
+        """Take a lease: ``prepared`` or ``unknown`` -> ``dispatching``.
+
+        Sets a new lease for ``owner`` until ``now + lease_for``, the next
+        fencing token and ``attempts + 1``. Whether a retry from ``unknown`` is
+        safe is the caller's decision (``core.plan``), never the ledger's.
+
+        Raises:
+            LeaseHeld: the operation is dispatching under another lease.
+            IllegalTransition: the operation is terminal.
+        """
 
     def renew(
         self, tenant_id: str, operation_id: str, *, token: int, lease_for: timedelta = DEFAULT_LEASE
-    ) -> Operation: ...
+    ) -> Operation:
+        """Extend a live lease by ``lease_for`` from now; no event is logged.
+
+        Raises:
+            StaleFencingToken: ``token`` is no longer current (taken over) or
+                the operation is no longer dispatching.
+        """
 
     def confirm(
         self,
@@ -207,11 +186,35 @@ class Ledger(Protocol):
         provider_result_id: str | None = None,
         provider_request_id: str | None = None,
         evidence: Evidence | None = None,
-    ) -> Operation: ...
+    ) -> Operation:
+        """Record the provider's receipt: ``dispatching`` -> ``confirmed``, fenced by ``token``.
+
+        ``result`` (plain JSON) is what later runs replay; the provider ids and
+        ``evidence`` are kept with it.
+
+        Raises:
+            StaleFencingToken: a newer lease owns the operation; nothing changes.
+        """
 
     def confirm_many(
         self, confirmations: Sequence[Confirmation]
-    ) -> builtins.list[Operation | EffectsError]: ...
+    ) -> builtins.list[Operation | EffectsError]:
+        """Several receipts in one transaction on SQLite and one statement on PostgreSQL.
+
+        Each ``Confirmation`` holds the arguments of one ``confirm`` and is
+        fenced by its own token; one that no longer applies blocks none of the
+        others.
+
+        Returns:
+            In order, the confirmed ``Operation`` or the exception ``confirm``
+            would have raised for that receipt (``StaleFencingToken``,
+            ``IllegalTransition``, ``OperationNotFound``), returned, not raised.
+
+        Raises:
+            InvalidInput: a result that is not plain JSON, or an operation named
+                twice; nothing is written.
+            LedgerUnavailable: the database failed.
+        """
 
     def reject(
         self,
@@ -223,11 +226,26 @@ class Ledger(Protocol):
         evidence: Evidence | None = None,
         actor: str | None = None,
         answer: str | None = None,
-    ) -> Operation: ...
+    ) -> Operation:
+        """Record a rejection: ``dispatching`` (fenced) or ``prepared`` -> ``rejected``.
 
-    def release(
-        self, tenant_id: str, operation_id: str, *, token: int, reason: str
-    ) -> Operation: ...
+        With ``token=None`` a ``prepared`` operation is rejected (approval
+        refused, authorization revoked); ``answer`` names the interrupt answer
+        applied. The evidence is kept.
+
+        Raises:
+            StaleFencingToken: a newer lease owns the operation; nothing changes.
+        """
+
+    def release(self, tenant_id: str, operation_id: str, *, token: int, reason: str) -> Operation:
+        """Give a lease back: ``dispatching`` -> ``prepared``, fenced by ``token``.
+
+        For a dispatch that provably did not reach the provider (transient
+        refusals spent): a later run sends it again under the same key.
+
+        Raises:
+            StaleFencingToken: a newer lease owns the operation; nothing changes.
+        """
 
     def mark_unknown(
         self,
@@ -238,17 +256,49 @@ class Ledger(Protocol):
         reason: str,
         evidence: Evidence | None = None,
         actor: str | None = None,
-    ) -> Operation: ...
+    ) -> Operation:
+        """Record an unclear outcome: ``dispatching`` -> ``unknown``, fenced by ``token``.
 
-    def resolve(self, tenant_id: str, operation_id: str, resolution: Resolution) -> Operation: ...
+        Bumps the fencing token, so whoever held the lease is stale from then
+        on (a takeover of a dead lease passes the current token).
+
+        Raises:
+            StaleFencingToken: a newer lease owns the operation; nothing changes.
+        """
+
+    def resolve(self, tenant_id: str, operation_id: str, resolution: Resolution) -> Operation:
+        """Apply conclusive evidence or an operator's decision.
+
+        ``confirm`` / ``reject`` move ``unknown`` -> ``confirmed`` | ``rejected``;
+        ``retry`` moves ``unknown`` -> ``prepared`` so the next run dispatches
+        again (same key, same pinned payload). Out of band, ``approve`` records
+        the approval of a ``prepared`` operation (the next run dispatches it
+        without asking) and ``reject`` moves ``prepared`` -> ``rejected`` (the
+        next run replays the refusal). The event's detail holds the decision,
+        the reason, and ``claimed_by`` / ``verified_by`` when given.
+
+        Raises:
+            IllegalTransition: the decision does not apply to the current status.
+        """
 
     def record_evidence(
         self, tenant_id: str, operation_id: str, evidence: Evidence, answer: str | None = None
-    ) -> Operation: ...
+    ) -> Operation:
+        """Log inconclusive evidence and stamp ``evidence_checked_at``; the status is unchanged.
 
-    def bind_thread(self, workflow_id: str, tenant_id: str) -> str: ...
+        So ``status_changed_at`` is unchanged too: an unknown keeps its age.
+        """
 
-    def get(self, tenant_id: str, operation_id: str) -> Operation | None: ...
+    def bind_thread(self, workflow_id: str, tenant_id: str) -> str:
+        """Bind a thread (LangGraph's ``thread_id``) to a tenant the first time.
+
+        Returns:
+            The tenant the thread is bound to, which may be another one: the
+            caller refuses to run a thread under a tenant it is not bound to.
+        """
+
+    def get(self, tenant_id: str, operation_id: str) -> Operation | None:
+        """The record of one operation; None for an unknown id or another tenant's operation."""
 
     def list(
         self,
@@ -259,22 +309,53 @@ class Ledger(Protocol):
         updated_before: datetime | None = None,
         limit: int = 100,
         id_prefix: str | None = None,
-    ) -> builtins.list[Operation]: ...
+    ) -> builtins.list[Operation]:
+        """Records, the oldest status first (by ``status_changed_at``, then operation id).
 
-    def events(self, tenant_id: str, operation_id: str) -> builtins.list[OperationEvent]: ...
+        Args:
+            tenant_id, status, action: keep the rows that match.
+            updated_before: keep the rows whose *status* is unchanged since
+                before that instant (``status_changed_at``; evidence would make
+                ``updated_at`` look like progress).
+            limit: at most this many rows.
+            id_prefix: keep the operation ids that start with it, literally
+                (the CLI's abbreviated ids, as git's).
+
+        Listing non-terminal statuses is indexed and stays cheap beside
+        millions of terminal rows.
+        """
+
+    def events(self, tenant_id: str, operation_id: str) -> builtins.list[OperationEvent]:
+        """The transitions of one operation, in order."""
 
     def feed(
         self, *, after_id: int = 0, tenant_id: str | None = None, limit: int = 100
-    ) -> builtins.list[OperationEvent]: ...
+    ) -> builtins.list[OperationEvent]:
+        """Events of all operations with ``event_id > after_id``, in order (``events --follow``).
 
-    def stats(self, *, tenant_id: str | None = None) -> LedgerStats: ...
+        Never skips an event that commits after a larger id became visible:
+        PostgreSQL holds back the events above such a gap until the writers in
+        flight have ended.
+        """
+
+    def stats(self, *, tenant_id: str | None = None) -> LedgerStats:
+        """Figures for operators and metrics (``LedgerStats``).
+
+        ``oldest_unknown_at`` / ``oldest_dispatching_at`` are the earliest
+        ``status_changed_at`` among rows in that status.
+        """
 
 
 @runtime_checkable
 class AsyncLedger(Protocol):
-    """Asynchronous ledger: the same methods as ``Ledger``, as coroutines."""
+    """Asynchronous ledger: the same methods and contracts as ``Ledger``, as coroutines.
 
-    async def setup(self) -> None: ...
+    Each method's docstring here points at its ``Ledger`` twin, whose contract
+    is appended at import (``_share_contracts``), so ``help()`` shows it whole.
+    """
+
+    async def setup(self) -> None:
+        """Coroutine twin of ``Ledger.setup``; the same contract."""
 
     async def prepare(
         self,
@@ -282,7 +363,8 @@ class AsyncLedger(Protocol):
         *,
         owner: LeaseOwner | None = None,
         lease_for: timedelta = DEFAULT_LEASE,
-    ) -> Prepared: ...
+    ) -> Prepared:
+        """Coroutine twin of ``Ledger.prepare``; the same contract."""
 
     async def prepare_many(
         self,
@@ -290,7 +372,8 @@ class AsyncLedger(Protocol):
         *,
         owner: LeaseOwner | None = None,
         lease_for: timedelta = DEFAULT_LEASE,
-    ) -> list[Prepared]: ...
+    ) -> list[Prepared]:
+        """Coroutine twin of ``Ledger.prepare_many``; the same contract."""
 
     async def approve(
         self,
@@ -301,7 +384,8 @@ class AsyncLedger(Protocol):
         by: str,
         reason: str = "",
         answer: str | None = None,
-    ) -> Operation: ...
+    ) -> Operation:
+        """Coroutine twin of ``Ledger.approve``; the same contract."""
 
     async def claim(
         self,
@@ -311,11 +395,13 @@ class AsyncLedger(Protocol):
         owner: LeaseOwner,
         lease_for: timedelta = DEFAULT_LEASE,
         actor: str | None = None,
-    ) -> Operation: ...
+    ) -> Operation:
+        """Coroutine twin of ``Ledger.claim``; the same contract."""
 
     async def renew(
         self, tenant_id: str, operation_id: str, *, token: int, lease_for: timedelta = DEFAULT_LEASE
-    ) -> Operation: ...
+    ) -> Operation:
+        """Coroutine twin of ``Ledger.renew``; the same contract."""
 
     async def confirm(
         self,
@@ -327,11 +413,13 @@ class AsyncLedger(Protocol):
         provider_result_id: str | None = None,
         provider_request_id: str | None = None,
         evidence: Evidence | None = None,
-    ) -> Operation: ...
+    ) -> Operation:
+        """Coroutine twin of ``Ledger.confirm``; the same contract."""
 
     async def confirm_many(
         self, confirmations: Sequence[Confirmation]
-    ) -> builtins.list[Operation | EffectsError]: ...
+    ) -> builtins.list[Operation | EffectsError]:
+        """Coroutine twin of ``Ledger.confirm_many``; the same contract."""
 
     async def reject(
         self,
@@ -343,11 +431,13 @@ class AsyncLedger(Protocol):
         evidence: Evidence | None = None,
         actor: str | None = None,
         answer: str | None = None,
-    ) -> Operation: ...
+    ) -> Operation:
+        """Coroutine twin of ``Ledger.reject``; the same contract."""
 
     async def release(
         self, tenant_id: str, operation_id: str, *, token: int, reason: str
-    ) -> Operation: ...
+    ) -> Operation:
+        """Coroutine twin of ``Ledger.release``; the same contract."""
 
     async def mark_unknown(
         self,
@@ -358,19 +448,22 @@ class AsyncLedger(Protocol):
         reason: str,
         evidence: Evidence | None = None,
         actor: str | None = None,
-    ) -> Operation: ...
+    ) -> Operation:
+        """Coroutine twin of ``Ledger.mark_unknown``; the same contract."""
 
-    async def resolve(
-        self, tenant_id: str, operation_id: str, resolution: Resolution
-    ) -> Operation: ...
+    async def resolve(self, tenant_id: str, operation_id: str, resolution: Resolution) -> Operation:
+        """Coroutine twin of ``Ledger.resolve``; the same contract."""
 
     async def record_evidence(
         self, tenant_id: str, operation_id: str, evidence: Evidence, answer: str | None = None
-    ) -> Operation: ...
+    ) -> Operation:
+        """Coroutine twin of ``Ledger.record_evidence``; the same contract."""
 
-    async def bind_thread(self, workflow_id: str, tenant_id: str) -> str: ...
+    async def bind_thread(self, workflow_id: str, tenant_id: str) -> str:
+        """Coroutine twin of ``Ledger.bind_thread``; the same contract."""
 
-    async def get(self, tenant_id: str, operation_id: str) -> Operation | None: ...
+    async def get(self, tenant_id: str, operation_id: str) -> Operation | None:
+        """Coroutine twin of ``Ledger.get``; the same contract."""
 
     async def list(
         self,
@@ -381,12 +474,27 @@ class AsyncLedger(Protocol):
         updated_before: datetime | None = None,
         limit: int = 100,
         id_prefix: str | None = None,
-    ) -> builtins.list[Operation]: ...
+    ) -> builtins.list[Operation]:
+        """Coroutine twin of ``Ledger.list``; the same contract."""
 
-    async def events(self, tenant_id: str, operation_id: str) -> builtins.list[OperationEvent]: ...
+    async def events(self, tenant_id: str, operation_id: str) -> builtins.list[OperationEvent]:
+        """Coroutine twin of ``Ledger.events``; the same contract."""
 
     async def feed(
         self, *, after_id: int = 0, tenant_id: str | None = None, limit: int = 100
-    ) -> builtins.list[OperationEvent]: ...
+    ) -> builtins.list[OperationEvent]:
+        """Coroutine twin of ``Ledger.feed``; the same contract."""
 
-    async def stats(self, *, tenant_id: str | None = None) -> LedgerStats: ...
+    async def stats(self, *, tenant_id: str | None = None) -> LedgerStats:
+        """Coroutine twin of ``Ledger.stats``; the same contract."""
+
+
+def _share_contracts() -> None:
+    """Append each ``Ledger`` method's contract to its ``AsyncLedger`` twin's docstring."""
+    for name, twin in vars(AsyncLedger).items():
+        sync = vars(Ledger).get(name)
+        if callable(twin) and sync is not None and sync.__doc__ and twin.__doc__:
+            twin.__doc__ = f"{twin.__doc__}\n\n{inspect.cleandoc(sync.__doc__)}"
+
+
+_share_contracts()

@@ -40,7 +40,7 @@ from langgraph_effects.errors import (
     StaleFencingToken,
 )
 from langgraph_effects.ledger._values import json_text, with_answer
-from langgraph_effects.ledger.base import DEFAULT_LEASE, Confirmation, LedgerStats
+from langgraph_effects.ledger.base import DEFAULT_LEASE, Confirmation, Ledger, LedgerStats
 from langgraph_effects.observe import log_stale_token, log_transition
 
 __all__ = ["InMemoryLedger"]
@@ -60,7 +60,7 @@ def coerce_status(status: OperationStatus | str | None) -> OperationStatus | Non
         raise InvalidInput(f"unknown status {status!r}; expected one of: {valid}") from None
 
 
-class InMemoryLedger:
+class InMemoryLedger(Ledger):
     """A ledger in process memory. Same contract as ``SQLiteLedger``, no durability."""
 
     def __init__(self, *, clock: Callable[[], datetime] = utcnow) -> None:

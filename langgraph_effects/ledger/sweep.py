@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from langgraph_effects._owners import holder_provably_dead
 from langgraph_effects.core.model import Operation, OperationStatus, utcnow
 from langgraph_effects.ledger.base import AsyncLedger, Ledger
 
@@ -103,16 +104,7 @@ def _judge(rows: Sequence[Operation], now: datetime, scan: int) -> Sweep:
             expired = end.isoformat(timespec="seconds") if end else "-"
             why = f"the lease expired at {expired} without a receipt"
             stuck.append(StuckOperation(op, owner_dead=False, why=why))
-        elif _owner_dead(op):
+        elif holder_provably_dead(op):
             why = "the lease owner's process is gone"
             stuck.append(StuckOperation(op, owner_dead=True, why=why))
     return Sweep(stuck=stuck, scanned=min(len(rows), scan), complete=len(rows) <= scan)
-
-
-def _owner_dead(op: Operation) -> bool:
-    """``LeaseOwner.provably_dead`` for the record's owner; False for an owner we cannot read."""
-    try:
-        owner = op.owner
-    except (ValueError, TypeError):  # written by another tool: nothing provable
-        return False
-    return owner is not None and owner.provably_dead()

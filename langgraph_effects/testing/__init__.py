@@ -21,13 +21,70 @@ A crash test, end to end::
     assert (crm.effects, crm.duplicates) == (1, 0)
 
 Names load on first use, so library code importing ``testing.faults`` for its
-``crash_point`` hook stays cheap.
+``crash_point`` hook stays cheap, and ``pytest`` is needed only by the
+contract suite. Type checkers see the real types through the
+``TYPE_CHECKING`` imports below.
 """
 
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from langgraph_effects.testing.assertions import (
+        assert_no_duplicate_effects,
+        assert_no_unevidenced_rejections,
+        assert_unknowns_accounted,
+    )
+    from langgraph_effects.testing.contract import (
+        LedgerContract,
+        ManualClock,
+        SyncFacade,
+        make_draft,
+    )
+    from langgraph_effects.testing.faults import (
+        ChildExit,
+        CrashMode,
+        CrashPlan,
+        CrashPoint,
+        InjectedCrash,
+        crash_env,
+        crash_point,
+        run_in_child,
+    )
+    from langgraph_effects.testing.providers import (
+        AppliedEffect,
+        Clock,
+        FakeClock,
+        FakeCRM,
+        FakeMail,
+        FakeProvider,
+        FakeTicketing,
+        Fault,
+        FaultQueue,
+        ProviderStats,
+        ProviderTimeout,
+        SystemClock,
+    )
+    from langgraph_effects.testing.scenario import (
+        Kind,
+        ProviderKind,
+        Providers,
+        ReviewPolicy,
+        Scenario,
+        ScenarioReport,
+        Schedule,
+        arun_scenario,
+        builtin_call,
+        confirm_if_seen,
+        control_tools,
+        defer,
+        effect_tools,
+        retry_when_safe,
+        run_in_forked_child,
+        run_scenario,
+    )
 
 _EXPORTS: dict[str, str] = {
     # fake providers
@@ -36,6 +93,7 @@ _EXPORTS: dict[str, str] = {
     "FakeCRM": "langgraph_effects.testing.providers",
     "FakeClock": "langgraph_effects.testing.providers",
     "FakeMail": "langgraph_effects.testing.providers",
+    "FakeProvider": "langgraph_effects.testing.providers",
     "FakeTicketing": "langgraph_effects.testing.providers",
     "Fault": "langgraph_effects.testing.providers",
     "FaultQueue": "langgraph_effects.testing.providers",
@@ -57,6 +115,7 @@ _EXPORTS: dict[str, str] = {
     "crash_point": "langgraph_effects.testing.faults",
     "run_in_child": "langgraph_effects.testing.faults",
     # scenario runner and assertions
+    "Kind": "langgraph_effects.testing.scenario",
     "ProviderKind": "langgraph_effects.testing.scenario",
     "Providers": "langgraph_effects.testing.scenario",
     "ReviewPolicy": "langgraph_effects.testing.scenario",
@@ -77,16 +136,62 @@ _EXPORTS: dict[str, str] = {
     "assert_unknowns_accounted": "langgraph_effects.testing.assertions",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = [
+    "AppliedEffect",
+    "ChildExit",
+    "Clock",
+    "CrashMode",
+    "CrashPlan",
+    "CrashPoint",
+    "FakeCRM",
+    "FakeClock",
+    "FakeMail",
+    "FakeProvider",
+    "FakeTicketing",
+    "Fault",
+    "FaultQueue",
+    "InjectedCrash",
+    "Kind",
+    "LedgerContract",
+    "ManualClock",
+    "ProviderKind",
+    "ProviderStats",
+    "ProviderTimeout",
+    "Providers",
+    "ReviewPolicy",
+    "Scenario",
+    "ScenarioReport",
+    "Schedule",
+    "SyncFacade",
+    "SystemClock",
+    "arun_scenario",
+    "assert_no_duplicate_effects",
+    "assert_no_unevidenced_rejections",
+    "assert_unknowns_accounted",
+    "builtin_call",
+    "confirm_if_seen",
+    "control_tools",
+    "crash_env",
+    "crash_point",
+    "defer",
+    "effect_tools",
+    "make_draft",
+    "retry_when_safe",
+    "run_in_child",
+    "run_in_forked_child",
+    "run_scenario",
+]
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'langgraph_effects.testing' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+if not TYPE_CHECKING:  # type checkers see the imports above, not a catch-all ``Any``
+
+    def __getattr__(name: str) -> Any:
+        module = _EXPORTS.get(name)
+        if module is None:
+            raise AttributeError(f"module 'langgraph_effects.testing' has no attribute {name!r}")
+        value = getattr(importlib.import_module(module), name)
+        globals()[name] = value
+        return value
 
 
 def __dir__() -> list[str]:

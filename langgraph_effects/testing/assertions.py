@@ -5,7 +5,7 @@ ledger's records and event log) and raises ``AssertionError`` naming every
 offending operation. The pure functions beside them return the same findings
 as lines of text, for reports (the scenario runner and the campaign use them).
 
-The rules (DESIGN.md):
+The rules (ARCHITECTURE.md, "Where each rule lives"):
 
 * **No duplicate effects**: each intent applied at most once at the provider.
 * **Every unknown is accounted for**: an operation left ``unknown`` carries

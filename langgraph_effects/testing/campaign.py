@@ -197,20 +197,26 @@ class KillCase:
 
     @property
     def tag(self) -> str:
+        """A short unique name for this case: run, backend, mode, provider and crash point."""
         mode = "async" if self.asynchronous else "sync"
         return f"k{self.run}-{self.backend}-{mode}-{self.kind.value}-{self.point.value}"
 
     @property
     def group(self) -> str:
+        """The report row this case counts in: backend, mode and provider kind."""
         return f"kills {self.backend}/{'async' if self.asynchronous else 'sync'} {self.kind.value}"
 
     def providers(self) -> Providers:
+        """The case's fake providers, opened on its directory (their counts survive kills)."""
         return Providers.open(Path(self.directory))
 
     def scenario(self, providers: Providers, *, fresh: bool) -> Scenario:
-        # AFTER_PREPARE exists only when the record is written unclaimed (an
-        # authorize hook); DURING_REVIEW_RESUME needs a review, which a keyed
-        # provider reaches when its declared key window is closed.
+        """The scenario this case runs: one built-in call of its provider kind, killed at its point.
+
+        AFTER_PREPARE exists only when the record is written unclaimed (an
+        authorize hook); DURING_REVIEW_RESUME needs a review, which a keyed
+        provider reaches when its declared key window is closed.
+        """
         review = self.point is CrashPoint.DURING_REVIEW_RESUME
         tools = effect_tools(
             providers,
@@ -423,19 +429,23 @@ class StaleCase:
 
     @property
     def tag(self) -> str:
+        """A short unique name for this case: run, fault, backend, mode, provider and stop."""
         mode = "async" if self.asynchronous else "sync"
         return f"w{self.run}-{self.fault}-{self.backend}-{mode}-{self.kind.value}-{self.stop}"
 
     @property
     def group(self) -> str:
+        """The report row this case counts in: fault, backend and mode."""
         mode = "async" if self.asynchronous else "sync"
         return f"{self.fault} {self.backend}/{mode}"
 
     @property
     def app_name(self) -> str:
+        """The PostgreSQL application_name of this case's connections (at most 63 characters)."""
         return f"lge-{self.tag}"[:63]
 
     def providers(self) -> Providers:
+        """The case's fake providers, opened on its directory (their counts survive kills)."""
         return Providers.open(Path(self.directory))
 
 
@@ -878,31 +888,38 @@ class CampaignResult:
 
     @property
     def node_rows(self) -> tuple[ScenarioReport, ...]:
+        """The rows of the effect-aware runs: every row but the plain-ToolNode control."""
         return tuple(r for r in self.rows if r is not self.control)
 
     @property
     def duplicates(self) -> int:
+        """Duplicate effects counted at the fake providers in the effect-aware runs (must be 0)."""
         return sum(r.duplicates for r in self.node_rows)
 
     @property
     def mislabelled(self) -> int:
+        """Operations whose final status contradicts what the provider did (must be 0)."""
         return sum(r.mislabelled for r in self.node_rows)
 
     @property
     def lost_receipts(self) -> int:
+        """Effects the provider applied that no record confirms or keeps unknown (must be 0)."""
         return sum(r.lost_receipts for r in self.node_rows)
 
     @property
     def violations(self) -> int:
+        """Broken invariants found by the assertions, over the effect-aware runs (must be 0)."""
         return sum(r.violations for r in self.node_rows)
 
     @property
     def ok(self) -> bool:
+        """True when every count above is zero and the control shows its duplicates."""
         control_shows = self.control is None or self.control.duplicates > 0
         clean = self.duplicates == self.mislabelled == self.lost_receipts == self.violations == 0
         return clean and control_shows
 
     def table(self) -> str:
+        """The result as an aligned text table, one row per scenario (the control marked)."""
         head: tuple[str, ...] = ("scenario", "runs", "intents", "effects", "duplicates")
         head += ("unknown", "human-resolved", "completion", "mislabelled", "lost-receipts")
         head += ("violations", "stale-token")

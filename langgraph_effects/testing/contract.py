@@ -36,6 +36,7 @@ from langgraph_effects.core.model import (
     OperationStatus,
     Resolution,
 )
+from langgraph_effects.core.plan import key_expires_at, recorded_contract, retry_allowed
 from langgraph_effects.errors import (
     IllegalTransition,
     InvalidInput,
@@ -63,6 +64,7 @@ class ManualClock:
         return self.now
 
     def advance(self, **delta: float) -> datetime:
+        """Move the clock forward by ``timedelta(**delta)``; return the new time."""
         self.now += timedelta(**delta)
         return self.now
 
@@ -84,6 +86,7 @@ class SyncFacade:
 
     @classmethod
     def wrap(cls, ledger: AsyncLedger, runner: asyncio.Runner) -> Ledger:
+        """An async ledger seen as a sync ``Ledger``, its coroutines run on ``runner``."""
         return cast(Ledger, cls(ledger, runner))
 
 
@@ -120,16 +123,19 @@ class LedgerContract:
 
     @pytest.fixture
     def clock(self) -> ManualClock:
+        """The ledger's clock: a ``ManualClock`` the tests move by hand."""
         return ManualClock()
 
     @pytest.fixture
     def open_ledger(self) -> Callable[[Callable[[], datetime]], Ledger]:
+        """Override: return a function that opens a fresh, empty ledger on the given clock."""
         raise NotImplementedError("subclasses provide open_ledger(clock) -> Ledger")
 
     @pytest.fixture
     def ledger(
         self, open_ledger: Callable[[Callable[[], datetime]], Ledger], clock: ManualClock
     ) -> Ledger:
+        """A fresh ledger from ``open_ledger``, set up."""
         ledger = open_ledger(clock)
         ledger.setup()
         return ledger
@@ -138,15 +144,18 @@ class LedgerContract:
 
     @staticmethod
     def dispatching(ledger: Ledger, op_id: str = "op-1", **kw: Any) -> Operation:
+        """A new operation, prepared already claimed by ``OWNER`` (status ``dispatching``)."""
         return ledger.prepare(make_draft(op_id, **kw), owner=OWNER, lease_for=LEASE).operation
 
     @staticmethod
     def unknown(ledger: Ledger, op_id: str = "op-1") -> Operation:
+        """A new operation, claimed and then marked ``unknown`` (a timeout)."""
         op = ledger.prepare(make_draft(op_id), owner=OWNER, lease_for=LEASE).operation
         return ledger.mark_unknown(T, op_id, token=op.fencing_token, reason="timeout")
 
     @staticmethod
     def assert_consistent(ledger: Ledger, op: Operation) -> None:
+        """Assert the event log matches the record: one event per version, ending in its status."""
         events = ledger.events(op.tenant_id, op.operation_id)
         assert [e.seq for e in events] == list(range(1, op.record_version + 1))
         assert events[-1].to_status is op.status
@@ -855,11 +864,12 @@ class LedgerContract:
         op = self.dispatching(ledger, "op-1", key_retention_seconds=3600.0)
         assert op.key_retention_seconds == 3600.0
         assert op.first_dispatched_at is not None
-        assert op.key_expires_at == op.first_dispatched_at + timedelta(hours=1)
-        assert op.key_window_open(op.first_dispatched_at + timedelta(minutes=59))
-        assert not op.key_window_open(op.first_dispatched_at + timedelta(hours=1))
+        recorded = recorded_contract(op)
+        assert key_expires_at(op, recorded) == op.first_dispatched_at + timedelta(hours=1)
+        assert retry_allowed(op, recorded, op.first_dispatched_at + timedelta(minutes=59))
+        assert not retry_allowed(op, recorded, op.first_dispatched_at + timedelta(hours=1))
         bare = self.dispatching(ledger, "op-2")
-        assert (bare.key_retention_seconds, bare.key_expires_at) == (None, None)
+        assert (bare.key_retention_seconds, recorded_contract(bare)) == (None, None)
 
     def test_list_by_id_prefix_finds_the_operations_it_starts(self, ledger: Ledger) -> None:
         """id_prefix keeps the ids starting with it, literally (``%`` and ``_`` are plain)."""

@@ -69,6 +69,7 @@ __all__ = [
     "FakeCRM",
     "FakeClock",
     "FakeMail",
+    "FakeProvider",
     "FakeTicketing",
     "Fault",
     "FaultQueue",
@@ -101,13 +102,15 @@ def _seconds(value: timedelta | float) -> timedelta:
 class Clock(Protocol):
     """Where the fakes read the time: aware UTC datetimes."""
 
-    def now(self) -> datetime: ...
+    def now(self) -> datetime:
+        """The current time, timezone-aware."""
 
 
 class SystemClock:
     """The real time."""
 
     def now(self) -> datetime:
+        """The wall clock, in UTC."""
         return datetime.now(UTC)
 
 
@@ -140,6 +143,7 @@ class FakeClock:
                 conn.execute("INSERT OR IGNORE INTO clock (id, us) VALUES (1, ?)", (self._us,))
 
     def now(self) -> datetime:
+        """The fake time: from its file if it has one (shared by processes), else in memory."""
         if self._db is None:
             return _from_us(self._us)
         with self._db.transaction() as conn:
@@ -161,6 +165,7 @@ class FakeClock:
         return _from_us(int(us))
 
     def close(self) -> None:
+        """Close the clock's file, if it has one."""
         if self._db is not None:
             self._db.close()
 
@@ -442,8 +447,8 @@ class ProviderStats:
 # --------------------------------------------------------------------------- base
 
 
-class _FakeProvider:
-    """Shared machinery: transactions, faults, idempotency keys, late requests, counting."""
+class FakeProvider:
+    """The base of every fake: transactions, faults, idempotency keys, late requests, counting."""
 
     name: ClassVar[str] = "provider"
     _SCHEMA: ClassVar[tuple[str, ...]] = ()
@@ -761,14 +766,14 @@ class _FakeProvider:
         return AssertionError(f"{type(self).__name__} has no effect method {method!r}")
 
 
-def _rebuild(cls: type[_FakeProvider], path: Path, kwargs: dict[str, Any]) -> _FakeProvider:
+def _rebuild(cls: type[FakeProvider], path: Path, kwargs: dict[str, Any]) -> FakeProvider:
     return cls(path, **kwargs)
 
 
 # --------------------------------------------------------------------------- CRM
 
 
-class FakeCRM(_FakeProvider):
+class FakeCRM(FakeProvider):
     """A CRM with idempotency keys (Stripe-like) and a status lookup.
 
     Any case id exists and is open until closed. ``close_case`` on a closed case
@@ -900,7 +905,7 @@ class FakeCRM(_FakeProvider):
 # --------------------------------------------------------------------------- mail
 
 
-class FakeMail(_FakeProvider):
+class FakeMail(FakeProvider):
     """A mail service: accepted is not delivered, and its Sent search lags.
 
     ``send`` answers ``{"message_id", "status": "accepted"}``. The message is
@@ -1066,7 +1071,7 @@ class FakeMail(_FakeProvider):
 # --------------------------------------------------------------------------- ticketing
 
 
-class FakeTicketing(_FakeProvider):
+class FakeTicketing(FakeProvider):
     """A ticketing system with NO idempotency key and NO lookup: the dangerous case.
 
     Every ``create_ticket`` that reaches it creates a ticket, resends included;

@@ -114,22 +114,23 @@ from langgraph_effects.testing.providers import (
     FakeClock,
     FakeCRM,
     FakeMail,
+    FakeProvider,
     FakeTicketing,
     Fault,
-    _FakeProvider,
 )
 
 __all__ = [
     "OPERATOR",
+    "Kind",
     "ProviderKind",
     "Providers",
     "ReviewPolicy",
     "Scenario",
-    "Kind",
     "ScenarioReport",
     "Schedule",
-    "builtin_call",
+    "arun_scenario",
     "build_graph",
+    "builtin_call",
     "confirm_if_seen",
     "control_tools",
     "defer",
@@ -137,9 +138,8 @@ __all__ = [
     "operator",
     "retry_when_safe",
     "run_in_forked_child",
-    "start_forked_child",
-    "arun_scenario",
     "run_scenario",
+    "start_forked_child",
 ]
 
 S = OperationStatus
@@ -223,7 +223,7 @@ class Providers:
             ticketing=FakeTicketing(at("ticketing"), clock=clock),
         )
 
-    def __getitem__(self, kind: ProviderKind) -> _FakeProvider:
+    def __getitem__(self, kind: ProviderKind) -> FakeProvider:
         return {
             ProviderKind.CRM: self.crm,
             ProviderKind.MAIL: self.mail,
@@ -231,7 +231,8 @@ class Providers:
         }[ProviderKind(kind)]
 
     @property
-    def all(self) -> list[_FakeProvider]:
+    def all(self) -> list[FakeProvider]:
+        """The three fake providers, CRM, mail and ticketing, in that order."""
         return [self.crm, self.mail, self.ticketing]
 
     def applied(self, op: Operation) -> int | None:
@@ -256,6 +257,7 @@ class Providers:
         return self[kind].effects_for(str(target), idempotency_key=key) > 0
 
     def close(self) -> None:
+        """Close every provider and the shared clock."""
         for provider in self.all:
             provider.close()
         self.clock.close()
@@ -804,6 +806,7 @@ class ScenarioReport:
 
     @property
     def completion_rate(self) -> float:
+        """The share of runs that completed (1.0 when there were none)."""
         return self.completed / self.runs if self.runs else 1.0
 
     def __add__(self, other: ScenarioReport) -> ScenarioReport:
@@ -816,6 +819,7 @@ class ScenarioReport:
 
     @classmethod
     def empty(cls, scenario: str = "") -> ScenarioReport:
+        """A report of no runs, to add others to."""
         return cls(scenario=scenario, runs=0)
 
 
@@ -877,7 +881,7 @@ class Scenario:
 
     tools: Sequence[BaseTool]
     tool_calls: Sequence[Mapping[str, Any]]
-    providers: Sequence[_FakeProvider]
+    providers: Sequence[FakeProvider]
     clock: FakeClock | None = None
     crash_at: CrashPoint | None = None
     crash_hit: int = 1
@@ -1796,6 +1800,7 @@ class ForkedChild:
 
     @property
     def pid(self) -> int:
+        """The child's process id."""
         return int(self.process.pid)
 
     def wait(self, timeout: float = 120.0) -> ChildExit:

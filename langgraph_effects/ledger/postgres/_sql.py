@@ -29,11 +29,12 @@ SETUP_LOCK_KEY = 0x6C67655F6C6564  # "lge_led": one setup at a time per database
 
 
 def dump_ts(value: datetime | None) -> datetime | None:
+    """A timestamp as PostgreSQL binds it: the aware datetime itself (``timestamptz``)."""
     return value
 
 
 def load_ts(value: Any) -> datetime | None:
-    # timestamptz arrives in the session's time zone; the ledger speaks UTC.
+    """A ``timestamptz`` read back in UTC: it arrives in the session's time zone."""
     return None if value is None else value.astimezone(UTC)
 
 

@@ -1,0 +1,87 @@
+"""Lease owners as processes: who this process is, and whether an owner is provably dead.
+
+``core.model.LeaseOwner`` is the pure value a lease records (host, pid,
+process start, nonce). Telling it from the running system needs process I/O
+(the pid, the host name, the process table through psutil), which ``core/``
+never does: it lives here, for the decision engine and the outbox relay that
+decide a takeover (ARCHITECTURE.md, "Concurrency").
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from functools import cache
+
+import psutil
+
+from langgraph_effects.core.model import LeaseOwner, Operation
+
+__all__ = ["current_owner", "holder_provably_dead", "provably_dead"]
+
+_START_TOLERANCE = 0.05
+"""Seconds two readings of one process's start time may differ (both rounded to 0.01 s)."""
+
+
+@cache
+def _process_started_at(pid: int) -> float:
+    return round(float(psutil.Process(pid).create_time()), 2)
+
+
+_identity: tuple[int, str, float] | None = None
+
+
+def _current_identity() -> tuple[int, str, float]:
+    """``(pid, host, process start)`` of this process, computed once per pid.
+
+    Keyed by pid, so a forked child computes its own instead of inheriting its
+    parent's. Two threads racing here compute the same value: no lock needed.
+    """
+    global _identity
+    pid = os.getpid()
+    if _identity is None or _identity[0] != pid:
+        _identity = (pid, socket.gethostname(), _process_started_at(pid))
+    return _identity
+
+
+def current_owner() -> LeaseOwner:
+    """This process as a lease owner, with a fresh nonce (host and start are cached)."""
+    pid, host, started_at = _current_identity()
+    return LeaseOwner(host=host, pid=pid, started_at=started_at, nonce=uuid.uuid4().hex[:12])
+
+
+def provably_dead(owner: LeaseOwner) -> bool:
+    """True only when ``owner`` ran on this host and its process is gone.
+
+    The process start time excludes PID reuse: a new process with the same pid
+    has another start time, and a zombie counts as gone. Another host can
+    never be proven dead from here: its lease must expire.
+    """
+    if owner.host != _current_identity()[1]:
+        return False
+    try:
+        started = round(psutil.Process(owner.pid).create_time(), 2)
+    except psutil.NoSuchProcess:
+        return True
+    except psutil.Error:
+        return False
+    if abs(started - owner.started_at) > _START_TOLERANCE:
+        return True  # the pid was reused by another process
+    try:
+        return bool(psutil.Process(owner.pid).status() == psutil.STATUS_ZOMBIE)
+    except psutil.Error:
+        return True
+
+
+def holder_provably_dead(op: Operation) -> bool:
+    """``provably_dead`` for the record's lease holder; False when there is none.
+
+    An owner written by another tool (one ``LeaseOwner.decode`` cannot read)
+    proves nothing either way, so it is never taken for dead.
+    """
+    try:
+        owner = op.owner
+    except (ValueError, TypeError):
+        return False
+    return owner is not None and provably_dead(owner)
