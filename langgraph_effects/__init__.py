@@ -33,6 +33,7 @@ from langgraph_effects.core.model import (
     ProviderContract,
     Resolution,
 )
+from langgraph_effects.decide import DurabilityWarning
 from langgraph_effects.effects import (
     Authorizer,
     EffectContext,
@@ -93,7 +94,6 @@ from langgraph_effects.outbox import (
     Receipt,
     RelayReport,
 )
-from langgraph_effects.runner import DurabilityWarning
 
 if TYPE_CHECKING:
     from langgraph_effects.ledger.postgres import AsyncPostgresLedger, PostgresLedger
