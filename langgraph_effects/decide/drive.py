@@ -100,6 +100,10 @@ class EffectRunner:
             unknown operation (default). False: return an error ToolMessage that
             says the outcome could not be confirmed, and leave the operation
             ``unknown`` for an operator.
+        ask: how a question for a person (``Ask``: an approval or a review
+            request, and the schema an answer must pass) is put, returning the
+            answer: LangGraph's ``interrupt()`` by default. A face outside a
+            graph gives its own (it may raise to stop the call and return later).
     """
 
     def __init__(
@@ -109,8 +113,10 @@ class EffectRunner:
         lease_for: timedelta = DEFAULT_LEASE,
         clock: Callable[[], datetime] = utcnow,
         interrupt_on_unknown: bool = True,
+        ask: Callable[[dict[str, Any], Any], Any] | None = None,
     ) -> None:
         self.ledger = ledger
+        self.ask = ask if ask is not None else _interrupt
         self.lease_for = lease_for
         self.clock = clock
         self.interrupt_on_unknown = interrupt_on_unknown
@@ -255,7 +261,7 @@ class EffectRunner:
                 return result
             value, error = None, None
             if isinstance(action, Ask):
-                value = interrupt(action.request, response_schema=action.schema)
+                value = self.ask(action.request, action.schema)
                 continue
             if park and isinstance(action, Confirm):
                 return ParkedReceipt(gen, action, call, execute)
@@ -372,7 +378,7 @@ class EffectRunner:
             if isinstance(action, Ask):
                 if cancelled:
                     raise asyncio.CancelledError
-                value = interrupt(action.request, response_schema=action.schema)
+                value = self.ask(action.request, action.schema)
                 continue
             if park and isinstance(action, Confirm):
                 return ParkedReceipt(gen, action, call, execute, cancelled)
@@ -445,6 +451,11 @@ async def _off_loop(fn: Callable[..., T], *args: Any, cancelled: list[bool]) -> 
     except asyncio.CancelledError:
         cancelled.append(True)
         return await flight
+
+
+def _interrupt(request: dict[str, Any], schema: Any) -> Any:
+    """Ask through LangGraph: it checks the answer with ``schema`` before saving it."""
+    return interrupt(request, response_schema=schema)
 
 
 def _split(sent: Any) -> tuple[Any, BaseException | None]:
