@@ -163,9 +163,15 @@ class Loop:
         self.clock = clock
         self.interrupt_on_unknown = interrupt_on_unknown
 
-    def decide(
-        self, call: EffectCall, handoff: Prepared | None, owner: LeaseOwner
-    ) -> Generator[Action, Any, Operation]:
+    def decide(self, call: EffectCall, handoff: Prepared | None, owner: LeaseOwner) -> Decide:
+        """Decide ``call`` to its final record, yielding each action for a driver to do.
+
+        Args:
+            call: the tool call.
+            handoff: a record the face already prepared for it (a batch's
+                ``prepare_many``); None: the loop prepares it.
+            owner: who claims the lease of a dispatch (this process, fresh nonce).
+        """
         spec = call.spec
         p = _Pass(call=call)
         if handoff is not None and handoff.operation.operation_id == call.operation_id:
