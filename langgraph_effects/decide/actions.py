@@ -3,8 +3,8 @@
 The loop (``decide.loop``) is a generator: it yields one of these and receives
 the result (or has the error thrown back in). A ledger call is a
 ``LedgerAction[T]``: one small frozen dataclass per ledger verb, holding the
-arguments and calling the verb on a sync ``Ledger`` (``on``) or an
-``AsyncLedger`` (``aon``), so mypy and a reader follow every call to the
+arguments and calling the verb, written once, on a sync ``Ledger`` or an
+``AsyncLedger`` (``on``), so mypy and a reader follow every call to the
 protocol. ``ledger(action)`` is the ``yield from`` form that keeps ``T``::
 
     op = yield from ledger(Confirm(key, token=token, result=value))
@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, Generic, TypeAlias, TypeVar
+from typing import Any, Generic, TypeAlias, TypeVar, overload
 
 from langchain_core.messages import ToolMessage
 from langgraph.types import Command
@@ -68,17 +68,33 @@ T = TypeVar("T")
 
 
 class LedgerAction(Generic[T]):
-    """One ledger call, typed by what it returns."""
+    """One ledger call, typed by what it returns.
+
+    Each verb writes its call once (``_on``), against ``Ledger | AsyncLedger``:
+    mypy checks it against both protocols, and ``on`` types the result for the
+    ledger at hand (``T``, or ``Awaitable[T]`` to await).
+    """
 
     __slots__ = ()
 
-    def on(self, ledger: Ledger) -> T:
-        """Make the call on a synchronous ledger."""
+    @overload
+    def on(self, ledger: Ledger) -> T: ...
+
+    @overload
+    def on(self, ledger: AsyncLedger) -> Awaitable[T]: ...
+
+    def on(self, ledger: Ledger | AsyncLedger) -> T | Awaitable[T]:
+        """Make the call on ``ledger``: the result, or for an async ledger its awaitable."""
+        return self._on(ledger)
+
+    def _on(self, ledger: Ledger | AsyncLedger) -> T | Awaitable[T]:
         raise NotImplementedError
 
-    def aon(self, ledger: AsyncLedger) -> Awaitable[T]:
-        """Make the call on an asynchronous ledger."""
-        raise NotImplementedError
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        # At run time a verb's ``on`` is its own ``_on``: the typed entry point costs
+        # no extra call on the way to the ledger.
+        cls.on = cls._on  # type: ignore[assignment,method-assign]
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,10 +103,7 @@ class Prepare(LedgerAction[Prepared]):
     owner: LeaseOwner | None = None
     lease_for: timedelta = DEFAULT_LEASE
 
-    def on(self, ledger: Ledger) -> Prepared:
-        return ledger.prepare(self.draft, owner=self.owner, lease_for=self.lease_for)
-
-    def aon(self, ledger: AsyncLedger) -> Awaitable[Prepared]:
+    def _on(self, ledger: Ledger | AsyncLedger) -> Prepared | Awaitable[Prepared]:
         return ledger.prepare(self.draft, owner=self.owner, lease_for=self.lease_for)
 
 
@@ -100,10 +113,7 @@ class PrepareMany(LedgerAction[list[Prepared]]):
     owner: LeaseOwner | None = None
     lease_for: timedelta = DEFAULT_LEASE
 
-    def on(self, ledger: Ledger) -> list[Prepared]:
-        return ledger.prepare_many(self.drafts, owner=self.owner, lease_for=self.lease_for)
-
-    def aon(self, ledger: AsyncLedger) -> Awaitable[list[Prepared]]:
+    def _on(self, ledger: Ledger | AsyncLedger) -> list[Prepared] | Awaitable[list[Prepared]]:
         return ledger.prepare_many(self.drafts, owner=self.owner, lease_for=self.lease_for)
 
 
@@ -115,18 +125,7 @@ class Approve(LedgerAction[Operation]):
     reason: str = ""
     answer: str | None = None
 
-    def on(self, ledger: Ledger) -> Operation:
-        k = self.key
-        return ledger.approve(
-            k.tenant_id,
-            k.operation_id,
-            payload_digest=self.payload_digest,
-            by=self.by,
-            reason=self.reason,
-            answer=self.answer,
-        )
-
-    def aon(self, ledger: AsyncLedger) -> Awaitable[Operation]:
+    def _on(self, ledger: Ledger | AsyncLedger) -> Operation | Awaitable[Operation]:
         k = self.key
         return ledger.approve(
             k.tenant_id,
@@ -145,17 +144,7 @@ class Claim(LedgerAction[Operation]):
     lease_for: timedelta
     actor: str | None = None
 
-    def on(self, ledger: Ledger) -> Operation:
-        k = self.key
-        return ledger.claim(
-            k.tenant_id,
-            k.operation_id,
-            owner=self.owner,
-            lease_for=self.lease_for,
-            actor=self.actor,
-        )
-
-    def aon(self, ledger: AsyncLedger) -> Awaitable[Operation]:
+    def _on(self, ledger: Ledger | AsyncLedger) -> Operation | Awaitable[Operation]:
         k = self.key
         return ledger.claim(
             k.tenant_id,
@@ -172,11 +161,7 @@ class Renew(LedgerAction[Operation]):
     token: int
     lease_for: timedelta
 
-    def on(self, ledger: Ledger) -> Operation:
-        k = self.key
-        return ledger.renew(k.tenant_id, k.operation_id, token=self.token, lease_for=self.lease_for)
-
-    def aon(self, ledger: AsyncLedger) -> Awaitable[Operation]:
+    def _on(self, ledger: Ledger | AsyncLedger) -> Operation | Awaitable[Operation]:
         k = self.key
         return ledger.renew(k.tenant_id, k.operation_id, token=self.token, lease_for=self.lease_for)
 
@@ -197,11 +182,7 @@ class Confirm(LedgerAction[Operation]):
             tenant_id=k.tenant_id, operation_id=k.operation_id, token=self.token, result=self.result
         )
 
-    def on(self, ledger: Ledger) -> Operation:
-        k = self.key
-        return ledger.confirm(k.tenant_id, k.operation_id, token=self.token, result=self.result)
-
-    def aon(self, ledger: AsyncLedger) -> Awaitable[Operation]:
+    def _on(self, ledger: Ledger | AsyncLedger) -> Operation | Awaitable[Operation]:
         k = self.key
         return ledger.confirm(k.tenant_id, k.operation_id, token=self.token, result=self.result)
 
@@ -210,10 +191,9 @@ class Confirm(LedgerAction[Operation]):
 class ConfirmMany(LedgerAction[list[Operation | EffectsError]]):
     confirmations: Sequence[Confirmation]
 
-    def on(self, ledger: Ledger) -> list[Operation | EffectsError]:
-        return ledger.confirm_many(self.confirmations)
-
-    def aon(self, ledger: AsyncLedger) -> Awaitable[list[Operation | EffectsError]]:
+    def _on(
+        self, ledger: Ledger | AsyncLedger
+    ) -> list[Operation | EffectsError] | Awaitable[list[Operation | EffectsError]]:
         return ledger.confirm_many(self.confirmations)
 
 
@@ -228,19 +208,7 @@ class Reject(LedgerAction[Operation]):
     actor: str | None = None
     answer: str | None = None
 
-    def on(self, ledger: Ledger) -> Operation:
-        k = self.key
-        return ledger.reject(
-            k.tenant_id,
-            k.operation_id,
-            token=self.token,
-            reason=self.reason,
-            evidence=self.evidence,
-            actor=self.actor,
-            answer=self.answer,
-        )
-
-    def aon(self, ledger: AsyncLedger) -> Awaitable[Operation]:
+    def _on(self, ledger: Ledger | AsyncLedger) -> Operation | Awaitable[Operation]:
         k = self.key
         return ledger.reject(
             k.tenant_id,
@@ -259,11 +227,7 @@ class Release(LedgerAction[Operation]):
     token: int
     reason: str
 
-    def on(self, ledger: Ledger) -> Operation:
-        k = self.key
-        return ledger.release(k.tenant_id, k.operation_id, token=self.token, reason=self.reason)
-
-    def aon(self, ledger: AsyncLedger) -> Awaitable[Operation]:
+    def _on(self, ledger: Ledger | AsyncLedger) -> Operation | Awaitable[Operation]:
         k = self.key
         return ledger.release(k.tenant_id, k.operation_id, token=self.token, reason=self.reason)
 
@@ -276,18 +240,7 @@ class MarkUnknown(LedgerAction[Operation]):
     evidence: Evidence | None = None
     actor: str | None = None
 
-    def on(self, ledger: Ledger) -> Operation:
-        k = self.key
-        return ledger.mark_unknown(
-            k.tenant_id,
-            k.operation_id,
-            token=self.token,
-            reason=self.reason,
-            evidence=self.evidence,
-            actor=self.actor,
-        )
-
-    def aon(self, ledger: AsyncLedger) -> Awaitable[Operation]:
+    def _on(self, ledger: Ledger | AsyncLedger) -> Operation | Awaitable[Operation]:
         k = self.key
         return ledger.mark_unknown(
             k.tenant_id,
@@ -304,10 +257,7 @@ class Resolve(LedgerAction[Operation]):
     key: OperationKey
     resolution: Resolution
 
-    def on(self, ledger: Ledger) -> Operation:
-        return ledger.resolve(self.key.tenant_id, self.key.operation_id, self.resolution)
-
-    def aon(self, ledger: AsyncLedger) -> Awaitable[Operation]:
+    def _on(self, ledger: Ledger | AsyncLedger) -> Operation | Awaitable[Operation]:
         return ledger.resolve(self.key.tenant_id, self.key.operation_id, self.resolution)
 
 
@@ -317,11 +267,7 @@ class RecordEvidence(LedgerAction[Operation]):
     evidence: Evidence
     answer: str | None = None
 
-    def on(self, ledger: Ledger) -> Operation:
-        k = self.key
-        return ledger.record_evidence(k.tenant_id, k.operation_id, self.evidence, self.answer)
-
-    def aon(self, ledger: AsyncLedger) -> Awaitable[Operation]:
+    def _on(self, ledger: Ledger | AsyncLedger) -> Operation | Awaitable[Operation]:
         k = self.key
         return ledger.record_evidence(k.tenant_id, k.operation_id, self.evidence, self.answer)
 
@@ -330,10 +276,7 @@ class RecordEvidence(LedgerAction[Operation]):
 class Get(LedgerAction[Operation | None]):
     key: OperationKey
 
-    def on(self, ledger: Ledger) -> Operation | None:
-        return ledger.get(self.key.tenant_id, self.key.operation_id)
-
-    def aon(self, ledger: AsyncLedger) -> Awaitable[Operation | None]:
+    def _on(self, ledger: Ledger | AsyncLedger) -> Operation | Awaitable[Operation | None] | None:
         return ledger.get(self.key.tenant_id, self.key.operation_id)
 
 
@@ -341,10 +284,9 @@ class Get(LedgerAction[Operation | None]):
 class Events(LedgerAction[list[OperationEvent]]):
     key: OperationKey
 
-    def on(self, ledger: Ledger) -> list[OperationEvent]:
-        return ledger.events(self.key.tenant_id, self.key.operation_id)
-
-    def aon(self, ledger: AsyncLedger) -> Awaitable[list[OperationEvent]]:
+    def _on(
+        self, ledger: Ledger | AsyncLedger
+    ) -> list[OperationEvent] | Awaitable[list[OperationEvent]]:
         return ledger.events(self.key.tenant_id, self.key.operation_id)
 
 
@@ -353,10 +295,7 @@ class BindThread(LedgerAction[str]):
     workflow_id: str
     tenant_id: str
 
-    def on(self, ledger: Ledger) -> str:
-        return ledger.bind_thread(self.workflow_id, self.tenant_id)
-
-    def aon(self, ledger: AsyncLedger) -> Awaitable[str]:
+    def _on(self, ledger: Ledger | AsyncLedger) -> str | Awaitable[str]:
         return ledger.bind_thread(self.workflow_id, self.tenant_id)
 
 

@@ -158,7 +158,7 @@ class EffectRunner:
 
     async def _aledger(self, action: LedgerAction[T], cancelled: list[bool]) -> T:
         if self._async is not None:
-            return await action.aon(self._async)
+            return await action.on(self._async)
         assert self._sync is not None
         return await _off_loop(action.on, self._sync, cancelled=cancelled)
 
@@ -342,7 +342,7 @@ class EffectRunner:
         sent: Operation | BaseException
         if outcome is None:
             try:
-                sent = await self.aperform(parked.action)
+                sent = await self._aledger(parked.action, cancelled)
             except GraphBubbleUp:
                 raise
             except Exception as exc:

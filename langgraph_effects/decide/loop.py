@@ -275,7 +275,6 @@ class Loop:
                         return op
                     op = yield from self._ask(p, op, kind="review")
             last = step
-            call = p.call
         raise EffectsError(
             f"operation {op.operation_id!r} made no progress in {_MAX_STEPS} steps (status "
             f"{op.status.value}); leaving it for an operator"
