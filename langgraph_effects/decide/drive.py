@@ -117,9 +117,6 @@ class EffectRunner:
     ) -> None:
         self.ledger = ledger
         self.ask = ask if ask is not None else _interrupt
-        self.lease_for = lease_for
-        self.clock = clock
-        self.interrupt_on_unknown = interrupt_on_unknown
         self.loop = Loop(
             lease_for=lease_for, clock=clock, interrupt_on_unknown=interrupt_on_unknown
         )
@@ -129,6 +126,18 @@ class EffectRunner:
         self._sync = None if self.is_async else cast(Ledger, ledger)
         self._async = cast(AsyncLedger, ledger) if self.is_async else None
         self._bound: dict[str, str] = {}
+
+    @property
+    def lease_for(self) -> timedelta:
+        return self.loop.lease_for
+
+    @property
+    def clock(self) -> Callable[[], datetime]:
+        return self.loop.clock
+
+    @property
+    def interrupt_on_unknown(self) -> bool:
+        return self.loop.interrupt_on_unknown
 
     # -- one ledger call, outside a decision (a face's batch, the thread binding) --
 
