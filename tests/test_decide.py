@@ -1,7 +1,9 @@
 """The decision engine driven directly: no graph, our in-memory ledger, a fake provider.
 
 Each test hands ``EffectRunner`` one ``EffectCall`` and an ``execute`` that calls
-the effect tool (as ToolNode would), then counts what the provider applied.
+the effect tool (as ToolNode would), then counts what the provider applied. One
+test goes through a graph: the async driver's promise (a sync ledger never
+blocks the event loop) is stated for ``ainvoke``.
 """
 
 from __future__ import annotations
