@@ -28,11 +28,13 @@ from langgraph_effects.core.model import (
     Operation,
     OperationDraft,
     OperationEvent,
+    OperationKey,
     OperationStatus,
     Prepared,
     ProviderContract,
     Resolution,
 )
+from langgraph_effects.decide import DurabilityWarning
 from langgraph_effects.effects import (
     Authorizer,
     EffectContext,
@@ -93,7 +95,6 @@ from langgraph_effects.outbox import (
     Receipt,
     RelayReport,
 )
-from langgraph_effects.runner import DurabilityWarning
 
 if TYPE_CHECKING:
     from langgraph_effects.ledger.postgres import AsyncPostgresLedger, PostgresLedger
@@ -142,6 +143,7 @@ __all__ = [
     "Operation",
     "OperationDraft",
     "OperationEvent",
+    "OperationKey",
     "OperationNotFound",
     "OperationStatus",
     "Outbox",

@@ -83,9 +83,16 @@ class EffectSpec:
     payload_key: bytes | None = field(default=None, repr=False)
     """The secret keying the payload digest; set exactly when ``store_payload`` is False."""
 
-    def digest_of(self, target: str | None, args: dict[str, Any]) -> str:
-        """The payload digest of a call: keyed (HMAC) when only the digest is kept."""
-        return payload_digest(self.action, self.version, target, args, key=self.payload_key)
+    def digest_of(
+        self, target: str | None, args: dict[str, Any], *, canonical: bytes | None = None
+    ) -> str:
+        """The payload digest of a call: keyed (HMAC) when only the digest is kept.
+
+        ``canonical``: ``args`` as canonical JSON, when the caller already made it.
+        """
+        return payload_digest(
+            self.action, self.version, target, args, key=self.payload_key, canonical=canonical
+        )
 
     def target_of(self, args: dict[str, Any]) -> str | None:
         """The target for these call arguments (a string, or computed from them)."""

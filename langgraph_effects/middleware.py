@@ -34,6 +34,7 @@ from langgraph.errors import GraphInterrupt
 from langgraph.types import Command
 
 from langgraph_effects.core.model import utcnow
+from langgraph_effects.decide import EffectCall, EffectRunner, warn_durability
 from langgraph_effects.effects import effect_spec
 from langgraph_effects.errors import MiddlewareOrderError
 from langgraph_effects.ledger.base import DEFAULT_LEASE
@@ -44,7 +45,6 @@ from langgraph_effects.node import (
     effect_result,
     task_id_of,
 )
-from langgraph_effects.runner import EffectCall, EffectRunner, warn_durability
 
 __all__ = ["EffectAgentState", "EffectMiddleware"]
 

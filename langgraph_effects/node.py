@@ -47,18 +47,20 @@ from langgraph_effects.core.model import (
     Prepared,
     utcnow,
 )
-from langgraph_effects.effects import current_call, effect_spec
-from langgraph_effects.errors import EffectsError
-from langgraph_effects.ledger.base import DEFAULT_LEASE
-from langgraph_effects.runner import (
+from langgraph_effects.decide import (
     OPERATIONS_KEY,
+    ConfirmMany,
     EffectCall,
     EffectRunner,
     ParkedReceipt,
+    PrepareMany,
     recorded_command,
     tool_message,
     warn_durability,
 )
+from langgraph_effects.effects import current_call, effect_spec
+from langgraph_effects.errors import EffectsError
+from langgraph_effects.ledger.base import DEFAULT_LEASE
 
 __all__ = [
     "OPERATIONS_KEY",
@@ -598,10 +600,12 @@ class EffectToolNode(ToolNode):
         batch = self._batchable(calls)
         if len(batch) > 1 and not self.runner.is_async:
             try:
-                prepared = self.runner.ledger.prepare_many(
-                    [c.draft() for c in batch],
-                    owner=current_owner(),
-                    lease_for=self.runner.lease_for,
+                prepared = self.runner.perform(
+                    PrepareMany(
+                        [c.draft() for c in batch],
+                        owner=current_owner(),
+                        lease_for=self.runner.lease_for,
+                    )
                 )
                 handoff = {p.operation.operation_id: p for p in prepared}
             except Exception:
@@ -636,11 +640,12 @@ class EffectToolNode(ToolNode):
         batch = self._batchable(calls)
         if len(batch) > 1:
             try:
-                prepared = await self.runner._ledger_call(
-                    "prepare_many",
-                    [c.draft() for c in batch],
-                    owner=current_owner(),
-                    lease_for=self.runner.lease_for,
+                prepared = await self.runner.aperform(
+                    PrepareMany(
+                        [c.draft() for c in batch],
+                        owner=current_owner(),
+                        lease_for=self.runner.lease_for,
+                    )
                 )
                 handoff = {p.operation.operation_id: p for p in prepared}
             except Exception:
@@ -677,7 +682,7 @@ class EffectToolNode(ToolNode):
         if not entries:
             return
         try:
-            outcomes = self.runner.ledger.confirm_many([e.parked.confirmation for e in entries])
+            outcomes = self.runner.perform(ConfirmMany([e.parked.confirmation for e in entries]))
         except Exception:
             if resume:
                 raise
@@ -691,8 +696,8 @@ class EffectToolNode(ToolNode):
         if not entries:
             return
         try:
-            outcomes = await self.runner._ledger_call(
-                "confirm_many", [e.parked.confirmation for e in entries]
+            outcomes = await self.runner.aperform(
+                ConfirmMany([e.parked.confirmation for e in entries])
             )
         except Exception:
             if resume:

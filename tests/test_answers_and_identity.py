@@ -356,7 +356,7 @@ def test_a_call_reissued_with_a_new_id_maps_to_the_unanswered_operation(
 
 def test_durability_warning_fires_when_durability_is_not_passed(env: Env, crm: FakeCRM) -> None:
     """LangGraph's default durability ("async", the key left out) warns like an explicit one."""
-    import langgraph_effects.runner as runner
+    import langgraph_effects.decide.thread as runner
 
     runner._durability_warned = False
     graph = build_graph(

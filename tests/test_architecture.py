@@ -17,7 +17,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("observe", "_owners", "_faults"),
     ("ledger",),
     ("effects", "review", "journal"),
-    ("runner", "decide"),
+    ("decide",),
     ("node", "middleware", "outbox", "_faces"),
     ("cli", "testing"),
 )

@@ -522,7 +522,7 @@ def test_two_approvals_each_apply_to_their_own_operation(env: Env) -> None:
     )
     env.invoke(graph, {"messages": [("user", "close both")]}, CFG)
     [first] = pending_interrupts(env, graph, CFG)
-    from langgraph_effects.runner import EffectCall
+    from langgraph_effects.decide import EffectCall
 
     ids = {
         tc["args"]["case_id"]: EffectCall.build(
@@ -669,7 +669,7 @@ def test_durability_other_than_sync_warns_once(tmp_path: Path) -> None:
     from langgraph.checkpoint.memory import InMemorySaver
 
     from langgraph_effects import InMemoryLedger
-    from langgraph_effects import runner as runner_module
+    from langgraph_effects.decide import thread as runner_module
 
     ledger = InMemoryLedger()
     ledger.setup()

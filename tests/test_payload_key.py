@@ -12,9 +12,9 @@ from _pin_child import send_pin
 
 from langgraph_effects import InMemoryLedger, SQLiteLedger, effect
 from langgraph_effects.core.digest import canonical_json, payload_digest
+from langgraph_effects.decide import EffectCall
 from langgraph_effects.effects import effect_spec
 from langgraph_effects.errors import InvalidInput, PayloadMismatch
-from langgraph_effects.runner import EffectCall
 from langgraph_effects.testing.faults import run_in_child
 from langgraph_effects.testing.providers import FakeMail
 

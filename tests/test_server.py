@@ -85,7 +85,7 @@ def build(ledger):
     return builder.compile()
 
 
-# The old README pattern: a sync ledger opened (and set up) when the module loads.
+# A sync ledger opened (and set up) when the module loads: its calls run in a worker thread.
 sync_ledger = SQLiteLedger(
     sqlite3.connect(os.environ["PATTERN_SYNC_DB"], check_same_thread=False, isolation_level=None)
 )
@@ -273,25 +273,24 @@ def test_approve_one_call_and_reject_another_by_interrupt_id(server: Server, cli
     assert client.threads.get_state(thread)["interrupts"] == []
 
 
-def test_readme_sync_ledger_fails_under_the_blocking_detector_and_the_factory_runs(
+def test_a_sync_ledger_runs_off_the_loop_under_the_blocking_detector_as_the_factory_does(
     server: Server, client: Any
 ) -> None:
-    """Under ``langgraph dev`` a sync SQLiteLedger opened at module level fails the run with
-    BlockingError; the same graph on ``ledger_from_url`` (opened lazily, off the loop) runs
-    and confirms its effect."""
+    """Under ``langgraph dev`` a sync SQLiteLedger opened at module level passes the
+    blocking-call detector (the async driver runs its calls in a worker thread) and
+    confirms its effect; so does the same graph on ``ledger_from_url``."""
     inputs = {"messages": [{"role": "user", "content": "touch x"}]}
-    thread = client.threads.create()["thread_id"]
-    run = client.runs.create(thread, "readme_pattern", input=inputs)
-    client.runs.join(thread, run["run_id"])
-    assert client.runs.get(thread, run["run_id"])["status"] == "error"
-    assert "Blocking call to sqlite3" in server.tail(400)
-
-    thread = client.threads.create()["thread_id"]
-    final = client.runs.wait(thread, "factory_pattern", input=inputs)
-    assert [m["content"] for m in final["messages"] if m["type"] == "tool"] == ["touched x"]
-    with SQLiteLedger.from_conn_string(str(server.workdir / "pattern_factory.db")) as ledger:
-        [op] = ledger.list(limit=10)
-    assert op.status is OperationStatus.CONFIRMED
+    for graph, db in (
+        ("readme_pattern", "pattern_sync.db"),
+        ("factory_pattern", "pattern_factory.db"),
+    ):
+        thread = client.threads.create()["thread_id"]
+        final = client.runs.wait(thread, graph, input=inputs)
+        assert [m["content"] for m in final["messages"] if m["type"] == "tool"] == ["touched x"]
+        with SQLiteLedger.from_conn_string(str(server.workdir / db)) as ledger:
+            [op] = ledger.list(limit=10)
+        assert op.status is OperationStatus.CONFIRMED
+    assert "Blocking call to sqlite3" not in server.tail(400)
 
 
 @pytest.mark.postgres

@@ -29,8 +29,8 @@ What the server supplies and what this module does:
 * The **ledger** comes from ``ledger_from_env()``: ``LGE_LEDGER_URL`` (a SQLite file
   ``effects.db`` here by default; a ``postgresql://`` URL in production). Creating it does
   no I/O; the first tool call opens it in the server's event loop without blocking it and
-  runs ``setup()`` once. A sync ``SQLiteLedger`` opened here would fail every run under
-  ``langgraph dev`` (``BlockingError``) and block the loop on a deployment.
+  runs ``setup()`` once. (A sync ledger would work too: under ``ainvoke`` its calls run in a
+  worker thread, off the server's loop.)
 * The **tenant** is the run's ``config["configurable"]["tenant_id"]`` (or the assistant's);
   the **thread** is the server's thread id.
 * Everything the graph awaits is non-blocking: the reconciler hands the CRM's sync client

@@ -87,7 +87,13 @@ def resolve_payload_key(key: bytes | str | None, *, what: str) -> bytes:
 
 
 def payload_digest(
-    action: str, version: int, target: str | None, payload: Any, *, key: bytes | None = None
+    action: str,
+    version: int,
+    target: str | None,
+    payload: Any,
+    *,
+    key: bytes | None = None,
+    canonical: bytes | None = None,
 ) -> str:
     """Digest of canonical JSON of the payload plus action, version and target.
 
@@ -95,9 +101,30 @@ def payload_digest(
     which nobody without the key can compute, so nobody can test guesses of
     the payload against it. Equal for equal JSON values whatever the dict
     order; different when any of the four (or the key) changes.
+
+    ``canonical``: ``canonical_json(payload)``, when the caller already made it
+    (the payload is then not serialized again). The digested text is the same
+    either way: JCS writes an object's members sorted by name, each value in
+    its own canonical form, so the envelope is assembled around that text.
     """
-    envelope = {"action": action, "version": version, "target": target, "payload": payload}
-    data = canonical_json(envelope)
+    body = canonical_json(payload) if canonical is None else canonical
+    data = b"".join(
+        (
+            b'{"action":',
+            canonical_json(action),
+            b',"payload":',
+            body,
+            b',"target":',
+            canonical_json(target),
+            b',"version":',
+            canonical_json(version),
+            b"}",
+        )
+    )
+    if len(data) > MAX_PAYLOAD_BYTES:
+        raise InvalidInput(
+            f"payload is {len(data)} bytes of canonical JSON; the limit is {MAX_PAYLOAD_BYTES}"
+        )
     if key is None:
         return hashlib.sha256(data).hexdigest()
     return KEYED_PREFIX + hmac.new(key, data, hashlib.sha256).hexdigest()

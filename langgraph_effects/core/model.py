@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any, Self
@@ -15,7 +16,7 @@ from pydantic import (
     model_validator,
 )
 
-from langgraph_effects.core.digest import DIGEST_PATTERN
+from langgraph_effects.core.digest import DIGEST_PATTERN, canonical_json
 from langgraph_effects.core.storable import (
     MAX_SOURCE,
     MAX_SUMMARY,
@@ -34,6 +35,7 @@ __all__ = [
     "Operation",
     "OperationDraft",
     "OperationEvent",
+    "OperationKey",
     "OperationStatus",
     "Prepared",
     "ProviderContract",
@@ -287,6 +289,18 @@ class LeaseOwner(_Frozen):
         return cls(host=host, pid=int(pid), started_at=float(started), nonce=nonce)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OperationKey:
+    """What addresses one operation in a ledger: its tenant and its id.
+
+    The ``Ledger`` methods take the two as separate arguments (their public
+    signatures); the decision engine carries this one value instead.
+    """
+
+    tenant_id: str
+    operation_id: str
+
+
 class OperationDraft(_Frozen):
     """What ``Ledger.prepare`` writes ahead of a dispatch."""
 
@@ -313,6 +327,38 @@ class OperationDraft(_Frozen):
         if not value.strip():
             raise ValueError("must not be blank")
         return value
+
+    @property
+    def key(self) -> OperationKey:
+        return OperationKey(tenant_id=self.tenant_id, operation_id=self.operation_id)
+
+    @classmethod
+    def with_payload_json(cls, payload_json: str, **fields: Any) -> Self:
+        """A draft whose payload the caller already turned into canonical JSON text."""
+        draft = cls(**fields)
+        draft.__dict__[_PAYLOAD_JSON] = (draft.payload, payload_json)
+        return draft
+
+    def payload_json(self) -> str | None:
+        """The payload as canonical JSON text (None without a payload), computed once.
+
+        Kept beside the fields, not as one: it takes no part in equality or
+        serialization, and a copy with another payload computes its own.
+
+        Raises:
+            InvalidInput: the payload is not plain JSON, or is over 1 MiB as JSON.
+        """
+        if self.payload is None:
+            return None
+        known = self.__dict__.get(_PAYLOAD_JSON)
+        if known is None or known[0] is not self.payload:
+            known = (self.payload, canonical_json(self.payload).decode())
+            self.__dict__[_PAYLOAD_JSON] = known
+        text: str = known[1]
+        return text
+
+
+_PAYLOAD_JSON = "_payload_json"
 
 
 class Operation(_Frozen):
@@ -360,6 +406,10 @@ class Operation(_Frozen):
         if isinstance(data, dict) and data.get("status_changed_at") is None:
             data = {**data, "status_changed_at": data.get("updated_at")}
         return data
+
+    @property
+    def key(self) -> OperationKey:
+        return OperationKey(tenant_id=self.tenant_id, operation_id=self.operation_id)
 
     def lease_alive(self, now: datetime) -> bool:
         """True while the record is ``dispatching`` under a lease unexpired at ``now``."""

@@ -5,7 +5,7 @@ lease ours, is its owner provably dead, did reconciliation already run in this
 pass) and names the next step. ``classify`` sorts what a tool raised into the
 three outcomes of the error policy; ``backoff`` says how long to wait before a
 transient retry, or that the retries are spent. No I/O here: the runner
-(``langgraph_effects.runner``) acts and records.
+(``langgraph_effects.decide``) acts and records.
 
 ==========================  =================================================
 ledger says                 step

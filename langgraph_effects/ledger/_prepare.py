@@ -12,7 +12,6 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from langgraph_effects.core.digest import canonical_json
 from langgraph_effects.core.model import (
     EventKind,
     LeaseOwner,
@@ -177,5 +176,5 @@ def prepare_many(
 def _draft_values(draft: OperationDraft) -> dict[str, Any]:
     values = draft.model_dump(exclude={"payload"})
     # Canonical JSON also refuses NaN, sets and objects, and payloads over 1 MiB.
-    values["payload"] = None if draft.payload is None else canonical_json(draft.payload).decode()
+    values["payload"] = draft.payload_json()
     return values

@@ -13,7 +13,6 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from langgraph_effects.core.digest import canonical_json
 from langgraph_effects.core.model import (
     Decision,
     EventKind,
@@ -203,7 +202,7 @@ class InMemoryLedger(Ledger):
             # Check every draft before writing any: all or nothing.
             first: dict[_Key, OperationDraft] = {}
             for draft in drafts:
-                canonical_json(draft.payload)  # plain JSON, at most 1 MiB
+                draft.payload_json()  # plain JSON, at most 1 MiB
                 key = (draft.tenant_id, draft.operation_id)
                 existing = self._rows.get(key)
                 digest = (existing or first.setdefault(key, draft)).payload_digest

@@ -68,8 +68,8 @@ from langgraph.types import Command
 
 from langgraph_effects.core.model import Operation, OperationStatus, utcnow
 from langgraph_effects.core.plan import receipt_conflict
+from langgraph_effects.decide import DurabilityWarning
 from langgraph_effects.ledger.base import DEFAULT_LEASE
-from langgraph_effects.runner import DurabilityWarning
 from langgraph_effects.testing.assertions import mislabelled_operations
 from langgraph_effects.testing.faults import CrashPlan, CrashPoint, InjectedCrash
 from langgraph_effects.testing.providers import Fault

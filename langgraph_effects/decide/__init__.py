@@ -1,0 +1,49 @@
+"""The decision engine: one effect tool call, planned, acted on and recorded, sync or async.
+
+The parts, one concern each:
+
+- ``call``: ``EffectCall``, a tool call with its identity derived once (digest,
+  operation id and key, the write-ahead draft);
+- ``loop``: the decision loop, a generator that yields ``actions``;
+- ``actions``: what the loop asks for: typed ledger calls, hooks, the
+  dispatch, a sleep, a question for a person;
+- ``drive``: ``EffectRunner``, the sync and async drivers a face calls;
+- ``renew``: lease renewal while a dispatch runs;
+- ``answers``: the log of a person's answers and the checks they pass;
+- ``messages``: the ToolMessage of a record, and how a tool's output is recorded;
+- ``thread``: the thread's tenant binding and the durability warning.
+
+Imports run one way: ``call`` / ``actions`` / ``messages`` / ``answers`` ->
+``loop`` -> ``drive``. The faces (``EffectToolNode``, ``EffectMiddleware``)
+import from this package only.
+"""
+
+from langgraph_effects.decide.actions import ConfirmMany, LedgerAction, PrepareMany
+from langgraph_effects.decide.call import EffectCall, Execute
+from langgraph_effects.decide.drive import AsyncExecute, EffectRunner, ParkedReceipt
+from langgraph_effects.decide.messages import recorded_command, tool_message
+from langgraph_effects.decide.thread import (
+    DEFAULT_TENANT,
+    NO_THREAD,
+    OPERATIONS_KEY,
+    DurabilityWarning,
+    warn_durability,
+)
+
+__all__ = [
+    "DEFAULT_TENANT",
+    "NO_THREAD",
+    "OPERATIONS_KEY",
+    "AsyncExecute",
+    "ConfirmMany",
+    "DurabilityWarning",
+    "EffectCall",
+    "EffectRunner",
+    "Execute",
+    "LedgerAction",
+    "ParkedReceipt",
+    "PrepareMany",
+    "recorded_command",
+    "tool_message",
+    "warn_durability",
+]

@@ -1,0 +1,156 @@
+"""A person's answers: the log of answers applied, and the checks an answer must pass.
+
+LangGraph hands a re-run task its earlier resume values again, by position;
+the ledger logs every answer it applied (``answer_mark``: the task and the
+value's digest), so the loop recognises a value handed back and never applies
+it twice (``Answers``). ``answer_schema`` is the interrupt's
+``response_schema``: an answer that would fail when applied fails before
+LangGraph saves it, and the interrupt can be answered again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+from pydantic import AfterValidator
+
+from langgraph_effects.core.digest import canonical_json
+from langgraph_effects.core.model import Decision, Operation, OperationStatus
+from langgraph_effects.decide.call import EffectCall
+from langgraph_effects.errors import EffectsError
+from langgraph_effects.review import Answer, InvalidAnswer, RequestKind, parse_answer
+
+__all__ = [
+    "Answers",
+    "answer_mark",
+    "answer_schema",
+    "check_applicable",
+    "check_decision",
+    "outdated",
+]
+
+S = OperationStatus
+
+
+@dataclass(slots=True)
+class Answers:
+    """The answers applied to one operation in one LangGraph task, in order, as logged.
+
+    LangGraph hands a re-run task its earlier resume values again, by position:
+    the k-th ``interrupt()`` of the run gets the k-th value the task was given.
+    The ledger logs every answer it applied with its task and digest, so the
+    values handed back are consumed in order and never applied twice::
+
+        run 1: ask r1 -> "retry"  (applied, logged: task:d(retry))
+        run 2: ask r2 -> "retry"  == logged[0] -> consumed; ask again -> "reject" (applied)
+    """
+
+    logged: list[str]
+    consumed: int = 0
+
+    def next_is(self, mark: str | None) -> bool:
+        return (
+            mark is not None
+            and self.consumed < len(self.logged)
+            and (self.logged[self.consumed] == mark)
+        )
+
+
+def outdated(value: Any, request: Mapping[str, Any]) -> bool:
+    """The answer names the request it answers (``request_id``), and it is not this one."""
+    named = value.get("request_id") if isinstance(value, Mapping) else None
+    return named is not None and named != request.get("request_id")
+
+
+def answer_mark(call: EffectCall, value: Any) -> str | None:
+    """How the ledger logs an answer: the task that received it and the value's digest."""
+    if call.task_id is None:
+        return None
+    try:
+        raw = canonical_json(value)
+    except EffectsError:
+        raw = repr(value).encode()
+    return f"{call.task_id}:{hashlib.sha256(raw).hexdigest()[:32]}"
+
+
+_MAX_ANSWER_BYTES = 64 * 1024
+"""Largest result or edited arguments an answer may carry (canonical JSON)."""
+
+
+def answer_schema(
+    call: EffectCall,
+    op: Operation,
+    *,
+    kind: RequestKind,
+    retry_forbidden: bool,
+    stale: Callable[[Any], bool],
+    request_id: str,
+) -> Any:
+    """The interrupt's ``response_schema``: LangGraph checks an answer with it *before*
+    saving it, so an answer that would fail when applied fails the run instead, and
+    the interrupt can be answered again. Values LangGraph hands back from earlier
+    rounds (``stale``) pass unchecked: the runner consumes them without applying."""
+    owned = {op.operation_id, *call.siblings}
+
+    def check(value: Any) -> Any:
+        answer = parse_answer(value, tool_name=call.tool_name)
+        if answer.operation_id is None and not call.single:
+            raise ValueError(
+                "several effect calls of this step await a person: the answer must name "
+                f"its operation_id (this request is about {op.operation_id!r})"
+            )
+        if answer.operation_id is not None and answer.operation_id not in owned:
+            raise ValueError(
+                f"the answer names operation {answer.operation_id!r}, which this step does "
+                f"not own (this request is about {op.operation_id!r})"
+            )
+        if stale(value) or outdated(value, {"request_id": request_id}):
+            return value
+        if answer.operation_id in (None, op.operation_id):
+            parse_answer(value, tool_name=call.tool_name, kind=kind)
+            check_decision(op, answer, retry_forbidden=retry_forbidden)
+        check_applicable(answer)
+        return value
+
+    return Annotated[Any, AfterValidator(check)]
+
+
+def check_applicable(answer: Answer) -> None:
+    """Refuse what the ledger would refuse when the answer is applied."""
+    if len(answer.by) > 200:
+        raise InvalidAnswer("'by' is longer than 200 characters")
+    if len(answer.reason) > 4000:
+        raise InvalidAnswer("'reason' is longer than 4000 characters")
+    for what, value in (("result", answer.result), ("edited arguments", answer.edited_args)):
+        if value is None:
+            continue
+        try:
+            size = len(canonical_json(value))
+        except EffectsError as exc:
+            raise InvalidAnswer(f"the answer's {what} must be plain JSON: {exc}") from None
+        if size > _MAX_ANSWER_BYTES:
+            raise InvalidAnswer(
+                f"the answer's {what} is {size} bytes of JSON; the limit is {_MAX_ANSWER_BYTES}"
+            )
+
+
+def check_decision(op: Operation, answer: Answer, *, retry_forbidden: bool) -> None:
+    """Refuse a decision that does not fit the operation's state; nothing is recorded."""
+    if op.status is S.PREPARED:
+        allowed = {Decision.APPROVE, Decision.REJECT}
+    elif op.status is S.UNKNOWN:
+        allowed = {Decision.CONFIRM, Decision.REJECT}
+        if not retry_forbidden:
+            allowed.add(Decision.RETRY)
+    else:
+        allowed = set()
+    if answer.decision not in allowed:
+        names = ", ".join(sorted(d.value for d in allowed)) or "none (already decided)"
+        raise InvalidAnswer(
+            f"decision {answer.decision.value!r} does not apply to operation "
+            f"{op.operation_id!r} ({op.status.value}); allowed: {names}",
+            operation_id=op.operation_id,
+        )

@@ -1,0 +1,185 @@
+"""One tool call of an effect tool, with its identity derived once.
+
+``EffectCall.build`` turns a tool call (name, id, arguments) and the thread it
+runs in into everything the decision loop needs: the target, the payload
+digest, the operation id and key, the provider idempotency key and the
+write-ahead draft. The arguments are canonicalised once, here: the digest is
+computed from that text and the draft carries it to the ledger.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from langgraph_effects.core.digest import canonical_json
+from langgraph_effects.core.ids import (
+    idempotency_key,
+    intent_operation_id,
+    occurrence_operation_id,
+    operation_id,
+)
+from langgraph_effects.core.model import (
+    Operation,
+    OperationDraft,
+    OperationKey,
+    key_retention_seconds,
+)
+from langgraph_effects.effects import EffectContext, EffectSpec
+
+__all__ = ["EffectCall", "Execute"]
+
+Execute = Callable[[dict[str, Any]], Any]
+"""Run the tool with these arguments (through ToolNode / the middleware chain)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EffectCall:
+    """One tool call of an effect tool, with its identity derived (see ``build``)."""
+
+    spec: EffectSpec
+    tool_name: str
+    tool_call_id: str
+    args: dict[str, Any]
+    tenant_id: str
+    workflow_id: str
+    target: str | None
+    payload_digest: str
+    operation_id: str
+    idempotency_key: str
+    single: bool = True
+    """The only effect call of its task: an answer without operation_id applies to it."""
+    siblings: Mapping[str, OperationDraft] = field(default_factory=dict)
+    """The effect calls of its task by operation id (an answer may name one of them)."""
+    preapproved_by: str | None = None
+    """A person already approved this exact call upstream (LangChain's HITL middleware):
+    the approval is recorded under that name instead of asking twice."""
+    occurrence: int | None = None
+    """The call's place among identical calls of its thread (``occurrence_operation_id``);
+    None when the thread's messages are not at hand (the id then uses the tool-call id)."""
+    task_id: str | None = None
+    """LangGraph's task running the call: answers it applied are recorded under it, so
+    the values LangGraph hands that task again are recognised and never re-applied."""
+    write_ahead: OperationDraft = field(repr=False, compare=False)
+    """What ``prepare`` writes for this call, built once by ``build`` (see ``draft``)."""
+
+    @classmethod
+    def build(
+        cls,
+        spec: EffectSpec,
+        *,
+        tool_name: str,
+        tool_call_id: str,
+        args: Mapping[str, Any],
+        tenant_id: str,
+        workflow_id: str,
+        single: bool = True,
+        siblings: Mapping[str, OperationDraft] | None = None,
+        preapproved_by: str | None = None,
+        occurrence: int | None = None,
+        task_id: str | None = None,
+    ) -> EffectCall:
+        """Derive target, digest and ids.
+
+        The operation id, in order of preference: the application's intent key;
+        else tenant, thread, action, digest and the call's ``occurrence`` in the
+        thread; else tenant, thread, tool-call id, action and digest.
+        """
+        args = dict(args)
+        target = spec.target_of(args)
+        payload_json = canonical_json(args)
+        digest = spec.digest_of(target, args, canonical=payload_json)
+        intent = spec.intent_of(args)
+        if intent is not None:
+            op_id = intent_operation_id(tenant_id=tenant_id, action=spec.action, intent_key=intent)
+        elif occurrence is not None:
+            op_id = occurrence_operation_id(
+                tenant_id=tenant_id,
+                workflow_id=workflow_id,
+                action=spec.action,
+                payload_digest=digest,
+                occurrence=occurrence,
+            )
+        else:
+            op_id = operation_id(
+                tenant_id=tenant_id,
+                workflow_id=workflow_id,
+                tool_call_id=tool_call_id,
+                action=spec.action,
+                payload_digest=digest,
+            )
+        key = idempotency_key(op_id)
+        draft = OperationDraft.with_payload_json(
+            payload_json.decode(),
+            tenant_id=tenant_id,
+            operation_id=op_id,
+            workflow_id=workflow_id,
+            action=spec.action,
+            action_version=spec.version,
+            target=target,
+            payload_digest=digest,
+            payload=args if spec.store_payload else None,
+            payload_stored=spec.store_payload,
+            idempotency_key=key,
+            # What the provider promises for that key (None: no deduplication):
+            # the CLI and reviews judge a resend from the record alone.
+            key_retention_seconds=key_retention_seconds(spec.contract),
+            tool_call_id=tool_call_id,
+        )
+        return cls(
+            spec=spec,
+            tool_name=tool_name,
+            tool_call_id=tool_call_id,
+            args=args,
+            tenant_id=tenant_id,
+            workflow_id=workflow_id,
+            target=target,
+            payload_digest=digest,
+            operation_id=op_id,
+            idempotency_key=key,
+            single=single,
+            siblings=siblings or {},
+            preapproved_by=preapproved_by,
+            occurrence=occurrence,
+            task_id=task_id,
+            write_ahead=draft,
+        )
+
+    @property
+    def key(self) -> OperationKey:
+        return OperationKey(tenant_id=self.tenant_id, operation_id=self.operation_id)
+
+    def with_args(self, args: Mapping[str, Any]) -> EffectCall:
+        """The same tool call with other arguments: another digest, another operation."""
+        return EffectCall.build(
+            self.spec,
+            tool_name=self.tool_name,
+            tool_call_id=self.tool_call_id,
+            args=args,
+            tenant_id=self.tenant_id,
+            workflow_id=self.workflow_id,
+            single=self.single,
+            siblings=self.siblings,
+            preapproved_by=self.preapproved_by,
+            occurrence=self.occurrence,
+            task_id=self.task_id,
+        )
+
+    def draft(self) -> OperationDraft:
+        """The write-ahead record of this call (built once, by ``build``)."""
+        return self.write_ahead
+
+    def context(self, op: Operation | None) -> EffectContext:
+        return EffectContext(
+            operation_id=self.operation_id,
+            idempotency_key=(op.idempotency_key if op else None) or self.idempotency_key,
+            attempt=op.attempts if op else 0,
+            tenant_id=self.tenant_id,
+            action=self.spec.action,
+            target=self.target,
+            workflow_id=self.workflow_id,
+            tool_call_id=self.tool_call_id,
+            payload_digest=self.payload_digest,
+            payload=self.args,
+        )

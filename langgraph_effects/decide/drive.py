@@ -1,0 +1,499 @@
+"""The drivers of the decision loop: ``EffectRunner.run`` (sync) and ``arun`` (async).
+
+Each face (``EffectToolNode``, ``EffectMiddleware``) hands a tool call to
+``run`` / ``arun`` with an ``execute`` callable (ToolNode's or the middleware
+chain's). The driver steps the loop (``decide.loop``) and does what each
+action asks: a ledger call, a hook, the dispatch under a renewed lease, a
+sleep, or LangGraph's ``interrupt()`` for a person. The face then builds the
+ToolMessage from the record (``decide.messages``), so a first run and every
+replay answer identically.
+
+The async driver never blocks the event loop: a sync ledger's calls and sync
+hooks run in a worker thread (``asyncio.to_thread``, which carries the
+context variables); an async ledger and async hooks are awaited.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import threading
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, TypeVar, cast
+
+from langgraph.errors import GraphBubbleUp
+from langgraph.types import interrupt
+
+from langgraph_effects._owners import current_owner
+from langgraph_effects.core.model import Operation, Prepared, utcnow
+from langgraph_effects.decide.actions import (
+    Action,
+    Ask,
+    BindThread,
+    Confirm,
+    Dispatch,
+    Dispatched,
+    Hook,
+    LedgerAction,
+    Renew,
+    Sleep,
+)
+from langgraph_effects.decide.call import EffectCall, Execute
+from langgraph_effects.decide.loop import Decide, Loop
+from langgraph_effects.decide.renew import renew_until_cancelled, renewer
+from langgraph_effects.decide.thread import (
+    DEFAULT_TENANT,
+    NO_THREAD,
+    checked_tenant,
+    tenant_request,
+)
+from langgraph_effects.effects import _CURRENT, _Call
+from langgraph_effects.errors import EffectsError
+from langgraph_effects.ledger.base import DEFAULT_LEASE, AsyncLedger, Confirmation, Ledger
+
+__all__ = ["AsyncExecute", "EffectRunner", "ParkedReceipt"]
+
+T = TypeVar("T")
+
+AsyncExecute = Callable[[dict[str, Any]], Awaitable[Any]]
+"""Run the tool with these arguments, awaited (the async face's ``execute``)."""
+
+_BINDINGS_CACHED = 10_000  # thread -> tenant bindings kept per runner (they never change)
+_ASYNC_LEDGER = (
+    "this ledger is async: run the graph with ainvoke/astream, or give EffectToolNode a sync ledger"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ParkedReceipt:
+    """A call stopped at its receipt: the decision loop, suspended, and the confirm it yielded.
+
+    Parking changes no crash window: until its ``confirm_many`` commits, the
+    record is ``dispatching`` under our lease, exactly as between a provider's
+    answer and a single ``confirm``; a crash there is taken over, marked
+    ``unknown`` and reconciled either way.
+    """
+
+    gen: Decide
+    action: Confirm
+    call: EffectCall
+    execute: Any
+    cancelled: list[bool] = field(default_factory=list)
+
+    @property
+    def confirmation(self) -> Confirmation:
+        return self.action.confirmation
+
+
+class EffectRunner:
+    """Decides and records one effect tool call against a ledger.
+
+    Args:
+        ledger: a sync ``Ledger`` or an ``AsyncLedger``. ``run`` needs a sync one;
+            ``arun`` takes either.
+        lease_for: lease length; renewed every third of it while a dispatch runs.
+        clock: the time source (the ledger should use the same one).
+        interrupt_on_unknown: ``interrupt()`` for review when nothing resolves an
+            unknown operation (default). False: return an error ToolMessage that
+            says the outcome could not be confirmed, and leave the operation
+            ``unknown`` for an operator.
+        ask: how a question for a person (``Ask``: an approval or a review
+            request, and the schema an answer must pass) is put, returning the
+            answer: LangGraph's ``interrupt()`` by default. A face outside a
+            graph gives its own (it may raise to stop the call and return later).
+    """
+
+    def __init__(
+        self,
+        ledger: Ledger | AsyncLedger,
+        *,
+        lease_for: timedelta = DEFAULT_LEASE,
+        clock: Callable[[], datetime] = utcnow,
+        interrupt_on_unknown: bool = True,
+        ask: Callable[[dict[str, Any], Any], Any] | None = None,
+    ) -> None:
+        self.ledger = ledger
+        self.ask = ask if ask is not None else _interrupt
+        self.loop = Loop(
+            lease_for=lease_for, clock=clock, interrupt_on_unknown=interrupt_on_unknown
+        )
+        self.is_async = inspect.iscoroutinefunction(getattr(ledger, "prepare", None))
+        # The two protocols share their method names: whether this ledger's methods
+        # are coroutines (checked just above) says which one it is.
+        self._sync = None if self.is_async else cast(Ledger, ledger)
+        self._async = cast(AsyncLedger, ledger) if self.is_async else None
+        self._bound: dict[str, str] = {}
+
+    @property
+    def lease_for(self) -> timedelta:
+        return self.loop.lease_for
+
+    @property
+    def clock(self) -> Callable[[], datetime]:
+        return self.loop.clock
+
+    @property
+    def interrupt_on_unknown(self) -> bool:
+        return self.loop.interrupt_on_unknown
+
+    # -- one ledger call, outside a decision (a face's batch, the thread binding) --
+
+    def perform(self, action: LedgerAction[T]) -> T:
+        """Make one ledger call with the sync ledger.
+
+        Raises:
+            EffectsError: the ledger is async.
+        """
+        if self._sync is None:
+            raise EffectsError(_ASYNC_LEDGER)
+        return action.on(self._sync)
+
+    async def aperform(self, action: LedgerAction[T]) -> T:
+        """Make one ledger call from async code: an async ledger is awaited, a sync
+        one runs in a worker thread (never on the event loop).
+
+        A cancellation that arrives while a sync ledger's call runs waits for the
+        call to finish (on the loop it could not have been interrupted either),
+        then is raised.
+        """
+        cancelled: list[bool] = []
+        result = await self._aledger(action, cancelled)
+        if cancelled:
+            raise asyncio.CancelledError
+        return result
+
+    async def _aledger(self, action: LedgerAction[T], cancelled: list[bool]) -> T:
+        if self._async is not None:
+            return await action.on(self._async)
+        assert self._sync is not None
+        return await _off_loop(action.on, self._sync, cancelled=cancelled)
+
+    # -- the thread's tenant (rules in decide.thread) -----------------------------
+
+    def tenant_for(
+        self, config: Mapping[str, Any] | None, explicit: str | None = None
+    ) -> tuple[str, str]:
+        """The thread's ``(workflow_id, tenant_id)``, binding the thread on first use.
+
+        Bindings never change, so each is read once per process.
+
+        Raises:
+            InvalidInput: the config's ``tenant_id`` is not a non-empty string.
+            TenantMismatch: the thread is bound to another tenant.
+        """
+        workflow, requested = tenant_request(config, explicit)
+        bound = self._bound.get(workflow)
+        if bound is None and workflow != NO_THREAD:
+            bound = self.perform(BindThread(workflow, requested or DEFAULT_TENANT))
+            self._remember(workflow, bound)
+        return workflow, checked_tenant(workflow, bound, requested)
+
+    async def atenant_for(
+        self, config: Mapping[str, Any] | None, explicit: str | None = None
+    ) -> tuple[str, str]:
+        """The async twin of ``tenant_for`` (the ledger may be sync or async)."""
+        workflow, requested = tenant_request(config, explicit)
+        bound = self._bound.get(workflow)
+        if bound is None and workflow != NO_THREAD:
+            bound = await self.aperform(BindThread(workflow, requested or DEFAULT_TENANT))
+            self._remember(workflow, bound)
+        return workflow, checked_tenant(workflow, bound, requested)
+
+    def _remember(self, workflow: str, tenant: str) -> None:
+        if len(self._bound) >= _BINDINGS_CACHED:
+            self._bound.clear()
+        self._bound[workflow] = tenant
+
+    # -- the sync driver ----------------------------------------------------------
+
+    def run(
+        self,
+        call: EffectCall,
+        execute: Execute,
+        *,
+        handoff: Prepared | None = None,
+    ) -> Operation:
+        """Decide and record ``call`` synchronously; return the final record.
+
+        ``execute(args)`` runs the tool (it may raise). ``handoff`` is a record
+        this node already prepared for the call (batched ``prepare_many``).
+        """
+        done = self._drive(self._start(call, handoff), execute, call, park=False)
+        assert isinstance(done, Operation)
+        return done
+
+    def run_until_receipt(
+        self, call: EffectCall, execute: Execute, *, handoff: Prepared | None = None
+    ) -> Operation | ParkedReceipt:
+        """``run``, but stop at the first receipt and hand it back instead of confirming it.
+
+        The caller records the receipts of several calls with one
+        ``confirm_many`` and passes each outcome to ``finish``.
+        """
+        return self._drive(self._start(call, handoff), execute, call, park=True)
+
+    def finish(self, parked: ParkedReceipt, outcome: Operation | EffectsError | None) -> Operation:
+        """Resume a parked call with its ``confirm_many`` outcome (None: confirm it now)."""
+        sent: Operation | BaseException
+        if outcome is None:
+            try:
+                sent = self.perform(parked.action)
+            except GraphBubbleUp:
+                raise
+            except Exception as exc:
+                sent = exc
+        else:
+            sent = outcome
+        done = self._drive(parked.gen, parked.execute, parked.call, park=False, sent=sent)
+        assert isinstance(done, Operation)
+        return done
+
+    def _start(self, call: EffectCall, handoff: Prepared | None) -> Decide:
+        if self._sync is None:
+            raise EffectsError(_ASYNC_LEDGER)
+        return self.loop.decide(call, handoff, current_owner())
+
+    def _drive(
+        self, gen: Decide, execute: Execute, call: EffectCall, *, park: bool, sent: Any = None
+    ) -> Operation | ParkedReceipt:
+        sync = self._sync
+        assert sync is not None
+        value, error = _split(sent)
+        while True:
+            try:
+                action = gen.throw(error) if error is not None else gen.send(value)
+            except StopIteration as stop:
+                result: Operation = stop.value
+                return result
+            value, error = None, None
+            if isinstance(action, Ask):
+                value = self.ask(action.request, action.schema)
+                continue
+            if park and isinstance(action, Confirm):
+                return ParkedReceipt(gen, action, call, execute)
+            try:
+                if isinstance(action, LedgerAction):
+                    value = action.on(sync)
+                else:
+                    value = self._act(action, execute)
+            except GraphBubbleUp:
+                raise
+            except Exception as exc:
+                error = exc
+
+    def _act(self, action: Action, execute: Execute) -> Any:
+        """Do one action other than a ledger call or a question, synchronously."""
+        match action:
+            case Hook(fn, arg):
+                result = fn(arg)
+                return _run_coroutine_sync(result) if inspect.isawaitable(result) else result
+            case Sleep(seconds):
+                time.sleep(seconds)
+                return None
+            case Dispatch(op, context, args):
+                slot = _Call(context)
+                renew = Renew(op.key, token=op.fencing_token, lease_for=self.lease_for)
+                sync = self._sync
+                assert sync is not None
+                job = renewer.hold(lambda: renew.on(sync), self.lease_for.total_seconds() / 3)
+                reset = _CURRENT.set(slot)
+                out = Dispatched(call=slot)
+                try:
+                    out.message = execute(args)
+                except GraphBubbleUp as exc:
+                    out.bubble = exc
+                except Exception as exc:
+                    out.error = exc
+                finally:
+                    _CURRENT.reset(reset)
+                    renewer.drop(job)
+                return out
+        raise AssertionError(f"unknown action {action!r}")  # pragma: no cover
+
+    # -- the async driver ---------------------------------------------------------
+
+    async def arun(
+        self,
+        call: EffectCall,
+        execute: AsyncExecute,
+        *,
+        handoff: Prepared | None = None,
+    ) -> Operation:
+        """The async twin of ``run``; the ledger may be sync or async.
+
+        If the task is cancelled mid-dispatch, the dispatch is finished and
+        recorded, then ``CancelledError`` is raised.
+        """
+        gen = self.loop.decide(call, handoff, current_owner())
+        done = await self._adrive(gen, execute, call, [], park=False)
+        assert isinstance(done, Operation)
+        return done
+
+    async def arun_until_receipt(
+        self,
+        call: EffectCall,
+        execute: AsyncExecute,
+        *,
+        handoff: Prepared | None = None,
+    ) -> Operation | ParkedReceipt:
+        """The async twin of ``run_until_receipt``."""
+        gen = self.loop.decide(call, handoff, current_owner())
+        return await self._adrive(gen, execute, call, [], park=True)
+
+    async def afinish(
+        self, parked: ParkedReceipt, outcome: Operation | EffectsError | None
+    ) -> Operation:
+        """The async twin of ``finish``."""
+        cancelled = parked.cancelled
+        sent: Operation | BaseException
+        if outcome is None:
+            try:
+                sent = await self._aledger(parked.action, cancelled)
+            except GraphBubbleUp:
+                raise
+            except Exception as exc:
+                sent = exc
+        else:
+            sent = outcome
+        done = await self._adrive(
+            parked.gen, parked.execute, parked.call, cancelled, park=False, sent=sent
+        )
+        assert isinstance(done, Operation)
+        return done
+
+    async def _adrive(
+        self,
+        gen: Decide,
+        execute: AsyncExecute,
+        call: EffectCall,
+        cancelled: list[bool],
+        *,
+        park: bool,
+        sent: Any = None,
+    ) -> Operation | ParkedReceipt:
+        value, error = _split(sent)
+        while True:
+            try:
+                action = gen.throw(error) if error is not None else gen.send(value)
+            except StopIteration as stop:
+                result: Operation = stop.value
+                if cancelled:
+                    raise asyncio.CancelledError from None
+                return result
+            value, error = None, None
+            if isinstance(action, Ask):
+                if cancelled:
+                    raise asyncio.CancelledError
+                value = self.ask(action.request, action.schema)
+                continue
+            if park and isinstance(action, Confirm):
+                return ParkedReceipt(gen, action, call, execute, cancelled)
+            try:
+                if isinstance(action, LedgerAction):
+                    value = await self._aledger(action, cancelled)
+                else:
+                    value = await self._aact(action, execute, cancelled)
+            except GraphBubbleUp:
+                raise
+            except Exception as exc:
+                error = exc
+
+    async def _aact(self, action: Action, execute: AsyncExecute, cancelled: list[bool]) -> Any:
+        """Do one action other than a ledger call or a question, without blocking the loop."""
+        match action:
+            case Hook(fn, arg):
+                if inspect.iscoroutinefunction(fn):
+                    return await fn(arg)
+                # A sync hook may do I/O (a provider lookup): a worker thread, as LangGraph
+                # runs a sync tool. One that returns an awaitable is awaited here.
+                result = await _off_loop(fn, arg, cancelled=cancelled)
+                return await result if inspect.isawaitable(result) else result
+            case Sleep(seconds):
+                await asyncio.sleep(seconds)
+                return None
+            case Dispatch(op, context, args):
+                slot = _Call(context)
+                renew = Renew(op.key, token=op.fencing_token, lease_for=self.lease_for)
+                renewing = asyncio.create_task(
+                    renew_until_cancelled(
+                        lambda: self.aperform(renew), self.lease_for.total_seconds() / 3
+                    )
+                )
+                reset = _CURRENT.set(slot)
+                out = Dispatched(call=slot)
+                # A task of its own, shielded: when a sibling's interrupt cancels
+                # this one (asyncio.gather), the provider call already in flight
+                # (perhaps in a worker thread) finishes and is recorded first.
+                flight = asyncio.ensure_future(execute(args))
+                try:
+                    try:
+                        out.message = await asyncio.shield(flight)
+                    except asyncio.CancelledError:
+                        cancelled.append(True)
+                        out.message = await flight
+                except GraphBubbleUp as exc:
+                    out.bubble = exc
+                except Exception as exc:
+                    out.error = exc
+                finally:
+                    _CURRENT.reset(reset)
+                    renewing.cancel()
+                    await asyncio.wait([renewing])
+                return out
+        raise AssertionError(f"unknown action {action!r}")  # pragma: no cover
+
+
+async def _off_loop(fn: Callable[..., T], *args: Any, cancelled: list[bool]) -> T:
+    """Run a blocking call in a worker thread (``asyncio.to_thread``: it carries the
+    context variables), so the event loop never blocks on it.
+
+    The call is not interrupted by a cancellation of the task: it finishes and its
+    result counts, and the cancellation is noted in ``cancelled`` for the driver to
+    raise once the decision is recorded, as for a dispatch in flight.
+    """
+    flight = asyncio.ensure_future(asyncio.to_thread(fn, *args))
+    try:
+        return await asyncio.shield(flight)
+    except asyncio.CancelledError:
+        cancelled.append(True)
+        return await flight
+
+
+def _interrupt(request: dict[str, Any], schema: Any) -> Any:
+    """Ask through LangGraph: it checks the answer with ``schema`` before saving it."""
+    return interrupt(request, response_schema=schema)
+
+
+def _split(sent: Any) -> tuple[Any, BaseException | None]:
+    """What to resume a decision loop with: a value to send or an error to throw."""
+    return (None, sent) if isinstance(sent, BaseException) else (sent, None)
+
+
+def _run_coroutine_sync(awaitable: Awaitable[Any]) -> Any:
+    """Run a hook's coroutine from sync code, even when a loop runs in this thread."""
+
+    async def wrap() -> Any:
+        return await awaitable
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(wrap())
+    result: list[Any] = []
+    errors: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            result.append(asyncio.run(wrap()))
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=target)
+    thread.start()
+    thread.join()
+    if errors:
+        raise errors[0]
+    return result[0]

@@ -1,0 +1,868 @@
+"""The decision loop: plan -> act -> record, for one effect tool call, written once.
+
+``Loop.decide`` is a generator. It reads the ledger, asks ``core.plan`` what
+to do, does it, records the outcome and returns the final record; every
+contact with the world is an action it yields (``decide.actions``: a typed
+ledger call, a hook, the dispatch, a sleep, a question for a person) and the
+driver's answer is sent back in (an error is thrown back in). The drivers
+(``decide.drive``) are small, one sync and one async; the loop never copies
+between the two.
+
+A first-time effect costs two ledger commits: ``prepare`` inserts the record
+already claimed (write-ahead and lease in one), ``confirm`` records the
+receipt. Effects with an approval or an ``authorize`` hook prepare unclaimed
+first, so a refusal is recorded on a record that never claimed a dispatch.
+
+Crash windows (``crash_point`` names them; the ledger makes each safe)::
+
+    prepare+claim ─▶ provider acts ─▶ confirm
+         │                │              │
+      dead owner:      dead owner:    confirmed:
+      take over,       take over,     replay, never
+      reconcile        reconcile      call again
+
+What a face chooses: ``interrupt_on_unknown`` (ask a person about an unknown
+outcome, or return it); its driver decides how an ``Ask`` is put (LangGraph's
+``interrupt()``), how a ``Sleep`` waits, and whether a ``Confirm`` is made at
+once or parked for a batch (``EffectRunner.run_until_receipt``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Generator
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Annotated, Any
+
+from langgraph.errors import GraphInterrupt, is_invalid_resume
+from pydantic import AfterValidator
+
+from langgraph_effects._faults import CrashPoint, crash_point
+from langgraph_effects._owners import holder_provably_dead
+from langgraph_effects.core.model import (
+    Decision,
+    Evidence,
+    EvidenceKind,
+    LeaseOwner,
+    Operation,
+    OperationKey,
+    OperationStatus,
+    Prepared,
+    Resolution,
+    reconciled_evidence,
+)
+from langgraph_effects.core.plan import (
+    Outcome,
+    Step,
+    backoff,
+    classify,
+    earlier_attempt_ambiguous,
+    plan,
+    receipt_conflict,
+    recorded_receipt,
+)
+from langgraph_effects.decide.actions import (
+    Action,
+    Approve,
+    Ask,
+    Claim,
+    Confirm,
+    Dispatch,
+    Dispatched,
+    Events,
+    Get,
+    Hook,
+    LedgerAction,
+    MarkUnknown,
+    Prepare,
+    RecordEvidence,
+    Reject,
+    Release,
+    Resolve,
+    Sleep,
+    ledger,
+)
+from langgraph_effects.decide.answers import (
+    Answers,
+    answer_mark,
+    answer_schema,
+    check_decision,
+    outdated,
+)
+from langgraph_effects.decide.call import EffectCall
+from langgraph_effects.decide.messages import conflicted, message_text, recordable
+from langgraph_effects.errors import (
+    ConcurrentUpdate,
+    EffectRejected,
+    EffectsError,
+    IllegalTransition,
+    LeaseHeld,
+    StaleFencingToken,
+    TransientProviderError,
+)
+from langgraph_effects.observe import count_replay
+from langgraph_effects.review import (
+    Answer,
+    InvalidAnswer,
+    approval_request,
+    parse_answer,
+    review_request,
+)
+
+__all__ = ["Decide", "Loop"]
+
+S = OperationStatus
+_MAX_STEPS = 64
+_RESEND_REFUSED = "provider:resend_refused"  # evidence source of a definitively refused resend
+_REPLACED = "replaced by "  # rejection reason of a call a reviewer edited
+_LATE_RECEIPT = "late receipt: the provider applied it after this worker's lease was taken over"
+_SETTLING = frozenset({Step.DISPATCH_CLAIMED, Step.RECONCILE, Step.REVIEW})
+"""Steps whose own write may confirm the record: a confirmation right after one is
+this pass's outcome, not a replay (``observe.count_replay``)."""
+
+Decide = Generator[Action, Any, Operation]
+"""A decision in progress: yields actions, returns the final record."""
+
+
+@dataclass(slots=True)
+class _Pass:
+    """What one run of the decision loop has learned so far."""
+
+    call: EffectCall
+    claimed: bool = False
+    reconciled: bool = False
+    retried: bool = False
+    retry_forbidden: bool = False
+    transient_retries: int = 0
+    evidence: list[Evidence] = field(default_factory=list)
+    late_receipt: Evidence | None = None
+    receipts_read: bool = False
+    """The log was searched for a receipt kept but not applied (``recorded_receipt``)."""
+    answers: dict[str, Answers] = field(default_factory=dict)
+    """By operation id: the answers applied to it in this task, and how many of them
+    LangGraph has handed back to this run so far (see ``Answers``)."""
+
+
+class Loop:
+    """The decision loop's rules, with a face's settings.
+
+    Args:
+        lease_for: lease length of a dispatch.
+        clock: the time source (the ledger should use the same one).
+        interrupt_on_unknown: ask a person when nothing resolves an unknown
+            operation (``Ask``); False: return the unknown record.
+    """
+
+    __slots__ = ("clock", "interrupt_on_unknown", "lease_for")
+
+    def __init__(
+        self, *, lease_for: timedelta, clock: Callable[[], datetime], interrupt_on_unknown: bool
+    ) -> None:
+        self.lease_for = lease_for
+        self.clock = clock
+        self.interrupt_on_unknown = interrupt_on_unknown
+
+    def decide(self, call: EffectCall, handoff: Prepared | None, owner: LeaseOwner) -> Decide:
+        """Decide ``call`` to its final record, yielding each action for a driver to do.
+
+        Args:
+            call: the tool call.
+            handoff: a record the face already prepared for it (a batch's
+                ``prepare_many``); None: the loop prepares it.
+            owner: who claims the lease of a dispatch (this process, fresh nonce).
+        """
+        spec = call.spec
+        p = _Pass(call=call)
+        if handoff is not None and handoff.operation.operation_id == call.operation_id:
+            op = handoff.operation
+            p.claimed = handoff.created and op.status is S.DISPATCHING
+        else:
+            # Write-ahead. Fused with the claim unless a person or a hook must
+            # speak before the first dispatch.
+            fused = not (spec.require_approval or spec.authorize is not None)
+            crash_point(CrashPoint.BEFORE_PREPARE)
+            prepared = yield from ledger(
+                Prepare(call.draft(), owner=owner if fused else None, lease_for=self.lease_for)
+            )
+            op = prepared.operation
+            p.claimed = fused and prepared.created
+            if not p.claimed and prepared.created:
+                crash_point(CrashPoint.AFTER_PREPARE)
+
+        last: Step | None = None
+        for _ in range(_MAX_STEPS):
+            if op.status is S.UNKNOWN and p.late_receipt is None and not p.receipts_read:
+                # A receipt kept by a worker that died before it settled anything.
+                p.receipts_read = True
+                events = yield from ledger(Events(op.key))
+                p.late_receipt = recorded_receipt(events)
+            now = self.clock()
+            owner_dead = False
+            if op.status is S.DISPATCHING and not p.claimed and op.lease_alive(now):
+                owner_dead = holder_provably_dead(op)
+            step = plan(
+                op,
+                now=now,
+                contract=spec.contract,
+                has_reconciler=spec.reconcile is not None or p.late_receipt is not None,
+                require_approval=spec.require_approval,
+                claimed_by_us=p.claimed,
+                owner_dead=owner_dead,
+                reconciled=p.reconciled,
+                retried=p.retried or p.retry_forbidden,
+            )
+            match step:
+                case Step.REPLAY_CONFIRMED:
+                    if last not in _SETTLING:
+                        # Confirmed before this pass could act on it: one duplicate prevented.
+                        count_replay(op)
+                    return op
+                case Step.REPLAY_REJECTED:
+                    if op.error and op.error.startswith(_REPLACED):
+                        # A reviewer edited this call: follow it to its replacement.
+                        nxt = yield from self._follow_edit(p, op)
+                        if nxt is not None:
+                            op = nxt
+                            continue
+                    return (yield from self._receipt_conflict(op))
+                case Step.ASK_APPROVAL if p.call.preapproved_by is not None:
+                    op = yield from self._guarded(
+                        p,
+                        op,
+                        Approve(
+                            op.key,
+                            payload_digest=op.payload_digest,
+                            by=p.call.preapproved_by,
+                            reason="approved upstream (human-in-the-loop middleware)",
+                        ),
+                    )
+                case Step.ASK_APPROVAL:
+                    op = yield from self._ask(p, op, kind="approval")
+                case Step.RETRY_SAFE if (yield from self._resend_refused(op)):
+                    # An earlier pass saw the provider refuse a resend: only a person
+                    # may order another one (the review offers no retry).
+                    p.retry_forbidden = True
+                case Step.AUTHORIZE_AND_CLAIM | Step.RETRY_SAFE:
+                    yield from self._drain(p, op)
+                    op = yield from self._authorize_and_claim(p, op, owner, step)
+                case Step.DISPATCH_CLAIMED:
+                    op = yield from self._dispatch(p, op, owner)
+                    if op.status is S.PREPARED:
+                        return op  # transient refusals outlasted the retries
+                case Step.WAIT_PENDING:
+                    op = yield from self._wait(p, op)
+                case Step.TAKE_OVER:
+                    reason = (
+                        "the lease owner's process is gone"
+                        if owner_dead
+                        else "the lease expired without a receipt"
+                    )
+                    op = yield from self._guarded(
+                        p,
+                        op,
+                        MarkUnknown(
+                            op.key,
+                            token=op.fencing_token,
+                            reason=reason,
+                            actor=f"takeover:{owner.encode()}",
+                        ),
+                    )
+                case Step.RECONCILE:
+                    op = yield from self._reconcile(p, op)
+                case Step.REVIEW:
+                    if not self.interrupt_on_unknown:
+                        return op
+                    op = yield from self._ask(p, op, kind="review")
+            last = step
+        raise EffectsError(
+            f"operation {op.operation_id!r} made no progress in {_MAX_STEPS} steps (status "
+            f"{op.status.value}); leaving it for an operator"
+        )
+
+    def _guarded(
+        self, p: _Pass, op: Operation, action: LedgerAction[Operation]
+    ) -> Generator[Action, Any, Operation]:
+        """Run a conditional write; if the record moved under us, re-read it instead."""
+        try:
+            return (yield from ledger(action))
+        except (StaleFencingToken, IllegalTransition, ConcurrentUpdate, LeaseHeld):
+            p.claimed = False
+            fresh = yield from ledger(Get(op.key))
+            assert fresh is not None
+            return fresh
+
+    def _refusal(self, p: _Pass, op: Operation) -> Generator[Action, Any, str | None]:
+        """Ask the effect's ``authorize`` hook; the refusal's text, or None if allowed."""
+        assert p.call.spec.authorize is not None
+        try:
+            allowed = yield Hook(p.call.spec.authorize, p.call.context(op))
+        except EffectRejected as exc:
+            return f"authorization refused: {exc.reason}"
+        return None if allowed else "authorization refused"
+
+    def _authorize_and_claim(
+        self, p: _Pass, op: Operation, owner: LeaseOwner, step: Step
+    ) -> Generator[Action, Any, Operation]:
+        spec = p.call.spec
+        if spec.authorize is not None:
+            refusal = yield from self._refusal(p, op)
+            if refusal is not None:
+                if op.status is S.PREPARED:
+                    return (
+                        yield from self._guarded(
+                            p,
+                            op,
+                            Reject(
+                                op.key,
+                                token=None,
+                                reason=refusal,
+                                evidence=Evidence.rejected(refusal, source="authorize"),
+                                actor="authorize",
+                            ),
+                        )
+                    )
+                # unknown: a refusal forbids resending but proves nothing about the
+                # earlier attempt, so a person decides (without a retry option).
+                p.retry_forbidden = True
+                p.evidence.append(Evidence.inconclusive(refusal, source="authorize"))
+                return op
+        op = yield from self._claim(p, op, owner)
+        if op.status is S.DISPATCHING and op.lease_owner == owner.encode():
+            p.claimed = True
+            if step is Step.RETRY_SAFE:
+                p.retried = True
+        return op
+
+    def _claim(
+        self, p: _Pass, op: Operation, owner: LeaseOwner
+    ) -> Generator[Action, Any, Operation]:
+        """Take the lease (``prepared``/``unknown`` -> ``dispatching``), or re-read the record."""
+        return (
+            yield from self._guarded(
+                p,
+                op,
+                Claim(
+                    op.key,
+                    owner=owner,
+                    lease_for=self.lease_for,
+                    actor=owner.encode(),
+                ),
+            )
+        )
+
+    def _dispatch(
+        self, p: _Pass, op: Operation, owner: LeaseOwner
+    ) -> Generator[Action, Any, Operation]:
+        call = p.call
+        token = op.fencing_token
+        crash_point(CrashPoint.AFTER_CLAIM)
+        out: Dispatched = yield Dispatch(op, call.context(op), call.args)
+        crash_point(CrashPoint.AFTER_PROVIDER)
+        p.claimed = False
+        asked = isinstance(out.call.error, GraphInterrupt) or (
+            out.error is not None and is_invalid_resume(out.error)
+        )
+        if out.bubble is not None or asked:
+            # The tool called interrupt() itself (a tool asks before it acts), or its
+            # answer failed the interrupt's response_schema: release the claim, so the
+            # resumed run dispatches again and the answer reaches the tool. Anything
+            # else that bubbled after the tool started (a sibling's interrupt
+            # cancelling this task) may have left the effect half done: unknown.
+            if out.call.started and not asked:
+                yield from self._guarded(
+                    p,
+                    op,
+                    MarkUnknown(
+                        op.key,
+                        token=token,
+                        reason="interrupted or cancelled mid-dispatch",
+                    ),
+                )
+            else:
+                reason = "the tool asked a person (interrupt)" if asked else "interrupted"
+                yield from self._guarded(p, op, Release(op.key, token=token, reason=reason))
+            raise out.bubble or out.error  # type: ignore[misc]
+        # Once the tool started, its own outcome decides; ToolNode may still refuse the
+        # shape of what it returned (raised below, after the receipt is recorded).
+        error = out.call.error if out.call.started else out.error
+        if error is not None and not out.call.started:
+            # The tool never ran (invalid arguments with handle_tool_errors=False, a
+            # missing injected value): the provider heard nothing. Release the claim
+            # and let ToolNode's own error handling raise it, as for a plain tool.
+            yield from self._guarded(
+                p,
+                op,
+                Release(
+                    op.key,
+                    token=token,
+                    reason=f"the tool did not run: {type(error).__name__}: {error}"[:2000],
+                ),
+            )
+            raise error
+        if error is None and not out.call.started:
+            # Answered without running the tool: ToolNode (invalid arguments, which
+            # always fail the same way) or an inner middleware (a reviewer's reject or
+            # respond). The provider heard nothing.
+            text = message_text(out.message) or "the tool did not run"
+            new = yield from self._guarded(
+                p,
+                op,
+                Reject(
+                    op.key,
+                    token=token,
+                    reason=f"invalid call, not sent: {text}",
+                    evidence=Evidence.rejected(text, source="validation"),
+                    actor="validation",
+                ),
+            )
+            crash_point(CrashPoint.AFTER_RECEIPT)
+            return new
+        if error is None:
+            value = recordable(out.call.value, out.message)
+            try:
+                confirmed = yield from ledger(Confirm(op.key, token=token, result=value))
+            except (StaleFencingToken, IllegalTransition, ConcurrentUpdate):
+                return (yield from self._late_receipt(p, op, owner, value))
+            crash_point(CrashPoint.AFTER_RECEIPT)
+            if out.error is not None:
+                # The tool acted and returned, and ToolNode refused what it returned (a
+                # malformed Command): the effect is recorded, the error raised as usual.
+                raise out.error
+            return confirmed
+        match classify(error):
+            case Outcome.REJECTED:
+                assert isinstance(error, EffectRejected)
+                if (yield from self._earlier_attempt_ambiguous(op)):
+                    # The refusal speaks for this resend only: an earlier attempt
+                    # may have acted. Back to unknown; a person decides, no retry.
+                    p.retry_forbidden = True
+                    return (
+                        yield from self._back_to_unknown(
+                            p,
+                            op,
+                            token,
+                            f"the provider refused a resend: {error.reason}",
+                            source=_RESEND_REFUSED,
+                        )
+                    )
+                new = yield from self._guarded(
+                    p,
+                    op,
+                    Reject(
+                        op.key,
+                        token=token,
+                        reason=error.reason,
+                        evidence=Evidence.rejected(error.reason, source="provider"),
+                        actor="provider",
+                    ),
+                )
+                crash_point(CrashPoint.AFTER_RECEIPT)
+                return new
+            case Outcome.TRANSIENT:
+                assert isinstance(error, TransientProviderError)
+                delay = backoff(call.spec.contract, p.transient_retries, error.retry_after)
+                if delay is None:
+                    if (yield from self._earlier_attempt_ambiguous(op)):
+                        # Releasing to prepared would claim "nothing applied" and let a
+                        # later run send without a key-window check: stay unknown.
+                        return (
+                            yield from self._back_to_unknown(
+                                p, op, token, f"transient refusals of a resend: {error.reason}"
+                            )
+                        )
+                    return (
+                        yield from self._guarded(
+                            p,
+                            op,
+                            Release(
+                                op.key,
+                                token=token,
+                                reason=f"transient refusal: {error.reason}",
+                            ),
+                        )
+                    )
+                p.transient_retries += 1
+                yield Sleep(delay)
+                # Provably not applied: resend under the lease we still hold.
+                p.claimed = True
+                return op
+            case _:
+                reason = f"ambiguous failure: {type(error).__name__}: {error}"
+                return (
+                    yield from self._guarded(
+                        p,
+                        op,
+                        MarkUnknown(
+                            op.key,
+                            token=token,
+                            reason=reason[:2000],
+                            actor=owner.encode(),
+                        ),
+                    )
+                )
+
+    def _late_receipt(
+        self, p: _Pass, op: Operation, owner: LeaseOwner, value: Any
+    ) -> Generator[Action, Any, Operation]:
+        """Keep a receipt the fence refused: record it, then let it settle what it may.
+
+        The provider acted, but the operation was taken over while this call was
+        in flight (a frozen process, a lapsed lease), so the confirm is not ours
+        to write. The receipt is recorded at once, as an ``evidence`` event with
+        the provider's answer; then DESIGN's rules settle the operation::
+
+            unknown       conclusive evidence: reconciled to confirmed (this loop)
+            prepared      a person ordered a retry not sent yet: the receipt makes it
+                          moot; claim and confirm with the receipt, never send again
+            dispatching   another owner resends under the key: wait for it; an
+                          unknown outcome is then settled by this receipt
+            confirmed     nothing more to do
+            rejected      terminal, never moved: a conflict for a person to review,
+                          and the answer says the provider applied it (conflicted)
+        """
+        receipt = Evidence.confirmed(_LATE_RECEIPT, result=value, source="receipt")
+        fresh = yield from ledger(RecordEvidence(op.key, receipt))
+        if fresh.status is S.REJECTED:
+            return conflicted(fresh, receipt)
+        if fresh.status is S.PREPARED:
+            fresh = yield from self._claim(p, fresh, owner)
+            if fresh.status is S.DISPATCHING and fresh.lease_owner == owner.encode():
+                return (
+                    yield from self._guarded(
+                        p,
+                        fresh,
+                        Confirm(
+                            fresh.key,
+                            token=fresh.fencing_token,
+                            result=value,
+                        ),
+                    )
+                )
+        p.late_receipt = receipt
+        p.reconciled = False
+        return fresh
+
+    def _receipt_conflict(self, op: Operation) -> Generator[Action, Any, Operation]:
+        """A rejected record, marked when a late receipt says the provider applied it."""
+        if op.attempts == 0:
+            return op  # never dispatched: no receipt can exist
+        events = yield from ledger(Events(op.key))
+        receipt = receipt_conflict(op, events)
+        return op if receipt is None else conflicted(op, receipt)
+
+    def _earlier_attempt_ambiguous(self, op: Operation) -> Generator[Action, Any, bool]:
+        """``core.plan.earlier_attempt_ambiguous``, reading the events only when it can matter."""
+        if op.attempts <= 1:
+            return False
+        events = yield from ledger(Events(op.key))
+        return earlier_attempt_ambiguous(op, events)
+
+    def _resend_refused(self, op: Operation) -> Generator[Action, Any, bool]:
+        """True when ``op`` became unknown because the provider definitively refused a resend.
+
+        Read from the event log, so it holds across passes (a review's resume re-runs
+        the node from its first line); one read, only on the rare safe-retry path.
+        """
+        events = yield from ledger(Events(op.key))
+        last = next((e for e in reversed(events) if e.to_status is S.UNKNOWN), None)
+        return (
+            last is not None
+            and last.evidence is not None
+            and last.evidence.source == _RESEND_REFUSED
+        )
+
+    def _back_to_unknown(
+        self, p: _Pass, op: Operation, token: int, summary: str, *, source: str = "provider"
+    ) -> Generator[Action, Any, Operation]:
+        """Record a resend's refusal as inconclusive evidence; the operation is unknown again."""
+        evidence = Evidence.inconclusive(summary, source=source)
+        p.evidence.append(evidence)
+        return (
+            yield from self._guarded(
+                p,
+                op,
+                MarkUnknown(
+                    op.key,
+                    token=token,
+                    reason=f"{summary}; an earlier attempt may have applied"[:2000],
+                    evidence=evidence,
+                    actor="provider",
+                ),
+            )
+        )
+
+    def _wait(self, p: _Pass, op: Operation) -> Generator[Action, Any, Operation]:
+        """Wait for a live owner's outcome, up to the lease expiry seen now.
+
+        A live owner is not an unknown: no dispatch, no review. If its lease is
+        still being renewed when the wait ends, the work is in flight:
+        ``LeaseHeld`` tells the caller to come back later.
+        """
+        deadline = op.lease_expires_at
+        assert deadline is not None
+        give_up = time.monotonic() + self.lease_for.total_seconds()
+        delay = 0.005
+        while True:
+            yield Sleep(delay)
+            delay = min(delay * 2, 0.25)
+            cur = yield from ledger(Get(op.key))
+            assert cur is not None
+            if cur.status is not S.DISPATCHING or cur.fencing_token != op.fencing_token:
+                return cur
+            now = self.clock()
+            if not cur.lease_alive(now) or holder_provably_dead(cur):
+                return cur
+            if now >= deadline or time.monotonic() >= give_up:
+                raise LeaseHeld(
+                    cur.operation_id, owner=cur.lease_owner, expires_at=cur.lease_expires_at
+                )
+
+    def _reconcile(self, p: _Pass, op: Operation) -> Generator[Action, Any, Operation]:
+        p.reconciled = True
+        evidence = p.late_receipt
+        p.late_receipt = None
+        if evidence is None:
+            reconcile = p.call.spec.reconcile
+            assert reconcile is not None
+            try:
+                evidence = reconciled_evidence((yield Hook(reconcile, op)))
+            except Exception as exc:
+                evidence = Evidence.inconclusive(f"reconciler failed: {type(exc).__name__}: {exc}")
+        crash_point(CrashPoint.DURING_RECONCILE)
+        p.evidence.append(evidence)
+        if evidence.kind is EvidenceKind.INCONCLUSIVE:
+            return (yield from self._guarded(p, op, RecordEvidence(op.key, evidence)))
+        decision = Decision.CONFIRM if evidence.kind is EvidenceKind.CONFIRMED else Decision.REJECT
+        resolution = Resolution(
+            decision=decision,
+            by=evidence.source or "reconciler",
+            reason=evidence.summary,
+            result=evidence.result,
+            provider_result_id=evidence.provider_result_id,
+            evidence=evidence,
+        )
+        return (yield from self._guarded(p, op, Resolve(op.key, resolution)))
+
+    def _ask(self, p: _Pass, op: Operation, *, kind: str) -> Generator[Action, Any, Operation]:
+        """Interrupt for a person and apply the answer to the operation it names.
+
+        Each request is one round (``request_id``: the operation and its record
+        version). Values LangGraph hands back from earlier rounds of this task
+        are recognised through the ledger's log and consumed, never re-applied.
+        """
+        call = p.call
+        if kind == "approval":
+            request = approval_request(op, tool_name=call.tool_name, args=call.args)
+        else:
+            request = review_request(
+                op,
+                tool_name=call.tool_name,
+                evidence=p.evidence,
+                contract=call.spec.contract,
+                now=self.clock(),
+                allow_retry=not p.retry_forbidden,
+            )
+        request["request_id"] = f"{op.operation_id}@{op.record_version}"
+        mine = yield from self._answers(p, op.operation_id)
+        schema = answer_schema(
+            call,
+            op,
+            kind="approval" if kind == "approval" else "review",
+            retry_forbidden=p.retry_forbidden,
+            stale=lambda value: mine.next_is(answer_mark(call, value)),
+            request_id=request["request_id"],
+        )
+        while True:
+            value = yield Ask(request, schema)
+            crash_point(CrashPoint.DURING_REVIEW_RESUME)
+            answer = parse_answer(value, tool_name=call.tool_name)
+            named = answer.operation_id or op.operation_id
+            mark = answer_mark(call, value)
+            answers = yield from self._answers(p, named)
+            if answers.next_is(mark):
+                answers.consumed += 1  # an earlier round's answer, applied already
+                continue
+            if outdated(value, request):
+                # It answers an earlier request (shown by LangGraph after a crash, or sent
+                # late): it decides nothing now; the current request is asked.
+                continue
+            if mark is not None:
+                answers.logged.insert(answers.consumed, mark)
+                answers.consumed += 1
+            if named != op.operation_id:
+                # Answers are matched by position within a task, and position is not
+                # identity: apply it to the operation it names, then ask again for ours.
+                yield from self._apply_elsewhere(p, named, answer, mark)
+                fresh = yield from ledger(Get(op.key))
+                assert fresh is not None
+                return fresh
+            return (yield from self._apply(p, op, answer, mark))
+
+    def _drain(self, p: _Pass, op: Operation) -> Generator[Action, Any, None]:
+        """Before a dispatch that follows a person's answer in an earlier run of this task,
+        take back the values LangGraph hands out for that answer: a tool that calls
+        ``interrupt()`` itself must meet its own answers, not ours.
+
+        Read only on that rare path (approved or retried, nothing asked in this pass).
+        """
+        human = op.authorization_ref is not None or op.attempts > 0
+        if p.call.task_id is None or op.operation_id in p.answers or not human:
+            return
+        mine = yield from self._answers(p, op.operation_id)
+        request = approval_request(op, tool_name=p.call.tool_name, args=p.call.args)
+        request["request_id"] = f"{op.operation_id}@{op.record_version}"
+        passthrough = Annotated[Any, AfterValidator(lambda value: value)]
+        while mine.consumed < len(mine.logged):
+            value = yield Ask(request, passthrough)
+            matched = mine.next_is(answer_mark(p.call, value))
+            mine.consumed += 1
+            if not matched:
+                # Not the value we logged (one lost with a crash): nothing to apply, and
+                # the rest of the task's values belong to whoever asked for them.
+                break
+
+    def _answers(self, p: _Pass, operation_id: str) -> Generator[Action, Any, Answers]:
+        """The answers applied to ``operation_id`` in this task, read once per pass."""
+        known = p.answers.get(operation_id)
+        if known is not None:
+            return known
+        task = p.call.task_id
+        logged: list[str] = []
+        if task is not None:
+            events = yield from ledger(
+                Events(OperationKey(tenant_id=p.call.tenant_id, operation_id=operation_id))
+            )
+            for event in events:
+                mark = event.detail.get("answer") if isinstance(event.detail, dict) else None
+                if isinstance(mark, str) and mark.startswith(f"{task}:"):
+                    logged.append(mark)
+        p.answers[operation_id] = known = Answers(logged)
+        return known
+
+    def _apply(
+        self, p: _Pass, op: Operation, answer: Answer, mark: str | None
+    ) -> Generator[Action, Any, Operation]:
+        key = op.key
+        check_decision(op, answer, retry_forbidden=p.retry_forbidden)
+        if op.status is S.PREPARED:
+            if answer.edited_args is not None:
+                return (yield from self._edit(p, op, answer, mark))
+            action: LedgerAction[Operation]
+            if answer.decision is Decision.APPROVE:
+                action = Approve(
+                    key,
+                    payload_digest=op.payload_digest,
+                    by=answer.by,
+                    reason=answer.reason,
+                    answer=mark,
+                )
+            else:
+                reason = f"approval refused by {answer.by}" + (
+                    f": {answer.reason}" if answer.reason else ""
+                )
+                action = Reject(
+                    key,
+                    token=None,
+                    reason=reason,
+                    evidence=Evidence.rejected(reason, source="operator"),
+                    actor=answer.by,
+                    answer=mark,
+                )
+            return (yield from self._guarded(p, op, action))
+        if answer.decision is Decision.RETRY and p.call.spec.authorize is not None:
+            # Asked before the operation leaves unknown: a refused resend proves nothing
+            # about the earlier attempt, so the operation stays unknown for a person
+            # (no retry offered), never "rejected".
+            refusal = yield from self._refusal(p, op)
+            if refusal is not None:
+                p.retry_forbidden = True
+                evidence = Evidence.inconclusive(
+                    f"the retry ordered by {answer.by} was refused: {refusal}", source="authorize"
+                )
+                p.evidence.append(evidence)
+                return (yield from self._guarded(p, op, RecordEvidence(key, evidence, answer=mark)))
+        resolution = Resolution(
+            decision=answer.decision,
+            by=answer.by,
+            reason=answer.reason,
+            result=answer.result,
+            answer=mark,
+        )
+        new = yield from self._guarded(p, op, Resolve(key, resolution))
+        if answer.decision is Decision.RETRY:
+            p.retried = False
+        return new
+
+    def _edit(
+        self, p: _Pass, op: Operation, answer: Answer, mark: str | None
+    ) -> Generator[Action, Any, Operation]:
+        """A reviewer's edit is a new call: a new operation, approved by that reviewer."""
+        assert answer.edited_args is not None
+        new_call = p.call.with_args(answer.edited_args)
+        prepared = yield from ledger(Prepare(new_call.draft(), lease_for=self.lease_for))
+        new_op = prepared.operation
+        if new_op.status is S.PREPARED and new_op.authorization_ref is None:
+            new_op = yield from self._guarded(
+                p,
+                new_op,
+                Approve(
+                    new_op.key,
+                    payload_digest=new_op.payload_digest,
+                    by=answer.by,
+                    reason="edited by the reviewer",
+                ),
+            )
+        yield from self._guarded(
+            p,
+            op,
+            Reject(
+                op.key,
+                token=None,
+                reason=f"{_REPLACED}{new_op.operation_id} (edited by {answer.by})",
+                evidence=Evidence.rejected("edited by the reviewer", source="operator"),
+                actor=answer.by,
+                answer=mark,
+            ),
+        )
+        p.call = new_call
+        return new_op
+
+    def _follow_edit(self, p: _Pass, op: Operation) -> Generator[Action, Any, Operation | None]:
+        assert op.error is not None
+        new_id = op.error[len(_REPLACED) :].split(" ", 1)[0]
+        new_op = yield from ledger(Get(OperationKey(tenant_id=op.tenant_id, operation_id=new_id)))
+        if new_op is None or not new_op.payload_stored or not isinstance(new_op.payload, dict):
+            return None
+        p.call = p.call.with_args(new_op.payload)
+        return new_op
+
+    def _apply_elsewhere(
+        self, p: _Pass, named: str, answer: Answer, mark: str | None
+    ) -> Generator[Action, Any, None]:
+        other = yield from ledger(Get(OperationKey(tenant_id=p.call.tenant_id, operation_id=named)))
+        if other is None and named in p.call.siblings:
+            # A sibling call of this task that has not written its record yet.
+            prepared = yield from ledger(Prepare(p.call.siblings[named], lease_for=self.lease_for))
+            other = prepared.operation
+        if other is None or other.workflow_id != p.call.workflow_id:
+            raise InvalidAnswer(
+                f"the answer names operation {named!r}, which this thread does not own",
+                operation_id=named,
+            )
+        awaiting = (other.status is S.PREPARED and other.authorization_ref is None) or (
+            other.status is S.UNKNOWN
+        )
+        if not awaiting:
+            return None  # already decided (by its own call or out of band)
+        if answer.edited_args is not None:
+            raise InvalidAnswer(
+                f"an edit for operation {named!r} reached another call; answer each "
+                "interrupt by its id",
+                operation_id=named,
+            )
+        check_decision(other, answer, retry_forbidden=False)
+        yield from self._apply(_Pass(call=p.call), other, answer, mark)
+        return None
+
+    # -- drivers ---------------------------------------------------------------

@@ -1,0 +1,379 @@
+"""The decision engine driven directly: no graph, our in-memory ledger, a fake provider.
+
+Each test hands ``EffectRunner`` one ``EffectCall`` and an ``execute`` that calls
+the effect tool (as ToolNode would), then counts what the provider applied. One
+test goes through a graph: the async driver's promise (a sync ledger never
+blocks the event loop) is stated for ``ainvoke``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from _graphs import build_graph, tool_messages
+from _graphs import call as call_of
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.memory import InMemorySaver
+
+from langgraph_effects import InMemoryLedger, effect
+from langgraph_effects.core.model import (
+    Evidence,
+    LeaseOwner,
+    Operation,
+    OperationKey,
+    OperationStatus,
+    ProviderContract,
+)
+from langgraph_effects.decide import EffectCall, EffectRunner, ParkedReceipt
+from langgraph_effects.decide.actions import Confirm, Get, LedgerAction
+from langgraph_effects.effects import EffectContext, EffectTool
+from langgraph_effects.errors import LedgerUnavailable
+from langgraph_effects.testing.providers import FakeClock, FakeCRM, Fault
+
+S = OperationStatus
+LEASE = timedelta(seconds=30)
+ELSEWHERE = LeaseOwner(host="another-host", pid=4242, started_at=1.0, nonce="crashed")
+"""A worker on another host: never provably dead from here, its lease must expire."""
+
+
+class Env:
+    """One ledger, one fake CRM and one clock, shared as a deployment shares them."""
+
+    def __init__(self, **runner: Any) -> None:
+        self.clock = FakeClock()
+        self.ledger = InMemoryLedger(clock=self.clock.now)
+        self.ledger.setup()
+        self.crm = FakeCRM(clock=self.clock)
+        self.dispatches = 0
+        self.runner = EffectRunner(self.ledger, lease_for=LEASE, clock=self.clock.now, **runner)
+
+    def tool(self, **options: Any) -> EffectTool:
+        crm = self.crm
+
+        @effect("crm.close_case", target=lambda a: a["case_id"], **options)
+        def close_case(case_id: str, resolution: str, ctx: EffectContext) -> dict[str, Any]:
+            """Close a support case."""
+            return crm.close_case(case_id, resolution, idempotency_key=ctx.idempotency_key)
+
+        return close_case
+
+    def call(self, tool: EffectTool, case_id: str = "C-1") -> EffectCall:
+        return EffectCall.build(
+            tool.effect_spec,
+            tool_name=tool.name,
+            tool_call_id="call-1",
+            args={"case_id": case_id, "resolution": "refund"},
+            tenant_id="acme",
+            workflow_id="thread-1",
+        )
+
+    def execute(self, tool: EffectTool) -> Callable[[dict[str, Any]], Any]:
+        def run(args: dict[str, Any]) -> Any:
+            self.dispatches += 1
+            return tool.invoke(args)
+
+        return run
+
+    def crashed_after_provider(self, call: EffectCall) -> None:
+        """Another worker prepared and claimed ``call``, the provider applied it, and the
+        worker died before its receipt; then its lease ran out."""
+        self.ledger.prepare(call.draft(), owner=ELSEWHERE, lease_for=LEASE)
+        self.crm.close_case("C-1", "refund", idempotency_key=call.idempotency_key)
+        self.clock.advance(LEASE + timedelta(seconds=1))
+
+    def status(self, call: EffectCall) -> OperationStatus:
+        op = self.ledger.get(call.tenant_id, call.operation_id)
+        assert op is not None
+        return op.status
+
+
+def closed_by_key(crm: FakeCRM) -> Callable[[Operation], Evidence]:
+    """A reconciler: the CRM's status lookup says whether our key closed the case."""
+
+    def reconcile(op: Operation) -> Evidence:
+        case = crm.get_case(op.target or "")
+        if case["closed_by"] == op.idempotency_key:
+            return Evidence.confirmed("closed under our key", result=case)
+        return Evidence.inconclusive("not closed under our key")
+
+    return reconcile
+
+
+def test_a_first_run_dispatches_once_and_confirms() -> None:
+    """A new call is written ahead, dispatched once and confirmed with the provider's answer."""
+    env = Env()
+    tool = env.tool()
+    call = env.call(tool)
+    op = env.runner.run(call, env.execute(tool))
+    assert op.status is S.CONFIRMED
+    assert op.key == OperationKey(tenant_id="acme", operation_id=call.operation_id) == call.key
+    assert op.result["status"] == "closed"
+    assert (env.dispatches, env.crm.effects) == (1, 1)
+
+
+def test_a_confirmed_operation_replays_without_a_dispatch() -> None:
+    """Running the same call again returns the recorded result; the provider hears nothing."""
+    env = Env()
+    tool = env.tool()
+    first = env.runner.run(env.call(tool), env.execute(tool))
+    again = env.runner.run(env.call(tool), env.execute(tool))
+    assert again.status is S.CONFIRMED
+    assert again.result == first.result
+    assert (env.dispatches, env.crm.effects) == (1, 1)
+
+
+def test_a_crash_window_takeover_goes_unknown_then_reconciles() -> None:
+    """A dead worker's expired lease is taken over (unknown) and the reconciler confirms it."""
+    env = Env()
+    tool = env.tool(reconcile=closed_by_key(env.crm))
+    call = env.call(tool)
+    env.crashed_after_provider(call)
+    op = env.runner.run(call, env.execute(tool))
+    assert op.status is S.CONFIRMED
+    kinds = [e.to_status for e in env.ledger.events(call.tenant_id, call.operation_id)]
+    assert S.UNKNOWN in kinds
+    assert (env.dispatches, env.crm.effects) == (0, 1)
+
+
+def test_an_unknown_is_retried_under_the_idempotency_contract() -> None:
+    """Without a reconciler, an open key window makes a resend safe: the provider dedups it."""
+    env = Env()
+    tool = env.tool(contract=ProviderContract(idempotency_window=timedelta(hours=24)))
+    call = env.call(tool)
+    env.crashed_after_provider(call)
+    op = env.runner.run(call, env.execute(tool))
+    assert op.status is S.CONFIRMED
+    assert op.attempts == 2
+    # The resend reached the provider under the same key and applied nothing new.
+    assert (env.dispatches, env.crm.effects) == (1, 1)
+
+
+def test_an_unresolved_unknown_asks_a_person_and_applies_the_answer() -> None:
+    """With no reconciler and no key contract, the loop asks; the face puts the question."""
+    asked: list[dict[str, Any]] = []
+
+    def ask(request: dict[str, Any], schema: Any) -> Any:
+        asked.append(request)
+        return {"decision": "confirm", "by": "al", "reason": "the CRM shows it closed"}
+
+    env = Env(ask=ask)
+    tool = env.tool()
+    call = env.call(tool)
+    env.crashed_after_provider(call)
+    op = env.runner.run(call, env.execute(tool))
+    assert [r["operation_id"] for r in asked] == [call.operation_id]
+    assert op.status is S.CONFIRMED
+    assert (env.dispatches, env.crm.effects) == (0, 1)
+
+
+def test_a_face_may_return_an_unknown_instead_of_asking() -> None:
+    """``interrupt_on_unknown=False``: the unknown record comes back, nothing is resent."""
+    env = Env(interrupt_on_unknown=False)
+    tool = env.tool()
+    call = env.call(tool)
+    env.crashed_after_provider(call)
+    op = env.runner.run(call, env.execute(tool))
+    assert op.status is S.UNKNOWN
+    assert (env.dispatches, env.crm.effects) == (0, 1)
+
+
+def test_a_stale_fencing_token_keeps_the_receipt_and_settles_with_it() -> None:
+    """Taken over mid-dispatch: the fenced confirm is refused, the receipt is kept as
+    evidence, and the operation is confirmed from it without a resend."""
+    env = Env()
+    tool = env.tool()
+    call = env.call(tool)
+    inner = env.execute(tool)
+
+    def taken_over_while_running(args: dict[str, Any]) -> Any:
+        result = inner(args)
+        op = env.ledger.get(call.tenant_id, call.operation_id)
+        assert op is not None
+        env.clock.advance(LEASE + timedelta(seconds=1))
+        env.ledger.mark_unknown(
+            op.tenant_id, op.operation_id, token=op.fencing_token, reason="lease expired"
+        )
+        return result
+
+    op = env.runner.run(call, taken_over_while_running)
+    assert op.status is S.CONFIRMED
+    events = env.ledger.events(call.tenant_id, call.operation_id)
+    assert any(e.evidence is not None and e.evidence.source == "receipt" for e in events)
+    assert (env.dispatches, env.crm.effects) == (1, 1)
+
+
+def test_a_ledger_error_thrown_into_the_loop_leaves_the_record_for_recovery() -> None:
+    """A receipt the ledger failed to record (thrown back into the loop) surfaces; the
+    record stays dispatching, and a later run reconciles it without a resend."""
+    env = Env()
+    tool = env.tool(reconcile=closed_by_key(env.crm))
+    call = env.call(tool)
+    parked = env.runner.run_until_receipt(call, env.execute(tool))
+    assert isinstance(parked, ParkedReceipt)
+    assert isinstance(parked.action, Confirm)
+    assert parked.confirmation.operation_id == call.operation_id
+    with pytest.raises(LedgerUnavailable):
+        env.runner.finish(parked, LedgerUnavailable("the database went away"))
+    assert env.status(call) is S.DISPATCHING
+    env.clock.advance(LEASE + timedelta(seconds=1))
+    op = env.runner.run(call, env.execute(tool))
+    assert op.status is S.CONFIRMED
+    assert (env.dispatches, env.crm.effects) == (1, 1)
+
+
+def test_a_refused_confirm_thrown_into_the_loop_is_a_late_receipt() -> None:
+    """``finish`` with a ``confirm_many`` refusal: the loop keeps the receipt as evidence."""
+    env = Env(interrupt_on_unknown=False)
+    tool = env.tool()
+    call = env.call(tool)
+    parked = env.runner.run_until_receipt(call, env.execute(tool))
+    assert isinstance(parked, ParkedReceipt)
+    # A takeover lands before the batch's confirm_many: that receipt is refused.
+    env.clock.advance(LEASE + timedelta(seconds=1))
+    op = env.ledger.get(call.tenant_id, call.operation_id)
+    assert op is not None
+    env.ledger.mark_unknown(op.tenant_id, op.operation_id, token=op.fencing_token, reason="gone")
+    [outcome] = env.ledger.confirm_many([parked.confirmation])
+    assert not isinstance(outcome, Operation)
+    done = env.runner.finish(parked, outcome)
+    assert done.status is S.CONFIRMED
+    assert (env.dispatches, env.crm.effects) == (1, 1)
+
+
+def test_a_transient_refusal_is_resent_under_the_same_lease() -> None:
+    """A refusal before acting is provably not applied: resent once, applied once."""
+    env = Env()
+    tool = env.tool()
+    env.crm.faults.push(Fault.TRANSIENT, retry_after=0.0)
+    op = env.runner.run(env.call(tool), env.execute(tool))
+    assert op.status is S.CONFIRMED
+    assert (env.dispatches, env.crm.effects) == (2, 1)
+
+
+def test_ledger_actions_are_typed_calls_on_the_protocol() -> None:
+    """A ledger action calls its verb on a sync ledger; the engine passes one key."""
+    env = Env()
+    tool = env.tool()
+    call = env.call(tool)
+    env.runner.run(call, env.execute(tool))
+    action: LedgerAction[Operation | None] = Get(call.key)
+    found = env.runner.perform(action)
+    assert found is not None
+    assert found.key == call.key
+
+
+# -- the async driver never blocks the event loop --------------------------------------------
+
+
+class ThreadSpy:
+    """Notes the thread of each call of a sync clock or hook."""
+
+    def __init__(self) -> None:
+        self.threads: set[int] = set()
+
+    def clocked(self, clock: FakeClock) -> Callable[[], Any]:
+        def now() -> Any:
+            self.threads.add(threading.get_ident())
+            return clock.now()
+
+        return now
+
+
+def test_arun_runs_a_sync_ledger_and_a_sync_reconciler_off_the_event_loop() -> None:
+    """Under ``arun``, every call of a sync ledger and of a sync reconciler runs in a worker
+    thread: the event loop's thread never blocks on their I/O."""
+    ledger_spy, hook_spy = ThreadSpy(), ThreadSpy()
+    env = Env()
+    env.ledger = InMemoryLedger(clock=ledger_spy.clocked(env.clock))  # the ledger reads its clock
+    env.ledger.setup()
+    env.runner = EffectRunner(env.ledger, lease_for=LEASE, clock=env.clock.now)
+    reconcile = closed_by_key(env.crm)
+
+    def spied_reconcile(op: Operation) -> Evidence:
+        hook_spy.threads.add(threading.get_ident())
+        return reconcile(op)
+
+    tool = env.tool(reconcile=spied_reconcile)
+    call = env.call(tool)
+    env.crashed_after_provider(call)
+
+    async def main() -> tuple[Operation, int]:
+        async def aexecute(args: dict[str, Any]) -> Any:
+            return await tool.ainvoke(args)
+
+        ledger_spy.threads.clear()
+        op = await env.runner.arun(call, aexecute)
+        return op, threading.get_ident()
+
+    op, loop_thread = asyncio.run(main())
+    assert op.status is S.CONFIRMED
+    assert ledger_spy.threads
+    assert loop_thread not in ledger_spy.threads
+    assert hook_spy.threads
+    assert loop_thread not in hook_spy.threads
+    assert env.crm.effects == 1
+
+
+def test_ainvoke_runs_a_sync_ledger_and_reconciler_off_the_event_loop() -> None:
+    """The same through a graph: ``EffectToolNode.ainvoke`` with a sync ledger never runs
+    the ledger or the reconciler on the event loop's thread."""
+    ledger_spy, hook_spy = ThreadSpy(), ThreadSpy()
+    clock = FakeClock()
+    ledger = InMemoryLedger(clock=ledger_spy.clocked(clock))
+    ledger.setup()
+    crm = FakeCRM(clock=clock)
+    reconcile = closed_by_key(crm)
+
+    def spied_reconcile(op: Operation) -> Evidence:
+        hook_spy.threads.add(threading.get_ident())
+        return reconcile(op)
+
+    @effect("crm.close_case", target=lambda a: a["case_id"], reconcile=spied_reconcile)
+    def close_case(case_id: str, resolution: str, ctx: EffectContext) -> dict[str, Any]:
+        """Close a support case."""
+        return crm.close_case(case_id, resolution, idempotency_key=ctx.idempotency_key)
+
+    tool_call = call_of("close_case", "call-1", case_id="C-1", resolution="refund")
+    graph = build_graph(
+        [close_case],
+        [tool_call],
+        ledger=ledger,
+        checkpointer=InMemorySaver(),
+        node_kwargs={"lease_for": LEASE, "clock": clock.now},
+    )
+    config: RunnableConfig = {"configurable": {"thread_id": "thread-1"}}
+    # A worker died after the provider applied the call: the node takes over and reconciles.
+    call = EffectCall.build(
+        close_case.effect_spec,
+        tool_name="close_case",
+        tool_call_id="call-1",
+        args=tool_call["args"],
+        tenant_id="default",
+        workflow_id="thread-1",
+        occurrence=0,  # the first call of its kind in the thread
+    )
+    ledger.prepare(call.draft(), owner=ELSEWHERE, lease_for=LEASE)
+    crm.close_case("C-1", "refund", idempotency_key=call.idempotency_key)
+    clock.advance(LEASE + timedelta(seconds=1))
+
+    async def main() -> tuple[Any, int]:
+        ledger_spy.threads.clear()
+        out = await graph.ainvoke({"messages": [("user", "close it")]}, config, durability="sync")
+        return out, threading.get_ident()
+
+    out, loop_thread = asyncio.run(main())
+    [message] = tool_messages(out)
+    assert message.status == "success"
+    op = ledger.get("default", call.operation_id)
+    assert op is not None
+    assert op.status is S.CONFIRMED
+    assert ledger_spy.threads
+    assert loop_thread not in ledger_spy.threads
+    assert hook_spy.threads
+    assert loop_thread not in hook_spy.threads
+    assert crm.effects == 1
