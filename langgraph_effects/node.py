@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, cast
 
 from langchain_core.messages import AIMessage, AnyMessage, ToolCall, ToolMessage
 from langchain_core.runnables import RunnableConfig
@@ -251,10 +251,10 @@ _TASK: contextvars.ContextVar[_Task | None] = contextvars.ContextVar(
 )
 
 
-def _thread_width(config: RunnableConfig | None) -> int:
-    """The threads of ToolNode's executor: ``max_concurrency``, else the stdlib default."""
-    given = (config or {}).get("max_concurrency")
-    return given if isinstance(given, int) and given > 0 else min(32, (os.cpu_count() or 1) + 4)
+_DEFAULT_WIDTH = min(32, (os.cpu_count() or 1) + 4)
+"""Threads of ToolNode's executor without ``max_concurrency`` (the stdlib's default)."""
+_WIDEST = 64
+"""The most threads a task is given for its batch (see ``EffectToolNode._task_of``)."""
 
 
 async def _awaited(value: Any) -> Any:
@@ -373,7 +373,8 @@ class EffectToolNode(ToolNode):
 
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         """``ToolNode.invoke``, with this task's calls known to their hooks (see ``_Task``)."""
-        token = _TASK.set(self._task_of(input, config, asynchronous=False))
+        task, config = self._task_of(input, config, asynchronous=False)
+        token = _TASK.set(task)
         try:
             return super().invoke(input, config, **kwargs)
         except _Unhandled as carried:
@@ -384,7 +385,8 @@ class EffectToolNode(ToolNode):
 
     async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         """The async twin of ``invoke``."""
-        token = _TASK.set(self._task_of(input, config, asynchronous=True))
+        task, config = self._task_of(input, config, asynchronous=True)
+        token = _TASK.set(task)
         try:
             return await super().ainvoke(input, config, **kwargs)
         except _Unhandled as carried:
@@ -395,11 +397,38 @@ class EffectToolNode(ToolNode):
 
     def _task_of(
         self, input: Any, config: RunnableConfig | None, *, asynchronous: bool
-    ) -> _Task | None:
+    ) -> tuple[_Task | None, RunnableConfig | None]:
+        """The task's calls, and the config to run them with.
+
+        A parked receipt holds its thread until the batch commits, so a batch
+        larger than ToolNode's default thread pool would commit in several parts:
+        when ``max_concurrency`` is not set, the task gets a thread per call
+        (``_WIDEST`` at most). A ``max_concurrency`` the caller set is kept.
+        """
         if not self._effects:
-            return None
-        width = None if asynchronous else _thread_width(config)
-        return _Task(self, _tool_calls_of(input, self.messages_key), asynchronous, width)
+            return None, config
+        tool_calls = _tool_calls_of(input, self.messages_key)
+        if asynchronous:
+            return _Task(self, tool_calls, True, None), config
+        given = (config or {}).get("max_concurrency")
+        width = given if isinstance(given, int) and given > 0 else _DEFAULT_WIDTH
+        if given is None and width < len(tool_calls) and self._batchable(tool_calls) > width:
+            width = min(len(tool_calls), _WIDEST)
+            config = cast(RunnableConfig, {**(config or {}), "max_concurrency": width})
+        return _Task(self, tool_calls, False, width), config
+
+    def _batchable(self, tool_calls: list[ToolCall]) -> int:
+        """How many of ``tool_calls`` may join a batch (effects asking nobody first)."""
+        specs = [
+            effect_spec(self.tools_by_name[tc["name"]])
+            for tc in tool_calls
+            if tc["name"] in self.tools_by_name
+        ]
+        return sum(
+            1
+            for spec in specs
+            if spec is not None and not spec.require_approval and spec.authorize is None
+        )
 
     def _task(self) -> _Task | None:
         task = _TASK.get()
