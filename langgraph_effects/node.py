@@ -182,6 +182,8 @@ class _Task:
     handoff: dict[str, Prepared] = field(default_factory=dict)
     pending: set[str] = field(default_factory=set)
     """Tool-call ids of the batch's calls that have neither parked nor left yet."""
+    gone: set[str] = field(default_factory=set)
+    """Tool-call ids of the calls that left (possibly before the batch was prepared)."""
     parked: list[_Parked] = field(default_factory=list)
     closed: bool = False
     """A sibling failed: calls still running confirm alone."""
@@ -194,7 +196,8 @@ class _Task:
             self.calls = {c.tool_call_id: dataclasses.replace(c, siblings=drafts) for c in calls}
             self.handoff = {p.operation.operation_id: p for p in prepared}
             by_op = {c.operation_id: c.tool_call_id for c in calls}
-            self.pending = {by_op[p.operation.operation_id] for p in prepared if p.created}
+            created = {by_op[p.operation.operation_id] for p in prepared if p.created}
+            self.pending = created - self.gone
             self.thread = thread  # last: a call seeing it finds the rest in place
 
     def take(self, call: EffectCall) -> Prepared | None:
@@ -217,6 +220,7 @@ class _Task:
     def leave(self, tool_call_id: str, *, failed: bool) -> list[_Parked]:
         """A call is done (answered or failed): the batch to commit if it was the last."""
         with self.lock:
+            self.gone.add(tool_call_id)
             self.pending.discard(tool_call_id)
             if failed:
                 self.closed = True  # a failing task may never start the calls still queued
