@@ -33,6 +33,7 @@ from langchain_core.tools import BaseTool
 from langgraph.errors import GraphBubbleUp
 from langgraph.prebuilt import ToolNode
 from langgraph.prebuilt.tool_node import AsyncToolCallWrapper, ToolCallRequest, ToolCallWrapper
+from langgraph.runtime import get_runtime
 from langgraph.types import Command, Send
 from typing_extensions import TypedDict
 
@@ -106,8 +107,9 @@ def route_tool_calls(
     return sends or "__end__"
 
 
-def _tool_calls_of(input: Any, messages_key: str) -> list[ToolCall]:
-    """The tool calls ToolNode runs for ``input``, by its documented input forms.
+def _tool_calls_of(input: Any, messages_key: str) -> tuple[list[ToolCall], bool]:
+    """The tool calls ToolNode runs for ``input``, by its documented input forms, and
+    whether ``input`` is the state the calls see.
 
     A list of tool calls (what ``Send("tools", [tool_call])`` delivers), one
     ``tool_call_with_context``, or a state (list, dict or object of messages):
@@ -115,12 +117,12 @@ def _tool_calls_of(input: Any, messages_key: str) -> list[ToolCall]:
     """
     last = input[-1] if isinstance(input, list) and input else None
     if isinstance(last, dict) and last.get("type") == "tool_call":
-        return list(input)
+        return list(input), False
     if isinstance(input, dict) and input.get("__type") == "tool_call_with_context":
-        return [input["tool_call"]]
+        return [input["tool_call"]], False
     messages = messages_of(input, messages_key)
     latest = next((m for m in reversed(messages) if isinstance(m, AIMessage)), None)
-    return list(latest.tool_calls) if latest is not None else []
+    return (list(latest.tool_calls) if latest is not None else []), True
 
 
 # --------------------------------------------------------------------------- one task's batch
@@ -169,6 +171,8 @@ class _Task:
     asynchronous: bool
     width: int | None
     """Threads ToolNode runs the calls on; None: no limit (``asyncio.gather``)."""
+    state_input: bool
+    """The node's input is the state its calls see: the batch is prepared before the fan-out."""
     lock: threading.Lock = field(default_factory=threading.Lock)
     """Guards the fields below; never held across I/O."""
     preparing: threading.Lock = field(default_factory=threading.Lock)
@@ -259,6 +263,14 @@ _DEFAULT_WIDTH = min(32, (os.cpu_count() or 1) + 4)
 """Threads of ToolNode's executor without ``max_concurrency`` (the stdlib's default)."""
 _WIDEST = 64
 """The most threads a task is given for its batch (see ``EffectToolNode._task_of``)."""
+
+
+def _runtime() -> Any:
+    """The task's LangGraph ``Runtime`` (None outside a graph)."""
+    try:
+        return get_runtime()
+    except (RuntimeError, KeyError):
+        return None
 
 
 async def _awaited(value: Any) -> Any:
@@ -380,6 +392,8 @@ class EffectToolNode(ToolNode):
         task, config = self._task_of(input, config, asynchronous=False)
         token = _TASK.set(task)
         try:
+            if task is not None and task.state_input:
+                self._prepare(task, input, task_id_of(_runtime()), config or {})
             return super().invoke(input, config, **kwargs)
         except _Unhandled as carried:
             error = carried.error
@@ -392,6 +406,8 @@ class EffectToolNode(ToolNode):
         task, config = self._task_of(input, config, asynchronous=True)
         token = _TASK.set(task)
         try:
+            if task is not None and task.state_input:
+                await self._aprepare(task, input, task_id_of(_runtime()), config or {})
             return await super().ainvoke(input, config, **kwargs)
         except _Unhandled as carried:
             error = carried.error
@@ -411,15 +427,17 @@ class EffectToolNode(ToolNode):
         """
         if not self._effects:
             return None, config
-        tool_calls = _tool_calls_of(input, self.messages_key)
+        tool_calls, state_input = _tool_calls_of(input, self.messages_key)
+        if not any(tc["name"] in self.tools_by_name for tc in tool_calls):
+            state_input = False  # nothing to prepare: ToolNode answers or refuses as is
         if asynchronous:
-            return _Task(self, tool_calls, True, None), config
+            return _Task(self, tool_calls, True, None, state_input), config
         given = (config or {}).get("max_concurrency")
         width = given if isinstance(given, int) and given > 0 else _DEFAULT_WIDTH
         if given is None and width < len(tool_calls) and self._batchable(tool_calls) > width:
             width = min(len(tool_calls), _WIDEST)
             config = cast(RunnableConfig, {**(config or {}), "max_concurrency": width})
-        return _Task(self, tool_calls, False, width), config
+        return _Task(self, tool_calls, False, width, state_input), config
 
     def _batchable(self, tool_calls: list[ToolCall]) -> int:
         """How many of ``tool_calls`` may join a batch (effects asking nobody first)."""
@@ -441,7 +459,7 @@ class EffectToolNode(ToolNode):
     # -- one prepare_many for the parallel effect calls of a task -------------------
 
     def _task_calls(
-        self, task: _Task, request: ToolCallRequest, thread: Thread
+        self, task: _Task, state: Any, task_id: str | None, thread: Thread
     ) -> list[EffectCall]:
         effect_tool_calls = [
             (self.tools_by_name[tc["name"]], tc)
@@ -459,9 +477,9 @@ class EffectToolNode(ToolNode):
                         tc,
                         tenant_id=tenant_id,
                         workflow_id=workflow_id,
-                        state=request.state,
+                        state=state,
                         messages_key=self.messages_key,
-                        task_id=task_id_of(request.runtime),
+                        task_id=task_id,
                         single=single,
                     )
                 )
@@ -480,15 +498,21 @@ class EffectToolNode(ToolNode):
         ids = [c.tool_call_id for c in batch]
         return batch if len(batch) > 1 and len(set(ids)) == len(ids) else []
 
-    def _prepare(self, task: _Task, request: ToolCallRequest, config: RunnableConfig) -> Thread:
-        """The task's thread, resolved once; its effect calls, prepared together."""
+    def _prepare(
+        self, task: _Task, state: Any, task_id: str | None, config: RunnableConfig
+    ) -> Thread:
+        """The task's thread, resolved once; its effect calls, prepared together.
+
+        Done before the fan-out when the node's input is the calls' state (see
+        ``invoke``), else by the first effect call to reach the hook.
+        """
         if task.thread is not None:
             return task.thread
         with task.preparing:
             if task.thread is None:
                 with _before_the_calls():
                     thread = self.runner.tenant_for(config, self.tenant_id)
-                calls = self._task_calls(task, request, thread)
+                calls = self._task_calls(task, state, task_id, thread)
                 batch = self._batch(calls) if not self.runner.is_async else []
                 prepared: list[Prepared] = []
                 if batch:
@@ -505,7 +529,7 @@ class EffectToolNode(ToolNode):
         return task.thread
 
     async def _aprepare(
-        self, task: _Task, request: ToolCallRequest, config: RunnableConfig
+        self, task: _Task, state: Any, task_id: str | None, config: RunnableConfig
     ) -> Thread:
         """The async twin of ``_prepare``."""
         if task.thread is not None:
@@ -514,7 +538,7 @@ class EffectToolNode(ToolNode):
             if task.thread is None:
                 with _before_the_calls():
                     thread = await self.runner.atenant_for(config, self.tenant_id)
-                calls = self._task_calls(task, request, thread)
+                calls = self._task_calls(task, state, task_id, thread)
                 batch = self._batch(calls)
                 prepared: list[Prepared] = []
                 if batch:
@@ -706,7 +730,7 @@ class EffectToolNode(ToolNode):
             if task is None:
                 thread = self.runner.tenant_for(config, self.tenant_id)
             else:
-                thread = self._prepare(task, request, config)
+                thread = self._prepare(task, request.state, task_id_of(request.runtime), config)
             call = self._call(request, thread, task)
             handoff = None if task is None else task.take(call)
             if task is None or handoff is None or not handoff.created or task.asynchronous:
@@ -739,7 +763,9 @@ class EffectToolNode(ToolNode):
             if task is None:
                 thread = await self.runner.atenant_for(config, self.tenant_id)
             else:
-                thread = await self._aprepare(task, request, config)
+                thread = await self._aprepare(
+                    task, request.state, task_id_of(request.runtime), config
+                )
             call = self._call(request, thread, task)
             handoff = None if task is None else task.take(call)
             if task is None or handoff is None or not handoff.created:
