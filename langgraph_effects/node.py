@@ -152,12 +152,31 @@ Thread = tuple[str, str]
 """``(workflow_id, tenant_id)`` (``EffectRunner.tenant_for``)."""
 
 
+class _Signal:
+    """A one-shot wake-up for a parked thread: a lock held until ``set`` (no Condition)."""
+
+    __slots__ = ("_lock",)
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._lock.acquire()
+
+    def set(self) -> None:
+        self._lock.release()
+
+    def wait(self, timeout: float = -1) -> bool:
+        if self._lock.acquire(timeout=timeout):
+            self._lock.release()
+            return True
+        return False
+
+
 @dataclass(eq=False, slots=True)
 class _Parked:
     """A call stopped at its receipt, waiting for the batch's ``confirm_many``."""
 
     receipt: ParkedReceipt
-    done: threading.Event | asyncio.Event
+    done: _Signal | asyncio.Event
     outcome: Any = None
     """Its outcome in the batch (an ``Operation`` or the error), None: confirm alone."""
 
@@ -559,14 +578,14 @@ class EffectToolNode(ToolNode):
     # -- one confirm_many for their receipts ------------------------------------
 
     def _record(self, task: _Task, receipt: ParkedReceipt, tool_call_id: str) -> Operation:
-        entry = _Parked(receipt, threading.Event())
+        entry = _Parked(receipt, _Signal())
         batch = task.park(entry, tool_call_id)
         if batch is None:
             return self.runner.finish(receipt, None)
         if batch:
             self._commit(batch)
         done = entry.done
-        assert isinstance(done, threading.Event)
+        assert isinstance(done, _Signal)
         if not done.wait(self._patience) and task.withdraw(entry):
             return self.runner.finish(receipt, None)
         done.wait()  # taken by a batch: its commit is under way
