@@ -55,6 +55,7 @@ if TYPE_CHECKING:
         crash_point,
         run_in_child,
     )
+    from langgraph_effects.testing.models import Script, ScriptedChatModel
     from langgraph_effects.testing.providers import (
         AppliedEffect,
         Clock,
@@ -167,6 +168,8 @@ __all__ = [
     "Scenario",
     "ScenarioReport",
     "Schedule",
+    "Script",
+    "ScriptedChatModel",
     "SyncFacade",
     "SystemClock",
     "arun_scenario",
