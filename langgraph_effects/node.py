@@ -1,11 +1,12 @@
 """``EffectToolNode``: a ``ToolNode`` whose effect tools go through the decision core.
 
-Built on ToolNode's public constructor and its ``wrap_tool_call`` /
-``awrap_tool_call`` hooks: a tool without effect metadata runs exactly as in
-``ToolNode``; an effect tool's call is decided by ``EffectRunner`` (replay,
-reconcile, safe retry, review) and answered, inside the hook, with a ToolMessage
-built from the ledger's record (``_faces.py``). The node never touches what
-ToolNode returns.
+Built on LangGraph's public API only: ToolNode's constructor and its
+``wrap_tool_call`` / ``awrap_tool_call`` hooks, and Runnable's ``invoke`` /
+``ainvoke`` (which note the task's tool calls for the hooks, see ``_Task``). A
+tool without effect metadata runs exactly as in ``ToolNode``; an effect tool's
+call is decided by ``EffectRunner`` (replay, reconcile, safe retry, review) and
+answered, inside the hook, with a ToolMessage built from the ledger's record
+(``_faces.py``). The node never touches what ToolNode returns.
 
 Also here: ``route_tool_calls``, a router replacing ``tools_condition`` that
 sends one task per tool call (so an interrupt or a crash in one call never
