@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import dataclasses
-import inspect
 import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -50,9 +49,11 @@ from langgraph_effects._owners import current_owner
 from langgraph_effects.core.model import Operation, OperationDraft, Prepared, utcnow
 from langgraph_effects.decide import (
     OPERATIONS_KEY,
+    ConfirmMany,
     EffectCall,
     EffectRunner,
     ParkedReceipt,
+    PrepareMany,
     warn_durability,
 )
 from langgraph_effects.effects import effect_spec
@@ -291,10 +292,6 @@ def _runtime() -> Any:
         return get_runtime()
     except (RuntimeError, KeyError):
         return None
-
-
-async def _awaited(value: Any) -> Any:
-    return await value if inspect.isawaitable(value) else value
 
 
 class _Unhandled(GraphBubbleUp):
@@ -537,10 +534,12 @@ class EffectToolNode(ToolNode):
                 prepared: list[Prepared] = []
                 if batch:
                     try:
-                        prepared = self.ledger.prepare_many(
-                            [c.draft() for c in batch],
-                            owner=current_owner(),
-                            lease_for=self.lease_for,
+                        prepared = self.runner.perform(
+                            PrepareMany(
+                                [c.draft() for c in batch],
+                                owner=current_owner(),
+                                lease_for=self.lease_for,
+                            )
                         )
                     except Exception:
                         prepared = []  # e.g. PayloadMismatch: each call meets it on its own
@@ -563,8 +562,8 @@ class EffectToolNode(ToolNode):
                 prepared: list[Prepared] = []
                 if batch:
                     try:
-                        prepared = await _awaited(
-                            self.ledger.prepare_many(
+                        prepared = await self.runner.aperform(
+                            PrepareMany(
                                 [c.draft() for c in batch],
                                 owner=current_owner(),
                                 lease_for=self.lease_for,
@@ -617,7 +616,7 @@ class EffectToolNode(ToolNode):
     def _commit(self, batch: list[_Parked]) -> None:
         outcomes: list[Any]
         try:
-            outcomes = list(self.ledger.confirm_many([e.receipt.confirmation for e in batch]))
+            outcomes = self.runner.perform(ConfirmMany([e.receipt.confirmation for e in batch]))
         except Exception as exc:
             outcomes = [exc] * len(batch)  # each loop meets it as a failed confirm
         except BaseException:
@@ -628,8 +627,8 @@ class EffectToolNode(ToolNode):
     async def _acommit(self, batch: list[_Parked]) -> None:
         outcomes: list[Any]
         try:
-            outcomes = list(
-                await _awaited(self.ledger.confirm_many([e.receipt.confirmation for e in batch]))
+            outcomes = await self.runner.aperform(
+                ConfirmMany([e.receipt.confirmation for e in batch])
             )
         except Exception as exc:
             outcomes = [exc] * len(batch)
