@@ -25,10 +25,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from typing import Any
 
-from langchain_core.callbacks import CallbackManagerForLLMRun
-from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
-from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.messages import BaseMessage, HumanMessage
 from langchain_core.tools import tool
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
@@ -45,49 +42,9 @@ from benchmarks._common import (
     write_json,
 )
 from benchmarks.lifecycle import _sqlite_trace
+from langgraph_effects.testing import ScriptedChatModel
 
-__all__ = ["ScriptedChatModel", "main", "run"]
-
-
-class ScriptedChatModel(BaseChatModel):
-    """A chat model that asks for ``calls`` tool calls, then answers "done".
-
-    The call ids derive from the human message, so every thread gets its own
-    and a rerun of the same thread gets the same ones (as a checkpointed
-    AIMessage would).
-    """
-
-    calls: int = 1
-
-    @property
-    def _llm_type(self) -> str:
-        return "scripted"
-
-    def _generate(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: CallbackManagerForLLMRun | None = None,
-        **kwargs: Any,
-    ) -> ChatResult:
-        last = messages[-1]
-        if isinstance(last, ToolMessage):
-            message = AIMessage(content="done")
-        else:
-            key = str(last.content)
-            message = AIMessage(
-                content="",
-                tool_calls=[
-                    {
-                        "name": "create_ticket",
-                        "args": {"title": f"{key} #{i}", "priority": "high"},
-                        "id": f"call-{key}-{i}",
-                        "type": "tool_call",
-                    }
-                    for i in range(self.calls)
-                ],
-            )
-        return ChatResult(generations=[ChatGeneration(message=message)])
+__all__ = ["main", "run"]
 
 
 class FakeTicketing:
@@ -127,7 +84,15 @@ prepare). ``route_tool_calls``: one task per call, what the package recommends."
 def _graph(tool_node: Any, calls: int, saver: Any, router: str = "tools_condition") -> Any:
     from langgraph_effects import route_tool_calls
 
-    model = ScriptedChatModel(calls=calls)
+    # The scripted model asks for ``calls`` tool calls, then answers "done".
+    model = ScriptedChatModel(
+        plan=[
+            [
+                {"name": "create_ticket", "args": {"title": f"#{i}", "priority": "high"}}
+                for i in range(calls)
+            ]
+        ]
+    )
 
     def agent(state: MessagesState) -> dict[str, list[BaseMessage]]:
         return {"messages": [model.invoke(state["messages"])]}

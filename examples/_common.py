@@ -1,9 +1,10 @@
-"""Shared pieces of the examples: a scripted chat model, file paths, a tiny table printer.
+"""Shared pieces of the examples: the scripted chat model, file paths, a tiny table printer.
 
-Nothing here is part of the library. ``ScriptedChatModel`` stands in for a real
-LLM so every example runs with no API key: it reads the conversation and
-proposes the next step of a fixed plan, so a fresh process that rebuilds the
-graph proposes exactly what the crashed one did. ``chat_model`` returns a real
+Nothing here is part of the library. The package's test harness
+``ScriptedChatModel`` (``langgraph_effects.testing``) stands in for a real LLM so
+every example runs with no API key: it reads the conversation and proposes the
+next step of a fixed plan, so a fresh process that rebuilds the graph proposes
+exactly what the crashed one did. ``chat_model`` returns a real
 model instead when you pass ``--model provider:name`` (``langchain`` and the
 provider's package installed, its API key in the environment).
 """
@@ -21,63 +22,24 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from langchain_core.callbacks import CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
-from langchain_core.outputs import ChatGeneration, ChatResult
+
+from langgraph_effects.testing import ScriptedChatModel
 
 ToolCallPlan = Sequence[dict[str, Any]]
 """One turn of the plan: the tool calls to propose, as ``{"name": ..., "args": {...}}``."""
 
 
-class ScriptedChatModel(BaseChatModel):
-    """A deterministic chat model: turn N proposes ``plan[N]``, then it summarises.
-
-    The turn is the number of tool-calling AIMessages already in the
-    conversation, so the model is a pure function of the messages (a resumed
-    process never needs it again for a turn the checkpoint already holds).
-    Tool-call ids are fixed (``call-<turn>-<index>``), like the ids a real
-    model mints once and the checkpoint keeps.
-    """
-
-    plan: list[list[dict[str, Any]]]
-
-    @property
-    def _llm_type(self) -> str:
-        return "scripted"
-
-    def bind_tools(self, tools: Any, **kwargs: Any) -> ScriptedChatModel:  # type: ignore[override]
-        return self  # the plan already names the tools
-
-    def _generate(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: CallbackManagerForLLMRun | None = None,
-        **kwargs: Any,
-    ) -> ChatResult:
-        turn = sum(1 for m in messages if isinstance(m, AIMessage) and m.tool_calls)
-        if turn < len(self.plan):
-            calls = [
-                {
-                    "name": c["name"],
-                    "args": c["args"],
-                    "id": f"call-{turn}-{i}",
-                    "type": "tool_call",
-                }
-                for i, c in enumerate(self.plan[turn])
-            ]
-            reply = AIMessage(content="", tool_calls=calls, id=f"ai-{turn}")
-        else:
-            results = [str(m.content) for m in messages if isinstance(m, ToolMessage)]
-            reply = AIMessage(content="Done. " + (results[-1] if results else ""), id=f"ai-{turn}")
-        return ChatResult(generations=[ChatGeneration(message=reply)])
+def scripted(plan: list[list[dict[str, Any]]]) -> ScriptedChatModel:
+    """The package's scripted model on ``plan``, summing up with the last tool result."""
+    return ScriptedChatModel(plan=plan, final="Done.", quote_result=True)
 
 
 def chat_model(spec: str | None, plan: list[list[dict[str, Any]]]) -> BaseChatModel:
     """The scripted model, or a real one for ``spec`` like ``"openai:gpt-4o-mini"``."""
     if not spec:
-        return ScriptedChatModel(plan=plan)
+        return scripted(plan)
     from langchain.chat_models import init_chat_model  # the 'agents' extra
 
     return init_chat_model(spec, temperature=0)

@@ -43,11 +43,11 @@ from pathlib import Path
 from typing import Any
 
 from _common import (
-    ScriptedChatModel,
     add_postgres_argument,
     open_ledger,
     open_saver,
     postgres_url,
+    scripted,
     table,
     who,
     work_dir,
@@ -119,7 +119,7 @@ def plain_tool(crm: FakeCRM) -> Any:
 
 def build_graph(node: str, crm: FakeCRM, ledger: Ledger, saver: Any) -> Any:
     """agent -> tools -> agent, with a scripted model (no API key)."""
-    model = ScriptedChatModel(plan=PLAN)
+    model = scripted(PLAN)
 
     def agent(state: MessagesState) -> dict[str, Any]:
         return {"messages": [model.invoke(state["messages"])]}

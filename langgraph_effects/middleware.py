@@ -2,7 +2,8 @@
 
 ``create_agent`` sends one task per tool call, so each effect call meets its
 own interrupts. The middleware wraps tool execution (``wrap_tool_call`` /
-``awrap_tool_call``) exactly as ``EffectToolNode`` does, and adds the
+``awrap_tool_call``) with the same steps as ``EffectToolNode`` (``_faces.py``:
+build the call, run it through the runner, answer from the record), and adds the
 ``effect_operations`` channel to the agent state.
 
 With LangChain's ``HumanInTheLoopMiddleware``:
@@ -33,18 +34,18 @@ from langchain_core.messages import ToolCall, ToolMessage
 from langgraph.errors import GraphInterrupt
 from langgraph.types import Command
 
-from langgraph_effects.core.model import utcnow
-from langgraph_effects.decide import EffectCall, EffectRunner, warn_durability
-from langgraph_effects.effects import effect_spec
-from langgraph_effects.errors import MiddlewareOrderError
-from langgraph_effects.ledger.base import DEFAULT_LEASE
-from langgraph_effects.node import (
-    _execute_with,
+from langgraph_effects._faces import (
+    Execution,
     add_operations,
     build_call,
     effect_result,
     task_id_of,
 )
+from langgraph_effects.core.model import utcnow
+from langgraph_effects.decide import EffectCall, EffectRunner, warn_durability
+from langgraph_effects.effects import effect_spec
+from langgraph_effects.errors import MiddlewareOrderError
+from langgraph_effects.ledger.base import DEFAULT_LEASE
 
 __all__ = ["EffectAgentState", "EffectMiddleware"]
 
@@ -147,7 +148,7 @@ class EffectMiddleware(AgentMiddleware[EffectAgentState, Any, Any]):
             return handler(request)
         request = effect_request
         call = self._build(request, self.runner.tenant_for(self._config(request), self.tenant_id))
-        run = _execute_with(request, _refuse_inner_review(handler))
+        run = Execution(request, _refuse_inner_review(handler))
         op = self.runner.run(call, run)
         return effect_result(request, call, op, produced=run.first_answer(op))
 
@@ -163,7 +164,7 @@ class EffectMiddleware(AgentMiddleware[EffectAgentState, Any, Any]):
         request = effect_request
         thread = await self.runner.atenant_for(self._config(request), self.tenant_id)
         call = self._build(request, thread)
-        run = _execute_with(request, _arefuse_inner_review(handler))
+        run = Execution(request, _arefuse_inner_review(handler))
         op = await self.runner.arun(call, run.acall)
         return effect_result(request, call, op, produced=run.first_answer(op))
 

@@ -1,9 +1,12 @@
 """``EffectToolNode``: a ``ToolNode`` whose effect tools go through the decision core.
 
-Built on ToolNode's public ``wrap_tool_call`` / ``awrap_tool_call``: a tool
-without effect metadata runs exactly as in ``ToolNode``; an effect tool's call
-is decided by ``EffectRunner`` (replay, reconcile, safe retry, review) and
-answered with a ToolMessage built from the ledger's record.
+Built on LangGraph's public API only: ToolNode's constructor and its
+``wrap_tool_call`` / ``awrap_tool_call`` hooks, and Runnable's ``invoke`` /
+``ainvoke`` (which note the task's tool calls for the hooks, see ``_Task``). A
+tool without effect metadata runs exactly as in ``ToolNode``; an effect tool's
+call is decided by ``EffectRunner`` (replay, reconcile, safe retry, review) and
+answered, inside the hook, with a ToolMessage built from the ledger's record
+(``_faces.py``). The node never touches what ToolNode returns.
 
 Also here: ``route_tool_calls``, a router replacing ``tools_condition`` that
 sends one task per tool call (so an interrupt or a crash in one call never
@@ -13,40 +16,37 @@ re-runs its finished siblings), and ``EffectState``, the state mixin whose
 
 from __future__ import annotations
 
-import contextlib
+import asyncio
 import contextvars
 import dataclasses
-import functools
+import os
 import threading
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, cast
 
 from langchain_core.messages import AIMessage, AnyMessage, ToolCall, ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 from langgraph.errors import GraphBubbleUp
 from langgraph.prebuilt import ToolNode
-from langgraph.prebuilt.tool_node import (
-    AsyncToolCallWrapper,
-    ToolCallRequest,
-    ToolCallWrapper,
-    msg_content_output,
-)
-from langgraph.runtime import Runtime
+from langgraph.prebuilt.tool_node import AsyncToolCallWrapper, ToolCallRequest, ToolCallWrapper
+from langgraph.runtime import get_runtime
 from langgraph.types import Command, Send
 from typing_extensions import TypedDict
 
-from langgraph_effects._owners import current_owner
-from langgraph_effects.core.digest import canonical_json
-from langgraph_effects.core.model import (
-    Operation,
-    OperationDraft,
-    OperationStatus,
-    Prepared,
-    utcnow,
+from langgraph_effects._faces import (
+    Execution,
+    add_operations,
+    build_call,
+    effect_result,
+    messages_of,
+    task_id_of,
 )
+from langgraph_effects._owners import current_owner
+from langgraph_effects.core.model import Operation, OperationDraft, Prepared, utcnow
 from langgraph_effects.decide import (
     OPERATIONS_KEY,
     ConfirmMany,
@@ -54,11 +54,9 @@ from langgraph_effects.decide import (
     EffectRunner,
     ParkedReceipt,
     PrepareMany,
-    recorded_command,
-    tool_message,
     warn_durability,
 )
-from langgraph_effects.effects import current_call, effect_spec
+from langgraph_effects.effects import effect_spec
 from langgraph_effects.errors import EffectsError
 from langgraph_effects.ledger.base import DEFAULT_LEASE
 
@@ -72,21 +70,10 @@ __all__ = [
     "route_tool_calls",
 ]
 
-S = OperationStatus
 _TOOLNODE_DEFAULT: Any = object()
 """``handle_tool_errors`` not given: ToolNode's own default applies."""
-NO_CALL_ID = "no-call-id"
-
-
-def add_operations(left: list[str] | None, right: list[str] | None) -> list[str]:
-    """Reducer of ``effect_operations``: append new ids, keep order, no duplicates."""
-    out = list(left or [])
-    seen = set(out)
-    for op_id in right or []:
-        if op_id not in seen:
-            seen.add(op_id)
-            out.append(op_id)
-    return out
+_PATIENCE = timedelta(seconds=1)
+"""How long a parked receipt waits for its siblings before it confirms alone."""
 
 
 class EffectState(TypedDict, total=False):
@@ -114,12 +101,7 @@ def route_tool_calls(
     pending write while a sibling interrupts or crashes, and an interrupt
     answer can only meet its own call.
     """
-    if isinstance(state, list):
-        messages = state
-    elif isinstance(state, dict):
-        messages = state.get(messages_key, [])
-    else:
-        messages = getattr(state, messages_key, [])
+    messages = messages_of(state, messages_key)
     if not messages or not isinstance(messages[-1], AIMessage):
         return "__end__"
     answered = {m.tool_call_id for m in messages if isinstance(m, ToolMessage)}
@@ -127,53 +109,170 @@ def route_tool_calls(
     return sends or "__end__"
 
 
-@dataclass(slots=True)
-class _Parked:
-    """A call waiting for the batched receipt, and the answer ToolNode already holds."""
+def _tool_calls_of(input: Any, messages_key: str) -> tuple[list[ToolCall], bool]:
+    """The tool calls ToolNode runs for ``input``, by its documented input forms, and
+    whether ``input`` is the state the calls see.
 
-    parked: ParkedReceipt
-    request: ToolCallRequest
-    message: ToolMessage
-    owned: list[str] | None
-
-
-@dataclass(slots=True)
-class _Receipts:
-    """The receipts of a task's pre-prepared parallel calls, recorded after the fan-in.
-
-    Each tool thread stops at its receipt and leaves here a placeholder answer;
-    after ToolNode's fan-in, one ``confirm_many`` records them all and each
-    call's decision loop resumes with its own outcome (a stale one goes on to
-    reconcile, as after a single ``confirm``). Once closed, a late call (a
-    sibling still running when the task failed) confirms on its own.
+    A list of tool calls (what ``Send("tools", [tool_call])`` delivers), one
+    ``tool_call_with_context``, or a state (list, dict or object of messages):
+    every call of its latest AIMessage.
     """
-
-    entries: list[_Parked] = field(default_factory=list)
-    open: bool = True
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def park(self, entry: _Parked) -> bool:
-        with self.lock:
-            if self.open:
-                self.entries.append(entry)
-            return self.open
-
-    def close(self) -> list[_Parked]:
-        with self.lock:
-            self.open = False
-            return self.entries
+    last = input[-1] if isinstance(input, list) and input else None
+    if isinstance(last, dict) and last.get("type") == "tool_call":
+        return list(input), False
+    if isinstance(input, dict) and input.get("__type") == "tool_call_with_context":
+        return [input["tool_call"]], False
+    messages = messages_of(input, messages_key)
+    latest = next((m for m in reversed(messages) if isinstance(m, AIMessage)), None)
+    return (list(latest.tool_calls) if latest is not None else []), True
 
 
-@dataclass(frozen=True, slots=True)
+# --------------------------------------------------------------------------- one task's batch
+#
+# The parallel effect calls of one AIMessage run in one task (``tools_condition``).
+# The first of them to reach the hook prepares them all with one ``prepare_many``
+# (each sibling takes its record from the task); their receipts are recorded with
+# one ``confirm_many``: each call stops at its receipt and parks it in the task,
+# and the call that completes the batch (the last to park, or to leave without a
+# receipt) commits it and wakes the others, who each resume their decision loop
+# with their own outcome (a stale one goes on to reconcile, as after a single
+# ``confirm``).
+#
+# Never a deadlock: ToolNode runs the calls on at most ``max_concurrency``
+# threads, so when the parked calls hold all of them the batch commits at once
+# (the rest park in the next one); after a sibling fails, the batch commits and
+# later calls confirm alone; a parked call waits at most ``_PATIENCE`` (or a
+# third of the lease), then withdraws and confirms alone.
+#
+# A crash between a provider's answer and this confirm_many is the window before
+# a single confirm: the record stays dispatching, is taken over, marked unknown
+# and reconciled. While parked, the lease is not renewed: if the wait outlasted
+# it, a takeover makes the receipt stale and the call's loop reconciles with it.
+
+
+Thread = tuple[str, str]
+"""``(workflow_id, tenant_id)`` (``EffectRunner.tenant_for``)."""
+
+
+class _Signal:
+    """A one-shot wake-up for a parked thread: a lock held until ``set`` (no Condition)."""
+
+    __slots__ = ("_lock",)
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._lock.acquire()
+
+    def set(self) -> None:
+        self._lock.release()
+
+    def wait(self, timeout: float = -1) -> bool:
+        if self._lock.acquire(timeout=timeout):
+            self._lock.release()
+            return True
+        return False
+
+
+@dataclass(eq=False, slots=True)
+class _Parked:
+    """A call stopped at its receipt, waiting for the batch's ``confirm_many``."""
+
+    receipt: ParkedReceipt
+    done: _Signal | asyncio.Event
+    outcome: Any = None
+    """Its outcome in the batch (an ``Operation`` or the error), None: confirm alone."""
+
+
+@dataclass(eq=False)
 class _Task:
-    """What the node learned about its task before ToolNode fanned the calls out."""
+    """One run of the node: the tool calls ToolNode fans out, and their batch."""
 
-    effect_calls: int
-    handoff: dict[str, Prepared]
-    drafts: dict[str, OperationDraft]
-    receipts: _Receipts | None = None
+    node: EffectToolNode
+    tool_calls: list[ToolCall]
+    asynchronous: bool
+    width: int | None
+    """Threads ToolNode runs the calls on; None: no limit (``asyncio.gather``)."""
+    state_input: bool
+    """The node's input is the state its calls see: the batch is prepared before the fan-out."""
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    """Guards the fields below; never held across I/O."""
+    preparing: threading.Lock = field(default_factory=threading.Lock)
+    apreparing: asyncio.Lock = field(default_factory=asyncio.Lock)
+    thread: Thread | None = None
+    """``(workflow_id, tenant_id)``, resolved by the first effect call; then prepared."""
+    effect_calls: int = 0
     calls: dict[str, EffectCall] = field(default_factory=dict)
-    """The calls already derived (digest, ids), by tool-call id: derived once per task."""
+    """The calls derived once per task (digest, ids), by tool-call id."""
+    drafts: dict[str, OperationDraft] = field(default_factory=dict)
+    handoff: dict[str, Prepared] = field(default_factory=dict)
+    pending: set[str] = field(default_factory=set)
+    """Tool-call ids of the batch's calls that have neither parked nor left yet."""
+    gone: set[str] = field(default_factory=set)
+    """Tool-call ids of the calls that left (possibly before the batch was prepared)."""
+    parked: list[_Parked] = field(default_factory=list)
+    closed: bool = False
+    """A sibling failed: calls still running confirm alone."""
+
+    def ready(self, thread: Thread, calls: list[EffectCall], prepared: list[Prepared]) -> None:
+        drafts = {c.operation_id: c.draft() for c in calls}
+        with self.lock:
+            self.effect_calls = len(calls)
+            self.drafts = drafts
+            self.calls = {c.tool_call_id: dataclasses.replace(c, siblings=drafts) for c in calls}
+            self.handoff = {p.operation.operation_id: p for p in prepared}
+            by_op = {c.operation_id: c.tool_call_id for c in calls}
+            created = {by_op[p.operation.operation_id] for p in prepared if p.created}
+            self.pending = created - self.gone
+            self.thread = thread  # last: a call seeing it finds the rest in place
+
+    def take(self, call: EffectCall) -> Prepared | None:
+        """The record prepared for ``call`` in the batch, once."""
+        with self.lock:
+            return self.handoff.pop(call.operation_id, None)
+
+    def park(self, entry: _Parked, tool_call_id: str) -> list[_Parked] | None:
+        """Park a receipt: the batch to commit if this one completes it, else [].
+
+        None: the batch is closed, confirm alone.
+        """
+        with self.lock:
+            self.pending.discard(tool_call_id)
+            if self.closed:
+                return None
+            self.parked.append(entry)
+            return self._due()
+
+    def leave(self, tool_call_id: str, *, failed: bool) -> list[_Parked]:
+        """A call is done (answered or failed): the batch to commit if it was the last."""
+        with self.lock:
+            self.gone.add(tool_call_id)
+            self.pending.discard(tool_call_id)
+            if failed:
+                self.closed = True  # a failing task may never start the calls still queued
+                entries, self.parked = self.parked, []
+                return entries
+            return self._due()
+
+    def _due(self) -> list[_Parked]:
+        full = self.width is not None and len(self.parked) >= self.width
+        if self.parked and (not self.pending or full):
+            entries, self.parked = self.parked, []
+            return entries
+        return []
+
+    def withdraw(self, entry: _Parked) -> bool:
+        """Take back a receipt no batch has taken yet (it then confirms alone)."""
+        with self.lock:
+            if entry in self.parked:
+                self.parked.remove(entry)
+                return True
+            return False
+
+    @staticmethod
+    def settle(entries: list[_Parked], outcomes: Sequence[Any]) -> None:
+        for entry, outcome in zip(entries, outcomes, strict=True):
+            entry.outcome = outcome
+            entry.done.set()
 
 
 _TASK: contextvars.ContextVar[_Task | None] = contextvars.ContextVar(
@@ -181,131 +280,18 @@ _TASK: contextvars.ContextVar[_Task | None] = contextvars.ContextVar(
 )
 
 
-def call_occurrence(
-    state: Any, tool_call: ToolCall, *, messages_key: str = "messages"
-) -> int | None:
-    """The call's place among identical calls of its thread (see ``occurrence_operation_id``).
+_DEFAULT_WIDTH = min(32, (os.cpu_count() or 1) + 4)
+"""Threads of ToolNode's executor without ``max_concurrency`` (the stdlib's default)."""
+_WIDEST = 64
+"""The most threads a task is given for its batch (see ``EffectToolNode._task_of``)."""
 
-    Identical means same tool and same canonical arguments. Counts the identical
-    calls of earlier AIMessages that were answered (a ToolMessage with their id),
-    plus the call's index among identical calls of its own AIMessage. None when
-    the call is not found in the state's messages.
-    """
-    if isinstance(state, list):
-        messages = state
-    elif isinstance(state, dict):
-        messages = state.get(messages_key) or []
-    else:
-        messages = getattr(state, messages_key, None) or []
-    call_id, name = tool_call.get("id"), tool_call["name"]
-    if not call_id or not messages:
-        return None
+
+def _runtime() -> Any:
+    """The task's LangGraph ``Runtime`` (None outside a graph)."""
     try:
-        args = canonical_json(tool_call["args"])
-    except EffectsError:
+        return get_runtime()
+    except (RuntimeError, KeyError):
         return None
-    answered = {m.tool_call_id for m in messages if isinstance(m, ToolMessage)}
-    earlier, found = 0, None
-    for message in messages:
-        if not isinstance(message, AIMessage) or not message.tool_calls:
-            continue
-        twins = [tc for tc in message.tool_calls if tc["name"] == name and _same(tc, args)]
-        for index, twin in enumerate(twins):
-            if twin["id"] == call_id:
-                # The last AIMessage holding the id is the call's own (some models
-                # reuse ids such as "call_0" from turn to turn).
-                found = earlier + index
-        earlier += sum(1 for twin in twins if twin["id"] in answered)
-    return found
-
-
-def _same(tool_call: ToolCall, args: bytes) -> bool:
-    try:
-        return canonical_json(tool_call["args"]) == args
-    except EffectsError:
-        return False
-
-
-def build_call(
-    tool: BaseTool,
-    tool_call: ToolCall,
-    *,
-    tenant_id: str,
-    workflow_id: str,
-    state: Any = None,
-    messages_key: str = "messages",
-    task_id: str | None = None,
-    single: bool = True,
-    siblings: dict[str, OperationDraft] | None = None,
-    preapproved_by: str | None = None,
-) -> EffectCall:
-    """The ``EffectCall`` of a tool call, for a tenant and thread resolved by the face."""
-    spec = effect_spec(tool)
-    if spec is None:
-        raise EffectsError(f"tool {tool.name!r} is not an effect")
-    return EffectCall.build(
-        spec,
-        tool_name=tool_call["name"],
-        # A call without an id ("" or None) is identified by thread, action and payload.
-        tool_call_id=tool_call["id"] or NO_CALL_ID,
-        args=tool_call["args"],
-        tenant_id=tenant_id,
-        workflow_id=workflow_id,
-        single=single,
-        siblings=siblings,
-        preapproved_by=preapproved_by,
-        occurrence=call_occurrence(state, tool_call, messages_key=messages_key),
-        task_id=task_id,
-    )
-
-
-def task_id_of(runtime: Any) -> str | None:
-    """LangGraph's task id from a ``ToolRuntime`` / ``Runtime`` (None outside a task)."""
-    info = getattr(runtime, "execution_info", None)
-    return getattr(info, "task_id", None)
-
-
-def effect_result(
-    request: ToolCallRequest,
-    call: EffectCall,
-    op: Operation,
-    *,
-    messages_key: str = "messages",
-    produced: Any = None,
-) -> ToolMessage | Command[Any]:
-    """The call's answer, plus the operation id when the state tracks them.
-
-    ``produced`` is this run's own answer when it must be returned as made
-    (``_Execution.first_answer``): a ``Command``, or a message an inner layer changed.
-    Otherwise the answer is built from the record (on a replay, the recorded
-    ``Command`` with its update, goto and graph), so a first run and every replay
-    answer identically.
-    """
-    tool_call_id = request.tool_call["id"] or ""
-    answer: Any
-    if produced is not None:
-        answer = produced
-    else:
-        answer = recorded_command(op, tool_call_id=tool_call_id) or tool_message(
-            op, tool_name=call.tool_name, tool_call_id=tool_call_id
-        )
-    state = request.state
-    if not (isinstance(state, dict) and OPERATIONS_KEY in state):
-        return answer  # type: ignore[no-any-return]
-    # An edited call ends in another operation: the thread owns both.
-    owned = list(dict.fromkeys([call.operation_id, op.operation_id]))
-    return _with_owned(answer, owned, messages_key)
-
-
-def _with_owned(answer: Any, owned: list[str], messages_key: str) -> ToolMessage | Command[Any]:
-    """``answer`` that also appends ``owned`` to the state's ``effect_operations``."""
-    if isinstance(answer, ToolMessage):
-        return Command(update={messages_key: [answer], OPERATIONS_KEY: owned})
-    if isinstance(answer, Command) and answer.graph is None and isinstance(answer.update, dict):
-        update = dict(answer.update)
-        update[OPERATIONS_KEY] = add_operations(update.get(OPERATIONS_KEY), owned)
-        return dataclasses.replace(answer, update=update)
-    return answer  # type: ignore[no-any-return]  # a parent handoff or a list: not our state
 
 
 class _Unhandled(GraphBubbleUp):
@@ -323,123 +309,19 @@ class _Unhandled(GraphBubbleUp):
         self.error = error
 
 
-class _Execution:
-    """ToolNode's ``execute`` for one call, as the runner calls it (``run(args)``).
+@contextmanager
+def _before_the_calls() -> Iterator[None]:
+    """Fail the task, not the call: what goes wrong here concerns every call of the task.
 
-    Keeps what the tool returned through ToolNode in this run (``produced``: its
-    ToolMessage or Command as is) and which exceptions ToolNode itself raised.
+    (The thread's tenant: a refusal is not an answer for the model, whatever
+    ``handle_tool_errors`` says.)
     """
-
-    def __init__(
-        self, request: ToolCallRequest, execute: Callable[[ToolCallRequest], Any], *, carry: bool
-    ) -> None:
-        self.request = request
-        self.execute = execute
-        self.carry = carry
-        self.produced: Any = None
-        self.answered: Any = None
-        self.value: Any = None
-        self.raised: list[BaseException] = []
-
-    def _request(self, args: dict[str, Any]) -> ToolCallRequest:
-        if args == self.request.tool_call["args"]:
-            return self.request
-        return self.request.override(tool_call={**self.request.tool_call, "args": args})
-
-    def _keep(self, out: Any) -> Any:
-        slot = current_call()
-        self.produced = self.answered = None
-        if slot is not None and slot.started and slot.error is None:
-            self.produced, self.value = out, slot.value  # what the chain made of a return
-        elif slot is not None and not slot.started:
-            self.answered = out  # an inner layer answered without running the tool
-        return out
-
-    def first_answer(self, op: Operation) -> Any:
-        """This run's answer as made, where the record would lose something; else None.
-
-        A ``Command`` (or a list) the tool returned; a ToolMessage an inner layer
-        changed (ToolNode refusing the output, a reviewer-edit notice) or made
-        instead of running the tool (invalid arguments, a reviewer's reject/respond).
-        """
-        if op.status is S.CONFIRMED and self.produced is not None:
-            out = self.produced
-            if isinstance(out, Command | list):
-                return out
-            if isinstance(out, ToolMessage) and (
-                out.status == "error" or out.content != msg_content_output(self.value)
-            ):
-                return out
-        if op.status is S.REJECTED and isinstance(self.answered, ToolMessage):
-            return self.answered
-        return None
-
-    def __call__(self, args: dict[str, Any]) -> Any:
-        try:
-            return self._keep(self.execute(self._request(args)))
-        except Exception as exc:
-            self.raised.append(exc)
-            raise
-
-    async def acall(self, args: dict[str, Any]) -> Any:
-        try:
-            return self._keep(await self.execute(self._request(args)))
-        except Exception as exc:
-            self.raised.append(exc)
-            raise
-
-    def plain(self) -> Any:
-        with self.carrying():
-            return self(self.request.tool_call["args"])
-
-    async def aplain(self) -> Any:
-        with self.carrying():
-            return await self.acall(self.request.tool_call["args"])
-
-    @contextlib.contextmanager
-    def carrying(self) -> Iterator[None]:
-        try:
-            yield
-        except Exception as exc:
-            if self.carry and any(exc is e for e in self.raised):
-                raise _Unhandled(exc) from exc
-            raise
-
-
-def _execute_with(
-    request: ToolCallRequest, execute: Callable[[ToolCallRequest], Any]
-) -> _Execution:
-    """``execute`` for the runner: the request, with other arguments after an edit."""
-    return _Execution(request, execute, carry=False)
-
-
-def _outside(
-    user: ToolCallWrapper, inner: Callable[..., ToolMessage | Command[Any]]
-) -> ToolCallWrapper:
-    """The user's wrapper around ours: ``execute`` in the user's wrapper runs our decision."""
-
-    def wrapped(
-        request: ToolCallRequest, execute: Callable[[ToolCallRequest], Any]
-    ) -> ToolMessage | Command[Any]:
-        return user(request, lambda r: inner(r, execute))
-
-    return wrapped
-
-
-def _aoutside(
-    user: AsyncToolCallWrapper, inner: Callable[..., Awaitable[ToolMessage | Command[Any]]]
-) -> AsyncToolCallWrapper:
-    """Async twin of ``_outside``."""
-
-    async def wrapped(
-        request: ToolCallRequest, execute: Callable[[ToolCallRequest], Any]
-    ) -> ToolMessage | Command[Any]:
-        async def run(r: ToolCallRequest) -> ToolMessage | Command[Any]:
-            return await inner(r, execute)
-
-        return await user(request, run)
-
-    return wrapped
+    try:
+        yield
+    except GraphBubbleUp:
+        raise
+    except Exception as exc:
+        raise _Unhandled(exc) from exc
 
 
 class EffectToolNode(ToolNode):
@@ -482,14 +364,20 @@ class EffectToolNode(ToolNode):
         self.runner = EffectRunner(
             ledger, lease_for=lease_for, clock=clock, interrupt_on_unknown=interrupt_on_unknown
         )
+        self.ledger = ledger
         self.tenant_id = tenant_id
+        self.lease_for = lease_for
+        self.messages_key = messages_key
+        self._patience = min(_PATIENCE, lease_for / 3).total_seconds()
+        # The user's wrappers run outside the decision (as the first middleware of
+        # an agent is the outermost): what they pass to ``execute`` is what runs.
+        self._user_wrap = wrap_tool_call
+        self._user_awrap = awrap_tool_call
+        self._effects = any(effect_spec(t) for t in tools)
         extra: dict[str, Any] = {}
         if handle_tool_errors is not _TOOLNODE_DEFAULT:
             extra["handle_tool_errors"] = handle_tool_errors
-        if any(effect_spec(t) for t in tools):
-            # The user's wrappers run outside the decision (as the first middleware of
-            # an agent is the outermost): what they pass to ``execute`` is what runs.
-            sync_inner = functools.partial(self._decide, outermost=False)
+        if self._effects:
             if wrap_tool_call is not None and awrap_tool_call is None:
                 # ToolNode runs a lone sync wrapper on the async path too (sync execute).
                 if self.runner.is_async:
@@ -497,17 +385,9 @@ class EffectToolNode(ToolNode):
                         "EffectToolNode: with an async ledger, give awrap_tool_call too "
                         "(wrap_tool_call alone runs the async path synchronously)"
                     )
-                wrap_tool_call = _outside(wrap_tool_call, sync_inner)
+                wrap_tool_call = self._wrap
             else:
-                async_inner = functools.partial(self._adecide, outermost=False)
-                wrap_tool_call = (
-                    self._wrap if wrap_tool_call is None else _outside(wrap_tool_call, sync_inner)
-                )
-                awrap_tool_call = (
-                    self._awrap
-                    if awrap_tool_call is None
-                    else _aoutside(awrap_tool_call, async_inner)
-                )
+                wrap_tool_call, awrap_tool_call = self._wrap, self._awrap
         super().__init__(
             tools,
             name=name,
@@ -522,28 +402,88 @@ class EffectToolNode(ToolNode):
         # ToolNode's repr walks its bound wrappers back to this object.
         return f"EffectToolNode(tools={list(self.tools_by_name)!r}, name={self.name!r})"
 
-    @property
-    def ledger(self) -> Any:
-        return self.runner.ledger
+    # -- the task: Runnable's public entry points ----------------------------------
 
-    # -- batching: one prepare_many for the parallel effect calls of a task ----
-
-    def _effect_calls(
-        self, input: Any, config: RunnableConfig, runtime: Runtime[Any], thread: tuple[str, str]
-    ) -> list[EffectCall]:
+    def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        """``ToolNode.invoke``, with this task's calls known to their hooks (see ``_Task``)."""
+        task, config = self._task_of(input, config, asynchronous=False)
+        token = _TASK.set(task)
         try:
-            tool_calls, _ = self._parse_input(input)
-        except ValueError:
-            return []
+            if task is not None and task.state_input:
+                self._prepare(task, input, task_id_of(_runtime()), config or {})
+            return super().invoke(input, config, **kwargs)
+        except _Unhandled as carried:
+            error = carried.error
+        finally:
+            _TASK.reset(token)
+        raise error
+
+    async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        """The async twin of ``invoke``."""
+        task, config = self._task_of(input, config, asynchronous=True)
+        token = _TASK.set(task)
+        try:
+            if task is not None and task.state_input:
+                await self._aprepare(task, input, task_id_of(_runtime()), config or {})
+            return await super().ainvoke(input, config, **kwargs)
+        except _Unhandled as carried:
+            error = carried.error
+        finally:
+            _TASK.reset(token)
+        raise error
+
+    def _task_of(
+        self, input: Any, config: RunnableConfig | None, *, asynchronous: bool
+    ) -> tuple[_Task | None, RunnableConfig | None]:
+        """The task's calls, and the config to run them with.
+
+        A parked receipt holds its thread until the batch commits, so a batch
+        larger than ToolNode's default thread pool would commit in several parts:
+        when ``max_concurrency`` is not set, the task gets a thread per call
+        (``_WIDEST`` at most). A ``max_concurrency`` the caller set is kept.
+        """
+        if not self._effects:
+            return None, config
+        tool_calls, state_input = _tool_calls_of(input, self.messages_key)
+        if not any(tc["name"] in self.tools_by_name for tc in tool_calls):
+            state_input = False  # nothing to prepare: ToolNode answers or refuses as is
+        if asynchronous:
+            return _Task(self, tool_calls, True, None, state_input), config
+        given = (config or {}).get("max_concurrency")
+        width = given if isinstance(given, int) and given > 0 else _DEFAULT_WIDTH
+        if given is None and width < len(tool_calls) and self._batchable(tool_calls) > width:
+            width = min(len(tool_calls), _WIDEST)
+            config = cast(RunnableConfig, {**(config or {}), "max_concurrency": width})
+        return _Task(self, tool_calls, False, width, state_input), config
+
+    def _batchable(self, tool_calls: list[ToolCall]) -> int:
+        """How many of ``tool_calls`` may join a batch (effects asking nobody first)."""
+        specs = [
+            effect_spec(self.tools_by_name[tc["name"]])
+            for tc in tool_calls
+            if tc["name"] in self.tools_by_name
+        ]
+        return sum(
+            1
+            for spec in specs
+            if spec is not None and not spec.require_approval and spec.authorize is None
+        )
+
+    def _task(self) -> _Task | None:
+        task = _TASK.get()
+        return task if task is not None and task.node is self else None
+
+    # -- one prepare_many for the parallel effect calls of a task -------------------
+
+    def _task_calls(
+        self, task: _Task, state: Any, task_id: str | None, thread: Thread
+    ) -> list[EffectCall]:
         effect_tool_calls = [
             (self.tools_by_name[tc["name"]], tc)
-            for tc in tool_calls
+            for tc in task.tool_calls
             if tc["name"] in self.tools_by_name and effect_spec(self.tools_by_name[tc["name"]])
         ]
-        if not effect_tool_calls:
-            return []
         single = len(effect_tool_calls) <= 1
-        state = self._extract_state(input, config)
         workflow_id, tenant_id = thread
         calls = []
         for tool, tc in effect_tool_calls:
@@ -555,8 +495,8 @@ class EffectToolNode(ToolNode):
                         tenant_id=tenant_id,
                         workflow_id=workflow_id,
                         state=state,
-                        messages_key=self._messages_key,
-                        task_id=task_id_of(runtime),
+                        messages_key=self.messages_key,
+                        task_id=task_id,
                         single=single,
                     )
                 )
@@ -564,175 +504,190 @@ class EffectToolNode(ToolNode):
                 continue  # the call's own run reports it
         return calls
 
-    def _batchable(self, calls: list[EffectCall]) -> list[EffectCall]:
-        return [
+    @staticmethod
+    def _batch(calls: list[EffectCall]) -> list[EffectCall]:
+        """The calls prepared together: parallel, no approval or authorization to ask."""
+        batch = [
             c
             for c in calls
             if not c.spec.require_approval and c.spec.authorize is None and not c.single
         ]
+        ids = [c.tool_call_id for c in batch]
+        return batch if len(batch) > 1 and len(set(ids)) == len(ids) else []
 
-    def _has_effects(self) -> bool:
-        return any(effect_spec(tool) is not None for tool in self.tools_by_name.values())
+    def _prepare(
+        self, task: _Task, state: Any, task_id: str | None, config: RunnableConfig
+    ) -> Thread:
+        """The task's thread, resolved once; its effect calls, prepared together.
 
-    def _func(self, input: Any, config: RunnableConfig, runtime: Runtime[Any]) -> Any:
+        Done before the fan-out when the node's input is the calls' state (see
+        ``invoke``), else by the first effect call to reach the hook.
+        """
+        if task.thread is not None:
+            return task.thread
+        with task.preparing:
+            if task.thread is None:
+                with _before_the_calls():
+                    thread = self.runner.tenant_for(config, self.tenant_id)
+                calls = self._task_calls(task, state, task_id, thread)
+                batch = self._batch(calls) if not self.runner.is_async else []
+                prepared: list[Prepared] = []
+                if batch:
+                    try:
+                        prepared = self.runner.perform(
+                            PrepareMany(
+                                [c.draft() for c in batch],
+                                owner=current_owner(),
+                                lease_for=self.lease_for,
+                            )
+                        )
+                    except Exception:
+                        prepared = []  # e.g. PayloadMismatch: each call meets it on its own
+                task.ready(thread, calls, prepared)
+        assert task.thread is not None
+        return task.thread
+
+    async def _aprepare(
+        self, task: _Task, state: Any, task_id: str | None, config: RunnableConfig
+    ) -> Thread:
+        """The async twin of ``_prepare``."""
+        if task.thread is not None:
+            return task.thread
+        async with task.apreparing:
+            if task.thread is None:
+                with _before_the_calls():
+                    thread = await self.runner.atenant_for(config, self.tenant_id)
+                calls = self._task_calls(task, state, task_id, thread)
+                batch = self._batch(calls)
+                prepared: list[Prepared] = []
+                if batch:
+                    try:
+                        prepared = await self.runner.aperform(
+                            PrepareMany(
+                                [c.draft() for c in batch],
+                                owner=current_owner(),
+                                lease_for=self.lease_for,
+                            )
+                        )
+                    except Exception:
+                        prepared = []
+                task.ready(thread, calls, prepared)
+        assert task.thread is not None
+        return task.thread
+
+    # -- one confirm_many for their receipts ------------------------------------
+
+    def _record(self, task: _Task, receipt: ParkedReceipt, tool_call_id: str) -> Operation:
+        entry = _Parked(receipt, _Signal())
+        batch = task.park(entry, tool_call_id)
+        if batch is None:
+            return self.runner.finish(receipt, None)
+        if batch:
+            self._commit(batch)
+        done = entry.done
+        assert isinstance(done, _Signal)
+        if not done.wait(self._patience) and task.withdraw(entry):
+            return self.runner.finish(receipt, None)
+        done.wait()  # taken by a batch: its commit is under way
+        return self.runner.finish(receipt, entry.outcome)
+
+    async def _arecord(self, task: _Task, receipt: ParkedReceipt, tool_call_id: str) -> Operation:
+        entry = _Parked(receipt, asyncio.Event())
+        batch = task.park(entry, tool_call_id)
+        if batch is None:
+            return await self.runner.afinish(receipt, None)
+        if batch:
+            await self._acommit(batch)
+        done = entry.done
+        assert isinstance(done, asyncio.Event)
         try:
-            return self._run_task(input, config, runtime)
-        except _Unhandled as carried:
-            error = carried.error
-        raise error
-
-    async def _afunc(self, input: Any, config: RunnableConfig, runtime: Runtime[Any]) -> Any:
-        try:
-            return await self._arun_task(input, config, runtime)
-        except _Unhandled as carried:
-            error = carried.error
-        raise error
-
-    def _run_task(self, input: Any, config: RunnableConfig, runtime: Runtime[Any]) -> Any:
-        calls = (
-            self._effect_calls(
-                input, config, runtime, self.runner.tenant_for(config, self.tenant_id)
-            )
-            if self._has_effects() and not self.runner.is_async
-            else []
-        )
-        handoff: dict[str, Prepared] = {}
-        batch = self._batchable(calls)
-        if len(batch) > 1 and not self.runner.is_async:
-            try:
-                prepared = self.runner.perform(
-                    PrepareMany(
-                        [c.draft() for c in batch],
-                        owner=current_owner(),
-                        lease_for=self.runner.lease_for,
-                    )
-                )
-                handoff = {p.operation.operation_id: p for p in prepared}
-            except Exception:
-                handoff = {}  # e.g. PayloadMismatch: each call meets it on its own
-        task = _Task(
-            effect_calls=len(calls),
-            handoff=handoff,
-            drafts={c.operation_id: c.draft() for c in calls},
-            receipts=_Receipts() if handoff else None,
-            calls={c.tool_call_id: c for c in calls},
-        )
-        token = _TASK.set(task)
-        try:
-            out = super()._func(input, config, runtime)
-        except BaseException:
-            self._record_receipts(task, resume=False)
+            async with asyncio.timeout(self._patience):
+                await done.wait()
+        except TimeoutError:
+            if task.withdraw(entry):
+                return await self.runner.afinish(receipt, None)
+            await done.wait()
+        except asyncio.CancelledError:
+            if task.withdraw(entry):  # record the receipt, then leave
+                await self.runner.afinish(receipt, None)
             raise
-        finally:
-            _TASK.reset(token)
-        self._record_receipts(task, resume=True)
-        return out
+        return await self.runner.afinish(receipt, entry.outcome)
 
-    async def _arun_task(self, input: Any, config: RunnableConfig, runtime: Runtime[Any]) -> Any:
-        calls = (
-            self._effect_calls(
-                input, config, runtime, await self.runner.atenant_for(config, self.tenant_id)
-            )
-            if self._has_effects()
-            else []
-        )
-        handoff: dict[str, Prepared] = {}
-        batch = self._batchable(calls)
-        if len(batch) > 1:
-            try:
-                prepared = await self.runner.aperform(
-                    PrepareMany(
-                        [c.draft() for c in batch],
-                        owner=current_owner(),
-                        lease_for=self.runner.lease_for,
-                    )
-                )
-                handoff = {p.operation.operation_id: p for p in prepared}
-            except Exception:
-                handoff = {}
-        task = _Task(
-            effect_calls=len(calls),
-            handoff=handoff,
-            drafts={c.operation_id: c.draft() for c in calls},
-            receipts=_Receipts() if handoff else None,
-            calls={c.tool_call_id: c for c in calls},
-        )
-        token = _TASK.set(task)
+    def _commit(self, batch: list[_Parked]) -> None:
+        outcomes: list[Any]
         try:
-            out = await super()._afunc(input, config, runtime)
+            outcomes = self.runner.perform(ConfirmMany([e.receipt.confirmation for e in batch]))
+        except Exception as exc:
+            outcomes = [exc] * len(batch)  # each loop meets it as a failed confirm
         except BaseException:
-            await self._arecord_receipts(task, resume=False)
+            _Task.settle(batch, [None] * len(batch))
             raise
-        finally:
-            _TASK.reset(token)
-        await self._arecord_receipts(task, resume=True)
-        return out
+        _Task.settle(batch, outcomes)
 
-    # -- batched receipts: one confirm_many after the fan-in -----------------------
-    #
-    # The parallel calls of one AIMessage were prepared (and claimed) together;
-    # their receipts are recorded together too. A crash between a provider's
-    # answer and this confirm_many is the window before a single confirm: the
-    # record stays dispatching, is taken over, marked unknown and reconciled.
-    # While parked, the lease is no longer renewed: if the fan-in outlasts it, a
-    # takeover makes the receipt stale and the call's loop reconciles with it.
-
-    def _record_receipts(self, task: _Task, *, resume: bool) -> None:
-        entries = task.receipts.close() if task.receipts is not None else []
-        if not entries:
-            return
-        try:
-            outcomes = self.runner.perform(ConfirmMany([e.parked.confirmation for e in entries]))
-        except Exception:
-            if resume:
-                raise
-            return  # the task fails anyway; the records stay dispatching (see above)
-        if resume:
-            for entry, outcome in zip(entries, outcomes, strict=True):
-                _fill(entry, self.runner.finish(entry.parked, outcome))
-
-    async def _arecord_receipts(self, task: _Task, *, resume: bool) -> None:
-        entries = task.receipts.close() if task.receipts is not None else []
-        if not entries:
-            return
+    async def _acommit(self, batch: list[_Parked]) -> None:
+        outcomes: list[Any]
         try:
             outcomes = await self.runner.aperform(
-                ConfirmMany([e.parked.confirmation for e in entries])
+                ConfirmMany([e.receipt.confirmation for e in batch])
             )
-        except Exception:
-            if resume:
-                raise
-            return
-        if resume:
-            for entry, outcome in zip(entries, outcomes, strict=True):
-                _fill(entry, await self.runner.afinish(entry.parked, outcome))
+        except Exception as exc:
+            outcomes = [exc] * len(batch)
+        except BaseException:
+            _Task.settle(batch, [None] * len(batch))
+            raise
+        _Task.settle(batch, outcomes)
 
-    # -- the wrappers ------------------------------------------------------------
+    def _leave(self, task: _Task, tool_call_id: str, *, failed: bool) -> None:
+        batch = task.leave(tool_call_id, failed=failed)
+        if batch:
+            self._commit(batch)
 
-    def _call(self, request: ToolCallRequest, thread: tuple[str, str]) -> EffectCall:
-        task = _TASK.get()
+    async def _aleave(self, task: _Task, tool_call_id: str, *, failed: bool) -> None:
+        batch = task.leave(tool_call_id, failed=failed)
+        if batch:
+            await self._acommit(batch)
+
+    # -- the hooks ------------------------------------------------------------------
+
+    def _wrap(
+        self, request: ToolCallRequest, execute: Callable[[ToolCallRequest], Any]
+    ) -> ToolMessage | Command[Any]:
+        task, tool_call_id = self._task(), request.tool_call["id"] or ""
+        try:
+            if self._user_wrap is None:
+                out = self._decide(request, execute, carry=True)
+            else:
+                out = self._user_wrap(
+                    request, lambda r: self._decide(r, execute, carry=False, task=task)
+                )
+        except BaseException:
+            if task is not None:
+                self._leave(task, tool_call_id, failed=True)
+            raise
         if task is not None:
-            known = task.calls.get(request.tool_call["id"] or "")
-            if (
-                known is not None
-                and known.tool_name == request.tool_call["name"]
-                and known.args == request.tool_call["args"]
-            ):
-                return dataclasses.replace(known, siblings=task.drafts)
-        assert request.tool is not None
-        single = task is None or task.effect_calls <= 1
-        workflow_id, tenant_id = thread
-        return build_call(
-            request.tool,
-            request.tool_call,
-            tenant_id=tenant_id,
-            workflow_id=workflow_id,
-            state=request.state,
-            messages_key=self._messages_key,
-            task_id=task_id_of(request.runtime),
-            single=single,
-            siblings=None if task is None else task.drafts,
-        )
+            self._leave(task, tool_call_id, failed=False)
+        return out
+
+    async def _awrap(
+        self, request: ToolCallRequest, execute: Callable[[ToolCallRequest], Any]
+    ) -> ToolMessage | Command[Any]:
+        task, tool_call_id = self._task(), request.tool_call["id"] or ""
+        try:
+            if self._user_awrap is None:
+                out = await self._adecide(request, execute, carry=True)
+            else:
+
+                async def inner(r: ToolCallRequest) -> ToolMessage | Command[Any]:
+                    return await self._adecide(r, execute, carry=False, task=task)
+
+                out = await self._user_awrap(request, inner)
+        except BaseException:
+            if task is not None:
+                await self._aleave(task, tool_call_id, failed=True)
+            raise
+        if task is not None:
+            await self._aleave(task, tool_call_id, failed=False)
+        return out
 
     @staticmethod
     def _config(request: ToolCallRequest) -> RunnableConfig | None:
@@ -743,55 +698,70 @@ class EffectToolNode(ToolNode):
         warn_durability(config)
         return config or {}
 
-    def _handoff(self, call: EffectCall) -> Prepared | None:
-        task = _TASK.get()
-        return None if task is None else task.handoff.pop(call.operation_id, None)
+    def _call(self, request: ToolCallRequest, thread: Thread, task: _Task | None) -> EffectCall:
+        if task is not None:
+            known = task.calls.get(request.tool_call["id"] or "")
+            if (
+                known is not None
+                and known.tool_name == request.tool_call["name"]
+                and known.args == request.tool_call["args"]
+            ):
+                return known
+        assert request.tool is not None
+        workflow_id, tenant_id = thread
+        return build_call(
+            request.tool,
+            request.tool_call,
+            tenant_id=tenant_id,
+            workflow_id=workflow_id,
+            state=request.state,
+            messages_key=self.messages_key,
+            task_id=task_id_of(request.runtime),
+            single=task is None or task.effect_calls <= 1,
+            siblings=None if task is None else task.drafts,
+        )
 
-    def _receipts(self, handoff: Prepared | None) -> _Receipts | None:
-        """Where a call records its receipt: the task's batch if this node claimed it."""
-        task = _TASK.get()
-        if task is None or handoff is None or not handoff.created:
-            return None
-        return task.receipts
-
-    def _wrap(
-        self, request: ToolCallRequest, execute: Callable[[ToolCallRequest], Any]
-    ) -> ToolMessage | Command[Any]:
-        return self._decide(request, execute, outermost=True)
-
-    async def _awrap(
-        self, request: ToolCallRequest, execute: Callable[[ToolCallRequest], Any]
-    ) -> ToolMessage | Command[Any]:
-        return await self._adecide(request, execute, outermost=True)
+    @contextmanager
+    def _carrying(self, run: Execution, carry: bool) -> Iterator[None]:
+        """Carry out what ``execute`` raised past ToolNode's wrapper handling (``_Unhandled``)."""
+        try:
+            yield
+        except Exception as exc:
+            if carry and run.raised_here(exc):
+                raise _Unhandled(exc) from exc
+            raise
 
     def _decide(
         self,
         request: ToolCallRequest,
         execute: Callable[[ToolCallRequest], Any],
         *,
-        outermost: bool,
+        carry: bool,
+        task: _Task | None = None,
     ) -> ToolMessage | Command[Any]:
-        run = _Execution(request, execute, carry=outermost)
-        config = self._config(request)
-        if config is None:
-            plain: ToolMessage | Command[Any] = run.plain()
-            return plain
-        call = self._call(request, self.runner.tenant_for(config, self.tenant_id))
-        handoff = self._handoff(call)
-        receipts = self._receipts(handoff)
-        with run.carrying():
-            if receipts is None:
+        run = Execution(request, execute)
+        task = task or self._task()
+        with self._carrying(run, carry):
+            config = self._config(request)
+            if config is None:
+                plain: ToolMessage | Command[Any] = run(request.tool_call["args"])
+                return plain
+            if task is None:
+                thread = self.runner.tenant_for(config, self.tenant_id)
+            else:
+                thread = self._prepare(task, request.state, task_id_of(request.runtime), config)
+            call = self._call(request, thread, task)
+            handoff = None if task is None else task.take(call)
+            if task is None or handoff is None or not handoff.created or task.asynchronous:
+                # (a sync hook on the async path runs its siblings one after another)
                 op = self.runner.run(call, run, handoff=handoff)
             else:
                 out = self.runner.run_until_receipt(call, run, handoff=handoff)
                 if isinstance(out, ParkedReceipt):
-                    answer, entry = self._placeholder(request, call, out, run.produced)
-                    if receipts.park(entry):
-                        return answer
-                    out = self.runner.finish(out, None)
+                    out = self._record(task, out, request.tool_call["id"] or "")
                 op = out
         return effect_result(
-            request, call, op, messages_key=self._messages_key, produced=run.first_answer(op)
+            request, call, op, messages_key=self.messages_key, produced=run.first_answer(op)
         )
 
     async def _adecide(
@@ -799,62 +769,31 @@ class EffectToolNode(ToolNode):
         request: ToolCallRequest,
         execute: Callable[[ToolCallRequest], Any],
         *,
-        outermost: bool,
+        carry: bool,
+        task: _Task | None = None,
     ) -> ToolMessage | Command[Any]:
-        run = _Execution(request, execute, carry=outermost)
-        config = self._config(request)
-        if config is None:
-            plain: ToolMessage | Command[Any] = await run.aplain()
-            return plain
-        call = self._call(request, await self.runner.atenant_for(config, self.tenant_id))
-        handoff = self._handoff(call)
-        receipts = self._receipts(handoff)
-        with run.carrying():
-            if receipts is None:
+        run = Execution(request, execute)
+        task = task or self._task()
+        with self._carrying(run, carry):
+            config = self._config(request)
+            if config is None:
+                plain: ToolMessage | Command[Any] = await run.acall(request.tool_call["args"])
+                return plain
+            if task is None:
+                thread = await self.runner.atenant_for(config, self.tenant_id)
+            else:
+                thread = await self._aprepare(
+                    task, request.state, task_id_of(request.runtime), config
+                )
+            call = self._call(request, thread, task)
+            handoff = None if task is None else task.take(call)
+            if task is None or handoff is None or not handoff.created:
                 op = await self.runner.arun(call, run.acall, handoff=handoff)
             else:
                 out = await self.runner.arun_until_receipt(call, run.acall, handoff=handoff)
                 if isinstance(out, ParkedReceipt):
-                    answer, entry = self._placeholder(request, call, out, run.produced)
-                    if receipts.park(entry):
-                        return answer
-                    out = await self.runner.afinish(out, None)
+                    out = await self._arecord(task, out, request.tool_call["id"] or "")
                 op = out
         return effect_result(
-            request, call, op, messages_key=self._messages_key, produced=run.first_answer(op)
+            request, call, op, messages_key=self.messages_key, produced=run.first_answer(op)
         )
-
-    def _placeholder(
-        self, request: ToolCallRequest, call: EffectCall, parked: ParkedReceipt, produced: Any
-    ) -> tuple[ToolMessage | Command[Any], _Parked]:
-        """The answer ToolNode collects now; ``_fill`` writes the recorded outcome into it.
-
-        A Command the tool returned is the answer as is (its receipt is recorded
-        after the fan-in like any other).
-        """
-        message = ToolMessage(
-            content="",
-            name=call.tool_name,
-            tool_call_id=request.tool_call["id"] or "",
-            artifact=produced.artifact if isinstance(produced, ToolMessage) else None,
-        )
-        answer: Any = produced if isinstance(produced, Command | list) else message
-        state = request.state
-        if isinstance(state, dict) and OPERATIONS_KEY in state:
-            owned = [call.operation_id]
-            return _with_owned(answer, owned, self._messages_key), _Parked(
-                parked, request, message, owned
-            )
-        return answer, _Parked(parked, request, message, None)
-
-
-def _fill(entry: _Parked, op: Operation) -> None:
-    """Write the recorded outcome into the answer ToolNode already returned (same object)."""
-    final = tool_message(
-        op, tool_name=entry.parked.call.tool_name, tool_call_id=entry.message.tool_call_id
-    )
-    entry.message.content = final.content
-    entry.message.status = final.status
-    entry.message.artifact = final.artifact
-    if entry.owned is not None and op.operation_id not in entry.owned:
-        entry.owned.append(op.operation_id)

@@ -9,17 +9,18 @@ from __future__ import annotations
 
 import uuid
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from _graphs import Env, ScriptedModel, State
-from langchain_core.messages import AIMessage, ToolMessage
-from langchain_core.outputs import ChatGeneration, ChatResult
+from _graphs import Env, State
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command
 
 from langgraph_effects import DurabilityWarning, EffectContext, EffectToolNode, effect
 from langgraph_effects.node import route_tool_calls
+from langgraph_effects.testing.models import ScriptedChatModel
 from langgraph_effects.testing.providers import FakeCRM
 
 CFG = {"configurable": {"thread_id": "t1", "tenant_id": "acme"}}
@@ -30,16 +31,11 @@ CLOSE_A = {
 }
 
 
-class FreshIds(ScriptedModel):
-    """Proposes ``tool_calls`` with fresh ids after a human message; "done" after a result."""
-
-    def _generate(self, messages: Any, stop: Any = None, run_manager: Any = None, **kw: Any) -> Any:
-        if isinstance(messages[-1], ToolMessage):
-            reply = AIMessage(content="done")
-        else:
-            calls = [{**tc, "id": f"call-{uuid.uuid4().hex[:8]}"} for tc in self.tool_calls]
-            reply = AIMessage(content="", tool_calls=calls)
-        return ChatResult(generations=[ChatGeneration(message=reply)])
+def fresh_ids(messages: Sequence[BaseMessage]) -> AIMessage:
+    """Proposes ``CLOSE_A`` with a fresh id after a human message; "done" after a result."""
+    if isinstance(messages[-1], ToolMessage):
+        return AIMessage(content="done")
+    return AIMessage(content="", tool_calls=[{**CLOSE_A, "id": f"call-{uuid.uuid4().hex[:8]}"}])
 
 
 def _graph(env: Env, crm: FakeCRM) -> Any:
@@ -48,7 +44,7 @@ def _graph(env: Env, crm: FakeCRM) -> Any:
         """Close a CRM case (this CRM honours no idempotency key)."""
         return crm.close_case(case_id, resolution)
 
-    model = FreshIds(tool_calls=[CLOSE_A])
+    model = ScriptedChatModel(script=fresh_ids)
 
     def agent(state: State) -> dict[str, Any]:
         return {"messages": [model.invoke(state["messages"])]}

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _graphs import Env, ScriptedModel, State, build_graph, call, tool_messages
+from _graphs import Env, State, build_graph, call, tool_messages
 from langchain_core.messages import AIMessage
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command
@@ -28,6 +28,7 @@ from langgraph_effects import (
     effect,
     route_tool_calls,
 )
+from langgraph_effects.testing import ScriptedChatModel
 from langgraph_effects.testing.providers import FakeCRM, Fault
 
 S = OperationStatus
@@ -285,23 +286,22 @@ def test_a_malformed_tenant_is_refused(env: Env, crm: FakeCRM, bad: Any) -> None
 # -- a re-issued call keeps its operation ---------------------------------------------
 
 
-class Reissuer(ScriptedModel):
+def reissuer(calls: list[dict[str, Any]]) -> ScriptedChatModel:
     """Proposes the same calls with new ids on each turn (a lost AIMessage, re-proposed)."""
+    turns = 0
 
-    turn: int = 0
+    def propose(messages: Any) -> AIMessage:
+        nonlocal turns
+        turns += 1
+        fresh = [{**tc, "id": f"{tc['id']}-t{turns}"} for tc in calls]
+        return AIMessage(content="", tool_calls=fresh, id=f"ai-{turns}")
 
-    def _generate(self, messages: Any, stop: Any = None, run_manager: Any = None, **kw: Any) -> Any:
-        from langchain_core.outputs import ChatGeneration, ChatResult
-
-        self.turn += 1
-        calls = [{**tc, "id": f"{tc['id']}-t{self.turn}"} for tc in self.tool_calls]
-        reply = AIMessage(content="", tool_calls=calls, id=f"ai-{self.turn}")
-        return ChatResult(generations=[ChatGeneration(message=reply)])
+    return ScriptedChatModel(script=propose)
 
 
 def reissue_graph(env: Env, crm: FakeCRM, calls: list[dict[str, Any]]) -> Any:
     """agent -> tools (one task per call) -> END: each user message re-proposes ``calls``."""
-    model = Reissuer(tool_calls=calls)
+    model = reissuer(calls)
 
     def agent(state: State) -> dict[str, Any]:
         return {"messages": [model.invoke(state["messages"])]}

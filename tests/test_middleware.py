@@ -6,13 +6,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _graphs import Env, ScriptedModel, call, tool_messages
+from _graphs import Env, call, tool_messages
 from langchain.agents import create_agent
 from langchain.agents.middleware import HumanInTheLoopMiddleware
 from langgraph.types import Command
 
 from langgraph_effects import EffectContext, EffectMiddleware, EffectToolNode, Evidence, effect
 from langgraph_effects.core.model import OperationStatus
+from langgraph_effects.testing import ScriptedChatModel
 from langgraph_effects.testing.providers import FakeCRM, Fault
 
 S = OperationStatus
@@ -49,7 +50,7 @@ def test_create_agent_lost_response_reconciled(env: Env) -> None:
     crm = FakeCRM()
     crm.faults.push(Fault.LOSE_RESPONSE)
     agent = create_agent(
-        ScriptedModel(tool_calls=[CLOSE]),
+        ScriptedChatModel(plan=[[CLOSE]]),
         tools=[close_tool(crm)],
         middleware=[EffectMiddleware(ledger=env.ledger)],
         checkpointer=env.checkpointer,
@@ -69,7 +70,7 @@ def test_hitl_edit_binds_and_is_not_asked_twice(env: Env, hitl_first: bool) -> N
     hitl = HumanInTheLoopMiddleware(interrupt_on={"close_case": True})
     effects = EffectMiddleware(ledger=env.ledger, hitl=hitl)
     agent = create_agent(
-        ScriptedModel(tool_calls=[CLOSE]),
+        ScriptedChatModel(plan=[[CLOSE]]),
         tools=[close_tool(crm, require_approval=True)],
         middleware=[hitl, effects] if hitl_first else [effects, hitl],
         checkpointer=env.checkpointer,
@@ -98,7 +99,7 @@ def test_create_react_agent_with_effect_tool_node(env: Env) -> None:
 
     crm = FakeCRM()
     agent = create_react_agent(
-        ScriptedModel(tool_calls=[CLOSE]),
+        ScriptedChatModel(plan=[[CLOSE]]),
         EffectToolNode([close_tool(crm)], ledger=env.ledger),
         checkpointer=env.checkpointer,
     )

@@ -11,13 +11,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _graphs import Env, ScriptedModel, call, tool_messages
+from _graphs import Env, call, tool_messages
 from langchain.agents import create_agent
 from langchain.agents.middleware import HumanInTheLoopMiddleware
 from langgraph.types import Command
 
 from langgraph_effects import EffectContext, EffectMiddleware, MiddlewareOrderError, effect
 from langgraph_effects.core.model import OperationStatus
+from langgraph_effects.testing import ScriptedChatModel
 from langgraph_effects.testing.providers import FakeCRM
 
 S = OperationStatus
@@ -79,7 +80,7 @@ def run_review(
     hitl = HumanInTheLoopMiddleware(interrupt_on={"close_case": True}, interrupt_mode=mode)  # type: ignore[arg-type]
     effects = EffectMiddleware(ledger=env.ledger, hitl=hitl)
     agent = create_agent(
-        ScriptedModel(tool_calls=[CLOSE]),
+        ScriptedChatModel(plan=[[CLOSE]]),
         tools=tools(crm, other),
         middleware=[effects, hitl] if effect_first else [hitl, effects],
         checkpointer=env.checkpointer,
@@ -165,7 +166,7 @@ def test_per_call_hitl_inside_effect_middleware_is_refused(env: Env) -> None:
     crm, other = FakeCRM(), FakeCRM()
     hitl = HumanInTheLoopMiddleware(interrupt_on={"close_case": True}, interrupt_mode="per_call")  # type: ignore[arg-type]
     agent = create_agent(
-        ScriptedModel(tool_calls=[CLOSE]),
+        ScriptedChatModel(plan=[[CLOSE]]),
         tools=tools(crm, other),
         middleware=[EffectMiddleware(ledger=env.ledger, hitl=hitl), hitl],
         checkpointer=env.checkpointer,

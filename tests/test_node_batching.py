@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from _graphs import build_graph, call, tool_messages
+from langchain_core.messages import ToolMessage
+from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 
 from langgraph_effects import EffectContext, effect
@@ -121,4 +124,126 @@ def test_a_stale_receipt_in_the_batch_is_reconciled_and_blocks_no_other(
     assert ledger.events("default", ops["t0"].operation_id)[-1].kind is EventKind.CONFIRM
     assert ledger.stats().stale_token_refusals == 1
     assert all(m.status == "success" for m in tool_messages(result))
+    conn.close()
+
+
+def _ticket_tool(provider: Tickets) -> Any:
+    @effect("tickets.create", target=lambda a: a["title"])
+    def create_ticket(title: str, ctx: EffectContext) -> dict[str, Any]:
+        """Create a ticket."""
+        return provider.create(title)
+
+    return create_ticket
+
+
+def _confirm_commits(conn: sqlite3.Connection) -> list[str]:
+    """The batched receipts' statements (one ``UPDATE`` per confirmed call, per commit)."""
+    seen: list[str] = []
+    conn.set_trace_callback(lambda sql: seen.append(sql.strip().split()[0]))
+    return seen
+
+
+def test_fewer_threads_than_calls_commit_in_parts_without_waiting(sqlite_path: Path) -> None:
+    """max_concurrency=2, five calls: parked receipts hold both threads, so the batch
+    commits as soon as they do (no wait for calls that cannot start); all confirmed."""
+    provider = Tickets()
+    conn = sqlite3.connect(sqlite_path, check_same_thread=False, isolation_level=None)
+    ledger = SQLiteLedger(conn)
+    ledger.setup()
+    graph = build_graph(
+        [_ticket_tool(provider)],
+        _calls(5),
+        ledger=ledger,
+        checkpointer=InMemorySaver(),
+        per_call=False,
+    )
+    started = time.monotonic()
+    result = graph.invoke(
+        {"messages": [("user", "go")]},
+        {"configurable": {"thread_id": "t1"}, "max_concurrency": 2},
+        durability="sync",
+    )
+    assert time.monotonic() - started < 0.9  # never waited out a parked receipt's patience
+    assert sorted(provider.created) == [f"t{i}" for i in range(5)]
+    assert [m.status for m in tool_messages(result)] == ["success"] * 5
+    assert [op.status for op in ledger.list(tenant_id="default")] == [S.CONFIRMED] * 5
+    conn.close()
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_failing_sibling_commits_the_parked_receipts(sqlite_path: Path, mode: str) -> None:
+    """A plain sibling raises (the task fails, as with ToolNode): the effect calls that
+    already parked their receipts are recorded confirmed, and a resume sends nothing again."""
+    provider = Tickets()
+
+    @tool
+    def explode(title: str) -> str:
+        """Fail."""
+        time.sleep(0.05)  # after the effect calls parked
+        raise ValueError("boom")
+
+    conn = sqlite3.connect(sqlite_path, check_same_thread=False, isolation_level=None)
+    ledger: Any = (SQLiteLedger if mode == "sync" else AsyncSQLiteLedger)(conn)
+    if mode == "sync":
+        ledger.setup()
+    else:
+        asyncio.run(ledger.setup())
+    calls = [*_calls(3), call("explode", "call-x", title="x")]
+    graph = build_graph(
+        [_ticket_tool(provider), explode],
+        calls,
+        ledger=ledger,
+        checkpointer=InMemorySaver(),
+        per_call=False,
+    )
+    config = {"configurable": {"thread_id": "t1"}}
+    value = {"messages": [("user", "go")]}
+
+    def run() -> Any:
+        if mode == "sync":
+            return graph.invoke(value, config, durability="sync")
+        return asyncio.run(graph.ainvoke(value, config, durability="sync"))
+
+    started = time.monotonic()
+    with pytest.raises(ValueError, match="boom"):
+        run()
+    assert time.monotonic() - started < 0.9
+    assert sorted(provider.created) == ["t0", "t1", "t2"]
+    ops = SQLiteLedger(conn).list(tenant_id="default")
+    assert [op.status for op in ops] == [S.CONFIRMED] * 3
+    conn.close()
+
+
+def test_a_call_its_wrapper_answers_leaves_the_batch_at_once(sqlite_path: Path) -> None:
+    """A user wrapper answers one effect call without running it: its siblings' batch
+    commits when the others park (no waiting for a receipt that will never come)."""
+    provider = Tickets()
+
+    def skip_t1(request: Any, execute: Any) -> Any:
+        if request.tool_call["args"]["title"] == "t1":
+            return ToolMessage("skipped", tool_call_id=request.tool_call["id"])
+        return execute(request)
+
+    conn = sqlite3.connect(sqlite_path, check_same_thread=False, isolation_level=None)
+    ledger = SQLiteLedger(conn)
+    ledger.setup()
+    graph = build_graph(
+        [_ticket_tool(provider)],
+        _calls(3),
+        ledger=ledger,
+        checkpointer=InMemorySaver(),
+        per_call=False,
+        node_kwargs={"wrap_tool_call": skip_t1},
+    )
+    commits = _commits(conn)
+    started = time.monotonic()
+    result = graph.invoke(
+        {"messages": [("user", "go")]}, {"configurable": {"thread_id": "t1"}}, durability="sync"
+    )
+    conn.set_trace_callback(None)
+    assert time.monotonic() - started < 0.9
+    assert sorted(provider.created) == ["t0", "t2"]
+    assert "skipped" in [m.content for m in tool_messages(result)]
+    # binding, prepare_many, one confirm_many for t0 and t2
+    assert len(commits) == 3
     conn.close()

@@ -13,13 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _graphs import ScriptedModel, call
+from _graphs import call
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
 
 import langgraph_effects
 from langgraph_effects import EffectContext, InMemoryLedger, OperationStatus, effect
-from langgraph_effects.testing import FakeCRM
+from langgraph_effects.testing import FakeCRM, ScriptedChatModel
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -69,7 +69,7 @@ def test_readme_create_agent_with_hitl_asks_once(tmp_path: Path, with_hitl: bool
 
     ledger = InMemoryLedger()
     ledger.setup()
-    model = ScriptedModel(tool_calls=[call("close_case", "c1", case_id="A", resolution="done")])
+    model = ScriptedChatModel(plan=[[call("close_case", "c1", case_id="A", resolution="done")]])
     namespace: dict[str, Any] = {
         "model": model,
         "close_case": close_case,

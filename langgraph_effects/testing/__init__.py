@@ -3,6 +3,8 @@
 * :mod:`langgraph_effects.testing.providers`: ``FakeCRM``, ``FakeMail``,
   ``FakeTicketing`` (state in a SQLite file, so counts survive process kills),
   scripted ``Fault``s, a ``FakeClock``.
+* :mod:`langgraph_effects.testing.models`: ``ScriptedChatModel``, a chat model
+  with no API key that proposes planned tool calls, the same in every process.
 * :mod:`langgraph_effects.testing.faults`: ``CrashPoint``s at every boundary
   of the runner, armed in-process (``InjectedCrash``) or as a real process
   kill, and ``run_in_child`` to run to a crash and resume in a fresh process.
@@ -53,6 +55,7 @@ if TYPE_CHECKING:
         crash_point,
         run_in_child,
     )
+    from langgraph_effects.testing.models import Script, ScriptedChatModel
     from langgraph_effects.testing.providers import (
         AppliedEffect,
         Clock,
@@ -100,6 +103,9 @@ _EXPORTS: dict[str, str] = {
     "ProviderStats": "langgraph_effects.testing.providers",
     "ProviderTimeout": "langgraph_effects.testing.providers",
     "SystemClock": "langgraph_effects.testing.providers",
+    # a scripted chat model
+    "Script": "langgraph_effects.testing.models",
+    "ScriptedChatModel": "langgraph_effects.testing.models",
     # the ledger contract suite (for third-party ledgers)
     "LedgerContract": "langgraph_effects.testing.contract",
     "ManualClock": "langgraph_effects.testing.contract",
@@ -162,6 +168,8 @@ __all__ = [
     "Scenario",
     "ScenarioReport",
     "Schedule",
+    "Script",
+    "ScriptedChatModel",
     "SyncFacade",
     "SystemClock",
     "arun_scenario",

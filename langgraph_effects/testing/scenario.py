@@ -79,9 +79,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal, TypeAlias
 
-from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, HumanMessage, ToolMessage
-from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.tools import BaseTool, tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, MessagesState, StateGraph
@@ -110,6 +108,7 @@ from langgraph_effects.testing.faults import (
     _child_main,
     crash_point,
 )
+from langgraph_effects.testing.models import ScriptedChatModel
 from langgraph_effects.testing.providers import (
     FakeClock,
     FakeCRM,
@@ -681,7 +680,7 @@ def build_agent(
 
     middleware = [] if control else [EffectMiddleware(ledger=ledger, **dict(node_kwargs or {}))]
     return create_agent(
-        _ScriptedChatModel(script=_Script([dict(tc) for tc in tool_calls])),
+        ScriptedChatModel(script=_Script([dict(tc) for tc in tool_calls]).reply),
         tools=list(tools),
         middleware=middleware,
         checkpointer=checkpointer if checkpointer is not None else InMemorySaver(),
@@ -720,7 +719,7 @@ class _Script:
         self.proposals = 0
         self.lock = threading.Lock()
 
-    def reply(self, messages: Sequence[AnyMessage]) -> AIMessage:
+    def reply(self, messages: Sequence[BaseMessage]) -> AIMessage:
         turn = sum(1 for m in messages if isinstance(m, HumanMessage))
         suffix = "" if turn <= 1 else f"-h{turn}"
         if not isinstance(messages[-1], HumanMessage):
@@ -733,29 +732,6 @@ class _Script:
                 suffix += f"-g{generation}"
                 calls = [{**tc, "id": f"{tc['id']}-g{generation}"} for tc in calls]
         return AIMessage(content="", tool_calls=calls, id=f"ai-proposal{suffix}")
-
-
-class _ScriptedChatModel(BaseChatModel):
-    """A chat model that replies with a :class:`_Script` (for ``create_agent``)."""
-
-    script: Any
-
-    @property
-    def _llm_type(self) -> str:
-        return "scripted"
-
-    def bind_tools(self, tools: Any, **kwargs: Any) -> _ScriptedChatModel:
-        return self
-
-    def _generate(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: Any = None,
-        **kwargs: Any,
-    ) -> ChatResult:
-        reply = self.script.reply(messages)
-        return ChatResult(generations=[ChatGeneration(message=reply)])
 
 
 # --------------------------------------------------------------------------- the report

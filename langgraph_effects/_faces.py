@@ -1,0 +1,259 @@
+"""What both faces share: a tool call of LangGraph's hooks, as the runner takes it and answers it.
+
+``EffectToolNode`` (``node.py``) and ``EffectMiddleware`` (``middleware.py``) both
+see an effect call as a ``ToolCallRequest`` and an ``execute`` / ``handler``
+callable (ToolNode's ``wrap_tool_call`` and the agent middleware's hook have the
+same shape). From there the path is the same:
+
+1. ``build_call``: the request's ``EffectCall`` (digest, operation id), for the
+   tenant and thread the face resolved;
+2. ``Execution``: ``execute`` as the runner calls it (``run(args)``), remembering
+   what the tool produced in this run;
+3. ``effect_result``: the answer, built from the ledger's record (so a first run
+   and every replay answer alike), with the operation ids the thread owns.
+
+Only LangGraph's public API is used: ``ToolCallRequest`` (``tool_call``,
+``tool``, ``state``, ``runtime``) and ``override``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+from langchain_core.messages import AIMessage, ToolCall, ToolMessage
+from langchain_core.tools import BaseTool
+from langgraph.prebuilt.tool_node import ToolCallRequest, msg_content_output
+from langgraph.types import Command
+
+from langgraph_effects.core.digest import canonical_json
+from langgraph_effects.core.model import Operation, OperationDraft, OperationStatus
+from langgraph_effects.decide import OPERATIONS_KEY, EffectCall, recorded_command, tool_message
+from langgraph_effects.effects import current_call, effect_spec
+from langgraph_effects.errors import EffectsError
+
+__all__ = [
+    "NO_CALL_ID",
+    "Execution",
+    "add_operations",
+    "build_call",
+    "call_occurrence",
+    "effect_result",
+    "messages_of",
+    "task_id_of",
+]
+
+S = OperationStatus
+NO_CALL_ID = "no-call-id"
+"""The tool-call id of a call the model sent without one."""
+
+
+def add_operations(left: list[str] | None, right: list[str] | None) -> list[str]:
+    """Reducer of ``effect_operations``: append new ids, keep order, no duplicates."""
+    out = list(left or [])
+    seen = set(out)
+    for op_id in right or []:
+        if op_id not in seen:
+            seen.add(op_id)
+            out.append(op_id)
+    return out
+
+
+def messages_of(state: Any, messages_key: str = "messages") -> list[Any]:
+    """The messages of a graph state: a list of messages, a dict or an object."""
+    if isinstance(state, list):
+        return state
+    if isinstance(state, dict):
+        return state.get(messages_key) or []
+    return getattr(state, messages_key, None) or []
+
+
+def call_occurrence(
+    state: Any, tool_call: ToolCall, *, messages_key: str = "messages"
+) -> int | None:
+    """The call's place among identical calls of its thread (see ``occurrence_operation_id``).
+
+    Identical means same tool and same canonical arguments. Counts the identical
+    calls of earlier AIMessages that were answered (a ToolMessage with their id),
+    plus the call's index among identical calls of its own AIMessage. None when
+    the call is not found in the state's messages.
+    """
+    messages = messages_of(state, messages_key)
+    call_id, name = tool_call.get("id"), tool_call["name"]
+    if not call_id or not messages:
+        return None
+    try:
+        args = canonical_json(tool_call["args"])
+    except EffectsError:
+        return None
+    answered = {m.tool_call_id for m in messages if isinstance(m, ToolMessage)}
+    earlier, found = 0, None
+    for message in messages:
+        if not isinstance(message, AIMessage) or not message.tool_calls:
+            continue
+        twins = [tc for tc in message.tool_calls if tc["name"] == name and _same(tc, args)]
+        for index, twin in enumerate(twins):
+            if twin["id"] == call_id:
+                # The last AIMessage holding the id is the call's own (some models
+                # reuse ids such as "call_0" from turn to turn).
+                found = earlier + index
+        earlier += sum(1 for twin in twins if twin["id"] in answered)
+    return found
+
+
+def _same(tool_call: ToolCall, args: bytes) -> bool:
+    try:
+        return canonical_json(tool_call["args"]) == args
+    except EffectsError:
+        return False
+
+
+def build_call(
+    tool: BaseTool,
+    tool_call: ToolCall,
+    *,
+    tenant_id: str,
+    workflow_id: str,
+    state: Any = None,
+    messages_key: str = "messages",
+    task_id: str | None = None,
+    single: bool = True,
+    siblings: dict[str, OperationDraft] | None = None,
+    preapproved_by: str | None = None,
+) -> EffectCall:
+    """The ``EffectCall`` of a tool call, for a tenant and thread resolved by the face."""
+    spec = effect_spec(tool)
+    if spec is None:
+        raise EffectsError(f"tool {tool.name!r} is not an effect")
+    return EffectCall.build(
+        spec,
+        tool_name=tool_call["name"],
+        # A call without an id ("" or None) is identified by thread, action and payload.
+        tool_call_id=tool_call["id"] or NO_CALL_ID,
+        args=tool_call["args"],
+        tenant_id=tenant_id,
+        workflow_id=workflow_id,
+        single=single,
+        siblings=siblings,
+        preapproved_by=preapproved_by,
+        occurrence=call_occurrence(state, tool_call, messages_key=messages_key),
+        task_id=task_id,
+    )
+
+
+def task_id_of(runtime: Any) -> str | None:
+    """LangGraph's task id from a ``ToolRuntime`` / ``Runtime`` (None outside a task)."""
+    info = getattr(runtime, "execution_info", None)
+    return getattr(info, "task_id", None)
+
+
+def effect_result(
+    request: ToolCallRequest,
+    call: EffectCall,
+    op: Operation,
+    *,
+    messages_key: str = "messages",
+    produced: Any = None,
+) -> ToolMessage | Command[Any]:
+    """The call's answer, plus the operation id when the state tracks them.
+
+    ``produced`` is this run's own answer when it must be returned as made
+    (``Execution.first_answer``): a ``Command``, or a message an inner layer changed.
+    Otherwise the answer is built from the record (on a replay, the recorded
+    ``Command`` with its update, goto and graph), so a first run and every replay
+    answer identically.
+    """
+    tool_call_id = request.tool_call["id"] or ""
+    answer: Any
+    if produced is not None:
+        answer = produced
+    else:
+        answer = recorded_command(op, tool_call_id=tool_call_id) or tool_message(
+            op, tool_name=call.tool_name, tool_call_id=tool_call_id
+        )
+    state = request.state
+    if not (isinstance(state, dict) and OPERATIONS_KEY in state):
+        return answer  # type: ignore[no-any-return]
+    # An edited call ends in another operation: the thread owns both.
+    owned = list(dict.fromkeys([call.operation_id, op.operation_id]))
+    return _with_owned(answer, owned, messages_key)
+
+
+def _with_owned(answer: Any, owned: list[str], messages_key: str) -> ToolMessage | Command[Any]:
+    """``answer`` that also appends ``owned`` to the state's ``effect_operations``."""
+    if isinstance(answer, ToolMessage):
+        return Command(update={messages_key: [answer], OPERATIONS_KEY: owned})
+    if isinstance(answer, Command) and answer.graph is None and isinstance(answer.update, dict):
+        update = dict(answer.update)
+        update[OPERATIONS_KEY] = add_operations(update.get(OPERATIONS_KEY), owned)
+        return dataclasses.replace(answer, update=update)
+    return answer  # type: ignore[no-any-return]  # a parent handoff or a list: not our state
+
+
+class Execution:
+    """A face's ``execute`` for one call, as the runner calls it (``run(args)``).
+
+    Keeps what the tool returned through the chain in this run (``produced``: its
+    ToolMessage or Command as is) and the exceptions ``execute`` itself raised
+    (``raised_here``): ToolNode's error handling decided those, not the runner.
+    """
+
+    def __init__(self, request: ToolCallRequest, execute: Callable[[ToolCallRequest], Any]) -> None:
+        self.request = request
+        self.execute = execute
+        self.produced: Any = None
+        self.answered: Any = None
+        self.value: Any = None
+        self.raised: list[BaseException] = []
+
+    def _request(self, args: dict[str, Any]) -> ToolCallRequest:
+        if args == self.request.tool_call["args"]:
+            return self.request
+        return self.request.override(tool_call={**self.request.tool_call, "args": args})
+
+    def _keep(self, out: Any) -> Any:
+        slot = current_call()
+        self.produced = self.answered = None
+        if slot is not None and slot.started and slot.error is None:
+            self.produced, self.value = out, slot.value  # what the chain made of a return
+        elif slot is not None and not slot.started:
+            self.answered = out  # an inner layer answered without running the tool
+        return out
+
+    def raised_here(self, exc: BaseException) -> bool:
+        """``exc`` came out of ``execute`` itself (not out of the decision around it)."""
+        return any(exc is e for e in self.raised)
+
+    def first_answer(self, op: Operation) -> Any:
+        """This run's answer as made, where the record would lose something; else None.
+
+        A ``Command`` (or a list) the tool returned; a ToolMessage an inner layer
+        changed (ToolNode refusing the output, a reviewer-edit notice) or made
+        instead of running the tool (invalid arguments, a reviewer's reject/respond).
+        """
+        if op.status is S.CONFIRMED and self.produced is not None:
+            out = self.produced
+            if isinstance(out, Command | list):
+                return out
+            if isinstance(out, ToolMessage) and (
+                out.status == "error" or out.content != msg_content_output(self.value)
+            ):
+                return out
+        if op.status is S.REJECTED and isinstance(self.answered, ToolMessage):
+            return self.answered
+        return None
+
+    def __call__(self, args: dict[str, Any]) -> Any:
+        try:
+            return self._keep(self.execute(self._request(args)))
+        except Exception as exc:
+            self.raised.append(exc)
+            raise
+
+    async def acall(self, args: dict[str, Any]) -> Any:
+        try:
+            return self._keep(await self.execute(self._request(args)))
+        except Exception as exc:
+            self.raised.append(exc)
+            raise
