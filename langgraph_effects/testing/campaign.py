@@ -74,6 +74,7 @@ from langgraph_effects.testing.assertions import mislabelled_operations
 from langgraph_effects.testing.faults import CrashPlan, CrashPoint, InjectedCrash
 from langgraph_effects.testing.providers import Fault
 from langgraph_effects.testing.scenario import (
+    ForkedChild,
     ProviderKind,
     Providers,
     Scenario,
@@ -533,7 +534,16 @@ def _stale_child(case: StaleCase, role: str) -> dict[str, Any]:
     policy = confirm_if_seen(providers.shows)
     first: Any = {"messages": [HumanMessage(content="go", id="human")]} if worker else None
     ledger_case = replace(case, ledger_url=_with_app_name(case.ledger_url, case.app_name))
-    stores = ledger_case if worker and case.fault == "renewal" else case
+    # A worker's connections carry the case's application_name: a renewal case terminates
+    # its ledger connections; a sigstop case is frozen only while none of them (ledger or
+    # saver) holds an open transaction (``_freeze``).
+    stores = (
+        ledger_case
+        if worker and case.fault == "renewal"
+        else replace(ledger_case, checkpoint_url=_with_app_name(case.checkpoint_url, case.app_name))
+        if worker
+        else case
+    )
     error: str | None = None
 
     def answers(state: Any) -> Any:
@@ -617,14 +627,15 @@ def _one_stale(case: StaleCase) -> ScenarioReport:
     problems: list[str] = []
     violations = 0
     lost = 0
+    worker: ForkedChild | None = None
     try:
         worker = start_forked_child(_stale_child, case, "worker")
         gate = Path(case.directory)
-        reached = _until(lambda: (gate / "inside").exists() or not worker.process.is_alive())
+        alive = worker.process.is_alive
+        reached = _until(lambda: (gate / "inside").exists() or not alive())
         reached = reached and (gate / "inside").exists()
         if reached and case.fault == "sigstop":
-            os.kill(worker.pid, signal.SIGSTOP)
-            reached = _until(lambda: _stopped(worker.pid))
+            reached = _freeze(worker.pid, case)
         if not reached:
             exit_ = worker.wait(5)
             problem = f"{case.tag}: the worker never reached its pause ({exit_.error or exit_})"
@@ -687,7 +698,46 @@ def _one_stale(case: StaleCase) -> ScenarioReport:
             problems=tuple(problems),
         )
     finally:
+        if worker is not None and worker.process.is_alive():
+            # Never leave a frozen worker behind: it may hold database locks that stall
+            # every later test on the same server.
+            os.kill(worker.pid, signal.SIGCONT)
+            worker.process.kill()
+            worker.process.join(5)
         providers.close()
+
+
+def _freeze(pid: int, case: StaleCase) -> bool:
+    """SIGSTOP the worker at a moment when none of its connections holds a transaction.
+
+    A process frozen inside the saver's transaction (LangGraph's PostgreSQL saver
+    writing the previous step in the background) holds row locks the recoverer
+    waits on: that stalls LangGraph's saver, not the ledger, and proves nothing
+    about effects. So freeze, look, and thaw and retry while a transaction is open.
+    """
+    for _ in range(500):
+        os.kill(pid, signal.SIGSTOP)
+        if not _until(lambda: _stopped(pid)):
+            return False
+        if not _holds_transaction(case):
+            return True
+        os.kill(pid, signal.SIGCONT)
+        time.sleep(0.01)
+    return False
+
+
+def _holds_transaction(case: StaleCase) -> bool:
+    if case.backend != "postgres":
+        return False  # not observable from outside; SQLite's writes are short and retried
+    import psycopg
+
+    with psycopg.connect(case.ledger_url, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity"
+            " WHERE application_name = %s AND xact_start IS NOT NULL",
+            (case.app_name,),
+        ).fetchone()
+    return bool(row and row[0])
 
 
 def _operator_last(events: Sequence[Any], op: Operation) -> bool:
