@@ -28,10 +28,24 @@ from langgraph_effects.core.model import (
 )
 from langgraph_effects.effects import EffectContext, EffectSpec
 
-__all__ = ["EffectCall", "Execute"]
+__all__ = ["EffectCall", "Execute", "ProviderResult"]
 
 Execute = Callable[[dict[str, Any]], Any]
 """Run the tool with these arguments (through ToolNode / the middleware chain)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderResult:
+    """What an effect's body may return when it knows the provider's id for its result.
+
+    The loop records ``result`` (as it records any returned value) and
+    ``provider_result_id`` with it (``Operation.provider_result_id``, on the
+    receipt and on a late receipt's evidence). The outbox relay's deliveries
+    return one (the provider's message id); a tool's plain value has no id.
+    """
+
+    result: Any
+    provider_result_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
