@@ -1018,33 +1018,22 @@ class OutboxRelay:
 
     def _call(self, entry: OutboxEntry) -> EffectCall:
         """The entry as one call of the decision engine: its own operation and key."""
-        key = idempotency_key(entry.operation_id)
-        workflow = f"outbox:{entry.entry_id}"
         draft = OperationDraft(
             tenant_id=entry.tenant_id,
             operation_id=entry.operation_id,
-            workflow_id=workflow,
+            workflow_id=f"outbox:{entry.entry_id}",
             action=entry.action,
             target=entry.key,
             payload_digest=entry.payload_digest,
             payload=entry.payload,
             provider=self.provider,
-            idempotency_key=key,
+            idempotency_key=idempotency_key(entry.operation_id),
             key_retention_seconds=key_retention_seconds(self.contract),
         )
+        spec = EffectSpec(action=entry.action, contract=self.contract, reconcile=self.reconcile)
         payload = entry.payload
-        return EffectCall(
-            spec=EffectSpec(action=entry.action, contract=self.contract, reconcile=self.reconcile),
-            tool_name=entry.action,
-            tool_call_id=entry.entry_id,
-            args=payload if isinstance(payload, dict) else {"payload": payload},
-            tenant_id=entry.tenant_id,
-            workflow_id=workflow,
-            target=entry.key,
-            payload_digest=entry.payload_digest,
-            operation_id=entry.operation_id,
-            idempotency_key=key,
-            write_ahead=draft,
+        return EffectCall.of_draft(
+            spec, draft, args=payload if isinstance(payload, dict) else {"payload": payload}
         )
 
     def _work(self, entry: OutboxEntry, report: RelayReport) -> _Steps[None]:

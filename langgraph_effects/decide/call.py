@@ -160,6 +160,27 @@ class EffectCall:
             write_ahead=draft,
         )
 
+    @classmethod
+    def of_draft(
+        cls, spec: EffectSpec, draft: OperationDraft, *, args: Mapping[str, Any]
+    ) -> EffectCall:
+        """A call whose write-ahead record the face built itself: ids, target and digest
+        are the draft's (the outbox relay's, fixed when the entry was enqueued)."""
+        key = draft.idempotency_key or idempotency_key(draft.operation_id)
+        return cls(
+            spec=spec,
+            tool_name=draft.action,
+            tool_call_id=draft.tool_call_id or draft.operation_id,
+            args=dict(args),
+            tenant_id=draft.tenant_id,
+            workflow_id=draft.workflow_id or draft.operation_id,
+            target=draft.target,
+            payload_digest=draft.payload_digest,
+            operation_id=draft.operation_id,
+            idempotency_key=key,
+            write_ahead=draft,
+        )
+
     @property
     def key(self) -> OperationKey:
         return OperationKey(tenant_id=self.tenant_id, operation_id=self.operation_id)
