@@ -13,13 +13,19 @@ never commits, never opens a second transaction, never touches the ledger.
 
 A relay (``OutboxRelay``) delivers the entries later, from its own connection.
 Each entry becomes an operation of its own in the ledger (operation id
-derived from the entry id, its own idempotency key, its own evidence), and the
-same rules as any effect apply (``core.plan``): a receipt is saved at once; a
-lost receipt makes the operation ``unknown``, then it is reconciled, retried
-under the provider's idempotency key while that is safe, or left for review.
-Accepted by the provider is not delivered: the record keeps which one it knows.
-The relay's pass is written once, as a generator of actions, and driven by
-``run_once`` (a sync ``Ledger``) or ``arun_once`` (an ``AsyncLedger``).
+derived from the entry id, its own idempotency key, its own evidence), decided
+by the decision engine that decides every tool call (``decide``), so the same
+rules apply: a receipt is saved at once; a lost receipt makes the operation
+``unknown``, then it is reconciled, retried under the provider's idempotency
+key while that is safe, or left for review; a receipt that arrives after a
+takeover is kept and settles what it may. The relay's policy
+(``decide.Policy.returning``) is never to hold: where a graph would ask a
+person, wait for another worker's lease or sleep before a resend, the relay
+settles the entry and looks again later. Accepted by the provider is not
+delivered: the record keeps which one it knows. A pass is one generator of the
+engine's actions (the relay's table work is a ``Hook``, each delivery the
+decision loop itself), driven by the engine's own drivers: ``run_once`` (a
+sync ``Ledger``) or ``arun_once`` (an ``AsyncLedger``).
 
 Two fences, two purposes::
 
