@@ -35,8 +35,10 @@ __all__ = [
     "EffectSpec",
     "EffectTool",
     "Reconciler",
+    "arun_body",
     "effect",
     "effect_spec",
+    "run_body",
 ]
 
 Reconciler: TypeAlias = Callable[[Operation], "Evidence | Awaitable[Evidence]"]
@@ -137,6 +139,40 @@ def _enter(action: str) -> _Call:
         )
     call.started = True
     return call
+
+
+def run_body(body: Callable[[EffectContext], Any]) -> Any:
+    """Run ``body`` as the body of the effect being dispatched, given its ``EffectContext``.
+
+    For a face whose effect is a plain callable, not an ``@effect`` tool (the
+    outbox relay's ``deliver``): inside the decision engine's dispatch, it
+    records in the call's slot that the body started and what it returned or
+    raised, as an ``@effect`` tool's body does.
+    """
+    call = _CURRENT.get()
+    if call is None:
+        raise EffectsError("run_body runs inside the decision engine's dispatch only")
+    call.started = True
+    try:
+        call.value = body(call.context)
+    except BaseException as exc:
+        call.error = exc
+        raise
+    return call.value
+
+
+async def arun_body(body: Callable[[EffectContext], Awaitable[Any]]) -> Any:
+    """The async twin of ``run_body``."""
+    call = _CURRENT.get()
+    if call is None:
+        raise EffectsError("arun_body runs inside the decision engine's dispatch only")
+    call.started = True
+    try:
+        call.value = await body(call.context)
+    except BaseException as exc:
+        call.error = exc
+        raise
+    return call.value
 
 
 class EffectTool(StructuredTool):

@@ -13,13 +13,19 @@ never commits, never opens a second transaction, never touches the ledger.
 
 A relay (``OutboxRelay``) delivers the entries later, from its own connection.
 Each entry becomes an operation of its own in the ledger (operation id
-derived from the entry id, its own idempotency key, its own evidence), and the
-same rules as any effect apply (``core.plan``): a receipt is saved at once; a
-lost receipt makes the operation ``unknown``, then it is reconciled, retried
-under the provider's idempotency key while that is safe, or left for review.
-Accepted by the provider is not delivered: the record keeps which one it knows.
-The relay's pass is written once, as a generator of actions, and driven by
-``run_once`` (a sync ``Ledger``) or ``arun_once`` (an ``AsyncLedger``).
+derived from the entry id, its own idempotency key, its own evidence), decided
+by the decision engine that decides every tool call (``decide``), so the same
+rules apply: a receipt is saved at once; a lost receipt makes the operation
+``unknown``, then it is reconciled, retried under the provider's idempotency
+key while that is safe, or left for review; a receipt that arrives after a
+takeover is kept and settles what it may. The relay's policy
+(``decide.Policy.returning``) is never to hold: where a graph would ask a
+person, wait for another worker's lease or sleep before a resend, the relay
+settles the entry and looks again later. Accepted by the provider is not
+delivered: the record keeps which one it knows. A pass is one generator of the
+engine's actions (the relay's table work is a ``Hook``, each delivery the
+decision loop itself), driven by the engine's own drivers: ``run_once`` (a
+sync ``Ledger``) or ``arun_once`` (an ``AsyncLedger``).
 
 Two fences, two purposes::
 
@@ -77,30 +83,26 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
-from langgraph_effects._faults import CrashPoint, crash_point
 from langgraph_effects._owners import current_owner, provably_dead
 from langgraph_effects.core.digest import canonical_json, payload_digest
 from langgraph_effects.core.ids import idempotency_key, intent_operation_id
 from langgraph_effects.core.model import (
-    Decision,
     Evidence,
-    EvidenceKind,
     LeaseOwner,
     Operation,
     OperationDraft,
     OperationStatus,
-    Prepared,
     ProviderContract,
-    Resolution,
     key_retention_seconds,
-    reconciled_evidence,
     utcnow,
 )
-from langgraph_effects.core.plan import Outcome, Step, classify, earlier_attempt_ambiguous, plan
+from langgraph_effects.core.plan import Outcome, classify
 from langgraph_effects.core.storable import storable_text
+from langgraph_effects.decide import EffectCall, EffectRunner, Policy, ProviderResult
+from langgraph_effects.decide.actions import Action, Hook, Reject, ledger
+from langgraph_effects.effects import EffectContext, EffectSpec, arun_body, run_body
 from langgraph_effects.errors import (
     InvalidInput,
-    LeaseHeld,
     LedgerNotSetUp,
     LedgerUnavailable,
     PayloadMismatch,
@@ -723,54 +725,56 @@ Reconcile = Callable[[Operation], "Evidence | Awaitable[Evidence]"]
 CheckDelivery = Callable[[OutboxEntry], "bool | Awaitable[bool]"]
 """Given a sent entry, True when the provider says its message was delivered."""
 
-_MAX_STEPS = 8  # plan steps per entry per pass; each step moves the record forward
+_ACTOR = "outbox-relay"
+
+# A relay pass is a generator of the decision engine's actions, driven by the
+# engine's own drivers (``EffectRunner.drive`` / ``adrive``): the relay's table
+# work is a ``Hook`` (``_exec``), each delivery ``yield from`` the decision loop.
+_Steps = Generator[Action, Any, T]
 
 
-# The relay's work is written once, as generators that yield these actions and
-# receive their results (ARCHITECTURE.md); ``run_once`` and ``arun_once``
-# are the two drivers. An exception raised by an action is thrown back into
-# the generator at its ``yield``.
+class _AwaitableDelivery(BaseException):
+    """A sync pass's ``deliver`` returned an awaitable: stop before anything reads it.
+
+    Not an ``Exception``: the engine records nothing and throws nothing back into
+    the loop, so the operation stays ``dispatching``, as after a crash (a later
+    run takes it over and reconciles). ``run_once`` raises ``InvalidInput``.
+    """
 
 
-@dataclass(frozen=True, slots=True)
-class _Sql:
-    """A program on the relay's outbox connection: an atomic one in a transaction of
-    its own, any other statement by statement, each committed at once."""
-
-    program: Program[Any]
-
-
-@dataclass(frozen=True, slots=True)
-class _Ledger:
-    method: str
-    args: tuple[Any, ...]
-    kwargs: dict[str, Any]
+def _received(answer: Receipt | str) -> ProviderResult:
+    """A delivery's answer as the engine records it: the receipt, and the message id."""
+    receipt = answer if isinstance(answer, Receipt) else Receipt(message_id=str(answer))
+    result = {"message_id": receipt.message_id, "state": receipt.state, "detail": receipt.detail}
+    return ProviderResult(result, provider_result_id=receipt.message_id)
 
 
-@dataclass(frozen=True, slots=True)
-class _Hook:
-    """The user's ``deliver`` or ``reconcile`` (a coroutine function under ``arun_once``)."""
+def _backoff(contract: ProviderContract | None, failures: int, retry_after: float | None) -> float:
+    """Seconds an entry waits after its ``failures``-th transient refusal.
 
-    fn: Callable[[Any], Any]
-    arg: Any
-
-
-_Action = _Sql | _Ledger | _Hook
-_Steps = Generator[_Action, Any, T]
-
-
-def _L(method: str, *args: Any, **kwargs: Any) -> _Ledger:
-    return _Ledger(method, args, kwargs)
+    Not ``core.plan.backoff``: that one gives up when the wait would hold a
+    worker; an entry waits in the table for free, so the provider's
+    retry-after is always honoured and ``max_failures`` alone ends retries.
+    """
+    policy = contract or ProviderContract()
+    delay: float = min(policy.backoff_initial * 2.0 ** (failures - 1), policy.backoff_max)
+    return max(delay, retry_after or 0.0)
 
 
 class OutboxRelay:
     """Deliver outbox entries, each as its own ledger operation. Run once, in a loop or a thread.
 
+    Each entry's delivery is decided by the decision engine (``decide``), with
+    the rules every effect follows; the relay's policy is never to hold: an
+    unknown outcome nothing resolves settles the entry ``review``, another
+    relay's live lease ``pending`` until it ends, a transient refusal
+    ``pending`` with backoff (``dead`` after ``max_failures``).
+
     ``run_once`` / ``run_until_idle`` / ``run`` take a sync ``Ledger`` and sync
     callables; ``arun_once`` / ``arun_until_idle`` take an ``AsyncLedger`` (or a
     sync one) and sync or async callables. Both follow the same steps; the
-    async driver runs the relay's own short outbox statements in a worker
-    thread (``asyncio.to_thread``), as ``AsyncSQLiteLedger`` does.
+    async driver runs the relay's own short outbox statements, a sync ledger
+    and sync callables in a worker thread (``asyncio.to_thread``).
 
     Args:
         conn: a connection to the application's database that this relay owns
@@ -830,6 +834,13 @@ class OutboxRelay:
         self.clock = clock
         self.owner = current_owner()
         self.totals = RelayReport()
+        self._runner = EffectRunner(
+            ledger, lease_for=lease_for, clock=clock, policy=Policy.returning()
+        )
+        self._working: dict[str, OutboxEntry] = {}
+        """The entry being delivered, by operation id (what ``deliver`` is given)."""
+        self._refusals: dict[str, Exception] = {}
+        """This pass's refusals that provably sent nothing, by operation id."""
 
     @classmethod
     @contextmanager
@@ -849,7 +860,7 @@ class OutboxRelay:
         finally:
             conn.close()
 
-    # -- drivers --------------------------------------------------------------
+    # -- drivers (the engine's) -------------------------------------------------
 
     def run_once(self) -> RelayReport:
         """Claim a batch of due entries and take each as far as it can go now."""
@@ -867,61 +878,21 @@ class OutboxRelay:
 
     async def arun_once(self) -> RelayReport:
         """``run_once`` for an async ledger and async ``deliver`` / ``reconcile``."""
-        return await self._adrive(self._passes(1))
+        return await self._runner.adrive(self._passes(1), self._aexecute)
 
     async def arun_until_idle(self, *, max_passes: int = 1000) -> RelayReport:
         """``run_until_idle`` for an async ledger and async ``deliver`` / ``reconcile``."""
-        return await self._adrive(self._passes(max_passes))
+        return await self._runner.adrive(self._passes(max_passes), self._aexecute)
 
     def _drive(self, steps: _Steps[T]) -> T:
         if inspect.iscoroutinefunction(getattr(self.ledger, "prepare", None)) or any(
             inspect.iscoroutinefunction(fn) for fn in (self.deliver, self.reconcile)
         ):
             raise InvalidInput("this relay has an async ledger or callable: use arun_once")
-        value: Any = None
-        error: Exception | None = None
-        while True:
-            try:
-                action = steps.throw(error) if error is not None else steps.send(value)
-            except StopIteration as done:
-                return done.value  # type: ignore[no-any-return]
-            value, error = None, None
-            try:
-                match action:
-                    case _Sql(program):
-                        value = self._exec(program)
-                    case _Ledger(method, args, kwargs):
-                        value = getattr(self.ledger, method)(*args, **kwargs)
-                    case _Hook(fn, arg):
-                        value = fn(arg)
-            except Exception as exc:
-                error = exc
-            if inspect.isawaitable(value):  # never read an unrun coroutine as a receipt
-                steps.close()
-                getattr(value, "close", lambda: None)()
-                raise InvalidInput("a callable returned an awaitable: use arun_once")
-
-    async def _adrive(self, steps: _Steps[T]) -> T:
-        value: Any = None
-        error: Exception | None = None
-        while True:
-            try:
-                action = steps.throw(error) if error is not None else steps.send(value)
-            except StopIteration as done:
-                return done.value  # type: ignore[no-any-return]
-            value, error = None, None
-            try:
-                match action:
-                    case _Sql(program):
-                        value = await asyncio.to_thread(self._exec, program)
-                    case _Ledger(method, args, kwargs):
-                        value = getattr(self.ledger, method)(*args, **kwargs)
-                    case _Hook(fn, arg):
-                        value = fn(arg)
-                if inspect.isawaitable(value):
-                    value = await value
-            except Exception as exc:
-                error = exc
+        try:
+            return self._runner.drive(steps, self._execute)
+        except _AwaitableDelivery:
+            raise InvalidInput("a callable returned an awaitable: use arun_once") from None
 
     # -- database -------------------------------------------------------------
 
@@ -963,7 +934,8 @@ class OutboxRelay:
         return total
 
     def _claim(self, now: datetime) -> _Steps[list[OutboxEntry]]:
-        claimed: list[OutboxEntry] = yield _Sql(
+        claimed: list[OutboxEntry] = yield Hook(
+            self._exec,
             _claim_batch(
                 self._tables.dialect,
                 "claim",
@@ -972,7 +944,7 @@ class OutboxRelay:
                 lease_for=self.lease_for,
                 tenant_id=self.tenant_id,
                 limit=self.batch_size,
-            )
+            ),
         )
         claimed += yield from self._take_over_dead(now, self.batch_size - len(claimed))
         return sorted(claimed, key=lambda e: e.seq)
@@ -982,11 +954,12 @@ class OutboxRelay:
         if limit <= 0:
             return []
         taken: list[OutboxEntry] = []
-        for row in (yield _Sql(_leased(self._tables.dialect, now, limit))):
+        for row in (yield Hook(self._exec, _leased(self._tables.dialect, now, limit))):
             owner = LeaseOwner.decode(row["lease_owner"]) if row["lease_owner"] else None
             if owner is None or owner == self.owner or not provably_dead(owner):
                 continue
-            taken += yield _Sql(
+            taken += yield Hook(
+                self._exec,
                 _take_over(
                     self._tables.dialect,
                     seq=row["seq"],
@@ -994,7 +967,7 @@ class OutboxRelay:
                     owner=self.owner,
                     now=now,
                     lease_for=self.lease_for,
-                )
+                ),
             )
         return taken
 
@@ -1013,9 +986,10 @@ class OutboxRelay:
         receipt_state = message_id = None
         if status is OutboxStatus.SENT and op is not None:
             result = op.result if isinstance(op.result, dict) else {}
-            receipt_state = str(result.get("state") or "accepted")
+            receipt_state = DELIVERED if result.get("state") == DELIVERED else "accepted"
             message_id = op.provider_result_id
-        settled = yield _Sql(
+        settled = yield Hook(
+            self._exec,
             _fenced_write(
                 self._tables.dialect,
                 "settle",
@@ -1031,7 +1005,7 @@ class OutboxRelay:
                     "seq": entry.seq,
                     "token": entry.fencing_token,
                 },
-            )
+            ),
         )
         if not settled:
             report.lost_lease += 1
@@ -1046,10 +1020,11 @@ class OutboxRelay:
             case OutboxStatus.PENDING:
                 report.deferred += 1
 
-    # -- one entry ------------------------------------------------------------
+    # -- one entry: the engine decides, the entry follows the record --------------
 
-    def _draft(self, entry: OutboxEntry) -> OperationDraft:
-        return OperationDraft(
+    def _call(self, entry: OutboxEntry) -> EffectCall:
+        """The entry as one call of the decision engine: its own operation and key."""
+        draft = OperationDraft(
             tenant_id=entry.tenant_id,
             operation_id=entry.operation_id,
             workflow_id=f"outbox:{entry.entry_id}",
@@ -1061,225 +1036,63 @@ class OutboxRelay:
             idempotency_key=idempotency_key(entry.operation_id),
             key_retention_seconds=key_retention_seconds(self.contract),
         )
+        spec = EffectSpec(action=entry.action, contract=self.contract, reconcile=self.reconcile)
+        payload = entry.payload
+        return EffectCall.of_draft(
+            spec, draft, args=payload if isinstance(payload, dict) else {"payload": payload}
+        )
 
     def _work(self, entry: OutboxEntry, report: RelayReport) -> _Steps[None]:
-        """Follow ``core.plan`` for the entry's operation until it settles or must wait."""
-        tenant = entry.tenant_id
-        prepared: Prepared = yield _L(
-            "prepare", self._draft(entry), owner=self.owner, lease_for=self.lease_for
-        )
-        op, claimed = prepared.operation, prepared.created
-        reconciled = retried = False
-        for _ in range(_MAX_STEPS):
-            now = self.clock()
-            owner = op.owner
-            step = plan(
-                op,
-                now=now,
-                contract=self.contract,
-                has_reconciler=self.reconcile is not None,
-                claimed_by_us=claimed,
-                owner_dead=owner is not None and owner != self.owner and provably_dead(owner),
-                reconciled=reconciled,
-                retried=retried,
-            )
-            claimed = False
-            match step:
-                case Step.REPLAY_CONFIRMED:
-                    yield from self._settle(entry, OutboxStatus.SENT, report, op=op)
-                    return
-                case Step.REPLAY_REJECTED:
-                    yield from self._settle(entry, OutboxStatus.DEAD, report, op=op)
-                    return
-                case Step.AUTHORIZE_AND_CLAIM | Step.RETRY_SAFE:
-                    retried = retried or step is Step.RETRY_SAFE
-                    try:
-                        op = yield _L(
-                            "claim",
-                            tenant,
-                            op.operation_id,
-                            owner=self.owner,
-                            lease_for=self.lease_for,
-                        )
-                    except LeaseHeld:
-                        op = yield from self._reload(op)
-                        continue
-                    claimed = True
-                case Step.DISPATCH_CLAIMED:
-                    outcome = yield from self._dispatch(entry, op)
-                    if isinstance(outcome, Operation):
-                        op = outcome
-                        continue
-                    if op.attempts > 1:
-                        events = yield _L("events", tenant, op.operation_id)
-                        if earlier_attempt_ambiguous(op, events):
-                            # The refusal speaks for this resend only: an earlier
-                            # attempt may have delivered. Unknown again; no resend now.
-                            op = yield from self._refused_resend(op, outcome[1])
-                            retried = True
-                            continue
-                    yield from self._after_refusal(entry, op, outcome, report)
-                    return
-                case Step.WAIT_PENDING:
-                    # Another relay's live lease: never send; look again after it ends.
-                    until = op.lease_expires_at or now + self.lease_for
-                    yield from self._settle(entry, OutboxStatus.PENDING, report, available_at=until)
-                    return
-                case Step.TAKE_OVER:
-                    op = yield from self._fenced(
-                        op,
-                        _L(
-                            "mark_unknown",
-                            tenant,
-                            op.operation_id,
-                            token=op.fencing_token,
-                            reason="the relay holding the delivery lease died or its lease expired",
-                            actor="outbox-relay",
-                        ),
-                    )
-                case Step.RECONCILE:
-                    reconciled = True
-                    op = yield from self._reconcile(op)
-                case Step.REVIEW:
-                    yield from self._settle(
-                        entry,
-                        OutboxStatus.REVIEW,
-                        report,
-                        available_at=now + self.review_recheck,
-                        error=op.error,
-                    )
-                    return
-                case _:  # approval steps: outbox operations are prepared already approved
-                    raise AssertionError(f"unexpected step {step} for outbox entry")
-        # Out of steps: leave it pending for the next pass rather than loop here.
-        yield from self._settle(entry, OutboxStatus.PENDING, report)
-
-    def _reload(self, op: Operation) -> _Steps[Operation]:
-        fresh: Operation | None = yield _L("get", op.tenant_id, op.operation_id)
-        assert fresh is not None, "operations are never deleted"
-        return fresh
-
-    def _fenced(self, op: Operation, write: _Ledger) -> _Steps[Operation]:
-        """A fenced ledger write; if another relay took the lease over, the current record."""
+        """Decide the entry's operation with the engine, then settle the entry from the record."""
+        op_id = entry.operation_id
+        self._working[op_id] = entry
         try:
-            result: Operation = yield write
-        except StaleFencingToken:
-            return (yield from self._reload(op))
-        return result
+            op = yield from self._runner.loop.decide(self._call(entry), None, self.owner)
+        finally:
+            del self._working[op_id]
+            refusal = self._refusals.pop(op_id, None)
+        now = self.clock()
+        match op.status:
+            case OperationStatus.CONFIRMED:
+                yield from self._settle(entry, OutboxStatus.SENT, report, op=op)
+            case OperationStatus.REJECTED:
+                failures = entry.failures + (refusal is not None)
+                yield from self._settle(entry, OutboxStatus.DEAD, report, failures=failures, op=op)
+            case OperationStatus.UNKNOWN:
+                # Nothing resolved it: reconciled again later; an operator may resolve it.
+                yield from self._settle(
+                    entry,
+                    OutboxStatus.REVIEW,
+                    report,
+                    available_at=now + self.review_recheck,
+                    error=op.error,
+                )
+            case OperationStatus.DISPATCHING:
+                # Another relay's live lease: never send; look again after it ends.
+                until = op.lease_expires_at or now + self.lease_for
+                yield from self._settle(entry, OutboxStatus.PENDING, report, available_at=until)
+            case OperationStatus.PREPARED:
+                yield from self._transient(entry, op, refusal, report)
 
-    def _dispatch(
-        self, entry: OutboxEntry, op: Operation
-    ) -> _Steps[Operation | tuple[Outcome, Exception]]:
-        """Send once under our lease; save the receipt at once, or classify the failure."""
-        key = op.idempotency_key or idempotency_key(op.operation_id)
-        delivery = Delivery(
-            entry=entry, operation_id=op.operation_id, idempotency_key=key, attempt=op.attempts
-        )
-        tenant, op_id, token = op.tenant_id, op.operation_id, op.fencing_token
-        try:
-            answer = yield _Hook(self.deliver, delivery)
-        except Exception as exc:
-            outcome = classify(exc)
-            if outcome is not Outcome.AMBIGUOUS:
-                return outcome, exc
-            reason = f"delivery outcome unknown: {type(exc).__name__}: {exc}"
-            return (
-                yield from self._fenced(
-                    op,
-                    _L(
-                        "mark_unknown",
-                        tenant,
-                        op_id,
-                        token=token,
-                        reason=reason,
-                        actor="outbox-relay",
-                    ),
+    def _transient(
+        self, entry: OutboxEntry, op: Operation, refusal: Exception | None, report: RelayReport
+    ) -> _Steps[None]:
+        """A transient refusal released the operation: back off, or dead after ``max_failures``."""
+        reason = f"{type(refusal).__name__}: {refusal}" if refusal else (op.error or "refused")
+        failures = entry.failures + 1
+        if failures >= self.max_failures:
+            op = yield from ledger(
+                Reject(
+                    op.key,
+                    token=None,
+                    reason=f"dead-lettered after {failures} failures that provably sent "
+                    f"nothing (last: {reason})",
+                    actor=_ACTOR,
                 )
             )
-        crash_point(CrashPoint.AFTER_PROVIDER)  # the provider accepted; the receipt is not saved
-        receipt = answer if isinstance(answer, Receipt) else Receipt(message_id=str(answer))
-        result = {
-            "message_id": receipt.message_id,
-            "state": receipt.state,
-            "detail": receipt.detail,
-        }
-        try:
-            confirmed: Operation = yield _L(
-                "confirm",
-                tenant,
-                op_id,
-                token=token,
-                result=result,
-                provider_result_id=receipt.message_id,
-            )
-        except StaleFencingToken:
-            # Our lease was taken over (marked unknown) while we sent. The
-            # receipt is still conclusive evidence: record it rather than lose it.
-            current = yield from self._reload(op)
-            evidence = Evidence.confirmed(
-                "receipt arrived after the lease was taken over",
-                provider_result_id=receipt.message_id,
-                result=result,
-                source="receipt",
-            )
-            if current.status is not OperationStatus.UNKNOWN:
-                # Not ours to settle, but never lost: kept as evidence (a rejected
-                # record with it is a conflict, core.plan.receipt_conflict).
-                kept: Operation = yield _L("record_evidence", tenant, op_id, evidence)
-                return kept
-            resolution = Resolution(decision=Decision.CONFIRM, by="outbox-relay", evidence=evidence)
-            confirmed = yield _L("resolve", tenant, op_id, resolution)
-        return confirmed
-
-    def _refused_resend(self, op: Operation, exc: Exception) -> _Steps[Operation]:
-        summary = f"the provider refused a resend: {type(exc).__name__}: {exc}"
-        return (
-            yield from self._fenced(
-                op,
-                _L(
-                    "mark_unknown",
-                    op.tenant_id,
-                    op.operation_id,
-                    token=op.fencing_token,
-                    reason=f"{summary}; an earlier attempt may have delivered"[:2000],
-                    evidence=Evidence.inconclusive(summary, source="provider"),
-                    actor="outbox-relay",
-                ),
-            )
-        )
-
-    def _after_refusal(
-        self,
-        entry: OutboxEntry,
-        op: Operation,
-        outcome: tuple[Outcome, Exception],
-        report: RelayReport,
-    ) -> _Steps[None]:
-        """A refusal that provably sent nothing: rejected -> dead; transient -> back off or dead."""
-        kind, exc = outcome
-        tenant, op_id, token = op.tenant_id, op.operation_id, op.fencing_token
-        reason = f"{type(exc).__name__}: {exc}"
-        failures = entry.failures + 1
-        if kind is Outcome.REJECTED:
-            op = yield from self._fenced(
-                op, _L("reject", tenant, op_id, token=token, reason=reason, actor="outbox-relay")
-            )
             yield from self._settle(entry, OutboxStatus.DEAD, report, failures=failures, op=op)
             return
-        op = yield from self._fenced(op, _L("release", tenant, op_id, token=token, reason=reason))
-        if failures >= self.max_failures and op.status is OperationStatus.PREPARED:
-            op = yield _L(
-                "reject",
-                tenant,
-                op_id,
-                token=None,
-                reason=f"dead-lettered after {failures} failures that provably sent nothing "
-                f"(last: {reason})",
-                actor="outbox-relay",
-            )
-            yield from self._settle(entry, OutboxStatus.DEAD, report, failures=failures, op=op)
-            return
-        delay = self._backoff(failures, getattr(exc, "retry_after", None))
+        delay = _backoff(self.contract, failures, getattr(refusal, "retry_after", None))
         yield from self._settle(
             entry,
             OutboxStatus.PENDING,
@@ -1289,36 +1102,51 @@ class OutboxRelay:
             error=reason,
         )
 
-    def _backoff(self, failures: int, retry_after: float | None) -> float:
-        # Not core.plan.backoff: that one gives up when the wait would hold a
-        # worker; an entry waits in the table for free, so the provider's
-        # retry-after is always honoured and max_failures alone ends retries.
-        policy = self.contract or ProviderContract()
-        delay: float = min(policy.backoff_initial * 2.0 ** (failures - 1), policy.backoff_max)
-        return max(delay, retry_after or 0.0)
+    # -- the delivery, as the engine dispatches it ---------------------------------
 
-    def _reconcile(self, op: Operation) -> _Steps[Operation]:
-        """Ask the reconciler; conclusive evidence resolves, anything else is logged."""
-        assert self.reconcile is not None
-        try:
-            # None or junk is a broken lookup: inconclusive, so the entry goes to review.
-            evidence = reconciled_evidence((yield _Hook(self.reconcile, op)))
-        except Exception as exc:  # a failed lookup is no evidence either way
-            evidence = Evidence.inconclusive(f"reconciler failed: {type(exc).__name__}: {exc}")
-        recorded: Operation
-        if evidence.kind is EvidenceKind.INCONCLUSIVE:
-            recorded = yield _L("record_evidence", op.tenant_id, op.operation_id, evidence)
-            return recorded
-        decision = Decision.CONFIRM if evidence.kind is EvidenceKind.CONFIRMED else Decision.REJECT
-        resolution = Resolution(
-            decision=decision,
-            by="outbox-reconciler",
-            reason=evidence.summary,
-            evidence=evidence,
-            provider_result_id=evidence.provider_result_id,
+    def _delivery(self, ctx: EffectContext) -> Delivery:
+        return Delivery(
+            entry=self._working[ctx.operation_id],
+            operation_id=ctx.operation_id,
+            idempotency_key=ctx.idempotency_key,
+            attempt=ctx.attempt,
         )
-        recorded = yield _L("resolve", op.tenant_id, op.operation_id, resolution)
-        return recorded
+
+    def _refused(self, ctx: EffectContext, exc: Exception) -> None:
+        if classify(exc) is not Outcome.AMBIGUOUS:
+            self._refusals[ctx.operation_id] = exc
+
+    def _execute(self, args: dict[str, Any]) -> Any:
+        return run_body(self._send)
+
+    def _send(self, ctx: EffectContext) -> ProviderResult:
+        try:
+            answer = self.deliver(self._delivery(ctx))
+        except Exception as exc:
+            self._refused(ctx, exc)
+            raise
+        if inspect.isawaitable(answer):  # never read an unrun coroutine as a receipt
+            getattr(answer, "close", lambda: None)()
+            raise _AwaitableDelivery
+        return _received(answer)
+
+    async def _aexecute(self, args: dict[str, Any]) -> Any:
+        return await arun_body(self._asend)
+
+    async def _asend(self, ctx: EffectContext) -> ProviderResult:
+        delivery = self._delivery(ctx)
+        deliver: Callable[[Delivery], Any] = self.deliver
+        try:
+            if inspect.iscoroutinefunction(deliver):
+                answer = deliver(delivery)
+            else:  # a sync provider call never blocks the event loop
+                answer = await asyncio.to_thread(deliver, delivery)
+            if inspect.isawaitable(answer):
+                answer = await answer
+        except Exception as exc:
+            self._refused(ctx, exc)
+            raise
+        return _received(answer)
 
     # -- after "accepted": delivery status checks --------------------------------
 
@@ -1353,7 +1181,9 @@ class OutboxRelay:
         give_up_after: timedelta = timedelta(days=3),
     ) -> RelayReport:
         """``check_deliveries`` with a sync or async ``check``."""
-        return await self._adrive(self._check_pass(check, recheck, give_up_after))
+        return await self._runner.adrive(
+            self._check_pass(check, recheck, give_up_after), self._aexecute
+        )
 
     def _check_pass(
         self, check: CheckDelivery, recheck: timedelta, give_up_after: timedelta
@@ -1361,7 +1191,8 @@ class OutboxRelay:
         report = RelayReport()
         now = self.clock()
         dialect = self._tables.dialect
-        claimed: list[OutboxEntry] = yield _Sql(
+        claimed: list[OutboxEntry] = yield Hook(
+            self._exec,
             _claim_batch(
                 dialect,
                 "claim_check",
@@ -1371,12 +1202,12 @@ class OutboxRelay:
                 tenant_id=self.tenant_id,
                 limit=self.batch_size,
                 since=now - give_up_after,
-            )
+            ),
         )
         report.claimed = len(claimed)
         for entry in claimed:
             try:
-                delivered = bool((yield _Hook(check, entry)))
+                delivered = bool((yield Hook(check, entry)))
             except Exception:  # a failed lookup is no evidence either way
                 logger.warning("delivery check of %s failed", entry.entry_id, exc_info=True)
                 delivered = False
@@ -1392,13 +1223,14 @@ class OutboxRelay:
                     now=self.clock(),
                 )
                 try:
-                    yield _Sql(program)
+                    yield Hook(self._exec, program)
                     report.delivered += 1
                 except StaleFencingToken:
                     report.lost_lease += 1
                 continue
             later = self.clock()
-            released = yield _Sql(
+            released = yield Hook(
+                self._exec,
                 _fenced_write(
                     dialect,
                     "release_check",
@@ -1408,7 +1240,7 @@ class OutboxRelay:
                         "seq": entry.seq,
                         "token": entry.fencing_token,
                     },
-                )
+                ),
             )
             if released:
                 report.deferred += 1

@@ -233,7 +233,7 @@ def test_crm_onboarding_reconciles_after_a_relay_crash(tmp_path: Path) -> None:
         resumed,
         [
             r"outbox\.owner\.notify: prepare\(ledger\) -> claim\(process \d+\) -> "
-            r"mark_unknown\(outbox-relay\) -> resolve\(outbox-reconciler\)",
+            r"mark_unknown\(takeover by process \d+\) -> resolve\(reconciler\)",
             r"e-mails to the account owner: 1\n",
         ],
     )

@@ -8,20 +8,22 @@ The parts, one concern each:
 - ``actions``: what the loop asks for: typed ledger calls, hooks, the
   dispatch, a sleep, a question for a person;
 - ``drive``: ``EffectRunner``, the sync and async drivers a face calls;
+- ``policy``: where a face lets the loop hold it (ask, wait, sleep) or return;
 - ``renew``: lease renewal while a dispatch runs;
 - ``answers``: the log of a person's answers and the checks they pass;
 - ``messages``: the ToolMessage of a record, and how a tool's output is recorded;
 - ``thread``: the thread's tenant binding and the durability warning.
 
 Imports run one way: ``call`` / ``actions`` / ``messages`` / ``answers`` ->
-``loop`` -> ``drive``. The faces (``EffectToolNode``, ``EffectMiddleware``)
-import from this package only.
+``loop`` -> ``drive``. The faces (``EffectToolNode``, ``EffectMiddleware``,
+``OutboxRelay``) import from this package only.
 """
 
 from langgraph_effects.decide.actions import ConfirmMany, LedgerAction, PrepareMany
-from langgraph_effects.decide.call import EffectCall, Execute
+from langgraph_effects.decide.call import EffectCall, Execute, ProviderResult
 from langgraph_effects.decide.drive import AsyncExecute, EffectRunner, ParkedReceipt
 from langgraph_effects.decide.messages import recorded_command, tool_message
+from langgraph_effects.decide.policy import Policy
 from langgraph_effects.decide.thread import (
     DEFAULT_TENANT,
     NO_THREAD,
@@ -42,7 +44,9 @@ __all__ = [
     "Execute",
     "LedgerAction",
     "ParkedReceipt",
+    "Policy",
     "PrepareMany",
+    "ProviderResult",
     "recorded_command",
     "tool_message",
     "warn_durability",

@@ -173,18 +173,29 @@ class Confirm(LedgerAction[Operation]):
     key: OperationKey
     token: int
     result: Any = None
+    provider_result_id: str | None = None
 
     @property
     def confirmation(self) -> Confirmation:
         """This receipt as one item of ``confirm_many``."""
         k = self.key
         return Confirmation(
-            tenant_id=k.tenant_id, operation_id=k.operation_id, token=self.token, result=self.result
+            tenant_id=k.tenant_id,
+            operation_id=k.operation_id,
+            token=self.token,
+            result=self.result,
+            provider_result_id=self.provider_result_id,
         )
 
     def _on(self, ledger: Ledger | AsyncLedger) -> Operation | Awaitable[Operation]:
         k = self.key
-        return ledger.confirm(k.tenant_id, k.operation_id, token=self.token, result=self.result)
+        return ledger.confirm(
+            k.tenant_id,
+            k.operation_id,
+            token=self.token,
+            result=self.result,
+            provider_result_id=self.provider_result_id,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -304,7 +315,8 @@ class BindThread(LedgerAction[str]):
 
 @dataclass(frozen=True, slots=True)
 class Hook:
-    """Call one of the effect's hooks (``authorize``, ``reconcile``): sync or async."""
+    """Call one of the effect's hooks (``authorize``, ``reconcile``), or a face's own
+    function (the outbox relay's table work): sync or async."""
 
     fn: Callable[[Any], Any]
     arg: Any

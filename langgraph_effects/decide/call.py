@@ -28,10 +28,24 @@ from langgraph_effects.core.model import (
 )
 from langgraph_effects.effects import EffectContext, EffectSpec
 
-__all__ = ["EffectCall", "Execute"]
+__all__ = ["EffectCall", "Execute", "ProviderResult"]
 
 Execute = Callable[[dict[str, Any]], Any]
 """Run the tool with these arguments (through ToolNode / the middleware chain)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderResult:
+    """What an effect's body may return when it knows the provider's id for its result.
+
+    The loop records ``result`` (as it records any returned value) and
+    ``provider_result_id`` with it (``Operation.provider_result_id``, on the
+    receipt and on a late receipt's evidence). The outbox relay's deliveries
+    return one (the provider's message id); a tool's plain value has no id.
+    """
+
+    result: Any
+    provider_result_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -143,6 +157,27 @@ class EffectCall:
             preapproved_by=preapproved_by,
             occurrence=occurrence,
             task_id=task_id,
+            write_ahead=draft,
+        )
+
+    @classmethod
+    def of_draft(
+        cls, spec: EffectSpec, draft: OperationDraft, *, args: Mapping[str, Any]
+    ) -> EffectCall:
+        """A call whose write-ahead record the face built itself: ids, target and digest
+        are the draft's (the outbox relay's, fixed when the entry was enqueued)."""
+        key = draft.idempotency_key or idempotency_key(draft.operation_id)
+        return cls(
+            spec=spec,
+            tool_name=draft.action,
+            tool_call_id=draft.tool_call_id or draft.operation_id,
+            args=dict(args),
+            tenant_id=draft.tenant_id,
+            workflow_id=draft.workflow_id or draft.operation_id,
+            target=draft.target,
+            payload_digest=draft.payload_digest,
+            operation_id=draft.operation_id,
+            idempotency_key=key,
             write_ahead=draft,
         )
 

@@ -19,7 +19,7 @@ import asyncio
 import inspect
 import threading
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Generator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, TypeVar, cast
@@ -43,6 +43,7 @@ from langgraph_effects.decide.actions import (
 )
 from langgraph_effects.decide.call import EffectCall, Execute
 from langgraph_effects.decide.loop import Decide, Loop
+from langgraph_effects.decide.policy import Policy
 from langgraph_effects.decide.renew import renew_until_cancelled, renewer
 from langgraph_effects.decide.thread import (
     DEFAULT_TENANT,
@@ -104,6 +105,8 @@ class EffectRunner:
             request, and the schema an answer must pass) is put, returning the
             answer: LangGraph's ``interrupt()`` by default. A face outside a
             graph gives its own (it may raise to stop the call and return later).
+        policy: where the loop may hold its caller (``decide.policy``); given,
+            it replaces ``interrupt_on_unknown`` (its ``ask_on_unknown``).
     """
 
     def __init__(
@@ -114,11 +117,14 @@ class EffectRunner:
         clock: Callable[[], datetime] = utcnow,
         interrupt_on_unknown: bool = True,
         ask: Callable[[dict[str, Any], Any], Any] | None = None,
+        policy: Policy | None = None,
     ) -> None:
         self.ledger = ledger
         self.ask = ask if ask is not None else _interrupt
         self.loop = Loop(
-            lease_for=lease_for, clock=clock, interrupt_on_unknown=interrupt_on_unknown
+            lease_for=lease_for,
+            clock=clock,
+            policy=policy or Policy(ask_on_unknown=interrupt_on_unknown),
         )
         self.is_async = inspect.iscoroutinefunction(getattr(ledger, "prepare", None))
         # The two protocols share their method names: whether this ledger's methods
@@ -251,14 +257,39 @@ class EffectRunner:
         assert isinstance(done, Operation)
         return done
 
+    def drive(self, steps: Generator[Action, Any, T], execute: Execute) -> T:
+        """Drive a face's own generator of actions synchronously; return its result.
+
+        For a face whose work spans more than one call (the outbox relay's pass:
+        its table work as ``Hook`` actions, each delivery ``yield from
+        runner.loop.decide(...)``). ``execute`` answers every ``Dispatch``.
+        """
+        if self._sync is None:
+            raise EffectsError(_ASYNC_LEDGER)
+        done = self._drive(steps, execute, None, park=False)
+        assert not isinstance(done, ParkedReceipt)
+        return done
+
+    async def adrive(self, steps: Generator[Action, Any, T], execute: AsyncExecute) -> T:
+        """The async twin of ``drive``; the ledger may be sync or async."""
+        done = await self._adrive(steps, execute, None, [], park=False)
+        assert not isinstance(done, ParkedReceipt)
+        return done
+
     def _start(self, call: EffectCall, handoff: Prepared | None) -> Decide:
         if self._sync is None:
             raise EffectsError(_ASYNC_LEDGER)
         return self.loop.decide(call, handoff, current_owner())
 
     def _drive(
-        self, gen: Decide, execute: Execute, call: EffectCall, *, park: bool, sent: Any = None
-    ) -> Operation | ParkedReceipt:
+        self,
+        gen: Generator[Action, Any, T],
+        execute: Execute,
+        call: EffectCall | None,
+        *,
+        park: bool,
+        sent: Any = None,
+    ) -> T | ParkedReceipt:
         sync = self._sync
         assert sync is not None
         value, error = _split(sent)
@@ -266,14 +297,15 @@ class EffectRunner:
             try:
                 action = gen.throw(error) if error is not None else gen.send(value)
             except StopIteration as stop:
-                result: Operation = stop.value
+                result: T = stop.value
                 return result
             value, error = None, None
             if isinstance(action, Ask):
                 value = self.ask(action.request, action.schema)
                 continue
             if park and isinstance(action, Confirm):
-                return ParkedReceipt(gen, action, call, execute)
+                assert call is not None
+                return ParkedReceipt(cast(Decide, gen), action, call, execute)
             try:
                 if isinstance(action, LedgerAction):
                     value = action.on(sync)
@@ -366,20 +398,20 @@ class EffectRunner:
 
     async def _adrive(
         self,
-        gen: Decide,
+        gen: Generator[Action, Any, T],
         execute: AsyncExecute,
-        call: EffectCall,
+        call: EffectCall | None,
         cancelled: list[bool],
         *,
         park: bool,
         sent: Any = None,
-    ) -> Operation | ParkedReceipt:
+    ) -> T | ParkedReceipt:
         value, error = _split(sent)
         while True:
             try:
                 action = gen.throw(error) if error is not None else gen.send(value)
             except StopIteration as stop:
-                result: Operation = stop.value
+                result: T = stop.value
                 if cancelled:
                     raise asyncio.CancelledError from None
                 return result
@@ -390,7 +422,8 @@ class EffectRunner:
                 value = self.ask(action.request, action.schema)
                 continue
             if park and isinstance(action, Confirm):
-                return ParkedReceipt(gen, action, call, execute, cancelled)
+                assert call is not None
+                return ParkedReceipt(cast(Decide, gen), action, call, execute, cancelled)
             try:
                 if isinstance(action, LedgerAction):
                     value = await self._aledger(action, cancelled)

@@ -21,10 +21,12 @@ Crash windows (``crash_point`` names them; the ledger makes each safe)::
       take over,       take over,     replay, never
       reconcile        reconcile      call again
 
-What a face chooses: ``interrupt_on_unknown`` (ask a person about an unknown
-outcome, or return it); its driver decides how an ``Ask`` is put (LangGraph's
-``interrupt()``), how a ``Sleep`` waits, and whether a ``Confirm`` is made at
-once or parked for a batch (``EffectRunner.run_until_receipt``).
+What a face chooses: its ``Policy`` (``decide.policy``: ask a person about an
+unknown outcome or return it; wait for another worker's live lease or return;
+sleep before a transient resend or release and return); its driver decides how
+an ``Ask`` is put (LangGraph's ``interrupt()``), how a ``Sleep`` waits, and
+whether a ``Confirm`` is made at once or parked for a batch
+(``EffectRunner.run_until_receipt``).
 """
 
 from __future__ import annotations
@@ -90,8 +92,9 @@ from langgraph_effects.decide.answers import (
     check_decision,
     outdated,
 )
-from langgraph_effects.decide.call import EffectCall
+from langgraph_effects.decide.call import EffectCall, ProviderResult
 from langgraph_effects.decide.messages import conflicted, message_text, recordable
+from langgraph_effects.decide.policy import Policy
 from langgraph_effects.errors import (
     ConcurrentUpdate,
     EffectRejected,
@@ -150,18 +153,23 @@ class Loop:
     Args:
         lease_for: lease length of a dispatch.
         clock: the time source (the ledger should use the same one).
-        interrupt_on_unknown: ask a person when nothing resolves an unknown
-            operation (``Ask``); False: return the unknown record.
+        policy: where the loop may hold its caller (ask, wait, sleep) or returns
+            the record instead (``decide.policy``).
     """
 
-    __slots__ = ("clock", "interrupt_on_unknown", "lease_for")
+    __slots__ = ("clock", "lease_for", "policy")
 
     def __init__(
-        self, *, lease_for: timedelta, clock: Callable[[], datetime], interrupt_on_unknown: bool
+        self, *, lease_for: timedelta, clock: Callable[[], datetime], policy: Policy
     ) -> None:
         self.lease_for = lease_for
         self.clock = clock
-        self.interrupt_on_unknown = interrupt_on_unknown
+        self.policy = policy
+
+    @property
+    def interrupt_on_unknown(self) -> bool:
+        """Ask a person when nothing resolves an unknown (``Policy.ask_on_unknown``)."""
+        return self.policy.ask_on_unknown
 
     def decide(self, call: EffectCall, handoff: Prepared | None, owner: LeaseOwner) -> Decide:
         """Decide ``call`` to its final record, yielding each action for a driver to do.
@@ -251,6 +259,8 @@ class Loop:
                     if op.status is S.PREPARED:
                         return op  # transient refusals outlasted the retries
                 case Step.WAIT_PENDING:
+                    if not self.policy.wait_for_lease:
+                        return op  # another worker's live lease: never dispatch, look later
                     op = yield from self._wait(p, op)
                 case Step.TAKE_OVER:
                     reason = (
@@ -271,7 +281,7 @@ class Loop:
                 case Step.RECONCILE:
                     op = yield from self._reconcile(p, op)
                 case Step.REVIEW:
-                    if not self.interrupt_on_unknown:
+                    if not self.policy.ask_on_unknown:
                         return op
                     op = yield from self._ask(p, op, kind="review")
             last = step
@@ -419,11 +429,16 @@ class Loop:
             crash_point(CrashPoint.AFTER_RECEIPT)
             return new
         if error is None:
-            value = recordable(out.call.value, out.message)
+            raw, result_id = out.call.value, None
+            if isinstance(raw, ProviderResult):
+                raw, result_id = raw.result, raw.provider_result_id
+            value = recordable(raw, out.message)
             try:
-                confirmed = yield from ledger(Confirm(op.key, token=token, result=value))
+                confirmed = yield from ledger(
+                    Confirm(op.key, token=token, result=value, provider_result_id=result_id)
+                )
             except (StaleFencingToken, IllegalTransition, ConcurrentUpdate):
-                return (yield from self._late_receipt(p, op, owner, value))
+                return (yield from self._late_receipt(p, op, owner, value, result_id))
             crash_point(CrashPoint.AFTER_RECEIPT)
             if out.error is not None:
                 # The tool acted and returned, and ToolNode refused what it returned (a
@@ -461,7 +476,11 @@ class Loop:
                 return new
             case Outcome.TRANSIENT:
                 assert isinstance(error, TransientProviderError)
-                delay = backoff(call.spec.contract, p.transient_retries, error.retry_after)
+                delay = (
+                    backoff(call.spec.contract, p.transient_retries, error.retry_after)
+                    if self.policy.retry_transient
+                    else None
+                )
                 if delay is None:
                     if (yield from self._earlier_attempt_ambiguous(op)):
                         # Releasing to prepared would claim "nothing applied" and let a
@@ -503,7 +522,7 @@ class Loop:
                 )
 
     def _late_receipt(
-        self, p: _Pass, op: Operation, owner: LeaseOwner, value: Any
+        self, p: _Pass, op: Operation, owner: LeaseOwner, value: Any, result_id: str | None
     ) -> Generator[Action, Any, Operation]:
         """Keep a receipt the fence refused: record it, then let it settle what it may.
 
@@ -521,7 +540,9 @@ class Loop:
             rejected      terminal, never moved: a conflict for a person to review,
                           and the answer says the provider applied it (conflicted)
         """
-        receipt = Evidence.confirmed(_LATE_RECEIPT, result=value, source="receipt")
+        receipt = Evidence.confirmed(
+            _LATE_RECEIPT, result=value, provider_result_id=result_id, source="receipt"
+        )
         fresh = yield from ledger(RecordEvidence(op.key, receipt))
         if fresh.status is S.REJECTED:
             return conflicted(fresh, receipt)
@@ -536,6 +557,7 @@ class Loop:
                             fresh.key,
                             token=fresh.fencing_token,
                             result=value,
+                            provider_result_id=result_id,
                         ),
                     )
                 )
