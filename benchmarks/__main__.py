@@ -19,7 +19,7 @@ from benchmarks import concurrency, dbos_peer, lifecycle, memory, recovery, tool
 from benchmarks._common import Report, machine, write_json
 
 # mode -> benchmark -> how to run it at that mode's size. "quick" skips the slow
-# ones; "smoke" is the tiny run tests/test_benchmarks_smoke.py makes so the
+# ones; "smoke" is the tiny run tests/docs/test_benchmarks_smoke.py makes so the
 # scripts never rot (its figures mean nothing).
 PLAN: dict[str, dict[str, Callable[[], Report]]] = {
     "full": {

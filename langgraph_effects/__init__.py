@@ -100,7 +100,7 @@ if TYPE_CHECKING:
     from langgraph_effects.ledger.postgres import AsyncPostgresLedger, PostgresLedger
     from langgraph_effects.middleware import EffectAgentState, EffectMiddleware
 
-__version__ = "0.1.0"  # keep equal to pyproject.toml's version (tests/test_readme.py checks)
+__version__ = "0.1.0"  # keep equal to pyproject's version (tests/docs/test_readme.py checks)
 
 __all__ = [
     "AsyncLedger",

@@ -6,7 +6,7 @@ Run it (the ``server`` extra: ``pip install -e '.[server]'``; no API key)::
     langgraph dev --no-browser                    # http://127.0.0.1:2024
     LGE_LEDGER_URL=postgresql://postgres@127.0.0.1:5432/test langgraph dev --no-browser
 
-then drive it with ``langgraph_sdk`` (``tests/test_server.py`` does, end to end)::
+then drive it with ``langgraph_sdk`` (``tests/server/test_server.py`` does, end to end)::
 
     from langgraph_sdk import get_sync_client
     client = get_sync_client(url="http://127.0.0.1:2024")

@@ -1,6 +1,6 @@
 """Pytest plugin: run LangGraph's own prebuilt tests against ``EffectToolNode``.
 
-Loaded with ``-p lge_conformance`` by ``tests/test_conformance.py`` into a pytest
+Loaded with ``-p lge_conformance`` by ``tests/campaign/test_conformance.py`` into a pytest
 run over the ``tests/`` of the langgraph-prebuilt sdist (the installed
 version), which stay byte-for-byte as published. ``LGE_CONFORMANCE`` picks:
 

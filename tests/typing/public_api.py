@@ -1,6 +1,6 @@
 """An application's use of the public API; ``mypy --strict`` must accept it as written.
 
-Checked by ``tests/test_public_api.py`` (never run, only type-checked): every
+Checked by ``tests/docs/test_public_api.py`` (never run, only type-checked): every
 name comes from ``langgraph_effects`` itself, so a name served as ``Any`` or a
 returned type that is not exported shows up here as an error.
 """

@@ -9,7 +9,7 @@ figures depend on a race it shows) is compared by the kinds of its outputs
 only. When a change to the library changes what a notebook shows, refresh
 them with::
 
-    python tests/test_notebooks.py            # re-executes and rewrites notebooks/*.ipynb
+    python tests/docs/test_notebooks.py            # re-executes and rewrites notebooks/*.ipynb
 
 The kernel is this interpreter: a kernelspec pointing at ``sys.executable`` is
 installed into a temporary Jupyter path, so the test works in a fresh venv
@@ -32,13 +32,12 @@ from typing import Any
 
 import nbformat
 import pytest
-from conftest import require_postgres
 
-NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 KERNEL = "langgraph-effects-test"
 POSTGRES = {"03_postgres_in_production"}
 MAX_PICTURE_BYTES = 60_000  # a modest PNG; the whole notebook stays readable in a diff viewer
-REFRESH = "python tests/test_notebooks.py"
+REFRESH = "python tests/docs/test_notebooks.py"
 
 # What differs from one run to the next, masked before comparing (most specific first).
 _VOLATILE = [
@@ -206,6 +205,8 @@ def test_notebook_one_shows_the_three_pictures() -> None:
 def test_notebook_runs_and_its_committed_outputs_are_current(path: Path, kernel_name: str) -> None:
     """Every cell runs (so every assert holds) and shows what the committed notebook shows."""
     if path.stem in POSTGRES:
+        from conftest import require_postgres  # here: `python tests/docs/...` runs without it
+
         require_postgres()
     fresh = execute(path, kernel_name)
     code = [c for c in fresh.cells if c.cell_type == "code"]

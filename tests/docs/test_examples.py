@@ -24,7 +24,7 @@ from conftest import POSTGRES_URL, require_postgres
 
 from langgraph_effects.testing import run_in_forked_child
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 CRASHED = 137
 
 # Every example's default run and the lines it must print (regular expressions).

@@ -25,7 +25,7 @@ from langgraph_effects.testing.contract import make_draft
 
 pytestmark = pytest.mark.postgres
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ import langgraph_effects
 from langgraph_effects import EffectContext, InMemoryLedger, OperationStatus, effect
 from langgraph_effects.testing import FakeCRM, ScriptedChatModel
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 
 
@@ -133,7 +133,7 @@ def test_pytest_runs_with_and_without_xdist(options: list[str], workers: str | N
     """Plain ``pytest`` uses two xdist workers; ``-p no:xdist`` runs in-process and still works."""
     done = subprocess.run(
         [sys.executable, "-m", "pytest", *options, "-p", "no:cacheprovider",
-         "tests/test_readme.py::test_license_file_is_the_declared_one"],
+         "tests/docs/test_readme.py::test_license_file_is_the_declared_one"],
         cwd=ROOT, capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr

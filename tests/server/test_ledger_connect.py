@@ -2,7 +2,7 @@
 
 ``ledger_from_env()`` / ``ledger_from_url()`` must do no I/O when called and never block
 the event loop afterwards: checked here in-process with blockbuster (the detector
-``langgraph dev`` runs; ``tests/test_server.py`` checks it under the real server).
+``langgraph dev`` runs; ``tests/server/test_server.py`` checks it under the real server).
 """
 
 from __future__ import annotations

@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from langgraph_effects.core.model import Operation, OperationStatus, ProviderContract
+from langgraph_effects.core.model import (
+    Operation,
+    OperationStatus,
+    ProviderContract,
+    key_retention_seconds,
+)
 from langgraph_effects.core.plan import (
     Outcome,
     ResendRisk,
@@ -126,6 +132,53 @@ def test_the_recorded_contract_judges_from_the_record_alone() -> None:
     assert resend_risk(record, recorded, NOW) is ResendRisk.DEDUPLICATED
     assert resend_risk(record, recorded, NOW + timedelta(hours=1)) is ResendRisk.WINDOW_CLOSED
     assert recorded_contract(op(S.UNKNOWN)) is None
+
+
+# -- the key retention: one computation, record and contract combined
+
+
+def _keyed_unknown(**changes: Any) -> Operation:
+    """An unknown first dispatched at NOW, recording the retention WINDOW promises."""
+    base: dict[str, Any] = {
+        "tenant_id": "t",
+        "operation_id": "op-1",
+        "action": "crm.close",
+        "payload_digest": "0" * 64,
+        "status": S.UNKNOWN,
+        "attempts": 1,
+        "idempotency_key": "lge-op-1",
+        "key_retention_seconds": key_retention_seconds(WINDOW),
+        "first_dispatched_at": NOW,
+        "created_at": NOW,
+        "updated_at": NOW,
+    }
+    return Operation(**(base | changes))
+
+
+def test_the_recorded_retention_is_the_window_minus_the_margin() -> None:
+    """A key contract records window - margin; no key contract records none."""
+    assert key_retention_seconds(WINDOW) == (24 * 60 - 5) * 60
+    assert key_retention_seconds(ProviderContract()) is None
+    assert key_retention_seconds(None) is None
+    record = _keyed_unknown()
+    expected = NOW + timedelta(hours=24) - timedelta(minutes=5)
+    assert key_expires_at(record, recorded_contract(record)) == expected
+
+
+def test_plan_takes_the_stricter_of_record_and_live_contract() -> None:
+    """A retry is safe only while both the record's and the contract's windows are open."""
+    short_record = _keyed_unknown(key_retention_seconds=3600.0)
+    assert key_expires_at(short_record, WINDOW) == NOW + timedelta(hours=1)
+    assert retry_allowed(short_record, WINDOW, NOW + timedelta(minutes=59))
+    assert not retry_allowed(short_record, WINDOW, NOW + timedelta(hours=2))
+    tightened = ProviderContract(idempotency_window=timedelta(minutes=30))
+    assert key_expires_at(_keyed_unknown(), tightened) == NOW + timedelta(minutes=25)
+    assert not retry_allowed(_keyed_unknown(), tightened, NOW + timedelta(hours=1))
+    assert not retry_allowed(_keyed_unknown(), None, NOW)  # no live contract: never
+    assert not retry_allowed(_keyed_unknown(idempotency_key=None), WINDOW, NOW)  # no key was given
+    legacy = _keyed_unknown(key_retention_seconds=None)  # a row from before schema v2
+    assert key_expires_at(legacy, WINDOW) == NOW + timedelta(hours=24) - timedelta(minutes=5)
+    assert retry_allowed(legacy, WINDOW, NOW + timedelta(hours=1))
 
 
 @given(

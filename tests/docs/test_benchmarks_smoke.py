@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 # The benchmarks package sits beside tests/, not inside the installed package.
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from benchmarks._common import PgTrace
 from benchmarks.lifecycle import _sqlite_counts

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,7 +21,10 @@ from langgraph_effects.core.model import (
     Resolution,
 )
 from langgraph_effects.errors import StaleFencingToken
+from langgraph_effects.ledger.base import Confirmation
 from langgraph_effects.ledger.memory import InMemoryLedger
+from langgraph_effects.ledger.sqlite import SQLiteLedger
+from langgraph_effects.testing.contract import OWNER, make_draft
 
 SECRET = "secret-customer-value-7731"
 """Appears in payloads and results; must never appear in a log record."""
@@ -192,6 +196,48 @@ def test_without_opentelemetry_only_logging_remains(
         "dispatching",
         "unknown",
     ]
+
+
+@pytest.fixture(params=["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def any_ledger(request: pytest.FixtureRequest, sqlite_path: Path) -> Iterator[Any]:
+    """A set-up ledger on each backend: in memory, a SQLite file, a PostgreSQL schema."""
+    if request.param == "memory":
+        memory = InMemoryLedger()
+        memory.setup()
+        yield memory
+    elif request.param == "sqlite":
+        with SQLiteLedger.from_conn_string(str(sqlite_path)) as opened:
+            opened.setup()
+            yield opened
+    else:
+        from langgraph_effects.ledger.postgres import PostgresLedger
+
+        with PostgresLedger.from_conn_string(request.getfixturevalue("pg_url")) as pg:
+            pg.setup()
+            yield pg
+
+
+def test_stale_token_refusals_are_logged_with_their_ids(
+    any_ledger: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A refused stale write (confirm, and each stale receipt of confirm_many) is counted and
+    reported through observe.log_stale_token with tenant, operation and both tokens."""
+    caplog.set_level(logging.WARNING, logger="langgraph_effects")
+    tenant = "tenant-a"
+    for op_id in ("op-1", "op-2"):
+        op = any_ledger.prepare(make_draft(op_id), owner=OWNER).operation
+        any_ledger.mark_unknown(tenant, op_id, token=op.fencing_token, reason="taken over")
+    with pytest.raises(StaleFencingToken):
+        any_ledger.confirm(tenant, "op-1", token=1)
+    stale_receipt = Confirmation(tenant_id=tenant, operation_id="op-2", token=1)
+    [outcome] = any_ledger.confirm_many([stale_receipt])
+    assert isinstance(outcome, StaleFencingToken)
+    stale = [r for r in caplog.records if getattr(r, "lge_event", None) == "stale_token"]
+    assert [(r.lge_tenant_id, r.lge_operation_id, r.lge_fencing_token) for r in stale] == [  # type: ignore[attr-defined]
+        (tenant, "op-1", 1),
+        (tenant, "op-2", 1),
+    ]
+    assert any_ledger.stats().stale_token_refusals == 2
 
 
 # -- OpenTelemetry (skipped without the SDK) --------------------------------------------

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import os
+import socket
 import subprocess
 import sys
 from datetime import UTC, datetime
 
+import psutil
+import pytest
+
+from langgraph_effects import _owners
 from langgraph_effects._owners import current_owner, holder_provably_dead, provably_dead
 from langgraph_effects.core.model import LeaseOwner, Operation
 from langgraph_effects.testing.contract import make_draft
@@ -42,3 +48,30 @@ def test_a_record_names_its_holder_or_proves_nothing() -> None:
     assert not holder_provably_dead(Operation(**base, lease_owner=me.encode()))
     assert not holder_provably_dead(Operation(**base))
     assert not holder_provably_dead(Operation(**base, lease_owner="written by another tool"))
+
+
+def test_lease_owner_current_caches_host_and_start_per_pid(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """current_owner() asks for the host name once per process, and again only under a new pid
+    (a forked child), where it reads that process's own start time."""
+    calls: list[int] = []
+    real = socket.gethostname
+
+    def counting() -> str:
+        calls.append(os.getpid())
+        return real()
+
+    monkeypatch.setattr(_owners, "_identity", None)
+    monkeypatch.setattr(socket, "gethostname", counting)
+    owners = [current_owner() for _ in range(3)]
+    assert len(calls) == 1
+    assert len({o.nonce for o in owners}) == 3
+    assert {(o.host, o.pid, o.started_at) for o in owners} == {
+        (real(), os.getpid(), round(psutil.Process().create_time(), 2))
+    }
+    parent = os.getppid()  # stands in for "another pid", as after a fork
+    monkeypatch.setattr(os, "getpid", lambda: parent)
+    child = current_owner()
+    assert len(calls) == 2
+    assert (child.pid, child.started_at) == (parent, round(psutil.Process(parent).create_time(), 2))

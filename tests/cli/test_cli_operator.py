@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 from _graphs import Env, build_graph, call, tool_messages
+from _schema_v1 import write_v1
 from test_cli import SSO, Clock, make_unknown
-from test_ledger_schema_v2 import _write_v1
 from typer.testing import CliRunner, Result
 
 from langgraph_effects import EffectContext, effect
@@ -432,7 +432,7 @@ def test_an_older_schema_names_the_migration_to_run(tmp_path: Path) -> None:
     path = tmp_path / "old.db"
     conn = sqlite3.connect(path)
     with conn:
-        _write_v1(
+        write_v1(
             lambda sql, values: conn.execute(sql, values),
             MIGRATIONS,
             SCHEMA_VERSION_TABLE_SQL,
@@ -471,7 +471,7 @@ def test_an_older_postgres_schema_names_the_migration_to_run(pg_url: str) -> Non
     from langgraph_effects.ledger.postgres._sql import SCHEMA_VERSION_TABLE_SQL
 
     with psycopg.connect(pg_url, autocommit=True) as conn:
-        _write_v1(
+        write_v1(
             lambda sql, values: conn.execute(sql, values),
             MIGRATIONS,
             SCHEMA_VERSION_TABLE_SQL,

@@ -756,7 +756,7 @@ def test_sync_relay_never_reads_an_awaitable_as_a_receipt(
 # --------------------------------------------------------------------------- example
 
 
-OUTBOX_EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "outbox_notify.py"
+OUTBOX_EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "outbox_notify.py"
 
 
 @pytest.mark.parametrize("crash_at", ["before_relay", "after_send"])

@@ -767,6 +767,37 @@ def test_console_script_follows_events_committed_by_another_process(
         ]
 
 
+def test_cli_retry_of_a_keyless_support_ticket_is_refused(tmp_path: Path) -> None:
+    """bugs.md: examples/support_ticket.py (no key contract) stopped at its review; the CLI's
+    retry is refused (exit 4) instead of ordering a resend that creates a second ticket."""
+    example = Path(__file__).resolve().parents[2] / "examples" / "support_ticket.py"
+    stopped = subprocess.run(
+        [sys.executable, str(example), "--stop-at-review", "--dir", str(tmp_path)],
+        capture_output=True, text=True, check=False, timeout=180,
+    )  # fmt: skip
+    assert stopped.returncode == 2, stopped.stderr
+    cli = Path(sys.executable).with_name("langgraph-effects")
+    db = f"sqlite:///{tmp_path / 'effects.db'}"
+    listed = subprocess.run(
+        [str(cli), "list", "--db", db, "--json"],
+        capture_output=True, text=True, check=True, timeout=60,
+    )  # fmt: skip
+    [op] = json.loads(listed.stdout)["operations"]
+    assert (op["status"], op["tenant_id"]) == ("unknown", "acme")
+    retried = subprocess.run(
+        [str(cli), "retry", op["operation_id"], "--tenant", "acme", "--by", "bob",
+         "--reason", "x", "--db", db, "--json"],
+        capture_output=True, text=True, check=False, timeout=60,
+    )  # fmt: skip
+    assert retried.returncode == 4, retried.stdout
+    assert "promised no deduplication" in json.loads(retried.stderr)["message"]
+    with SQLiteLedger.from_conn_string(str(tmp_path / "effects.db")) as ledger:
+        ledger.setup()
+        record = ledger.get("acme", op["operation_id"])
+    assert record is not None
+    assert (record.status, record.key_retention_seconds) == (S.UNKNOWN, None)
+
+
 def test_exit_codes_are_the_documented_numbers() -> None:
     """Scripts rely on these numbers: changing one is a breaking change."""
     assert {c.name: int(c) for c in ExitCode} == {

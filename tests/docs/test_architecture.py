@@ -6,7 +6,7 @@ import ast
 from collections.abc import Iterator
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parent.parent / "langgraph_effects"
+PACKAGE = Path(__file__).resolve().parents[2] / "langgraph_effects"
 
 # Each part may import its own layer and the layers above it in this list, never one below:
 # imports run one way. A ``TYPE_CHECKING`` import is a type annotation, not a dependency,

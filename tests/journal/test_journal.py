@@ -27,7 +27,7 @@ from langgraph_effects.journal import (
 from langgraph_effects.testing.faults import run_in_child
 from langgraph_effects.testing.providers import FakeClock
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "email_verification.py"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "email_verification.py"
 
 
 def _load_example() -> ModuleType:

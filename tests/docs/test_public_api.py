@@ -16,7 +16,7 @@ from mypy import api as mypy_api
 import langgraph_effects
 from langgraph_effects import testing
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 USES = ROOT / "tests" / "typing" / "public_api.py"
 
 MISUSES = """\

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PLUGIN_DIR = ROOT / "tests" / "conformance"
 sys.path.insert(0, str(PLUGIN_DIR))
 import lge_conformance as plugin  # noqa: E402

@@ -38,7 +38,7 @@ for _module in ("langgraph_api", "langgraph_cli", "langgraph_runtime_inmem", "la
 
 from langgraph_sdk import get_sync_client  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "server"
 GRAPH = "support"
 CRASH_EXIT_CODE = 137
