@@ -11,7 +11,7 @@ LangGraph saves it, and the interrupt can be answered again.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -88,6 +88,7 @@ def answer_schema(
     retry_forbidden: bool,
     stale: Callable[[Any], bool],
     request_id: str,
+    offered: Sequence[str] | None = None,
 ) -> Any:
     """The interrupt's ``response_schema``: LangGraph checks an answer with it *before*
     saving it, so an answer that would fail when applied fails the run instead, and
@@ -110,7 +111,7 @@ def answer_schema(
         if stale(value) or outdated(value, {"request_id": request_id}):
             return value
         if answer.operation_id in (None, op.operation_id):
-            parse_answer(value, tool_name=call.tool_name, kind=kind)
+            answer = parse_answer(value, tool_name=call.tool_name, kind=kind, offered=offered)
             check_decision(op, answer, retry_forbidden=retry_forbidden)
         check_applicable(answer)
         return value
