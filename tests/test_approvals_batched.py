@@ -114,7 +114,8 @@ def test_one_interrupt_answered_without_an_id(env: Env, where: str) -> None:
     assert [c["allowed_decisions"] for c in value["review_configs"]] == [
         ["approve", "edit", "reject"]
     ] * 3
-    assert len(value["operation_ids"]) == 3 and value["request_id"].startswith("approvals:")
+    assert len(value["operation_ids"]) == 3
+    assert value["request_id"].startswith("approvals:")
     assert crm.effects == 0
 
     out = env.invoke(g, Command(resume=DECISIONS), CFG)
@@ -238,7 +239,8 @@ def test_a_batch_answer_handed_back_to_the_task_is_applied_once(env: Env) -> Non
     assert "__interrupt__" not in out
     assert (crm.effects_for("A"), other.effects_for("B"), crm.duplicates) == (1, 1, 0)
     ops = {op.target: op for op in env.ops()}
-    assert ops["A"].status is S.CONFIRMED and ops["B"].status is S.CONFIRMED
+    assert ops["A"].status is S.CONFIRMED
+    assert ops["B"].status is S.CONFIRMED
     for op in ops.values():
         events = env.ledger_call("events", "default", op.operation_id)
         assert [e.kind.value for e in events].count("approve") == 1
