@@ -6,9 +6,13 @@ Two requests, both plain JSON dicts carrying the ``operation_id`` they are about
   could resolve: its evidence, what a retry would risk, the decisions allowed
   (``confirm``, ``reject``, ``retry``);
 - an **approval** (``kind: "effect_approval"``, status ``prepared``) before the
-  first dispatch of an effect declared ``require_approval=True``. It also carries
-  ``action_requests`` / ``review_configs`` in the shape of LangChain's
-  ``HumanInTheLoopMiddleware`` so UIs built for it can show it.
+  first dispatch of an effect declared ``require_approval=True``;
+- the **approvals** of one AIMessage in one request (``kind: "effect_approvals"``,
+  ``approvals="batched"``, see ``decide.approvals``), with ``operation_ids``.
+
+All three carry ``action_requests`` / ``review_configs`` in the shape of LangChain's
+``HumanInTheLoopMiddleware``, so UIs built for it (Agent Chat UI) show and answer
+them; a review maps its decisions onto that shape (see ``review_request``).
 
 Answers name the operation they decide::
 
@@ -16,6 +20,7 @@ Answers name the operation they decide::
      "result": {...}}                                       # review
     {"operation_id": "op-...", "decision": "approve", "by": "alice", "reason": "..."}
     {"decisions": [{"type": "approve" | "reject" | "edit", ...}]}   # HITL shape
+    [{"type": "accept" | "edit" | "response" | "ignore", "args": ...}]  # the older HITL UI
 
 LangGraph matches resume values by position within a task, so position is
 never identity: ``parse_answer`` keeps the named operation and the runner
