@@ -263,3 +263,30 @@ def test_the_middleware_adds_its_after_model_node_only_when_batched() -> None:
     )
     assert "EffectMiddleware.after_model" not in per_call.get_graph().nodes
     assert "EffectMiddleware.after_model" in batched.get_graph().nodes
+
+
+@pytest.mark.parametrize("env", [("memory", "sync"), ("sqlite", "async")], indirect=True)
+@WHERE
+def test_replaying_the_thread_asks_nothing_and_sends_nothing_again(env: Env, where: str) -> None:
+    """Replayed from the checkpoint before the approvals (new LangGraph tasks), the batch
+    finds every record decided: no interrupt, no second closure."""
+    crm = FakeCRM()
+    g = graph(env, [close_tool(crm)], CALLS, where=where)
+    env.invoke(g, {"messages": [("user", "close A, B, C")]}, CFG)
+    env.invoke(g, Command(resume=DECISIONS), CFG)
+    assert crm.effects == 2
+
+    def history() -> list[Any]:
+        if env.is_async:
+
+            async def collect() -> list[Any]:
+                return [s async for s in g.aget_state_history(CFG)]
+
+            return list(env.run(collect()))
+        return list(g.get_state_history(CFG))
+
+    # The snapshot whose next step is the one asking the approvals, on the first run.
+    asking = [s for s in history() if s.interrupts][-1]
+    out = env.invoke(g, None, asking.config)
+    assert "__interrupt__" not in out
+    assert (crm.effects, crm.duplicates) == (2, 0)
