@@ -26,6 +26,7 @@ from langgraph_effects.core.model import OperationStatus
 from langgraph_effects.errors import InvalidAnswer
 from langgraph_effects.node import route_tool_calls
 from langgraph_effects.testing import Fault, ScriptedChatModel
+from langgraph_effects.testing.faults import CrashPlan, CrashPoint, InjectedCrash
 from langgraph_effects.testing.providers import FakeCRM
 
 S = OperationStatus
@@ -290,3 +291,26 @@ def test_replaying_the_thread_asks_nothing_and_sends_nothing_again(env: Env, whe
     out = env.invoke(g, None, asking.config)
     assert "__interrupt__" not in out
     assert (crm.effects, crm.duplicates) == (2, 0)
+
+
+@pytest.mark.parametrize("env", [("memory", "sync"), ("sqlite", "async")], indirect=True)
+@WHERE
+def test_a_crash_between_two_decisions_applies_the_rest_once(env: Env, where: str) -> None:
+    """The process dies after the first decision is recorded, before the second: the run
+    continued later is handed the same answer, recognises the recorded decision and
+    applies only the rest. Each decision is recorded once; A and C are closed once."""
+    crm = FakeCRM()
+    g = graph(env, [close_tool(crm)], CALLS, where=where)
+    env.invoke(g, {"messages": [("user", "close A, B, C")]}, CFG)
+    with CrashPlan.arm(CrashPoint.DURING_REVIEW_RESUME, hit=2), pytest.raises(InjectedCrash):
+        env.invoke(g, Command(resume=DECISIONS), CFG)
+    assert crm.effects == 0
+    decided = [op for op in env.ops() if op.authorization_ref or op.status is S.REJECTED]
+    assert len(decided) == 1
+
+    out = env.invoke(g, None, CFG)
+    assert "__interrupt__" not in out
+    assert (crm.effects_for("A"), crm.effects_for("B"), crm.effects_for("C")) == (1, 0, 1)
+    for op in env.ops():
+        kinds = [e.kind.value for e in env.ledger_call("events", "default", op.operation_id)]
+        assert kinds.count("approve") + kinds.count("reject") == 1, (op.target, kinds)

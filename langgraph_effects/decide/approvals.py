@@ -32,6 +32,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator
 
+from langgraph_effects._faults import CrashPoint, crash_point
 from langgraph_effects.core.digest import canonical_json
 from langgraph_effects.core.model import Operation, OperationStatus
 from langgraph_effects.decide.actions import Action, Ask, Events, Prepare, ledger
@@ -222,5 +223,6 @@ def ask_approvals(loop: Loop, calls: Sequence[EffectCall]) -> Generator[Action, 
         answers = read_decisions([decisions[i] for i in positions], by, waiting, asked, offered)
         for index, call, op, answer in zip(positions, waiting, asked, answers, strict=True):
             mark = None if task is None else f"{task}#approvals:{digest}:{index}/{count}"
+            crash_point(CrashPoint.DURING_REVIEW_RESUME)
             ops[call.operation_id] = yield from loop.answer(call, op, answer, mark)
             decided.add(call.operation_id)
