@@ -25,6 +25,7 @@ from langgraph_effects.review import Answer, InvalidAnswer, RequestKind, parse_a
 
 __all__ = [
     "Answers",
+    "answer_digest",
     "answer_mark",
     "answer_schema",
     "check_applicable",
@@ -69,11 +70,16 @@ def answer_mark(call: EffectCall, value: Any) -> str | None:
     """How the ledger logs an answer: the task that received it and the value's digest."""
     if call.task_id is None:
         return None
+    return f"{call.task_id}:{answer_digest(value)}"
+
+
+def answer_digest(value: Any) -> str:
+    """The digest of a resume value, as the ledger logs it (``answer_mark``)."""
     try:
         raw = canonical_json(value)
     except EffectsError:
         raw = repr(value).encode()
-    return f"{call.task_id}:{hashlib.sha256(raw).hexdigest()[:32]}"
+    return hashlib.sha256(raw).hexdigest()[:32]
 
 
 _MAX_ANSWER_BYTES = 64 * 1024

@@ -33,10 +33,14 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator
 
 from langgraph_effects._faults import CrashPoint, crash_point
-from langgraph_effects.core.digest import canonical_json
 from langgraph_effects.core.model import Operation, OperationStatus
 from langgraph_effects.decide.actions import Action, Ask, Events, Prepare, ledger
-from langgraph_effects.decide.answers import check_applicable, check_decision, outdated
+from langgraph_effects.decide.answers import (
+    answer_digest,
+    check_applicable,
+    check_decision,
+    outdated,
+)
 from langgraph_effects.decide.call import EffectCall
 from langgraph_effects.decide.loop import Loop
 from langgraph_effects.errors import EffectsError
@@ -64,14 +68,6 @@ def _awaiting(op: Operation) -> bool:
     )
 
 
-def _digest(value: Any) -> str:
-    try:
-        raw = canonical_json(value)
-    except EffectsError:
-        raw = repr(value).encode()
-    return hashlib.sha256(raw).hexdigest()[:32]
-
-
 def _round(waiting: Sequence[Operation]) -> str:
     """The request id of one round: the operations asked and their record versions."""
     names = "|".join(f"{op.operation_id}@{op.record_version}" for op in waiting)
@@ -84,14 +80,8 @@ def decisions_of(value: Any) -> tuple[list[Mapping[str, Any]], Any]:
     Raises:
         InvalidAnswer: not a batch answer.
     """
-    decisions = hitl_decisions(value)
-    if (
-        decisions is None
-        and isinstance(value, Mapping)
-        and isinstance(value.get("decisions"), list)
-    ):
-        decisions = list(value["decisions"])  # native decisions, each with its "decision"
-    if decisions is None or not all(isinstance(d, Mapping) for d in decisions):
+    decisions = hitl_decisions(value)  # HITL decisions, or native ones with their "decision"
+    if decisions is None:
         raise InvalidAnswer(
             "this request asks several approvals: answer {'decisions': [one per action "
             "request, in order]}"
@@ -197,7 +187,7 @@ def ask_approvals(loop: Loop, calls: Sequence[EffectCall]) -> Generator[Action, 
             request: Any = request,
             offered: list[Any] = offered,
         ) -> Any:
-            if _digest(value) in logged:
+            if answer_digest(value) in logged:
                 return value  # handed back by LangGraph: applied already (see below)
             if outdated(value, request):
                 raise InvalidAnswer(
@@ -209,7 +199,7 @@ def ask_approvals(loop: Loop, calls: Sequence[EffectCall]) -> Generator[Action, 
             return value
 
         value = yield Ask(request, Annotated[Any, AfterValidator(check)])
-        digest = _digest(value)
+        digest = answer_digest(value)
         positions = list(range(len(waiting)))
         count = len(waiting)
         if digest in logged:
