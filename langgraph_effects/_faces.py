@@ -19,7 +19,7 @@ Only LangGraph's public API is used: ``ToolCallRequest`` (``tool_call``,
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from langchain_core.messages import AIMessage, ToolCall, ToolMessage
@@ -39,9 +39,11 @@ __all__ = [
     "add_operations",
     "build_call",
     "call_occurrence",
+    "effect_calls",
     "effect_result",
     "messages_of",
     "task_id_of",
+    "unanswered_calls",
 ]
 
 S = OperationStatus
@@ -140,6 +142,54 @@ def build_call(
         occurrence=call_occurrence(state, tool_call, messages_key=messages_key),
         task_id=task_id,
     )
+
+
+def unanswered_calls(state: Any, messages_key: str = "messages") -> list[ToolCall]:
+    """The tool calls of the state's last message, if an AIMessage, that no ToolMessage
+    answers yet: what ``route_tool_calls`` sends, one task each."""
+    messages = messages_of(state, messages_key)
+    if not messages or not isinstance(messages[-1], AIMessage):
+        return []
+    answered = {m.tool_call_id for m in messages if isinstance(m, ToolMessage)}
+    return [tc for tc in messages[-1].tool_calls if tc["id"] not in answered]
+
+
+def effect_calls(
+    tools: Mapping[str, BaseTool],
+    tool_calls: Sequence[ToolCall],
+    *,
+    thread: tuple[str, str],
+    state: Any,
+    messages_key: str = "messages",
+    task_id: str | None = None,
+) -> list[EffectCall]:
+    """The ``EffectCall`` of each effect tool's call among ``tool_calls``, in order.
+
+    ``thread`` is ``(workflow_id, tenant_id)``. A call that cannot be built (unknown
+    tool, unstorable arguments) is left out: its own run reports it.
+    """
+    workflow_id, tenant_id = thread
+    calls = []
+    for tool_call in tool_calls:
+        tool = tools.get(tool_call["name"])
+        if tool is None or effect_spec(tool) is None:
+            continue
+        try:
+            calls.append(
+                build_call(
+                    tool,
+                    tool_call,
+                    tenant_id=tenant_id,
+                    workflow_id=workflow_id,
+                    state=state,
+                    messages_key=messages_key,
+                    task_id=task_id,
+                    single=len(tool_calls) <= 1,
+                )
+            )
+        except Exception:
+            continue
+    return calls
 
 
 def task_id_of(runtime: Any) -> str | None:

@@ -24,13 +24,15 @@ the first gated call raises ``MiddlewareOrderError`` before anything is sent.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Annotated, Any, NotRequired
 
 from langchain.agents.middleware import AgentMiddleware, AgentState
 from langchain.agents.middleware.types import ToolCallRequest
 from langchain_core.messages import ToolCall, ToolMessage
+from langchain_core.tools import BaseTool
+from langgraph.config import get_config
 from langgraph.errors import GraphInterrupt
 from langgraph.types import Command
 
@@ -38,11 +40,19 @@ from langgraph_effects._faces import (
     Execution,
     add_operations,
     build_call,
+    effect_calls,
     effect_result,
     task_id_of,
+    unanswered_calls,
 )
 from langgraph_effects.core.model import utcnow
-from langgraph_effects.decide import EffectCall, EffectRunner, warn_durability
+from langgraph_effects.decide import (
+    APPROVAL_MODES,
+    ApprovalMode,
+    EffectCall,
+    EffectRunner,
+    warn_durability,
+)
 from langgraph_effects.effects import effect_spec
 from langgraph_effects.errors import MiddlewareOrderError
 from langgraph_effects.ledger.base import DEFAULT_LEASE
@@ -87,9 +97,24 @@ class EffectMiddleware(AgentMiddleware[EffectAgentState, Any, Any]):
         lease_for, clock, interrupt_on_unknown: as for ``EffectToolNode``.
         hitl: the agent's ``HumanInTheLoopMiddleware``, if any: its approval of a
             gated effect counts as the effect's approval (asked once).
+        approvals: ``"per_call"`` (default): each effect call needing an approval
+            asks in its own interrupt (answered by interrupt id when several are
+            pending). ``"batched"``: the approvals of one AIMessage are asked in
+            **one** interrupt, in ``after_model`` (where ``HumanInTheLoopMiddleware``
+            asks), in its shape (``{"decisions": [...]}`` in order, no interrupt id
+            needed: Agent Chat UI), before any call dispatches.
+        tools: the agent's effect tools; needed for ``"batched"`` (``after_model``
+            sees tool names only). They are not registered with the agent.
     """
 
     state_schema = EffectAgentState
+
+    def __new__(cls, *args: Any, approvals: ApprovalMode = "per_call", **kwargs: Any) -> Any:
+        # create_agent adds an after_model node only for a class that defines the hook:
+        # an agent asking per call keeps its graph as it was.
+        if approvals == "batched" and cls is EffectMiddleware:
+            cls = _BatchedEffectMiddleware
+        return super().__new__(cls)
 
     def __init__(
         self,
@@ -100,13 +125,23 @@ class EffectMiddleware(AgentMiddleware[EffectAgentState, Any, Any]):
         clock: Callable[[], datetime] = utcnow,
         interrupt_on_unknown: bool = True,
         hitl: Any = None,
+        approvals: ApprovalMode = "per_call",
+        tools: Sequence[BaseTool] = (),
     ) -> None:
         super().__init__()
+        if approvals not in APPROVAL_MODES:
+            raise ValueError(f"approvals must be one of {APPROVAL_MODES}, got {approvals!r}")
+        if approvals == "batched" and not any(effect_spec(t) for t in tools):
+            raise ValueError(
+                "approvals='batched' needs the agent's effect tools: EffectMiddleware(tools=[...])"
+            )
         self.runner = EffectRunner(
             ledger, lease_for=lease_for, clock=clock, interrupt_on_unknown=interrupt_on_unknown
         )
         self.tenant_id = tenant_id
         self.hitl = hitl
+        self.approvals = approvals
+        self._effect_tools = {t.name: t for t in tools if effect_spec(t) is not None}
 
     def _effect_request(self, request: ToolCallRequest) -> ToolCallRequest | None:
         """The request to run (with HITL's edit applied), or None for a plain tool."""
@@ -215,3 +250,39 @@ def _arefuse_inner_review(
             raise
 
     return run
+
+
+class _BatchedEffectMiddleware(EffectMiddleware):
+    """``EffectMiddleware(approvals="batched")``: also asks in ``after_model``."""
+
+    @property
+    def name(self) -> str:
+        return EffectMiddleware.__name__
+
+    def _gated(self, state: Any, runtime: Any, thread: tuple[str, str]) -> list[EffectCall]:
+        edited = (state.get(_HITL_EDITS) or {}) if isinstance(state, dict) else {}
+        tool_calls = [tc for tc in unanswered_calls(state) if tc["id"] not in edited]
+        calls = effect_calls(
+            self._effect_tools,
+            tool_calls,
+            thread=thread,
+            state=state,
+            task_id=task_id_of(runtime),
+        )
+        gated = getattr(self.hitl, "interrupt_on", {}) if self.hitl is not None else {}
+        # A call HITL already asks about is approved there (``hitl=``): not asked twice.
+        return [c for c in calls if c.tool_name not in gated]
+
+    def after_model(self, state: Any, runtime: Any) -> dict[str, Any] | None:
+        """Ask the approvals of the model's calls in one interrupt, before any dispatches."""
+        if unanswered_calls(state):
+            thread = self.runner.tenant_for(get_config(), self.tenant_id)
+            self.runner.ask_approvals(self._gated(state, runtime, thread))
+        return None
+
+    async def aafter_model(self, state: Any, runtime: Any) -> dict[str, Any] | None:
+        """The async twin of ``after_model``."""
+        if unanswered_calls(state):
+            thread = await self.runner.atenant_for(get_config(), self.tenant_id)
+            await self.runner.aask_approvals(self._gated(state, runtime, thread))
+        return None

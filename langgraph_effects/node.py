@@ -28,7 +28,7 @@ from datetime import datetime, timedelta
 from typing import Annotated, Any, Literal, cast
 
 from langchain_core.messages import AIMessage, AnyMessage, ToolCall, ToolMessage
-from langchain_core.runnables import RunnableConfig
+from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
 from langchain_core.tools import BaseTool
 from langgraph.errors import GraphBubbleUp
 from langgraph.prebuilt import ToolNode
@@ -41,14 +41,18 @@ from langgraph_effects._faces import (
     Execution,
     add_operations,
     build_call,
+    effect_calls,
     effect_result,
     messages_of,
     task_id_of,
+    unanswered_calls,
 )
 from langgraph_effects._owners import current_owner
 from langgraph_effects.core.model import Operation, OperationDraft, Prepared, utcnow
 from langgraph_effects.decide import (
+    APPROVAL_MODES,
     OPERATIONS_KEY,
+    ApprovalMode,
     ConfirmMany,
     EffectCall,
     EffectRunner,
@@ -338,6 +342,14 @@ class EffectToolNode(ToolNode):
         interrupt_on_unknown: ``interrupt()`` for review when nothing resolves an
             unknown operation (default); False answers with an error ToolMessage
             ("could not confirm") and leaves the operation for an operator.
+        approvals: ``"per_call"`` (default): each call needing an approval asks in its
+            own interrupt, answered by interrupt id when several are pending.
+            ``"batched"``: the approvals of one AIMessage are asked in **one**
+            interrupt in the shape of LangChain's ``HumanInTheLoopMiddleware``
+            (answered ``{"decisions": [...]}`` in order, no interrupt id needed:
+            Agent Chat UI), before any call dispatches. It applies where this node
+            gets the state (``tools_condition``); with ``route_tool_calls`` put
+            ``approval_node()`` between the model and the router.
         name, tags, handle_tool_errors, messages_key: as for ``ToolNode``; plain tools
             behave exactly as there.
         wrap_tool_call, awrap_tool_call: as for ``ToolNode``; for an effect tool they run
@@ -354,6 +366,7 @@ class EffectToolNode(ToolNode):
         lease_for: timedelta = DEFAULT_LEASE,
         clock: Callable[[], datetime] = utcnow,
         interrupt_on_unknown: bool = True,
+        approvals: ApprovalMode = "per_call",
         name: str = "tools",
         tags: list[str] | None = None,
         handle_tool_errors: Any = _TOOLNODE_DEFAULT,
@@ -361,9 +374,12 @@ class EffectToolNode(ToolNode):
         wrap_tool_call: ToolCallWrapper | None = None,
         awrap_tool_call: AsyncToolCallWrapper | None = None,
     ) -> None:
+        if approvals not in APPROVAL_MODES:
+            raise ValueError(f"approvals must be one of {APPROVAL_MODES}, got {approvals!r}")
         self.runner = EffectRunner(
             ledger, lease_for=lease_for, clock=clock, interrupt_on_unknown=interrupt_on_unknown
         )
+        self.approvals = approvals
         self.ledger = ledger
         self.tenant_id = tenant_id
         self.lease_for = lease_for
@@ -411,6 +427,8 @@ class EffectToolNode(ToolNode):
         try:
             if task is not None and task.state_input:
                 self._prepare(task, input, task_id_of(_runtime()), config or {})
+                if self.approvals == "batched":
+                    self.runner.ask_approvals(list(task.calls.values()))
             return super().invoke(input, config, **kwargs)
         except _Unhandled as carried:
             error = carried.error
@@ -425,12 +443,49 @@ class EffectToolNode(ToolNode):
         try:
             if task is not None and task.state_input:
                 await self._aprepare(task, input, task_id_of(_runtime()), config or {})
+                if self.approvals == "batched":
+                    await self.runner.aask_approvals(list(task.calls.values()))
             return await super().ainvoke(input, config, **kwargs)
         except _Unhandled as carried:
             error = carried.error
         finally:
             _TASK.reset(token)
         raise error
+
+    def approval_node(self) -> Runnable[Any, None]:
+        """A node asking all approvals of the last AIMessage in one interrupt, for a graph
+        that sends one task per call (``route_tool_calls``): put it between the model
+        and the router, which then routes from it::
+
+            builder.add_node("approve", tools.approval_node())
+            builder.add_edge("agent", "approve")
+            builder.add_conditional_edges("approve", route_tool_calls, ["tools", END])
+
+        It writes nothing to the state: the decisions go to the ledger, and each
+        call's task finds its record approved, rejected or replaced by an edit.
+        """
+
+        def gated(state: Any, thread: Thread) -> list[EffectCall]:
+            return effect_calls(
+                self.tools_by_name,
+                unanswered_calls(state, self.messages_key),
+                thread=thread,
+                state=state,
+                messages_key=self.messages_key,
+                task_id=task_id_of(_runtime()),
+            )
+
+        def approve(state: Any, config: RunnableConfig) -> None:
+            if unanswered_calls(state, self.messages_key):
+                thread = self.runner.tenant_for(config, self.tenant_id)
+                self.runner.ask_approvals(gated(state, thread))
+
+        async def aapprove(state: Any, config: RunnableConfig) -> None:
+            if unanswered_calls(state, self.messages_key):
+                thread = await self.runner.atenant_for(config, self.tenant_id)
+                await self.runner.aask_approvals(gated(state, thread))
+
+        return RunnableLambda(approve, afunc=aapprove, name=f"{self.name}_approvals")
 
     def _task_of(
         self, input: Any, config: RunnableConfig | None, *, asynchronous: bool

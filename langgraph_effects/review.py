@@ -6,9 +6,13 @@ Two requests, both plain JSON dicts carrying the ``operation_id`` they are about
   could resolve: its evidence, what a retry would risk, the decisions allowed
   (``confirm``, ``reject``, ``retry``);
 - an **approval** (``kind: "effect_approval"``, status ``prepared``) before the
-  first dispatch of an effect declared ``require_approval=True``. It also carries
-  ``action_requests`` / ``review_configs`` in the shape of LangChain's
-  ``HumanInTheLoopMiddleware`` so UIs built for it can show it.
+  first dispatch of an effect declared ``require_approval=True``;
+- the **approvals** of one AIMessage in one request (``kind: "effect_approvals"``,
+  ``approvals="batched"``, see ``decide.approvals``), with ``operation_ids``.
+
+All three carry ``action_requests`` / ``review_configs`` in the shape of LangChain's
+``HumanInTheLoopMiddleware``, so UIs built for it (Agent Chat UI) show and answer
+them; a review maps its decisions onto that shape (see ``review_request``).
 
 Answers name the operation they decide::
 
@@ -16,6 +20,7 @@ Answers name the operation they decide::
      "result": {...}}                                       # review
     {"operation_id": "op-...", "decision": "approve", "by": "alice", "reason": "..."}
     {"decisions": [{"type": "approve" | "reject" | "edit", ...}]}   # HITL shape
+    [{"type": "accept" | "edit" | "response" | "ignore", "args": ...}]  # the older HITL UI
 
 LangGraph matches resume values by position within a task, so position is
 never identity: ``parse_answer`` keeps the named operation and the runner
@@ -29,6 +34,7 @@ interrupt can be answered again and nothing is lost.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -39,17 +45,22 @@ from langgraph_effects.core.plan import ResendRisk, key_expires_at, resend_risk
 from langgraph_effects.errors import InvalidAnswer
 
 __all__ = [
+    "APPROVALS_KIND",
     "APPROVAL_KIND",
     "REVIEW_KIND",
     "Answer",
     "InvalidAnswer",
     "approval_request",
+    "approvals_request",
+    "hitl_answer",
+    "hitl_decisions",
     "parse_answer",
     "review_request",
 ]
 
 REVIEW_KIND = "effect_review"
 APPROVAL_KIND = "effect_approval"
+APPROVALS_KIND = "effect_approvals"
 RequestKind = Literal["review", "approval"]
 
 _REVIEW_DECISIONS = (Decision.CONFIRM, Decision.REJECT, Decision.RETRY)
@@ -125,8 +136,18 @@ def review_request(
     now: datetime,
     allow_retry: bool = True,
 ) -> dict[str, Any]:
-    """The interrupt value asking a person to resolve an ``unknown`` operation."""
+    """The interrupt value asking a person to resolve an ``unknown`` operation.
+
+    Also in the HITL shape (``action_requests`` / ``review_configs``), so a UI built
+    for LangChain's ``HumanInTheLoopMiddleware`` shows and answers it: the action is
+    the tool with arguments ``{"outcome": "unknown", "result": ""}``, the description
+    gives the evidence and what a retry would risk, and the decisions map as
+    ``edit`` (outcome ``"confirmed"``) = confirm, ``reject`` = reject, ``approve`` =
+    retry, offered only when a retry cannot apply the effect twice.
+    """
     allowed = [d.value for d in _REVIEW_DECISIONS if allow_retry or d is not Decision.RETRY]
+    risk = retry_risk(op, contract, now)
+    safe_retry = allow_retry and not risk["duplicate_possible"]
     return {
         "kind": REVIEW_KIND,
         "operation_id": op.operation_id,
@@ -145,7 +166,7 @@ def review_request(
         "first_dispatched_at": _iso(op.first_dispatched_at),
         "last_dispatched_at": _iso(op.last_dispatched_at),
         "evidence": [_evidence_json(e) for e in evidence],
-        "retry_risk": retry_risk(op, contract, now),
+        "retry_risk": risk,
         "allowed_decisions": allowed,
         "answer_with": {
             "operation_id": op.operation_id,
@@ -154,7 +175,40 @@ def review_request(
             "reason": "<why>",
             "result": "<optional JSON: the provider's result, for confirm>",
         },
+        "action_requests": [
+            {
+                "name": tool_name,
+                "args": {"outcome": "unknown", "result": ""},
+                "description": _review_description(op, evidence, risk, safe_retry=safe_retry),
+            }
+        ],
+        "review_configs": [
+            {
+                "action_name": tool_name,
+                "allowed_decisions": (["approve"] if safe_retry else []) + ["edit", "reject"],
+            }
+        ],
     }
+
+
+def _review_description(
+    op: Operation, evidence: Sequence[Evidence], risk: Mapping[str, Any], *, safe_retry: bool
+) -> str:
+    seen = "; ".join(f"{e.kind.value}: {e.summary}" for e in evidence) or "none"
+    retry = (
+        "Approve: send it again under the same idempotency key."
+        if safe_retry
+        else "A retry is not offered here: it could apply the effect twice "
+        "(an operator may still order one)."
+    )
+    return (
+        f"The outcome of {op.action} on {op.target!r} is unknown (operation "
+        f"{op.operation_id}, {op.attempts} attempt(s)"
+        + (f"; last error: {op.error}" if op.error else "")
+        + f").\nEvidence: {seen}.\nRetry risk: {risk['summary']}.\n"
+        'Edit: set outcome to "confirmed" if it happened (optionally paste the '
+        "provider's result). Reject: it did not happen (say why). " + retry
+    )
 
 
 def approval_request(op: Operation, *, tool_name: str, args: Mapping[str, Any]) -> dict[str, Any]:
@@ -163,10 +217,6 @@ def approval_request(op: Operation, *, tool_name: str, args: Mapping[str, Any]) 
     Carries ``action_requests`` / ``review_configs`` like LangChain's
     ``HumanInTheLoopMiddleware``, so its UIs can show and answer it.
     """
-    description = (
-        f"Approve {op.action} on {op.target!r} (operation {op.operation_id}, "
-        f"payload digest {op.payload_digest[:12]}…)?"
-    )
     return {
         "kind": APPROVAL_KIND,
         "operation_id": op.operation_id,
@@ -181,40 +231,141 @@ def approval_request(op: Operation, *, tool_name: str, args: Mapping[str, Any]) 
         "args": dict(args),
         "payload_digest": op.payload_digest,
         "allowed_decisions": [d.value for d in _APPROVAL_DECISIONS] + ["edit"],
-        "action_requests": [{"name": tool_name, "args": dict(args), "description": description}],
+        "action_requests": [_action_request(op, tool_name, args)],
         "review_configs": [
-            {"action_name": tool_name, "allowed_decisions": ["approve", "edit", "reject"]}
+            {"action_name": tool_name, "allowed_decisions": list(_HITL_APPROVAL_DECISIONS)}
         ],
     }
 
 
-def _hitl_decision(value: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    """The single HITL decision inside ``{"decisions": [...]}`` or a bare ``{"type": ...}``."""
+def _action_request(op: Operation, tool_name: str, args: Mapping[str, Any]) -> dict[str, Any]:
+    description = (
+        f"Approve {op.action} on {op.target!r} (operation {op.operation_id}, "
+        f"payload digest {op.payload_digest[:12]}…)?"
+    )
+    return {"name": tool_name, "args": dict(args), "description": description}
+
+
+def approvals_request(
+    items: Sequence[tuple[Operation, str, Mapping[str, Any]]], *, request_id: str
+) -> dict[str, Any]:
+    """One interrupt value asking a person to approve several first dispatches at once.
+
+    Exactly the shape of LangChain's ``HumanInTheLoopMiddleware`` in batched mode
+    (``action_requests`` / ``review_configs``, one each per call, in the order of
+    the AIMessage's calls), answered with ``{"decisions": [...]}`` in that order.
+    ``operation_ids`` and ``requests`` (each call's own approval request) say which
+    operation each position decides; ``request_id`` names this round.
+
+    Args:
+        items: ``(record, tool name, arguments)`` of each call awaiting approval.
+        request_id: the round (``decide.approvals``).
+    """
+    requests = [approval_request(op, tool_name=name, args=args) for op, name, args in items]
+    return {
+        "kind": APPROVALS_KIND,
+        "request_id": request_id,
+        "operation_ids": [op.operation_id for op, _, _ in items],
+        "requests": requests,
+        "action_requests": [r["action_requests"][0] for r in requests],
+        "review_configs": [r["review_configs"][0] for r in requests],
+        "answer_with": {
+            "decisions": "[one per action request, in order: {'type': 'approve'} | "
+            "{'type': 'reject', 'message': '<why>'} | "
+            "{'type': 'edit', 'edited_action': {'name': ..., 'args': {...}}}]",
+            "by": "<who decides>",
+            "request_id": request_id,
+        },
+    }
+
+
+# -- answers --------------------------------------------------------------------------
+
+_HITL_APPROVAL_DECISIONS = ("approve", "edit", "reject")
+_OLD_HITL = {"accept", "edit", "response", "ignore"}
+"""Decision types of the older HITL interrupt (``langgraph.prebuilt.interrupt``)."""
+
+
+def hitl_decisions(value: Any) -> list[Mapping[str, Any]] | None:
+    """The decisions of an answer in a HITL shape, in order; None: not a HITL shape.
+
+    Understood: ``{"decisions": [...]}`` (LangChain's ``HumanInTheLoopMiddleware``,
+    Agent Chat UI), a bare decision ``{"type": ...}``, and the older UI's list
+    ``[{"type": "accept" | "edit" | "response" | "ignore", "args": ...}]``, mapped to
+    approve, edit, reject with the response as its message, and reject.
+
+    Raises:
+        InvalidAnswer: ``decisions`` is not a list of dicts.
+    """
+    if isinstance(value, list) and value:
+        if not all(isinstance(d, Mapping) and d.get("type") in _OLD_HITL for d in value):
+            return None
+        return [_from_old_hitl(d) for d in value]
+    if not isinstance(value, Mapping):
+        return None
     if "decisions" in value:
         decisions = value["decisions"]
-        if not isinstance(decisions, list) or len(decisions) != 1:
-            raise InvalidAnswer(
-                "an effect approval decides one call: answer {'decisions': [one decision]}"
-            )
-        decision = decisions[0]
-        if not isinstance(decision, Mapping):
-            raise InvalidAnswer("a HITL decision must be a dict with a 'type'")
-        return decision
+        if not isinstance(decisions, list) or not all(isinstance(d, Mapping) for d in decisions):
+            raise InvalidAnswer("'decisions' must be a list of dicts, each with a 'type'")
+        return list(decisions)
     if "type" in value and "decision" not in value:
-        return value
+        return [value]
     return None
 
 
-def parse_answer(value: Any, *, tool_name: str, kind: RequestKind | None = None) -> Answer:
+def _from_old_hitl(decision: Mapping[str, Any]) -> Mapping[str, Any]:
+    args = decision.get("args")
+    match decision["type"]:
+        case "accept":
+            return {"type": "approve"}
+        case "ignore":
+            return {"type": "reject"}
+        case "response":
+            return {"type": "reject", "message": str(args or "")}
+        case _:  # edit: args = {"action": name, "args": {...}}
+            if not isinstance(args, Mapping):
+                raise InvalidAnswer("an edit needs args: {'action': name, 'args': {...}}")
+            return {
+                "type": "edit",
+                "edited_action": {"name": args.get("action"), "args": args.get("args")},
+            }
+
+
+def parse_answer(
+    value: Any,
+    *,
+    tool_name: str,
+    kind: RequestKind | None = None,
+    offered: Sequence[str] | None = None,
+) -> Answer:
     """Read a resume value as an answer to a review or an approval (``kind=None``: either).
 
-    Which decisions fit is finally checked against the named operation's
-    status by the runner (an answer may name a sibling operation).
+    A HITL-shaped answer decides one request; its decision means, for an approval,
+    approve / reject / edit (a new call); for a review (``kind="review"``), approve
+    = retry, reject = reject, edit with ``outcome: "confirmed"`` = confirm (the
+    edited ``result``, JSON text or a value, is the provider's result). ``offered``:
+    the HITL decision types the request offered (its ``review_configs``); another
+    one is refused. Which decisions fit is finally checked against the named
+    operation's status by the runner (an answer may name a sibling operation).
 
     Raises:
         InvalidAnswer: not a dict, an unknown decision, a decision not allowed
             for this kind of request, or no ``by`` on a native answer.
     """
+    decisions = hitl_decisions(value)
+    if decisions is not None:
+        if len(decisions) != 1:
+            raise InvalidAnswer(
+                "this request decides one call: answer {'decisions': [one decision]}"
+            )
+        top = value if isinstance(value, Mapping) else {}
+        op_id = top.get("operation_id")
+        if op_id is not None and not isinstance(op_id, str):
+            raise InvalidAnswer("operation_id must be a string")
+        by = str(decisions[0].get("by") or top.get("by") or "human-in-the-loop")
+        return hitl_answer(
+            decisions[0], tool_name=tool_name, kind=kind, offered=offered, by=by, op_id=op_id
+        )
     if not isinstance(value, Mapping):
         raise InvalidAnswer(f"an answer must be a dict, got {type(value).__name__}")
     allowed: tuple[Decision, ...] = (
@@ -227,40 +378,6 @@ def parse_answer(value: Any, *, tool_name: str, kind: RequestKind | None = None)
     op_id = value.get("operation_id")
     if op_id is not None and not isinstance(op_id, str):
         raise InvalidAnswer("operation_id must be a string")
-    hitl = _hitl_decision(value)
-    if hitl is not None:
-        if kind == "review":
-            raise InvalidAnswer(
-                "this is a review of an unknown operation: answer with "
-                "{'operation_id', 'decision': 'confirm' | 'reject' | 'retry', 'by', 'reason'}",
-                operation_id=op_id,
-            )
-        by = str(hitl.get("by") or value.get("by") or "human-in-the-loop")
-        match hitl.get("type"):
-            case "approve":
-                return Answer(operation_id=op_id, decision=Decision.APPROVE, by=by)
-            case "reject":
-                reason = str(hitl.get("message") or "rejected by the reviewer")
-                return Answer(operation_id=op_id, decision=Decision.REJECT, by=by, reason=reason)
-            case "edit":
-                action = hitl.get("edited_action")
-                if not isinstance(action, Mapping) or not isinstance(action.get("args"), Mapping):
-                    raise InvalidAnswer("an edit needs edited_action: {'name', 'args': {...}}")
-                if action.get("name", tool_name) != tool_name:
-                    raise InvalidAnswer(
-                        f"an edit cannot switch tools ({tool_name!r} -> {action.get('name')!r})"
-                    )
-                return Answer(
-                    operation_id=op_id,
-                    decision=Decision.APPROVE,
-                    by=by,
-                    reason="edited by the reviewer",
-                    edited_args=dict(action["args"]),
-                )
-            case other:
-                raise InvalidAnswer(
-                    f"decision type {other!r} is not allowed here; use approve, edit or reject"
-                )
     raw = value.get("decision")
     try:
         decision = Decision(str(raw))
@@ -284,3 +401,94 @@ def parse_answer(value: Any, *, tool_name: str, kind: RequestKind | None = None)
     return Answer(
         operation_id=op_id, decision=decision, by=author, reason=why, result=value.get("result")
     )
+
+
+def hitl_answer(
+    decision: Mapping[str, Any],
+    *,
+    tool_name: str,
+    kind: RequestKind | None,
+    offered: Sequence[str] | None,
+    by: str,
+    op_id: str | None,
+) -> Answer:
+    """One HITL decision as an ``Answer`` (see ``parse_answer`` for the mapping)."""
+    kind_of = decision.get("type")
+    if offered is not None and kind_of not in offered:
+        raise InvalidAnswer(
+            f"decision type {kind_of!r} is not offered here; use {', '.join(offered)}",
+            operation_id=op_id,
+        )
+    edited: Mapping[str, Any] | None = None
+    if kind_of == "edit":
+        action = decision.get("edited_action")
+        if not isinstance(action, Mapping) or not isinstance(action.get("args"), Mapping):
+            raise InvalidAnswer("an edit needs edited_action: {'name', 'args': {...}}")
+        if action.get("name", tool_name) != tool_name:
+            raise InvalidAnswer(
+                f"an edit cannot switch tools ({tool_name!r} -> {action.get('name')!r})"
+            )
+        edited = action["args"]
+    message = decision.get("message")
+    if message is not None and not isinstance(message, str):
+        raise InvalidAnswer("a reject's 'message' must be a string", operation_id=op_id)
+    if kind == "review":
+        match kind_of:
+            case "approve":
+                return Answer(
+                    operation_id=op_id,
+                    decision=Decision.RETRY,
+                    by=by,
+                    reason="retry approved by the reviewer",
+                )
+            case "reject":
+                reason = message or "the reviewer says it did not happen"
+                return Answer(operation_id=op_id, decision=Decision.REJECT, by=by, reason=reason)
+            case "edit":
+                assert edited is not None
+                if str(edited.get("outcome", "")).strip().lower() != "confirmed":
+                    raise InvalidAnswer(
+                        'to confirm, edit the outcome to "confirmed"; to say it did not '
+                        "happen, reject",
+                        operation_id=op_id,
+                    )
+                return Answer(
+                    operation_id=op_id,
+                    decision=Decision.CONFIRM,
+                    by=by,
+                    reason=message or "confirmed by the reviewer",
+                    result=_edited_result(edited.get("result")),
+                )
+    else:
+        match kind_of:
+            case "approve":
+                return Answer(operation_id=op_id, decision=Decision.APPROVE, by=by)
+            case "reject":
+                reason = message or "rejected by the reviewer"
+                return Answer(operation_id=op_id, decision=Decision.REJECT, by=by, reason=reason)
+            case "edit":
+                assert edited is not None
+                return Answer(
+                    operation_id=op_id,
+                    decision=Decision.APPROVE,
+                    by=by,
+                    reason="edited by the reviewer",
+                    edited_args=dict(edited),
+                )
+    raise InvalidAnswer(
+        f"decision type {kind_of!r} is not allowed here; use approve, edit or reject",
+        operation_id=op_id,
+    )
+
+
+def _edited_result(value: Any) -> Any:
+    """The provider's result a reviewer typed: UIs send edited fields as text (JSON or not)."""
+    if not isinstance(value, str):
+        return value
+    text = value.strip()
+    if not text:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text

@@ -22,6 +22,13 @@ and answer each approval by its interrupt id::
     client.runs.wait(thread["thread_id"], "support", config=config, command={"resume": {
         interrupt_id: {"operation_id": ..., "decision": "approve", "by": "ana"}, ...}})
 
+``support_hitl`` is the same agent for HITL UIs such as Agent Chat UI: one interrupt per
+AIMessage in the shape of LangChain's ``HumanInTheLoopMiddleware``, answered without an
+interrupt id::
+
+    client.runs.wait(thread["thread_id"], "support_hitl", config=config, command={"resume": {
+        "decisions": [{"type": "approve"}, {"type": "reject", "message": "not this one"}]}})
+
 What the server supplies and what this module does:
 
 * The **checkpointer** is the server's (in memory under ``langgraph dev``, kept in
@@ -120,3 +127,17 @@ builder.add_edge(START, "agent")
 builder.add_conditional_edges("agent", route_tool_calls, ["tools", END])
 builder.add_edge("tools", "agent")
 graph = builder.compile()  # no checkpointer: the server supplies it
+
+# The same agent for HITL UIs (Agent Chat UI): the approvals of one AIMessage are asked in
+# one interrupt, in the shape of LangChain's HumanInTheLoopMiddleware, by a node between
+# the model and the router; answered {"decisions": [...]} in order, without an interrupt id.
+tools = EffectToolNode([close_case], ledger=ledger, approvals="batched")
+builder = StateGraph(State)
+builder.add_node("agent", call_model)
+builder.add_node("approve", tools.approval_node())
+builder.add_node("tools", tools)
+builder.add_edge(START, "agent")
+builder.add_edge("agent", "approve")
+builder.add_conditional_edges("approve", route_tool_calls, ["tools", END])
+builder.add_edge("tools", "agent")
+hitl_graph = builder.compile()

@@ -11,15 +11,18 @@ The parts, one concern each:
 - ``policy``: where a face lets the loop hold it (ask, wait, sleep) or return;
 - ``renew``: lease renewal while a dispatch runs;
 - ``answers``: the log of a person's answers and the checks they pass;
+- ``approvals``: the approvals of one AIMessage asked in one interrupt
+  (``approvals="batched"``), the decisions recorded before the fan-out;
 - ``messages``: the ToolMessage of a record, and how a tool's output is recorded;
 - ``thread``: the thread's tenant binding and the durability warning.
 
 Imports run one way: ``call`` / ``actions`` / ``messages`` / ``answers`` ->
-``loop`` -> ``drive``. The faces (``EffectToolNode``, ``EffectMiddleware``,
+``loop`` -> ``approvals`` -> ``drive``. The faces (``EffectToolNode``, ``EffectMiddleware``,
 ``OutboxRelay``) import from this package only.
 """
 
 from langgraph_effects.decide.actions import ConfirmMany, LedgerAction, PrepareMany
+from langgraph_effects.decide.approvals import APPROVAL_MODES, ApprovalMode
 from langgraph_effects.decide.call import EffectCall, Execute, ProviderResult
 from langgraph_effects.decide.drive import AsyncExecute, EffectRunner, ParkedReceipt
 from langgraph_effects.decide.messages import recorded_command, tool_message
@@ -33,9 +36,11 @@ from langgraph_effects.decide.thread import (
 )
 
 __all__ = [
+    "APPROVAL_MODES",
     "DEFAULT_TENANT",
     "NO_THREAD",
     "OPERATIONS_KEY",
+    "ApprovalMode",
     "AsyncExecute",
     "ConfirmMany",
     "DurabilityWarning",

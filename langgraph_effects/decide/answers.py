@@ -11,7 +11,7 @@ LangGraph saves it, and the interrupt can be answered again.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -25,6 +25,7 @@ from langgraph_effects.review import Answer, InvalidAnswer, RequestKind, parse_a
 
 __all__ = [
     "Answers",
+    "answer_digest",
     "answer_mark",
     "answer_schema",
     "check_applicable",
@@ -69,11 +70,16 @@ def answer_mark(call: EffectCall, value: Any) -> str | None:
     """How the ledger logs an answer: the task that received it and the value's digest."""
     if call.task_id is None:
         return None
+    return f"{call.task_id}:{answer_digest(value)}"
+
+
+def answer_digest(value: Any) -> str:
+    """The digest of a resume value, as the ledger logs it (``answer_mark``)."""
     try:
         raw = canonical_json(value)
     except EffectsError:
         raw = repr(value).encode()
-    return f"{call.task_id}:{hashlib.sha256(raw).hexdigest()[:32]}"
+    return hashlib.sha256(raw).hexdigest()[:32]
 
 
 _MAX_ANSWER_BYTES = 64 * 1024
@@ -88,6 +94,7 @@ def answer_schema(
     retry_forbidden: bool,
     stale: Callable[[Any], bool],
     request_id: str,
+    offered: Sequence[str] | None = None,
 ) -> Any:
     """The interrupt's ``response_schema``: LangGraph checks an answer with it *before*
     saving it, so an answer that would fail when applied fails the run instead, and
@@ -110,7 +117,7 @@ def answer_schema(
         if stale(value) or outdated(value, {"request_id": request_id}):
             return value
         if answer.operation_id in (None, op.operation_id):
-            parse_answer(value, tool_name=call.tool_name, kind=kind)
+            answer = parse_answer(value, tool_name=call.tool_name, kind=kind, offered=offered)
             check_decision(op, answer, retry_forbidden=retry_forbidden)
         check_applicable(answer)
         return value

@@ -19,7 +19,7 @@ import asyncio
 import inspect
 import threading
 import time
-from collections.abc import Awaitable, Callable, Generator, Mapping
+from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, TypeVar, cast
@@ -41,6 +41,7 @@ from langgraph_effects.decide.actions import (
     Renew,
     Sleep,
 )
+from langgraph_effects.decide.approvals import ask_approvals
 from langgraph_effects.decide.call import EffectCall, Execute
 from langgraph_effects.decide.loop import Decide, Loop
 from langgraph_effects.decide.policy import Policy
@@ -212,6 +213,21 @@ class EffectRunner:
         if len(self._bound) >= _BINDINGS_CACHED:
             self._bound.clear()
         self._bound[workflow] = tenant
+
+    # -- the approvals of one AIMessage, in one interrupt (decide.approvals) -------
+
+    def ask_approvals(self, calls: Sequence[EffectCall]) -> None:
+        """Ask the approvals due among ``calls`` in one interrupt and record the decisions.
+
+        Each call's own ``run`` then finds its record decided and asks nothing.
+        """
+        if self._sync is None:
+            raise EffectsError(_ASYNC_LEDGER)
+        self._drive(ask_approvals(self.loop, calls), _no_dispatch, None, park=False)
+
+    async def aask_approvals(self, calls: Sequence[EffectCall]) -> None:
+        """The async twin of ``ask_approvals``; the ledger may be sync or async."""
+        await self._adrive(ask_approvals(self.loop, calls), _ano_dispatch, None, [], park=False)
 
     # -- the sync driver ----------------------------------------------------------
 
@@ -493,6 +509,14 @@ async def _off_loop(fn: Callable[..., T], *args: Any, cancelled: list[bool]) -> 
     except asyncio.CancelledError:
         cancelled.append(True)
         return await flight
+
+
+def _no_dispatch(args: dict[str, Any]) -> Any:
+    raise AssertionError("asking approvals dispatches nothing")  # pragma: no cover
+
+
+async def _ano_dispatch(args: dict[str, Any]) -> Any:
+    raise AssertionError("asking approvals dispatches nothing")  # pragma: no cover
 
 
 def _interrupt(request: dict[str, Any], schema: Any) -> Any:

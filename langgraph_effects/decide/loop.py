@@ -108,6 +108,7 @@ from langgraph_effects.observe import count_replay
 from langgraph_effects.review import (
     Answer,
     InvalidAnswer,
+    RequestKind,
     approval_request,
     parse_answer,
     review_request,
@@ -289,6 +290,13 @@ class Loop:
             f"operation {op.operation_id!r} made no progress in {_MAX_STEPS} steps (status "
             f"{op.status.value}); leaving it for an operator"
         )
+
+    def answer(
+        self, call: EffectCall, op: Operation, answer: Answer, mark: str | None
+    ) -> Generator[Action, Any, Operation]:
+        """Apply a person's answer to ``op``, asked outside the call's own loop (the
+        batched approvals of ``decide.approvals``); ``mark`` is what the ledger logs."""
+        return (yield from self._apply(_Pass(call=call), op, answer, mark))
 
     def _guarded(
         self, p: _Pass, op: Operation, action: LedgerAction[Operation]
@@ -686,14 +694,17 @@ class Loop:
                 allow_retry=not p.retry_forbidden,
             )
         request["request_id"] = f"{op.operation_id}@{op.record_version}"
+        asked: RequestKind = "approval" if kind == "approval" else "review"
+        offered = request["review_configs"][0]["allowed_decisions"]
         mine = yield from self._answers(p, op.operation_id)
         schema = answer_schema(
             call,
             op,
-            kind="approval" if kind == "approval" else "review",
+            kind=asked,
             retry_forbidden=p.retry_forbidden,
             stale=lambda value: mine.next_is(answer_mark(call, value)),
             request_id=request["request_id"],
+            offered=offered,
         )
         while True:
             value = yield Ask(request, schema)
@@ -719,6 +730,9 @@ class Loop:
                 fresh = yield from ledger(Get(op.key))
                 assert fresh is not None
                 return fresh
+            # A HITL-shaped decision means what this request offered (approve = retry
+            # in a review): read it as an answer to this request.
+            answer = parse_answer(value, tool_name=call.tool_name, kind=asked, offered=offered)
             return (yield from self._apply(p, op, answer, mark))
 
     def _drain(self, p: _Pass, op: Operation) -> Generator[Action, Any, None]:

@@ -14,7 +14,14 @@ from langgraph_effects.core.model import (
     OperationStatus,
     ProviderContract,
 )
-from langgraph_effects.review import InvalidAnswer, approval_request, parse_answer, review_request
+from langgraph_effects.review import (
+    Answer,
+    InvalidAnswer,
+    approval_request,
+    hitl_decisions,
+    parse_answer,
+    review_request,
+)
 
 NOW = datetime(2025, 1, 1, tzinfo=UTC)
 
@@ -122,3 +129,70 @@ def test_kind_restricts_decisions() -> None:
         parse_answer({"decision": "approve", "by": "a"}, tool_name="c", kind="review")
     with pytest.raises(InvalidAnswer):
         parse_answer({"decision": "confirm", "by": "a"}, tool_name="c", kind="approval")
+
+
+def test_review_request_has_hitl_shape_and_maps_decisions() -> None:
+    """A review shows in HITL UIs: the tool with ``outcome: unknown``, the evidence and the
+    retry risk in the description; edit to "confirmed" = confirm (a result typed as JSON
+    text is read as JSON), reject = reject, approve = retry only when it cannot duplicate."""
+    safe = review_request(
+        op(OperationStatus.UNKNOWN),
+        tool_name="close",
+        evidence=[Evidence.inconclusive("no trace at the CRM")],
+        contract=ProviderContract(idempotency_window=timedelta(hours=24)),
+        now=NOW,
+    )
+    [action] = safe["action_requests"]
+    assert action["name"] == "close"
+    assert action["args"] == {"outcome": "unknown", "result": ""}
+    assert "no trace at the CRM" in action["description"]
+    assert "Retry risk" in action["description"]
+    assert safe["review_configs"] == [
+        {"action_name": "close", "allowed_decisions": ["approve", "edit", "reject"]}
+    ]
+    offered = safe["review_configs"][0]["allowed_decisions"]
+
+    def read(decision: dict[str, object]) -> Answer:
+        return parse_answer(
+            {"decisions": [decision]}, tool_name="close", kind="review", offered=offered
+        )
+
+    retry = read({"type": "approve"})
+    assert retry.decision is Decision.RETRY
+    rejected = read({"type": "reject", "message": "never arrived"})
+    assert rejected.decision is Decision.REJECT
+    assert rejected.reason == "never arrived"
+    edited = {"name": "close", "args": {"outcome": "confirmed", "result": '{"v": 2}'}}
+    confirmed = read({"type": "edit", "edited_action": edited})
+    assert confirmed.decision is Decision.CONFIRM
+    assert confirmed.result == {"v": 2}
+    with pytest.raises(InvalidAnswer):
+        read({"type": "edit", "edited_action": {"name": "close", "args": {"outcome": "unknown"}}})
+
+    risky = review_request(
+        op(OperationStatus.UNKNOWN), tool_name="close", evidence=[], contract=None, now=NOW
+    )
+    assert risky["review_configs"][0]["allowed_decisions"] == ["edit", "reject"]
+    assert "not offered" in risky["action_requests"][0]["description"]
+    with pytest.raises(InvalidAnswer):
+        parse_answer(
+            {"decisions": [{"type": "approve"}]},
+            tool_name="close",
+            kind="review",
+            offered=risky["review_configs"][0]["allowed_decisions"],
+        )
+
+
+def test_the_older_hitl_answer_is_read() -> None:
+    """The older UI's list answer maps onto today's decisions."""
+    assert hitl_decisions([{"type": "accept", "args": None}]) == [{"type": "approve"}]
+    assert hitl_decisions([{"type": "ignore", "args": None}]) == [{"type": "reject"}]
+    assert hitl_decisions([{"type": "response", "args": "by hand"}]) == [
+        {"type": "reject", "message": "by hand"}
+    ]
+    edit = [{"type": "edit", "args": {"action": "close", "args": {"case_id": "B"}}}]
+    assert hitl_decisions(edit) == [
+        {"type": "edit", "edited_action": {"name": "close", "args": {"case_id": "B"}}}
+    ]
+    assert parse_answer(edit, tool_name="close").edited_args == {"case_id": "B"}
+    assert hitl_decisions([{"decision": "approve"}]) is None

@@ -92,6 +92,35 @@ sync_ledger = SQLiteLedger(
 sync_ledger.setup()
 readme_pattern = build(sync_ledger)
 
+# An effect with no idempotency promise and no reconciler: a lost answer goes to a person.
+@effect("demo.ship", target=lambda args: args["case_id"])
+def ship(case_id: str, ctx: EffectContext) -> dict:
+    """Ship the replacement for a case."""
+    from langgraph_effects.testing import FakeCRM
+
+    return FakeCRM(os.environ["PATTERN_CRM"]).close_case(case_id, "shipped")
+
+
+def ship_agent(state):
+    if state["messages"][-1].type == "tool":
+        return {"messages": [AIMessage("done")]}
+    case = state["messages"][-1].content.split()[-1]
+    call = {"name": "ship", "args": {"case_id": case}, "id": "call-ship", "type": "tool_call"}
+    return {"messages": [AIMessage("", tool_calls=[call])]}
+
+
+def build_review(ledger):
+    builder = StateGraph(State)
+    builder.add_node("agent", ship_agent)
+    builder.add_node("tools", EffectToolNode([ship], ledger=ledger))
+    builder.add_edge(START, "agent")
+    builder.add_conditional_edges("agent", route_tool_calls, ["tools", END])
+    builder.add_edge("tools", "agent")
+    return builder.compile()
+
+
+review_pattern = build_review(ledger_from_url("sqlite:///" + os.environ["PATTERN_REVIEW_DB"]))
+
 # The factory: no I/O now; opened without blocking in the server's loop on first use.
 factory_pattern = build(ledger_from_url("sqlite:///" + os.environ["PATTERN_FACTORY_DB"]))
 # The same on PostgreSQL, as in production (an AsyncConnectionPool in the server's loop).
@@ -123,7 +152,7 @@ class Server:
         config["graphs"] = {
             name: str(EXAMPLE / spec.removeprefix("./")) for name, spec in config["graphs"].items()
         }
-        for name in ("readme_pattern", "factory_pattern", "factory_postgres"):
+        for name in ("readme_pattern", "factory_pattern", "factory_postgres", "review_pattern"):
             config["graphs"][name] = f"{workdir / 'patterns.py'}:{name}"
         (workdir / "langgraph.json").write_text(json.dumps(config, indent=2))
         (workdir / "patterns.py").write_text(PATTERNS)
@@ -136,6 +165,8 @@ class Server:
             "PATTERN_SYNC_DB": str(self.workdir / "pattern_sync.db"),
             "PATTERN_FACTORY_DB": str(self.workdir / "pattern_factory.db"),
             "PATTERN_PG_URL": self.pg_url or "",
+            "PATTERN_REVIEW_DB": str(self.workdir / "pattern_review.db"),
+            "PATTERN_CRM": str(self.workdir / "pattern_crm.db"),
             "LANGGRAPH_CLI_NO_ANALYTICS": "1",
             "LANGSMITH_TRACING": "false",
         }
@@ -214,14 +245,30 @@ def client(server: Server) -> Iterator[Any]:
         yield sdk
 
 
-def _ask(client: Any, text: str, *, tenant: str) -> tuple[str, dict[str, Any]]:
+def _ask(client: Any, text: str, *, tenant: str, graph: str = GRAPH) -> tuple[str, dict[str, Any]]:
     """Start a thread with one user message; return it and the run config."""
     config = {"configurable": {"tenant_id": tenant}}
     thread = client.threads.create()["thread_id"]
     client.runs.wait(
-        thread, GRAPH, config=config, input={"messages": [{"role": "user", "content": text}]}
+        thread, graph, config=config, input={"messages": [{"role": "user", "content": text}]}
     )
     return thread, config
+
+
+def _agent_chat_ui_renders(value: Any) -> bool:
+    """What Agent Chat UI (fdc87e6) checks before it shows an interrupt as a HITL request."""
+    actions, configs = value.get("action_requests"), value.get("review_configs")
+    return (
+        isinstance(actions, list)
+        and bool(actions)
+        and all(isinstance(a.get("name"), str) and isinstance(a.get("args"), dict) for a in actions)
+        and isinstance(configs, list)
+        and bool(configs)
+        and all(
+            isinstance(c.get("action_name"), str) and isinstance(c.get("allowed_decisions"), list)
+            for c in configs
+        )
+    )
 
 
 def _pending(client: Any, thread: str) -> dict[str, dict[str, Any]]:
@@ -271,6 +318,70 @@ def test_approve_one_call_and_reject_another_by_interrupt_id(server: Server, cli
     tools = {m["tool_call_id"]: m for m in final["messages"] if m["type"] == "tool"}
     assert [m["status"] for m in tools.values()] == ["success", "error"]
     assert client.threads.get_state(thread)["interrupts"] == []
+
+
+def test_batched_approvals_answered_without_an_interrupt_id(server: Server, client: Any) -> None:
+    """``support_hitl`` asks both approvals of one AIMessage in one HITL-shaped interrupt;
+    answered as Agent Chat UI does (a bare ``{"decisions": [...]}``, no interrupt id: one
+    approve, one reject with a message), the approved case is closed once, the other never."""
+    tenant = f"t-{uuid.uuid4().hex[:8]}"
+    first, second = f"case-{tenant}-a", f"case-{tenant}-b"
+    thread, config = _ask(
+        client, f"close {first} and {second}", tenant=tenant, graph="support_hitl"
+    )
+    [asked] = client.threads.get_state(thread)["interrupts"]
+    value = asked["value"]
+    assert value["kind"] == "effect_approvals"
+    assert _agent_chat_ui_renders(value)
+    assert [a["args"]["case_id"] for a in value["action_requests"]] == [first, second]
+
+    decisions = [{"type": "approve"}, {"type": "reject", "message": "not this one"}]
+    final = client.runs.wait(
+        thread, "support_hitl", config=config, command={"resume": {"decisions": decisions}}
+    )
+
+    crm = server.crm()
+    assert (crm.effects_for(first), crm.effects_for(second)) == (1, 0)
+    ops = _ledger_ops(server, tenant)
+    assert ops[first].status is OperationStatus.CONFIRMED
+    assert ops[second].status is OperationStatus.REJECTED
+    tools = {m["tool_call_id"]: m["status"] for m in final["messages"] if m["type"] == "tool"}
+    assert sorted(tools.values()) == ["error", "success"]
+    assert client.threads.get_state(thread)["interrupts"] == []
+
+
+def test_a_review_answered_in_the_hitl_shape(server: Server, client: Any) -> None:
+    """The shipment's answer is lost (no key promise, no reconciler): the review interrupt
+    carries the HITL shape (Agent Chat UI shows it; no retry offered, a resend could ship
+    twice) and is answered as that UI edits fields, without an interrupt id: outcome
+    "confirmed", the provider's result as text. The operation is confirmed; one shipment."""
+    case = f"case-{uuid.uuid4().hex[:8]}"
+    crm = FakeCRM(server.workdir / "pattern_crm.db")
+    crm.faults.push(Fault.LOSE_RESPONSE)
+    thread = client.threads.create()["thread_id"]
+    client.runs.wait(
+        thread, "review_pattern", input={"messages": [{"role": "user", "content": f"ship {case}"}]}
+    )
+    [asked] = client.threads.get_state(thread)["interrupts"]
+    value = asked["value"]
+    assert value["kind"] == "effect_review"
+    assert _agent_chat_ui_renders(value)
+    assert value["review_configs"][0]["allowed_decisions"] == ["edit", "reject"]
+    assert "Retry risk" in value["action_requests"][0]["description"]
+
+    edited = {"name": "ship", "args": {"outcome": "confirmed", "result": '{"shipped": true}'}}
+    final = client.runs.wait(
+        thread,
+        "review_pattern",
+        command={"resume": {"decisions": [{"type": "edit", "edited_action": edited}]}},
+    )
+    assert client.threads.get_state(thread)["interrupts"] == []
+    assert [m["status"] for m in final["messages"] if m["type"] == "tool"] == ["success"]
+    assert (crm.effects_for(case), crm.duplicates) == (1, 0)
+    with SQLiteLedger.from_conn_string(str(server.workdir / "pattern_review.db")) as ledger:
+        [op] = [o for o in ledger.list(limit=100) if o.target == case]
+    assert op.status is OperationStatus.CONFIRMED
+    assert op.result == {"shipped": True}
 
 
 def test_a_sync_ledger_runs_off_the_loop_under_the_blocking_detector_as_the_factory_does(

@@ -1,0 +1,218 @@
+"""All approvals of one AIMessage, asked in one interrupt (``approvals="batched"``).
+
+LangGraph refuses a resume without an interrupt id while several interrupts are
+pending, and UIs built for LangChain's ``HumanInTheLoopMiddleware`` (Agent Chat
+UI) resume that way. So the effect calls of an AIMessage that need an approval
+are asked together, before any of them dispatches, at one point before the
+fan-out (a face says where: ``EffectMiddleware.after_model``, ``EffectToolNode``
+under ``tools_condition``, ``EffectToolNode.approval_node`` before
+``route_tool_calls``)::
+
+    prepare each (unclaimed) ─▶ one interrupt: {"action_requests": [...],
+                                 "review_configs": [...], "operation_ids": [...]}
+      ─▶ {"decisions": [...]} in order ─▶ each decision recorded on its operation
+         (approve, reject; an edit is a new call, approved, the old one replaced)
+      ─▶ fan-out: each call's decision loop finds its record decided, asks nothing
+
+Applied once: every decision is logged on its operation with the task, the
+value's digest and its position (``<task>#approvals:<digest>:<i>/<n>``). LangGraph
+hands a re-run task its earlier resume values again, by position; a value
+whose digest is logged is recognised and consumed, and only the positions a
+crash left unapplied are applied. The batch always asks first in its task, so
+its values are the task's first ones. An answer may echo the round's
+``request_id``; one naming an earlier round is refused before LangGraph saves it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Generator, Mapping, Sequence
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator
+
+from langgraph_effects._faults import CrashPoint, crash_point
+from langgraph_effects.core.model import Operation, OperationStatus
+from langgraph_effects.decide.actions import Action, Ask, Events, Prepare, ledger
+from langgraph_effects.decide.answers import (
+    answer_digest,
+    check_applicable,
+    check_decision,
+    outdated,
+)
+from langgraph_effects.decide.call import EffectCall
+from langgraph_effects.decide.loop import Loop
+from langgraph_effects.errors import EffectsError
+from langgraph_effects.review import (
+    Answer,
+    InvalidAnswer,
+    approvals_request,
+    hitl_decisions,
+    parse_answer,
+)
+
+__all__ = ["APPROVAL_MODES", "ApprovalMode", "ask_approvals", "decisions_of", "read_decisions"]
+
+ApprovalMode = Literal["per_call", "batched"]
+"""How a face asks approvals: one interrupt per call, or one per AIMessage."""
+APPROVAL_MODES: tuple[ApprovalMode, ...] = ("per_call", "batched")
+
+_MARK = re.compile(r"#approvals:(?P<digest>[0-9a-f]{32}):(?P<index>\d+)/(?P<count>\d+)$")
+
+
+def _awaiting(op: Operation) -> bool:
+    """Prepared, never dispatched, not approved: its approval is due (``core.plan``)."""
+    return (
+        op.status is OperationStatus.PREPARED and op.authorization_ref is None and not op.attempts
+    )
+
+
+def _round(waiting: Sequence[Operation]) -> str:
+    """The request id of one round: the operations asked and their record versions."""
+    names = "|".join(f"{op.operation_id}@{op.record_version}" for op in waiting)
+    return f"approvals:{hashlib.sha256(names.encode()).hexdigest()[:24]}"
+
+
+def decisions_of(value: Any) -> tuple[list[Mapping[str, Any]], Any]:
+    """The decisions of an answer to a batched request, and the author beside them.
+
+    Raises:
+        InvalidAnswer: not a batch answer.
+    """
+    decisions = hitl_decisions(value)  # HITL decisions, or native ones with their "decision"
+    if decisions is None:
+        raise InvalidAnswer(
+            "this request asks several approvals: answer {'decisions': [one per action "
+            "request, in order]}"
+        )
+    return decisions, value.get("by") if isinstance(value, Mapping) else None
+
+
+def read_decisions(
+    decisions: Sequence[Mapping[str, Any]],
+    by: Any,
+    calls: Sequence[EffectCall],
+    ops: Sequence[Operation],
+    offered: Sequence[Sequence[str]],
+) -> list[Answer]:
+    """One ``Answer`` per call, in order.
+
+    Each decision is HITL-shaped (``{"type": ...}``) or native
+    (``{"decision": ..., "by": ...}``); ``by`` (beside ``decisions``) is the
+    author of each decision that names none; a decision naming an
+    ``operation_id`` must name the one at its position.
+
+    Raises:
+        InvalidAnswer: the wrong number of decisions, a decision not offered or
+            not fitting its operation.
+    """
+    if len(decisions) != len(calls):
+        raise InvalidAnswer(
+            f"{len(decisions)} decision(s) for {len(calls)} action request(s): answer each "
+            "action request, in order"
+        )
+    answers = []
+    for decision, call, op, allowed in zip(decisions, calls, ops, offered, strict=True):
+        named = decision.get("operation_id")
+        if named is not None and named != op.operation_id:
+            raise InvalidAnswer(
+                f"a decision names operation {named!r} at the position of {op.operation_id!r}",
+                operation_id=op.operation_id,
+            )
+        if by is not None and "by" not in decision:
+            decision = {**decision, "by": by}
+        answer = parse_answer(decision, tool_name=call.tool_name, kind="approval", offered=allowed)
+        check_decision(op, answer, retry_forbidden=False)
+        check_applicable(answer)
+        answers.append(answer)
+    return answers
+
+
+def ask_approvals(loop: Loop, calls: Sequence[EffectCall]) -> Generator[Action, Any, None]:
+    """Ask the approvals due among ``calls`` (one AIMessage's effect calls) in one interrupt,
+    and record the decisions; yields actions for a driver (``EffectRunner.ask_approvals``).
+
+    Calls that need no approval, or that an upstream reviewer approved
+    (``preapproved_by``), are left to their own decision loop; so is a call
+    whose write-ahead fails (``PayloadMismatch``): it meets the error on its own.
+    """
+    gated: list[EffectCall] = []
+    ops: dict[str, Operation] = {}
+    for call in calls:
+        if not call.spec.require_approval or call.preapproved_by is not None:
+            continue
+        if call.operation_id in ops:
+            continue  # the same operation twice (an intent key): asked once
+        try:
+            prepared = yield from ledger(Prepare(call.draft(), lease_for=loop.lease_for))
+        except EffectsError:
+            continue
+        gated.append(call)
+        ops[call.operation_id] = prepared.operation
+    if not gated:
+        return
+    task = gated[0].task_id
+    logged: dict[str, tuple[set[int], int]] = {}
+    if task is not None and not all(_awaiting(ops[c.operation_id]) for c in gated):
+        # Decided already: perhaps by an answer LangGraph will hand this task again.
+        for call in gated:
+            if _awaiting(ops[call.operation_id]):
+                continue
+            for event in (yield from ledger(Events(call.key))):
+                mark = event.detail.get("answer") if isinstance(event.detail, dict) else None
+                if not isinstance(mark, str) or not mark.startswith(f"{task}#"):
+                    continue
+                found = _MARK.search(mark)
+                if found is not None:
+                    done, _ = logged.setdefault(found["digest"], (set(), int(found["count"])))
+                    done.add(int(found["index"]))
+    decided: set[str] = set()
+    while True:
+        waiting = [
+            c for c in gated if c.operation_id not in decided and _awaiting(ops[c.operation_id])
+        ]
+        if not waiting and not logged:
+            return
+        asked = [ops[c.operation_id] for c in waiting]
+        request = approvals_request(
+            [(op, c.tool_name, c.args) for op, c in zip(asked, waiting, strict=True)],
+            request_id=_round(asked),
+        )
+        offered = [rc["allowed_decisions"] for rc in request["review_configs"]]
+
+        def check(
+            value: Any,
+            waiting: list[EffectCall] = waiting,
+            request: Any = request,
+            offered: list[Any] = offered,
+        ) -> Any:
+            if answer_digest(value) in logged:
+                return value  # handed back by LangGraph: applied already (see below)
+            if outdated(value, request):
+                raise InvalidAnswer(
+                    f"this answer names request {value.get('request_id')!r}; the current "
+                    f"request is {request['request_id']!r}"
+                )
+            decisions, by = decisions_of(value)
+            read_decisions(decisions, by, waiting, [ops[c.operation_id] for c in waiting], offered)
+            return value
+
+        value = yield Ask(request, Annotated[Any, AfterValidator(check)])
+        digest = answer_digest(value)
+        positions = list(range(len(waiting)))
+        count = len(waiting)
+        if digest in logged:
+            done, count = logged.pop(digest)
+            positions = [i for i in range(count) if i not in done]
+            if len(positions) != len(waiting):
+                continue  # the rest was decided elsewhere meanwhile: nothing more to apply
+        elif not waiting:
+            return  # not a value of ours: the batch's values are the task's first ones
+        decisions, by = decisions_of(value)
+        answers = read_decisions([decisions[i] for i in positions], by, waiting, asked, offered)
+        for index, call, op, answer in zip(positions, waiting, asked, answers, strict=True):
+            mark = None if task is None else f"{task}#approvals:{digest}:{index}/{count}"
+            crash_point(CrashPoint.DURING_REVIEW_RESUME)
+            ops[call.operation_id] = yield from loop.answer(call, op, answer, mark)
+            decided.add(call.operation_id)
