@@ -66,6 +66,7 @@ rejects what later turns out applied is not counted against the library.
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import multiprocessing
 import random
@@ -90,12 +91,13 @@ from langgraph_effects.core.model import (
     Evidence,
     Operation,
     OperationEvent,
+    OperationKey,
     OperationStatus,
     ProviderContract,
 )
 from langgraph_effects.effects import EffectContext, EffectTool, effect
 from langgraph_effects.errors import InvalidInput
-from langgraph_effects.ledger.base import DEFAULT_LEASE
+from langgraph_effects.ledger.base import DEFAULT_LEASE, AsyncLedger, Ledger
 from langgraph_effects.node import EffectState, EffectToolNode, route_tool_calls
 from langgraph_effects.review import APPROVAL_KIND
 from langgraph_effects.testing.assertions import mislabelled_operations
@@ -915,9 +917,9 @@ class _Fork:
 
 @dataclass(frozen=True, slots=True)
 class _LedgerCall:
-    method: str
-    args: tuple[Any, ...]
-    kwargs: dict[str, Any]
+    """A read of the ledger, written against the protocol (sync or async: the driver awaits)."""
+
+    read: Callable[[Ledger | AsyncLedger], Any]
 
 
 _Request = _Invoke | _GetState | _History | _Fork | _LedgerCall
@@ -1092,11 +1094,14 @@ def _story(sc: Scenario, tally: _Tally) -> Generator[_Request, Any, ScenarioRepo
     return (yield from _count(sc, tally, state, finished=finished))
 
 
+def _events(key: OperationKey, ledger: Ledger | AsyncLedger) -> Any:
+    return ledger.events(key.tenant_id, key.operation_id)
+
+
 def _operator_events(request: Mapping[str, Any]) -> Generator[_Request, Any, list[str]]:
     """The reasons of the decisions a person has recorded on the request's operation."""
-    events = yield _LedgerCall(
-        "events", (str(request.get("tenant_id")), str(request["operation_id"])), {}
-    )
+    tenant, operation = str(request.get("tenant_id")), str(request["operation_id"])
+    events = yield _LedgerCall(lambda ledger: ledger.events(tenant, operation))
     return [
         e.evidence.summary
         for e in events
@@ -1114,10 +1119,10 @@ def _thread_ops(sc: Scenario) -> Generator[_Request, Any, list[Operation]]:
         return []
     if not sc.tenant_from_config:
         ops: list[Operation] = yield _LedgerCall(
-            "list", (), {"tenant_id": sc.thread_id, "limit": 10_000}
+            lambda ledger: ledger.list(tenant_id=sc.thread_id, limit=10_000)
         )
         return ops
-    ops = yield _LedgerCall("list", (), {"tenant_id": None, "limit": 100_000})
+    ops = yield _LedgerCall(lambda ledger: ledger.list(tenant_id=None, limit=100_000))
     return [op for op in ops if op.workflow_id == sc.thread_id]
 
 
@@ -1294,9 +1299,7 @@ def _count(
         )
     histories = {}
     for op in ops:
-        histories[op.operation_id] = yield _LedgerCall(
-            "events", (op.tenant_id, op.operation_id), {}
-        )
+        histories[op.operation_id] = yield _LedgerCall(functools.partial(_events, op.key))
     applied = _attributable(sc.applied, ops)
     # Pending a person: every operation an open interrupt asks about.
     pending = tally.pending | {str(i.value.get("operation_id")) for i in state.interrupts}
@@ -1323,7 +1326,7 @@ def _count(
                 f"operation of its own ({made} operation(s) for {tally.intended[target]} intents)"
             )
     problems.extend(f"{sc.name}: {line}" for line in violations)
-    stats = yield _LedgerCall("stats", (), {"tenant_id": sc.thread_id})
+    stats = yield _LedgerCall(lambda ledger: ledger.stats(tenant_id=sc.thread_id))
     human = sum(
         1
         for events in histories.values()
@@ -1464,8 +1467,8 @@ def _drive_sync(
                 value = list(graph.get_state_history(config))
             case _Fork(origin):
                 value = graph.update_state(origin, None)
-            case _LedgerCall(method, args, kwargs):
-                value = getattr(ledger, method)(*args, **kwargs)
+            case _LedgerCall(read):
+                value = read(ledger)
 
 
 async def _drive_async(
@@ -1494,8 +1497,8 @@ async def _drive_async(
                 value = [h async for h in graph.aget_state_history(config)]
             case _Fork(origin):
                 value = await graph.aupdate_state(origin, None)
-            case _LedgerCall(method, args, kwargs):
-                value = getattr(ledger, method)(*args, **kwargs)
+            case _LedgerCall(read):
+                value = read(ledger)
                 if inspect.isawaitable(value):
                     value = await value
 
