@@ -34,14 +34,16 @@ A receipt lost that way is never a duplicate: the record is still
 exactly as after a crash between the provider's answer and ``confirm``, and is
 settled the same way: taken over once the owner is provably dead or the lease
 has expired, ``unknown``, reconciled (or retried under the same key inside its
-window, or reviewed). When the ledger is not where the saver is (another server, another
-file) the checkpoint may survive the receipt: the graph has moved on, and the
-``dispatching`` record is found by ``langgraph-effects stuck`` (``ledger.sweep``)
-and settled the same way, still never re-sent. Choose ``"FULL"`` there when
-an operation without a reconciler or an open idempotency window must not cost
-a person's review after a power loss. Elsewhere (SQLite outside WAL mode:
-``":memory:"``, or a file WAL is refused on) the default is the ledger's own
-``synchronous``.
+window, or reviewed). That holds where the ledger shares the saver's database: a
+lost receipt comes with a lost checkpoint, so the thread's next run meets the
+record. When the ledger is elsewhere (another server, another file) the
+checkpoint may survive the receipt: the thread has moved on, and the record
+stays ``dispatching`` until ``langgraph-effects stuck`` (``ledger.sweep``) shows
+it and an operator settles it (``stuck --mark-unknown``, then ``resolve``):
+still never re-sent, but a person's work after a crash of the ledger's server or
+OS. Choose ``"FULL"`` there if that is not acceptable. Elsewhere (SQLite outside
+WAL mode: ``":memory:"``, or a file WAL is refused on) the default is the
+ledger's own ``synchronous``.
 """
 
 from __future__ import annotations
