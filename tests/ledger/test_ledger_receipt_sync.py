@@ -8,6 +8,7 @@ tests/test_receipt_loss.py kills a real process in that window.
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -139,6 +140,30 @@ def test_postgres_relaxes_only_the_receipts_transaction(
     with PostgresLedger.from_conn_string(pg_url) as reopened:
         statuses = [op.status for op in reopened.list(tenant_id=T)]
     assert statuses == [OperationStatus.CONFIRMED] * 2
+
+
+def test_async_postgres_relaxes_the_receipts_transaction_by_default(pg_url: str) -> None:
+    """The async twin runs receipts with the same relaxed statement."""
+    from langgraph_effects.ledger.postgres import AsyncPostgresLedger
+
+    async def scenario() -> tuple[str, str]:
+        async with await psycopg.AsyncConnection.connect(pg_url) as conn:
+            ledger = AsyncPostgresLedger(conn)
+            await ledger.setup()
+            await conn.commit()
+            await conn.execute("SELECT 1")
+            op = (await ledger.prepare(make_draft("op-1"), owner=OWNER)).operation
+            after_prepare = await (await conn.execute("SHOW synchronous_commit")).fetchone()
+            await conn.commit()
+            await conn.execute("SELECT 1")
+            await ledger.confirm(T, "op-1", token=op.fencing_token)
+            after_confirm = await (await conn.execute("SHOW synchronous_commit")).fetchone()
+            await conn.commit()
+            assert after_prepare is not None
+            assert after_confirm is not None
+            return str(after_prepare[0]), str(after_confirm[0])
+
+    assert asyncio.run(scenario()) == ("on", "off")
 
 
 def test_postgres_receipt_synchronous_must_be_full_or_normal(pg_url: str) -> None:
