@@ -1,11 +1,12 @@
 """Run the benchmarks: ``python -m benchmarks [--quick] [--only NAME ...]``.
 
 Full (< 10 minutes): per tool call, lifecycle vs floor, concurrency, recovery,
-memory, the DBOS peer. ``--quick`` (< 2 minutes): per tool call, lifecycle (it
-gives the floor ratio and our cost per effect) and the DBOS peer, at smaller
-sizes. Each benchmark prints its table and writes its own JSON; this runner
-also writes ``results/latest.json`` with every ratio, the targets of issue 7
-and whether each was met.
+memory, the DBOS peer, the hot path's profile. ``--quick`` (< 4 minutes): per
+tool call (both routers), lifecycle (it gives the floor ratio and our cost per
+effect), the DBOS peer and the hot path's profile, at smaller sizes. Each
+benchmark prints its table and writes its own JSON; this runner also writes
+``results/latest.json`` with every ratio, the targets of issue 7 and whether
+each was met.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from benchmarks import concurrency, dbos_peer, lifecycle, memory, recovery, tool_call
+from benchmarks import concurrency, dbos_peer, hot_path, lifecycle, memory, recovery, tool_call
 from benchmarks._common import Report, machine, write_json
 
 # mode -> benchmark -> how to run it at that mode's size. "quick" skips the slow
@@ -29,19 +30,24 @@ PLAN: dict[str, dict[str, Callable[[], Report]]] = {
         "concurrency": lambda: concurrency.run(seconds=3.0, rounds=30),
         "recovery": lambda: recovery.run(sizes=(10_000, 100_000, 1_000_000)),
         "memory": lambda: memory.run(effects=100_000),
+        "hot_path": lambda: hot_path.run(invokes=300),
     },
     "quick": {
-        "tool_call": lambda: tool_call.run(threads=200),
+        "tool_call": lambda: tool_call.run(threads=200, routers=tool_call.ROUTERS),
         "lifecycle": lambda: lifecycle.run(rounds=100),
         "dbos_peer": lambda: dbos_peer.run(rounds=60),
+        "hot_path": lambda: hot_path.run(invokes=100),
     },
     "smoke": {
-        "tool_call": lambda: tool_call.run(threads=2, calls=(1, 10), warmup=1),
+        "tool_call": lambda: tool_call.run(
+            threads=2, calls=(1, 10), warmup=1, routers=tool_call.ROUTERS, cpu_rounds=2
+        ),
         "lifecycle": lambda: lifecycle.run(rounds=2),
         "dbos_peer": lambda: dbos_peer.run(rounds=2),
         "concurrency": lambda: concurrency.run(workers=(2,), seconds=0.2, rounds=2),
         "recovery": lambda: recovery.run(sizes=(100, 300), repeat=2),
         "memory": lambda: memory.run(effects=100),
+        "hot_path": lambda: hot_path.run(invokes=3),
     },
 }
 

@@ -156,6 +156,7 @@ def median_ms(samples: Sequence[float]) -> float:
 
 _WRITE_SQL = re.compile(r"\b(INSERT|UPDATE|DELETE|MERGE)\b", re.IGNORECASE)
 _FIELD = re.compile(r'"((?:[^"\\]|\\.)*)"')
+_ASYNC_COMMIT = re.compile(r"set_config\('synchronous_commit', 'off'", re.IGNORECASE)
 
 
 @dataclass
@@ -166,12 +167,15 @@ class PgTrace:
     answer. A transaction ends at each ``ReadyForQuery I``; it is a *write*
     transaction (a commit that must reach the WAL) when a statement in it
     inserts, updates or deletes (judged from the statement text, so
-    ``WITH ... INSERT`` counts too).
+    ``WITH ... INSERT`` counts too). A *durable* commit is a write commit that
+    waits for the disk: none of its statements turned ``synchronous_commit``
+    off (a receipt, by the ledgers' default ``receipt_synchronous``).
     """
 
     round_trips: int = 0
     transactions: int = 0
     write_commits: int = 0
+    durable_commits: int = 0
     statements: list[str] = field(default_factory=list)
 
     @classmethod
@@ -179,7 +183,7 @@ class PgTrace:
         out = cls()
         names: dict[str, str] = dict(prepared or {})
         last_dir = ""
-        wrote = active = False
+        wrote = active = relaxed = False
         for line in text.splitlines():
             parts = line.split("\t")
             if len(parts) < 3:
@@ -202,11 +206,13 @@ class PgTrace:
                 if sql:
                     out.statements.append(sql)
                     wrote = wrote or bool(_WRITE_SQL.search(sql))
+                    relaxed = relaxed or bool(_ASYNC_COMMIT.search(sql))
             elif direction == "B" and kind == "ReadyForQuery" and rest.strip() == "I":
                 # A Parse-only exchange (statement preparation) is no transaction.
                 out.transactions += int(active)
                 out.write_commits += int(wrote)
-                wrote = active = False
+                out.durable_commits += int(wrote and not relaxed)
+                wrote = active = relaxed = False
         return out
 
     @staticmethod

@@ -4,7 +4,9 @@ The same rows as the ledger writes (one operation row with the record's
 columns, one event per transition, in the same transaction as the row), the
 same indexes (primary key, a partial index on non-terminal rows, the event
 log's key), the same durability (PostgreSQL autocommit with the server's
-``synchronous_commit``; SQLite WAL with ``synchronous=FULL``), driven by plain
+``synchronous_commit``; SQLite WAL with ``synchronous=FULL``; on both, receipts
+commit without waiting for the disk, as the ledgers' default
+``receipt_synchronous="NORMAL"`` does), driven by plain
 psycopg / sqlite3 calls. Each transition is ONE statement on PostgreSQL (a
 data-modifying CTE writes the row and its event), which is the least any
 ledger can do without giving up the event log.
@@ -162,7 +164,7 @@ WITH op AS (
     SELECT tenant_id, operation_id, record_version, 'confirm', 'dispatching', 'confirmed',
            'ledger', fencing_token, now() FROM op
 )
-SELECT * FROM op
+SELECT *, set_config('synchronous_commit', 'off', true) FROM op
 """
 
 _PG_CONFIRM_MANY = f"""
@@ -183,7 +185,7 @@ WITH c AS (
     SELECT tenant_id, operation_id, record_version, 'confirm', 'dispatching', 'confirmed',
            'ledger', fencing_token, now() FROM op
 )
-SELECT * FROM op
+SELECT *, set_config('synchronous_commit', 'off', true) FROM op
 """
 
 _PG_GET = "SELECT * FROM floor_operations WHERE tenant_id = %s AND operation_id = %s"
@@ -329,7 +331,7 @@ def _now() -> str:
 
 
 class SQLiteFloor:
-    """Raw-SQL lifecycles on one sqlite3 connection: WAL, ``synchronous=FULL``.
+    """Raw-SQL lifecycles on one sqlite3 connection: WAL, ``synchronous=FULL``, receipts NORMAL.
 
     Each transition is one ``BEGIN IMMEDIATE`` ... ``COMMIT`` holding the row
     write and its event (SQLite has no data-modifying CTEs).
@@ -395,6 +397,16 @@ class SQLiteFloor:
             ),
         )
 
+    def _receipts(self, confirms: Sequence[tuple[OperationDraft, int]]) -> None:
+        """One receipt transaction, committed NORMAL (the ledger's default under WAL)."""
+        c = self.conn
+        c.execute("PRAGMA synchronous=NORMAL")
+        c.execute("BEGIN IMMEDIATE")
+        for d, token in confirms:
+            self._confirm(d, token)
+        c.execute("COMMIT")
+        c.execute("PRAGMA synchronous=FULL")
+
     def three_step(self, d: OperationDraft, owner: LeaseOwner) -> None:
         c = self.conn
         c.execute("BEGIN IMMEDIATE")
@@ -421,9 +433,7 @@ class SQLiteFloor:
             ),
         )
         c.execute("COMMIT")
-        c.execute("BEGIN IMMEDIATE")
-        self._confirm(d, token)
-        c.execute("COMMIT")
+        self._receipts([(d, token)])
 
     def fused(self, d: OperationDraft, owner: LeaseOwner) -> None:
         self.batch([d], owner)
@@ -434,9 +444,7 @@ class SQLiteFloor:
         tokens = [self._insert(d, owner) for d in ds]
         c.execute("COMMIT")
         for d, token in zip(ds, tokens, strict=True):
-            c.execute("BEGIN IMMEDIATE")
-            self._confirm(d, token)
-            c.execute("COMMIT")
+            self._receipts([(d, token)])
 
     def batch_confirmed(self, ds: Sequence[OperationDraft], owner: LeaseOwner) -> None:
         """A batch whose receipts are confirmed together: two transactions in all."""
@@ -444,10 +452,7 @@ class SQLiteFloor:
         c.execute("BEGIN IMMEDIATE")
         tokens = [self._insert(d, owner) for d in ds]
         c.execute("COMMIT")
-        c.execute("BEGIN IMMEDIATE")
-        for d, token in zip(ds, tokens, strict=True):
-            self._confirm(d, token)
-        c.execute("COMMIT")
+        self._receipts(list(zip(ds, tokens, strict=True)))
 
     def replay(self, d: OperationDraft, owner: LeaseOwner) -> None:
         row = self.conn.execute(_SQ_GET, (d.tenant_id, d.operation_id)).fetchone()

@@ -107,7 +107,8 @@ def _postgres(trace: bool) -> Iterator[tuple[Side, Side, Callable[[], Any]]]:
 
 @contextmanager
 def _sqlite(trace: bool) -> Iterator[tuple[Side, Side, Callable[[], Any]]]:
-    """Ledger and floor in separate WAL files, ``synchronous=FULL`` on both."""
+    """Ledger and floor in separate WAL files, ``synchronous=FULL`` on both (receipts
+    NORMAL on both: the ledger's default under WAL)."""
     from langgraph_effects import SQLiteLedger
 
     with sqlite_dir() as directory, ExitStack() as stack:
@@ -145,16 +146,25 @@ def _sqlite_trace(conns: list[sqlite3.Connection]) -> Iterator[list[PgTrace]]:
 
 
 def _sqlite_counts(statements: list[str]) -> PgTrace:
-    """Write commits: COMMITs after a write, plus writes outside a transaction."""
+    """Write commits: COMMITs after a write, plus writes outside a transaction.
+
+    Durable commits: those not made under ``PRAGMA synchronous=NORMAL`` (a
+    receipt, by the ledger's default under WAL); the last such PRAGMA seen counts,
+    so the saver's FULL connection is right as long as it does not interleave a
+    ledger's receipt transaction (one thread per trace).
+    """
     out = PgTrace(statements=statements)
-    in_tx = wrote = False
+    in_tx = wrote = relaxed = False
     for sql in statements:
         head = sql.lstrip().split(None, 1)[0].upper() if sql.strip() else ""
-        if head == "BEGIN":
+        if head == "PRAGMA" and "synchronous" in sql.lower():
+            relaxed = sql.replace(" ", "").upper().endswith("=NORMAL")
+        elif head == "BEGIN":
             in_tx, wrote = True, False
         elif head in ("COMMIT", "END"):
             out.transactions += 1
             out.write_commits += int(wrote)
+            out.durable_commits += int(wrote and not relaxed)
             in_tx = wrote = False
         elif head == "ROLLBACK":
             in_tx = wrote = False
@@ -163,6 +173,7 @@ def _sqlite_counts(statements: list[str]) -> PgTrace:
             if not in_tx:
                 out.transactions += 1
                 out.write_commits += 1
+                out.durable_commits += int(not relaxed)
                 wrote = False
     return out
 
@@ -225,6 +236,7 @@ def _count(backend: str, owner: LeaseOwner) -> dict[str, dict[str, float]]:
                     "round_trips": trace.round_trips / per,
                     "transactions": trace.transactions / per,
                     "write_commits": trace.write_commits / per,
+                    "durable_commits": trace.durable_commits / per,
                 }
     return out
 
@@ -242,6 +254,8 @@ def run(*, rounds: int = 300, backends: Sequence[str] | None = None) -> Report:
             "floor RT",
             "ledger commits",
             "floor commits",
+            "ledger durable",
+            "floor durable",
         ],
     )
     chosen = list(backends or BACKENDS)
@@ -265,12 +279,15 @@ def run(*, rounds: int = 300, backends: Sequence[str] | None = None) -> Report:
                 *rt,
                 lc["write_commits"],
                 fc["write_commits"],
+                lc["durable_commits"],
+                fc["durable_commits"],
             )
             suffix = "" if shape == "fused" else f"_{shape}"
             report.ratios[f"ledger_vs_floor_{backend}{suffix}"] = ledger_ms / floor_ms
     report.notes.append(
         "fused = prepare(owner=...) + confirm, what the node does for a first-time call; "
-        "RT = round trips (PostgreSQL), commits = write transactions, both per effect"
+        "RT = round trips (PostgreSQL), commits = write transactions, durable = the commits "
+        "among them that wait for the disk (receipts do not, by default), all per effect"
     )
     return report
 

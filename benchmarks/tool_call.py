@@ -5,13 +5,20 @@ thread with a plain ``ToolNode`` and with ``EffectToolNode`` over the same
 tool, on the same checkpointer, the two interleaved thread by thread:
 
 - SQLite: ``SqliteSaver`` and ``SQLiteLedger`` on separate connections to one
-  WAL file, ``synchronous=FULL`` on both;
+  WAL file, ``synchronous=FULL`` on both (the ledger's receipts with its
+  default ``receipt_synchronous``: NORMAL under WAL, see ``ledger.base``);
 - PostgreSQL: ``PostgresSaver`` and ``PostgresLedger`` sharing one pool.
 
-N = 1 and N = 10 tool calls per AIMessage; every invoke uses
+N = 1 and N = 10 tool calls per AIMessage, each router (``tools_condition``:
+one task; ``route_tool_calls``: one task per call); every invoke uses
 ``durability="sync"`` (the AIMessage, and so its tool-call ids, is saved
 before the tools run: the setting the package tells its users to use).
-Reported: median wall time per invoke and the ratio EffectToolNode / ToolNode.
+Reported: median wall time per invoke and the ratio EffectToolNode / ToolNode;
+then, untimed, what EffectToolNode adds per effect: write commits (and the
+durable ones among them, which wait for the disk), round trips (PostgreSQL),
+client CPU (``time.process_time`` of the whole process around the invokes:
+on SQLite that includes the database's own work) and, on PostgreSQL, the
+server backend's CPU (``/proc``, when the server runs on this machine).
 
 Run: ``python -m benchmarks.tool_call [--threads 200]``.
 """
@@ -19,10 +26,13 @@ Run: ``python -m benchmarks.tool_call [--threads 200]``.
 from __future__ import annotations
 
 import argparse
+import os
 import sqlite3
 import statistics
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
+from pathlib import Path
 from typing import Any
 
 from langchain_core.messages import BaseMessage, HumanMessage
@@ -125,7 +135,9 @@ def _invoker(graph: Any, label: str, calls: int) -> Callable[[int], object]:
 # -- backends -------------------------------------------------------------------
 
 
-Backend = Iterator[tuple[Any, Any, Callable[[], Any]]]
+Backend = Iterator[tuple[Any, Any, Callable[[], Any], int | None]]
+"""A backend yields the saver, the ledger, a trace capture, and the PostgreSQL backend's
+pid (tracing: the pool's only connection) or None."""
 
 
 @contextmanager
@@ -146,7 +158,7 @@ def _sqlite(trace: bool = False) -> Backend:
         stack.callback(ledger_conn.close)
         ledger = SQLiteLedger(ledger_conn, synchronous="FULL")
         ledger.setup()
-        yield saver, ledger, lambda: _sqlite_trace([saver_conn, ledger_conn])
+        yield saver, ledger, lambda: _sqlite_trace([saver_conn, ledger_conn]), None
 
 
 @contextmanager
@@ -168,16 +180,47 @@ def _postgres(trace: bool = False) -> Backend:
         ledger = PostgresLedger(pool)
         ledger.setup()
         pool.wait()
-        yield saver, ledger, lambda: PgTrace.capture(conns[0])
+        pid = conns[0].info.backend_pid if trace else None
+        yield saver, ledger, lambda: PgTrace.capture(conns[0]), pid
 
 
 BACKENDS: dict[str, Callable[..., Any]] = {"sqlite": _sqlite, "postgres": _postgres}
 
 
+def _backend_cpu(pid: int | None) -> float | None:
+    """Seconds of CPU a local PostgreSQL backend has used (None: not readable here)."""
+    if pid is None:
+        return None
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _cpu(fn: Callable[[int], object], rounds: int, pid: int | None) -> dict[str, float]:
+    """Client (and server backend) CPU ms per invoke over ``rounds`` invokes."""
+    server = _backend_cpu(pid)
+    start = time.process_time()
+    for i in range(rounds):
+        fn(-10 - i)
+    out = {"client_cpu_ms": (time.process_time() - start) * 1000.0 / rounds}
+    after = _backend_cpu(pid)
+    if server is not None and after is not None:
+        out["server_cpu_ms"] = (after - server) * 1000.0 / rounds
+    return out
+
+
 def measure(
-    backend: str, calls: int, threads: int, warmup: int = 3, router: str = "tools_condition"
+    backend: str,
+    calls: int,
+    threads: int,
+    warmup: int = 3,
+    router: str = "tools_condition",
+    cpu_rounds: int = 50,
 ) -> dict[str, Any]:
-    """Time ``threads`` invokes per variant (interleaved) on one backend."""
+    """Time ``threads`` invokes per variant (interleaved) on one backend; count and
+    measure CPU over ``cpu_rounds`` more, untimed."""
     from langgraph_effects import EffectToolNode
 
     def variants(saver: Any, ledger: Any, provider: FakeTicketing) -> dict[str, Any]:
@@ -188,7 +231,7 @@ def measure(
             "EffectToolNode": _invoker(_graph(node, calls, saver, router), "effect", calls),
         }
 
-    with BACKENDS[backend]() as (saver, ledger, _):
+    with BACKENDS[backend]() as (saver, ledger, _, _pid):
         provider = FakeTicketing()
         timed_variants = variants(saver, ledger, provider)
         for fn in timed_variants.values():
@@ -198,9 +241,10 @@ def measure(
         expected = (threads + warmup) * calls * 2
         if provider.created != expected:
             raise AssertionError(f"provider saw {provider.created} effects, expected {expected}")
-    # Untimed: what one invoke sends to the database, saver and ledger together.
-    counts: dict[str, dict[str, int]] = {}
-    with BACKENDS[backend](True) as (saver, ledger, capture):
+    # Untimed: what one invoke sends to the database, saver and ledger together,
+    # and the CPU it costs the client (and the server's backend) per invoke.
+    counts: dict[str, dict[str, float]] = {}
+    with BACKENDS[backend](True) as (saver, ledger, capture, backend_pid):
         for name, fn in variants(saver, ledger, FakeTicketing()).items():
             fn(-1)  # first use prepares the statements
             with capture() as holder:
@@ -210,6 +254,8 @@ def measure(
                 "round_trips": trace.round_trips,
                 "transactions": trace.transactions,
                 "write_commits": trace.write_commits,
+                "durable_commits": trace.durable_commits,
+                **_cpu(fn, cpu_rounds, backend_pid),
             }
     plain_ms = median_ms(samples["ToolNode"])
     effect_ms = median_ms(samples["EffectToolNode"])
@@ -228,6 +274,11 @@ def measure(
         "paired_ratio": paired,
         "overhead_per_effect_ms": (effect_ms - plain_ms) / calls,
         "counts_per_invoke": counts,
+        "added_per_effect": {
+            key: (counts["EffectToolNode"][key] - counts["ToolNode"][key]) / calls
+            for key in counts["EffectToolNode"]
+            if key in counts["ToolNode"]
+        },
         "toolnode_p90_ms": _p90(samples["ToolNode"]),
         "effect_p90_ms": _p90(samples["EffectToolNode"]),
     }
@@ -244,6 +295,7 @@ def run(
     backends: Sequence[str] | None = None,
     warmup: int = 3,
     routers: Sequence[str] = ("tools_condition",),
+    cpu_rounds: int = 50,
 ) -> Report:
     """Measure every backend x router x N; PostgreSQL is skipped (and said so) when unreachable.
 
@@ -264,6 +316,11 @@ def run(
             "+ms/effect",
             "commits plain/effect",
             "RT plain/effect",
+            "+commits/effect",
+            "+durable/effect",
+            "+RT/effect",
+            "+client CPU ms/effect",
+            "+server CPU ms/effect",
         ],
     )
     chosen = list(backends or BACKENDS)
@@ -273,8 +330,9 @@ def run(
     results = []
     for backend in chosen:
         for router, n in ((r, n) for r in routers for n in calls):
-            row = measure(backend, n, threads, warmup, router)
+            row = measure(backend, n, threads, warmup, router, cpu_rounds)
             row["router"] = router
+            added = row["added_per_effect"]
             results.append(row)
             report.add(
                 backend,
@@ -290,6 +348,11 @@ def run(
                 "{}/{}".format(*(c["round_trips"] for c in row["counts_per_invoke"].values()))
                 if backend == "postgres"
                 else "-",
+                added["write_commits"],
+                added["durable_commits"],
+                added["round_trips"] if backend == "postgres" else "-",
+                added["client_cpu_ms"],
+                added.get("server_cpu_ms", "-"),
             )
             suffix = "_per_call" if router == "route_tool_calls" else ""
             report.ratios[f"{backend}_n{n}{suffix}"] = row["ratio"]
@@ -297,6 +360,12 @@ def run(
     report.notes.append(
         'durability="sync"; "one task": tools_condition, all calls of a message in one task '
         '(the node batches their prepare); "per call": route_tool_calls, one task per call'
+    )
+    report.notes.append(
+        "+x/effect: what EffectToolNode adds to a plain ToolNode per effect, untimed, over "
+        f"{cpu_rounds} invokes; durable = commits that wait for the disk (receipts do not, by "
+        "default); client CPU is the whole process (on SQLite it includes the database's work), "
+        "server CPU the PostgreSQL backend's (/proc, a local server only)"
     )
     return report
 

@@ -117,8 +117,8 @@ class Program(Generic[T]):
     writes: bool
     atomic: bool = False
     receipt: bool = False
-    """It records receipts only (``confirm``, ``confirm_many``): a backend may commit
-    it with the weaker durability the user chose for receipts (SQLite)."""
+    """It records receipts only (``confirm``, ``confirm_many``): a backend commits it
+    with the ledger's ``receipt_synchronous`` (``ledger.base``, "Durability of receipts")."""
     tenant_id: str | None = None
     """The tenant of the one operation it moves: named when a refusal is reported."""
 

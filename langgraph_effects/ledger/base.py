@@ -12,6 +12,38 @@ implement, so ``help()`` and IDEs show these contracts on their methods too.
 Timestamps of a record: ``updated_at`` moves on every write (evidence and
 approval included); ``status_changed_at`` only when the status changes (and
 at creation). Stale-token refusals are reported to ``observe.log_stale_token``.
+
+Durability of receipts (``receipt_synchronous``, the same option and meaning on
+the SQLite and PostgreSQL ledgers): only the write-ahead record waits for the
+disk. ``prepare`` and ``claim`` always commit synchronously: the record must be
+on disk before the provider is called. A receipt (``confirm``,
+``confirm_many``) commits with ``"NORMAL"`` by default where its commit is
+write-ahead logged (SQLite in WAL mode; PostgreSQL always, with
+``synchronous_commit = off`` set inside the receipt's own statement): it
+survives any crash of the process, and on a crash of the server or the OS it
+is durable once the next synchronous commit to the same log has flushed it,
+since a log is flushed in order. Where the saver shares the ledger's database
+(one PostgreSQL server, or one SQLite file) that next commit is the
+checkpoint write that records the tool's result, so a checkpoint that
+survived implies a receipt that survived; without it the next ``prepare`` of
+the ledger flushes it (and PostgreSQL's WAL writer within
+``3 * wal_writer_delay``, 0.6 s by default).
+
+A receipt lost that way is never a duplicate: the record is still
+``dispatching`` under a lease nobody renews (its owner dead, or alive and done),
+exactly as after a crash between the provider's answer and ``confirm``, and is
+settled the same way: taken over once the owner is provably dead or the lease
+has expired, ``unknown``, reconciled (or retried under the same key inside its
+window, or reviewed). That holds where the ledger shares the saver's database: a
+lost receipt comes with a lost checkpoint, so the thread's next run meets the
+record. When the ledger is elsewhere (another server, another file) the
+checkpoint may survive the receipt: the thread has moved on, and the record
+stays ``dispatching`` until ``langgraph-effects stuck`` (``ledger.sweep``) shows
+it and an operator settles it (``stuck --mark-unknown``, then ``resolve``):
+still never re-sent, but a person's work after a crash of the ledger's server or
+OS. Choose ``"FULL"`` there if that is not acceptable. Elsewhere (SQLite outside
+WAL mode: ``":memory:"``, or a file WAL is refused on) the default is the
+ledger's own ``synchronous``.
 """
 
 from __future__ import annotations
@@ -21,7 +53,7 @@ import inspect
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict
 
@@ -37,9 +69,29 @@ from langgraph_effects.core.model import (
 )
 from langgraph_effects.errors import EffectsError
 
-__all__ = ["DEFAULT_LEASE", "AsyncLedger", "Confirmation", "Ledger", "LedgerStats"]
+__all__ = [
+    "DEFAULT_LEASE",
+    "AsyncLedger",
+    "Confirmation",
+    "Ledger",
+    "LedgerStats",
+    "Synchronous",
+    "check_synchronous",
+]
 
 DEFAULT_LEASE = timedelta(seconds=30)
+
+Synchronous = Literal["FULL", "NORMAL"]
+"""How a commit waits for the disk. ``FULL``: before the commit returns, so it
+survives a power loss; ``NORMAL``: it survives a crash of the process, and a crash
+of the server or the OS once a later synchronous commit has flushed the log past
+it (see "Durability of receipts" above)."""
+
+
+def check_synchronous(name: str, value: object) -> None:
+    """Refuse a durability other than ``"FULL"`` or ``"NORMAL"`` (``ValueError``)."""
+    if value not in ("FULL", "NORMAL"):
+        raise ValueError(f"{name} must be 'FULL' or 'NORMAL', not {value!r}")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

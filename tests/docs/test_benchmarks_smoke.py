@@ -79,7 +79,7 @@ def test_sqlite_counts_write_transactions() -> None:
 def test_every_benchmark_writes_its_results(
     pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A tiny run of all six benchmarks writes latest.json with positive ratios and each table."""
+    """A tiny run of all seven benchmarks writes latest.json with positive ratios and each table."""
     pytest.importorskip("dbos", reason="dbos is an optional benchmark dependency")
     from benchmarks.__main__ import main
 
@@ -99,6 +99,7 @@ def test_every_benchmark_writes_its_results(
         "concurrency",
         "recovery",
         "memory",
+        "hot_path",
     }
     for name, report in latest["reports"].items():
         assert report["rows"], f"{name} produced no table rows"
@@ -110,3 +111,15 @@ def test_every_benchmark_writes_its_results(
     races = latest["reports"]["concurrency"]["data"]["2"]["contention"]
     assert all(race["max_winners"] == 1 for race in races.values())
     assert latest["targets"]["postgres_n1"]["value"] == latest["ratios"]["postgres_n1"]
+    # Per router: what EffectToolNode adds per effect, and the hot path's profile.
+    rows = latest["reports"]["tool_call"]["data"]["results"]
+    assert {(r["backend"], r["router"]) for r in rows} == {
+        (b, r) for b in ("sqlite", "postgres") for r in ("tools_condition", "route_tool_calls")
+    }
+    for r in rows:
+        added = r["added_per_effect"]
+        assert added["durable_commits"] <= added["write_commits"], r
+        assert added["client_cpu_ms"] > 0, r
+    hot = latest["reports"]["hot_path"]["data"]
+    assert 0 < hot["package_own_ms"] < hot["invoke_ms"]
+    assert len(hot["top"]) == 15

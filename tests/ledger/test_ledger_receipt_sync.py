@@ -1,14 +1,24 @@
-"""SQLite: ``receipt_synchronous`` relaxes the receipt's commit and nothing else."""
+"""``receipt_synchronous`` relaxes the receipt's commit and nothing else, on SQLite and PostgreSQL.
+
+The default is ``"NORMAL"`` where the receipt's commit is write-ahead logged
+(SQLite in WAL mode, PostgreSQL always); ``ledger.base``, "Durability of
+receipts", says why a receipt lost with the server is never a duplicate, and
+tests/campaign/test_receipt_loss.py kills a real process in that window.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from pathlib import Path
+from typing import Any
 
+import psycopg
 import pytest
 
 from langgraph_effects.core.model import OperationStatus
 from langgraph_effects.ledger.base import Confirmation
+from langgraph_effects.ledger.postgres import PostgresLedger
 from langgraph_effects.ledger.sqlite import SQLiteLedger
 from langgraph_effects.testing.contract import OWNER, make_draft
 
@@ -48,9 +58,33 @@ def test_normal_receipts_relax_only_the_receipt_commit(sqlite_path: Path) -> Non
     assert statuses == [OperationStatus.CONFIRMED] * 2
 
 
-def test_receipts_keep_the_ledgers_durability_by_default(sqlite_path: Path) -> None:
-    """Without the option a receipt commits under synchronous=FULL like every other write."""
+def test_wal_receipts_are_normal_by_default(sqlite_path: Path) -> None:
+    """A file in WAL mode: without the option receipts commit NORMAL, the rest FULL."""
     conn, ledger, seen = _traced(sqlite_path)
+    op = ledger.prepare(make_draft("op-1"), owner=OWNER).operation
+    assert _pragmas(seen) == []
+    ledger.confirm(T, "op-1", token=op.fencing_token)
+    assert _pragmas(seen) == ["PRAGMA synchronous=NORMAL", "PRAGMA synchronous=FULL"]
+    conn.close()
+
+
+def test_full_receipts_wait_for_their_own_fsync(sqlite_path: Path) -> None:
+    """``receipt_synchronous="FULL"``: a receipt commits FULL like every other write."""
+    conn, ledger, seen = _traced(sqlite_path, receipt_synchronous="FULL")
+    op = ledger.prepare(make_draft("op-1"), owner=OWNER).operation
+    ledger.confirm(T, "op-1", token=op.fencing_token)
+    ledger.confirm_many([])
+    assert _pragmas(seen) == []
+    conn.close()
+
+
+def test_receipts_outside_wal_keep_the_ledgers_durability() -> None:
+    """Outside WAL mode (":memory:") NORMAL is not the default: receipts keep ``synchronous``."""
+    conn = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
+    ledger = SQLiteLedger(conn)
+    ledger.setup()
+    seen: list[str] = []
+    conn.set_trace_callback(lambda sql: seen.append(" ".join(sql.split())))
     op = ledger.prepare(make_draft("op-1"), owner=OWNER).operation
     ledger.confirm(T, "op-1", token=op.fencing_token)
     assert _pragmas(seen) == []
@@ -63,3 +97,76 @@ def test_receipt_synchronous_must_be_full_or_normal(sqlite_path: Path) -> None:
     with pytest.raises(ValueError, match="receipt_synchronous"):
         SQLiteLedger(conn, receipt_synchronous="OFF")  # type: ignore[arg-type]
     conn.close()
+
+
+def _synchronous_commit(conn: psycopg.Connection[Any]) -> str:
+    row = conn.execute("SHOW synchronous_commit").fetchone()
+    assert row is not None
+    return str(row[0])
+
+
+@pytest.mark.parametrize("receipt_synchronous", [None, "NORMAL", "FULL"])
+def test_postgres_relaxes_only_the_receipts_transaction(
+    pg_url: str, receipt_synchronous: str | None
+) -> None:
+    """PostgreSQL: a receipt's transaction commits with ``synchronous_commit = off`` (the
+    default, and ``"NORMAL"``); ``prepare``'s keeps the server's; ``"FULL"`` relaxes nothing.
+
+    The ledger's writes run inside a transaction this test holds open (a plain
+    connection already in a transaction: the ledger's block is a savepoint), so
+    the setting its statement made for its transaction can be read back.
+    """
+    relaxed = "on" if receipt_synchronous == "FULL" else "off"
+    with psycopg.connect(pg_url) as conn:
+        kw = {} if receipt_synchronous is None else {"receipt_synchronous": receipt_synchronous}
+        ledger = PostgresLedger(conn, **kw)  # type: ignore[arg-type]
+        ledger.setup()
+        conn.commit()
+        conn.execute("SELECT 1")
+        ops = [ledger.prepare(make_draft(f"op-{i}"), owner=OWNER).operation for i in (1, 2)]
+        assert _synchronous_commit(conn) == "on"
+        conn.commit()
+        conn.execute("SELECT 1")  # an open transaction, as a user's would be
+        ledger.confirm(T, "op-1", token=ops[0].fencing_token, result={"ok": 1})
+        assert _synchronous_commit(conn) == relaxed
+        conn.commit()
+        assert _synchronous_commit(conn) == "on"  # local to the receipt's transaction
+        conn.commit()
+        conn.execute("SELECT 1")
+        done = ledger.confirm_many([Confirmation(tenant_id=T, operation_id="op-2", token=1)])
+        assert [getattr(op, "status", op) for op in done] == [OperationStatus.CONFIRMED]
+        assert _synchronous_commit(conn) == relaxed
+        conn.commit()
+    with PostgresLedger.from_conn_string(pg_url) as reopened:
+        statuses = [op.status for op in reopened.list(tenant_id=T)]
+    assert statuses == [OperationStatus.CONFIRMED] * 2
+
+
+def test_async_postgres_relaxes_the_receipts_transaction_by_default(pg_url: str) -> None:
+    """The async twin runs receipts with the same relaxed statement."""
+    from langgraph_effects.ledger.postgres import AsyncPostgresLedger
+
+    async def scenario() -> tuple[str, str]:
+        async with await psycopg.AsyncConnection.connect(pg_url) as conn:
+            ledger = AsyncPostgresLedger(conn)
+            await ledger.setup()
+            await conn.commit()
+            await conn.execute("SELECT 1")
+            op = (await ledger.prepare(make_draft("op-1"), owner=OWNER)).operation
+            after_prepare = await (await conn.execute("SHOW synchronous_commit")).fetchone()
+            await conn.commit()
+            await conn.execute("SELECT 1")
+            await ledger.confirm(T, "op-1", token=op.fencing_token)
+            after_confirm = await (await conn.execute("SHOW synchronous_commit")).fetchone()
+            await conn.commit()
+            assert after_prepare is not None
+            assert after_confirm is not None
+            return str(after_prepare[0]), str(after_confirm[0])
+
+    assert asyncio.run(scenario()) == ("on", "off")
+
+
+def test_postgres_receipt_synchronous_must_be_full_or_normal(pg_url: str) -> None:
+    """The same option, refused the same way, on PostgreSQL."""
+    with psycopg.connect(pg_url) as conn, pytest.raises(ValueError, match="receipt_synchronous"):
+        PostgresLedger(conn, receipt_synchronous="OFF")  # type: ignore[arg-type]

@@ -17,6 +17,15 @@ transaction. On an autocommit connection a transition is one statement, one
 round trip and one commit; on a plain one it is wrapped in ``BEGIN ... COMMIT``.
 A single ``psycopg.Connection`` is accepted too, and used under a lock.
 
+Receipts (``confirm``, ``confirm_many``) commit with ``synchronous_commit = off``
+by default (``receipt_synchronous="NORMAL"``), set inside their own statement:
+they do not wait for the WAL flush, and are durable with the next synchronous
+commit on the server (the saver's checkpoint write when it shares the server)
+or the WAL writer's next flush. The write-ahead record (``prepare``, ``claim``)
+always commits with the server's ``synchronous_commit``. The rule, and what a
+receipt lost to a server crash costs (never a duplicate), is in ``ledger.base``
+("Durability of receipts").
+
 ``setup()`` creates only ``lge_`` tables, under ``pg_advisory_xact_lock``,
 and records its version in ``lge_schema_version``. Using the ledger before
 ``setup()`` raises ``LedgerNotSetUp``; a database error raises
@@ -39,14 +48,16 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 from langgraph_effects.core.model import utcnow
 from langgraph_effects.ledger._faces import AsyncFace, SyncFace
 from langgraph_effects.ledger._statements import (
+    Dialect,
     Program,
     Result,
     adrive,
     compile_statements,
     drive,
 )
+from langgraph_effects.ledger.base import Synchronous, check_synchronous
 from langgraph_effects.ledger.postgres._driver import boundary, has_rows
-from langgraph_effects.ledger.postgres._sql import DIALECT
+from langgraph_effects.ledger.postgres._sql import DIALECT, RECEIPT_DIALECT
 
 __all__ = ["AsyncPostgresLedger", "PostgresLedger"]
 
@@ -64,11 +75,23 @@ def _needs_transaction(
     return atomic or not conn.autocommit
 
 
+def _receipt_dialect(receipt_synchronous: Synchronous | None) -> Dialect:
+    """The dialect receipts run with: ``RECEIPT_DIALECT`` unless ``"FULL"``."""
+    if receipt_synchronous is None:
+        return RECEIPT_DIALECT
+    check_synchronous("receipt_synchronous", receipt_synchronous)
+    return RECEIPT_DIALECT if receipt_synchronous == "NORMAL" else DIALECT
+
+
 class PostgresLedger(SyncFace):
     """A ledger in PostgreSQL, synchronous.
 
     Args:
         conn: a ``ConnectionPool`` (preferred) or a ``Connection``, owned by the caller.
+        receipt_synchronous: ``"NORMAL"`` (default): receipts commit without
+            waiting for the WAL flush; ``"FULL"``: with the server's
+            ``synchronous_commit``, like every other write. See ``ledger.base``,
+            "Durability of receipts".
         clock: the source of every timestamp (bound as a parameter, never ``now()``).
     """
 
@@ -78,10 +101,12 @@ class PostgresLedger(SyncFace):
         self,
         conn: ConnectionPool[Any] | psycopg.Connection[Any],
         *,
+        receipt_synchronous: Synchronous | None = None,
         clock: Callable[[], datetime] = utcnow,
     ) -> None:
         super().__init__(clock=clock)
         self._conn = conn
+        self._receipt_dialect = _receipt_dialect(receipt_synchronous)
         self._lock = threading.Lock()
 
     @classmethod
@@ -90,6 +115,7 @@ class PostgresLedger(SyncFace):
         cls,
         url: str,
         *,
+        receipt_synchronous: Synchronous | None = None,
         clock: Callable[[], datetime] = utcnow,
         max_size: int = 10,
         pool_timeout: float = 30.0,
@@ -101,7 +127,7 @@ class PostgresLedger(SyncFace):
         with ConnectionPool(
             url, min_size=1, max_size=max_size, kwargs=POOL_KWARGS, timeout=pool_timeout, open=False
         ) as pool:
-            yield cls(pool, clock=clock)
+            yield cls(pool, receipt_synchronous=receipt_synchronous, clock=clock)
 
     @contextlib.contextmanager
     def _connection(self) -> Iterator[psycopg.Connection[Any]]:
@@ -126,7 +152,9 @@ class PostgresLedger(SyncFace):
                     pipe.sync()  # the queued BEGIN and this statement: one round trip
                 return cur.fetchall() if has_rows(cur) else []
 
-            raw = compile_statements(DIALECT, program.statements)
+            raw = compile_statements(
+                self._receipt_dialect if program.receipt else DIALECT, program.statements
+            )
             if not _needs_transaction(conn, program.atomic):
                 return drive(execute, raw)
             if not (conn.autocommit and psycopg.Pipeline.is_supported()):
@@ -152,6 +180,7 @@ class AsyncPostgresLedger(AsyncFace):
 
     Args:
         conn: an ``AsyncConnectionPool`` (preferred) or an ``AsyncConnection``.
+        receipt_synchronous: as ``PostgresLedger``'s.
         clock: the source of every timestamp.
     """
 
@@ -161,10 +190,12 @@ class AsyncPostgresLedger(AsyncFace):
         self,
         conn: AsyncConnectionPool[Any] | psycopg.AsyncConnection[Any],
         *,
+        receipt_synchronous: Synchronous | None = None,
         clock: Callable[[], datetime] = utcnow,
     ) -> None:
         super().__init__(clock=clock)
         self._conn = conn
+        self._receipt_dialect = _receipt_dialect(receipt_synchronous)
         self._lock = asyncio.Lock()
 
     @classmethod
@@ -173,6 +204,7 @@ class AsyncPostgresLedger(AsyncFace):
         cls,
         url: str,
         *,
+        receipt_synchronous: Synchronous | None = None,
         clock: Callable[[], datetime] = utcnow,
         max_size: int = 10,
         pool_timeout: float = 30.0,
@@ -181,7 +213,7 @@ class AsyncPostgresLedger(AsyncFace):
         async with AsyncConnectionPool(
             url, min_size=1, max_size=max_size, kwargs=POOL_KWARGS, timeout=pool_timeout, open=False
         ) as pool:
-            yield cls(pool, clock=clock)
+            yield cls(pool, receipt_synchronous=receipt_synchronous, clock=clock)
 
     @contextlib.asynccontextmanager
     async def _connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
@@ -205,7 +237,9 @@ class AsyncPostgresLedger(AsyncFace):
                         await pipe.sync()
                     return await cur.fetchall() if has_rows(cur) else []
 
-                raw = compile_statements(DIALECT, program.statements)
+                raw = compile_statements(
+                    self._receipt_dialect if program.receipt else DIALECT, program.statements
+                )
                 if not _needs_transaction(conn, program.atomic):
                     return await adrive(execute, raw)
                 if not (conn.autocommit and psycopg.AsyncPipeline.is_supported()):

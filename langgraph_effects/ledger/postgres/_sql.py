@@ -6,6 +6,12 @@ row and its event commit together in one round trip (and, on an autocommit
 connection, one commit). ``prepare`` inserts the rows and both events the same
 way, for one draft or a whole batch bound as one JSON array.
 
+A receipt may commit without waiting for its WAL flush (the ledgers'
+``receipt_synchronous="NORMAL"``, the default; the rule is in ``ledger.base``,
+"Durability of receipts"): ``RECEIPT_DIALECT`` is this dialect with ``confirm``
+and ``confirm_many`` setting ``synchronous_commit = off`` for their own
+transaction inside the statement itself, so it costs no round trip.
+
 Statements run at READ COMMITTED. A conditional UPDATE that meets a row
 locked by a concurrent writer waits, then re-checks its WHERE clause against
 the committed row, so two claims never both succeed.
@@ -13,6 +19,7 @@ the committed row, so two claims never both succeed.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from datetime import UTC, datetime
 from typing import Any
@@ -23,7 +30,7 @@ from langgraph_effects.ledger import _programs as ledger
 from langgraph_effects.ledger import _statements as engine
 from langgraph_effects.ledger.postgres._migrations import MIGRATIONS
 
-__all__ = ["DIALECT", "SETUP_LOCK_KEY", "dump_ts", "load_ts"]
+__all__ = ["DIALECT", "RECEIPT_DIALECT", "SETUP_LOCK_KEY", "dump_ts", "load_ts"]
 
 SETUP_LOCK_KEY = 0x6C67655F6C6564  # "lge_led": one setup at a time per database
 
@@ -180,10 +187,12 @@ def _move(
     prelude: str = "",
     using: str = "",
     status_change: bool = True,
+    also: str = "",
 ) -> str:
     """A conditional UPDATE and its event in one statement, returning the new row.
 
     ``status_change``: the move changes the status, so ``status_changed_at`` is stamped.
+    ``also``: more columns of the returned row (``_ASYNC_COMMIT``).
     """
     if status_change:
         sets = f"status_changed_at = %(now)s, {sets}"
@@ -201,9 +210,16 @@ def _move(
         FROM moved
         RETURNING event_id
     )
-    SELECT moved.*, event.event_id FROM moved CROSS JOIN event
+    SELECT moved.*, event.event_id{also} FROM moved CROSS JOIN event
     """
 
+
+# The receipt's transaction commits without waiting for the WAL flush. Set inside
+# the statement: as a statement of its own (SET LOCAL in BEGIN ... COMMIT) it costs
+# round trips and made the confirm slower (0.47 vs 0.38 ms on loopback). Local to
+# the statement's transaction, an implicit one on an autocommit connection, whose
+# commit reads it; evaluated per returned row, so exactly when the statement wrote.
+_ASYNC_COMMIT = ", set_config('synchronous_commit', 'off', true) AS async_commit"
 
 _FENCED = "status = 'dispatching' AND fencing_token = %(token)s"
 _CLEAR_LEASE = "lease_owner = NULL, lease_expires_at = NULL"
@@ -236,15 +252,13 @@ UPDATE lge_operations SET lease_expires_at = %(lease_expires_at)s
 WHERE tenant_id = %(tenant_id)s AND operation_id = %(operation_id)s AND {_FENCED}
 RETURNING *
 """
-CONFIRM_SQL = _move(
-    f"""status = 'confirmed', {_CLEAR_LEASE}, result = %(result)s::jsonb,
+_CONFIRM_SETS = f"""status = 'confirmed', {_CLEAR_LEASE}, result = %(result)s::jsonb,
     provider_result_id = %(provider_result_id)s, provider_request_id = %(provider_request_id)s,
-    resolved_at = %(now)s, {_STAMP_EVIDENCE}""",
-    _FENCED,
-)
+    resolved_at = %(now)s, {_STAMP_EVIDENCE}"""
+CONFIRM_SQL = _move(_CONFIRM_SETS, _FENCED)
 # The receipts of a batch as one JSON array: one UPDATE fenced row by row (a
 # stale receipt matches nothing and blocks no other), one INSERT of their events.
-CONFIRM_MANY_SQL = f"""
+_CONFIRM_MANY = f"""
 WITH receipt AS (
     SELECT * FROM jsonb_to_recordset(%(batch)s::jsonb) AS r(
         tenant_id text, operation_id text, token bigint, result text,
@@ -268,8 +282,9 @@ WITH receipt AS (
     FROM moved
     RETURNING tenant_id, operation_id, event_id
 )
-SELECT moved.*, event.event_id FROM moved JOIN event USING (tenant_id, operation_id)
+SELECT moved.*, event.event_id{{also}} FROM moved JOIN event USING (tenant_id, operation_id)
 """
+CONFIRM_MANY_SQL = _CONFIRM_MANY.format(also="")
 REJECT_SQL = _move(
     f"status = 'rejected', {_CLEAR_LEASE}, error = %(error)s, resolved_at = %(now)s,"
     f" {_STAMP_EVIDENCE}",
@@ -393,3 +408,13 @@ DIALECT = engine.Dialect(
     batch=True,
     single={ledger.PREPARE: PREPARE_ONE_SQL},
 )
+
+RECEIPT_DIALECT = dataclasses.replace(
+    DIALECT,
+    statements={
+        **DIALECT.statements,
+        ledger.CONFIRM: _move(_CONFIRM_SETS, _FENCED, also=_ASYNC_COMMIT),
+        ledger.CONFIRM_MANY: _CONFIRM_MANY.format(also=_ASYNC_COMMIT),
+    },
+)
+"""``DIALECT`` whose receipts commit without waiting for the WAL flush."""

@@ -5,19 +5,14 @@ transition survives a power loss. ``synchronous="NORMAL"`` is an explicit
 option: about ten times faster commits that survive a process crash but may
 lose the last transactions on a power loss or OS crash.
 
-``receipt_synchronous="NORMAL"`` (opt-in) weakens only receipts (``confirm``,
-``confirm_many``): they skip their own fsync and survive any process crash;
-on a power loss they are durable once the next FULL commit to the same WAL
-(the saver's checkpoint of the tool results, when it shares the file, or the
-ledger's next write) has synced. A lost receipt is never a duplicate: the
-record stays ``dispatching``, is taken over, marked ``unknown`` and reconciled,
-exactly as after a crash between the provider's answer and ``confirm``. The
-write-ahead record (``prepare``, ``claim``) always keeps ``synchronous``: it
-must be on disk before the provider is called. The default stays FULL for
-receipts too, because without a reconciler or an open idempotency window a
-lost receipt costs a person's review, and a user who asked for FULL should
-not get that silently; choose NORMAL receipts where reconciliation is
-automatic (a status lookup or a provider idempotency key) and every fsync counts.
+Receipts (``confirm``, ``confirm_many``) commit with ``synchronous=NORMAL`` by
+default when the file is in WAL mode (``receipt_synchronous``): they skip their
+own fsync, survive any process crash, and on a power loss are durable once the
+next FULL commit to the same WAL has synced: the saver's checkpoint of the
+tool results when it shares the file, else the ledger's next ``prepare``. The
+write-ahead record (``prepare``, ``claim``) always keeps ``synchronous``. The
+rule, and what a lost receipt costs (never a duplicate), is in ``ledger.base``
+("Durability of receipts"). Outside WAL mode receipts keep ``synchronous``.
 
 One connection per ledger object, guarded by a lock: every statement of one
 ledger operation runs while holding it, and writes run in
@@ -46,21 +41,19 @@ import sqlite3
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from datetime import datetime
-from typing import Literal, Self, TypeVar
+from typing import Self, TypeVar
 
 from langgraph_effects.core.model import utcnow
 from langgraph_effects.errors import LedgerUnavailable
 from langgraph_effects.ledger._faces import AsyncFace, SyncFace
 from langgraph_effects.ledger._statements import Program, Result, compile_statements, drive
+from langgraph_effects.ledger.base import Synchronous, check_synchronous
 from langgraph_effects.ledger.sqlite._driver import boundary, dict_cursor, executor
 from langgraph_effects.ledger.sqlite._sql import DIALECT
 
 __all__ = ["AsyncSQLiteLedger", "SQLiteLedger", "Synchronous"]
 
 T = TypeVar("T")
-
-Synchronous = Literal["FULL", "NORMAL"]
-"""``FULL`` survives power loss; ``NORMAL`` (under WAL) survives a process crash only."""
 
 BUSY_TIMEOUT_MS = 5000
 """How long a write waits for another *process* holding the file's write lock."""
@@ -75,21 +68,24 @@ class _Driver:
         synchronous: Synchronous,
         receipt_synchronous: Synchronous | None = None,
     ) -> None:
-        if synchronous not in ("FULL", "NORMAL"):
-            raise ValueError(f"synchronous must be 'FULL' or 'NORMAL', not {synchronous!r}")
-        if receipt_synchronous not in ("FULL", "NORMAL", None):
-            raise ValueError(
-                f"receipt_synchronous must be 'FULL' or 'NORMAL', not {receipt_synchronous!r}"
-            )
+        check_synchronous("synchronous", synchronous)
+        if receipt_synchronous is not None:
+            check_synchronous("receipt_synchronous", receipt_synchronous)
         self.conn = conn
         self.synchronous = synchronous
-        self.receipt_synchronous = receipt_synchronous or synchronous
         self.lock = threading.Lock()
         with self.lock, boundary(conn, DIALECT):
-            # WAL persists in the file; ":memory:" keeps its own journal mode.
-            conn.execute("PRAGMA journal_mode=WAL")
+            # WAL persists in the file; ":memory:" keeps its own journal mode,
+            # and a file system without shared memory may refuse WAL.
+            (mode,) = conn.execute("PRAGMA journal_mode=WAL").fetchone()
             conn.execute(f"PRAGMA synchronous={synchronous}")
             conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+        # A NORMAL commit under WAL loses at most the last transactions on a power
+        # loss, never the file; outside WAL NORMAL is not that, so it is not a default.
+        wal = str(mode).lower() == "wal"
+        self.receipt_synchronous: Synchronous = receipt_synchronous or (
+            "NORMAL" if wal else synchronous
+        )
         # One cursor for every program: they all run under the lock.
         self.cur = dict_cursor(conn)
         self.execute = executor(self.cur)
@@ -136,9 +132,11 @@ class SQLiteLedger(SyncFace):
             its own ``BEGIN IMMEDIATE`` transactions.
         synchronous: ``"FULL"`` (default, survives power loss) or ``"NORMAL"``
             (survives a process crash, not a power loss).
-        receipt_synchronous: the durability of receipts alone; default the same
-            as ``synchronous``. ``"NORMAL"`` saves one fsync per effect (see the
-            module docstring for when a lost receipt costs a review).
+        receipt_synchronous: the durability of receipts alone. Default:
+            ``"NORMAL"`` in WAL mode (one fsync fewer per effect; the receipt is
+            durable with the next FULL commit to the file), else ``synchronous``.
+            ``"FULL"`` makes every receipt wait for its own fsync. See
+            ``ledger.base``, "Durability of receipts".
         clock: the source of every timestamp (tests inject a fake clock).
     """
 
