@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -22,6 +23,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 
 from langgraph_effects import InMemoryLedger, effect
 from langgraph_effects.core.model import (
+    EventKind,
     Evidence,
     LeaseOwner,
     Operation,
@@ -29,8 +31,8 @@ from langgraph_effects.core.model import (
     OperationStatus,
     ProviderContract,
 )
-from langgraph_effects.decide import EffectCall, EffectRunner, ParkedReceipt
-from langgraph_effects.decide.actions import Confirm, Get, LedgerAction
+from langgraph_effects.decide import EffectCall, EffectRunner
+from langgraph_effects.decide.actions import Get, LedgerAction
 from langgraph_effects.effects import EffectContext, EffectTool
 from langgraph_effects.errors import LedgerUnavailable
 from langgraph_effects.testing.providers import FakeClock, FakeCRM, Fault
@@ -41,12 +43,39 @@ ELSEWHERE = LeaseOwner(host="another-host", pid=4242, started_at=1.0, nonce="cra
 """A worker on another host: never provably dead from here, its lease must expire."""
 
 
+class FaultyLedger(InMemoryLedger):
+    """Our in-memory ledger with two faults at its boundary: its next ``confirm``
+    raises ``fail`` (the database went away), or is held until ``release`` (a slow
+    commit, so other writes arrive while it is in flight)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.fail: Exception | None = None
+        self.held = threading.Event()
+        self.release: threading.Event | None = None
+        self.batches: list[int] = []
+
+    def confirm(self, *args: Any, **kwargs: Any) -> Operation:
+        if self.fail is not None:
+            fail, self.fail = self.fail, None
+            raise fail
+        if self.release is not None:
+            release, self.release = self.release, None
+            self.held.set()
+            release.wait(10)
+        return super().confirm(*args, **kwargs)
+
+    def confirm_many(self, confirmations: Any) -> list[Any]:
+        self.batches.append(len(confirmations))
+        return super().confirm_many(confirmations)
+
+
 class Env:
     """One ledger, one fake CRM and one clock, shared as a deployment shares them."""
 
     def __init__(self, **runner: Any) -> None:
         self.clock = FakeClock()
-        self.ledger = InMemoryLedger(clock=self.clock.now)
+        self.ledger = FaultyLedger(clock=self.clock.now)
         self.ledger.setup()
         self.crm = FakeCRM(clock=self.clock)
         self.dispatches = 0
@@ -207,18 +236,15 @@ def test_a_stale_fencing_token_keeps_the_receipt_and_settles_with_it() -> None:
     assert (env.dispatches, env.crm.effects) == (1, 1)
 
 
-def test_a_ledger_error_thrown_into_the_loop_leaves_the_record_for_recovery() -> None:
-    """A receipt the ledger failed to record (thrown back into the loop) surfaces; the
-    record stays dispatching, and a later run reconciles it without a resend."""
+def test_a_ledger_error_at_the_receipt_leaves_the_record_for_recovery() -> None:
+    """A receipt the ledger failed to record surfaces; the record stays dispatching, and
+    a later run reconciles it without a resend."""
     env = Env()
     tool = env.tool(reconcile=closed_by_key(env.crm))
     call = env.call(tool)
-    parked = env.runner.run_until_receipt(call, env.execute(tool))
-    assert isinstance(parked, ParkedReceipt)
-    assert isinstance(parked.action, Confirm)
-    assert parked.confirmation.operation_id == call.operation_id
+    env.ledger.fail = LedgerUnavailable("the database went away")
     with pytest.raises(LedgerUnavailable):
-        env.runner.finish(parked, LedgerUnavailable("the database went away"))
+        env.runner.run(call, env.execute(tool))
     assert env.status(call) is S.DISPATCHING
     env.clock.advance(LEASE + timedelta(seconds=1))
     op = env.runner.run(call, env.execute(tool))
@@ -226,23 +252,53 @@ def test_a_ledger_error_thrown_into_the_loop_leaves_the_record_for_recovery() ->
     assert (env.dispatches, env.crm.effects) == (1, 1)
 
 
-def test_a_refused_confirm_thrown_into_the_loop_is_a_late_receipt() -> None:
-    """``finish`` with a ``confirm_many`` refusal: the loop keeps the receipt as evidence."""
-    env = Env(interrupt_on_unknown=False)
+def test_a_refused_receipt_in_a_group_commit_is_a_late_receipt_of_that_call_only() -> None:
+    """Group commit: two receipts arrive while a third's commit is in flight and share
+    the next one (one ``confirm_many``); the one a takeover made stale is kept as
+    evidence and settles its own operation, the other is confirmed."""
+    env = Env(interrupt_on_unknown=False, group_commit=True)
     tool = env.tool()
-    call = env.call(tool)
-    parked = env.runner.run_until_receipt(call, env.execute(tool))
-    assert isinstance(parked, ParkedReceipt)
-    # A takeover lands before the batch's confirm_many: that receipt is refused.
-    env.clock.advance(LEASE + timedelta(seconds=1))
-    op = env.ledger.get(call.tenant_id, call.operation_id)
-    assert op is not None
-    env.ledger.mark_unknown(op.tenant_id, op.operation_id, token=op.fencing_token, reason="gone")
-    [outcome] = env.ledger.confirm_many([parked.confirmation])
-    assert not isinstance(outcome, Operation)
-    done = env.runner.finish(parked, outcome)
-    assert done.status is S.CONFIRMED
-    assert (env.dispatches, env.crm.effects) == (1, 1)
+    calls = [env.call(tool, case_id) for case_id in ("C-1", "C-2", "C-3")]
+    stale = calls[1]
+    inner = env.execute(tool)
+
+    def taken_over_while_running(args: dict[str, Any]) -> Any:
+        result = inner(args)
+        op = env.ledger.get(stale.tenant_id, stale.operation_id)
+        assert op is not None
+        env.ledger.mark_unknown(op.tenant_id, op.operation_id, token=op.fencing_token, reason="x")
+        return result
+
+    release = threading.Event()
+    env.ledger.release = release
+    done: dict[str, Operation] = {}
+
+    def run(call: EffectCall, execute: Callable[[dict[str, Any]], Any]) -> None:
+        done[call.target or ""] = env.runner.run(call, execute)
+
+    leader = threading.Thread(target=run, args=(calls[0], inner))
+    leader.start()
+    assert env.ledger.held.wait(10)  # C-1's receipt is being committed
+    others = [
+        threading.Thread(target=run, args=(calls[1], taken_over_while_running)),
+        threading.Thread(target=run, args=(calls[2], inner)),
+    ]
+    for thread in others:
+        thread.start()
+    confirms = env.runner.confirms
+    assert confirms is not None
+    while confirms.waiting < 2:
+        time.sleep(0.001)
+    release.set()
+    for thread in [leader, *others]:
+        thread.join(10)
+    assert env.ledger.batches == [2]  # C-1 alone, then C-2 and C-3 together
+    assert {k: op.status for k, op in done.items()} == dict.fromkeys(
+        ("C-1", "C-2", "C-3"), S.CONFIRMED
+    )
+    assert env.ledger.events(stale.tenant_id, stale.operation_id)[-1].kind is EventKind.RESOLVE
+    assert env.ledger.stats().stale_token_refusals == 1
+    assert (env.dispatches, env.crm.effects) == (3, 3)
 
 
 def test_a_transient_refusal_is_resent_under_the_same_lease() -> None:
