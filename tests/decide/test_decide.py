@@ -31,10 +31,11 @@ from langgraph_effects.core.model import (
     OperationStatus,
     ProviderContract,
 )
-from langgraph_effects.decide import EffectCall, EffectRunner
-from langgraph_effects.decide.actions import Get, LedgerAction
+from langgraph_effects.decide import EffectCall, EffectRunner, GroupCommit
+from langgraph_effects.decide.actions import Confirm, Get, LedgerAction, Prepare
+from langgraph_effects.decide.group import confirm_group, prepare_group
 from langgraph_effects.effects import EffectContext, EffectTool
-from langgraph_effects.errors import LedgerUnavailable
+from langgraph_effects.errors import LedgerUnavailable, PayloadMismatch
 from langgraph_effects.testing.providers import FakeClock, FakeCRM, Fault
 
 S = OperationStatus
@@ -114,6 +115,9 @@ class Env:
         self.ledger.prepare(call.draft(), owner=ELSEWHERE, lease_for=LEASE)
         self.crm.close_case("C-1", "refund", idempotency_key=call.idempotency_key)
         self.clock.advance(LEASE + timedelta(seconds=1))
+
+    def ledger_action(self, action: LedgerAction[Any]) -> Any:
+        return action.on(self.ledger)
 
     def status(self, call: EffectCall) -> OperationStatus:
         op = self.ledger.get(call.tenant_id, call.operation_id)
@@ -321,6 +325,150 @@ def test_ledger_actions_are_typed_calls_on_the_protocol() -> None:
     found = env.runner.perform(action)
     assert found is not None
     assert found.key == call.key
+
+
+# -- group commit (decide.group) ---------------------------------------------------------------
+
+
+class Held:
+    """``perform`` for a group: makes each write on the ledger and notes it; the first is
+    held until ``release`` (a slow commit: the writes arriving meanwhile queue)."""
+
+    def __init__(self, ledger: InMemoryLedger) -> None:
+        self.ledger = ledger
+        self.writes: list[str] = []
+        self.held = threading.Event()
+        self.release = threading.Event()
+
+    def __call__(self, action: LedgerAction[Any]) -> Any:
+        first = not self.writes
+        self.writes.append(type(action).__name__)
+        if first:
+            self.held.set()
+            self.release.wait(10)
+        return action.on(self.ledger)
+
+    async def aperform(self, action: LedgerAction[Any], cancelled: list[bool]) -> Any:
+        return await asyncio.to_thread(self, action)
+
+
+def _wait_for(group: GroupCommit[Any], n: int) -> None:
+    deadline = time.monotonic() + 10
+    while group.waiting < n:
+        assert time.monotonic() < deadline, f"{group.waiting} of {n} writes queued"
+        time.sleep(0.001)
+
+
+def _claimed(env: Env, tool: EffectTool, case_id: str) -> Confirm:
+    """The receipt of a call prepared and claimed under token 1."""
+    call = env.call(tool, case_id)
+    env.ledger.prepare(call.draft(), owner=ELSEWHERE, lease_for=LEASE)
+    return Confirm(call.key, token=1, result={"case": case_id})
+
+
+def test_an_idle_group_commits_a_write_at_once_alone() -> None:
+    """Nothing in flight: the write is made at once, as a single write."""
+    env = Env()
+    tool = env.tool()
+    group = confirm_group()
+    writes: list[str] = []
+
+    def perform(action: LedgerAction[Any]) -> Any:
+        writes.append(type(action).__name__)
+        return action.on(env.ledger)
+
+    op = group.write(_claimed(env, tool, "C-1"), perform)
+    assert op.status is S.CONFIRMED
+    assert writes == ["Confirm"]
+    assert group.waiting == 0
+
+
+def test_a_failed_group_prepare_falls_back_to_each_calls_own_write() -> None:
+    """prepare_many is all or nothing: one PayloadMismatch in a group refuses the batch;
+    each call then prepares alone and meets its own outcome (only one mismatch)."""
+    env = Env()
+    tool = env.tool()
+    taken = env.call(tool, "C-9")
+    env.ledger.prepare(taken.draft())
+    # The same operation id with another payload: PayloadMismatch for that call only.
+    clash = taken.draft().model_copy(update={"payload_digest": "sha256:" + "0" * 64})
+    drafts = [env.call(tool, "C-1").draft(), clash, env.call(tool, "C-2").draft()]
+    group = prepare_group()
+    held = Held(env.ledger)
+    owner = LeaseOwner(host="here", pid=1, started_at=1.0, nonce="n")
+    outcomes: dict[int, Any] = {}
+
+    def write(i: int, draft: Any) -> None:
+        try:
+            outcomes[i] = group.write(Prepare(draft, owner=owner, lease_for=LEASE), held)
+        except Exception as exc:
+            outcomes[i] = exc
+
+    first = threading.Thread(target=write, args=(0, env.call(tool, "C-0").draft()))
+    first.start()
+    assert held.held.wait(10)
+    others = [threading.Thread(target=write, args=(i, d)) for i, d in enumerate(drafts, 1)]
+    for thread in others:
+        thread.start()
+    _wait_for(group, 3)
+    held.release.set()
+    for thread in [first, *others]:
+        thread.join(10)
+    assert held.writes[:2] == ["Prepare", "PrepareMany"]
+    assert sorted(held.writes[2:]) == ["Prepare"] * 3
+    assert isinstance(outcomes[2], PayloadMismatch)
+    assert all(outcomes[i].created for i in (0, 1, 3))
+
+
+def test_a_cancelled_async_write_is_made_and_its_cancellation_noted() -> None:
+    """An asyncio task cancelled while its receipt is queued: the receipt is still
+    committed (with the group) and the cancellation is noted for the driver to raise."""
+    env = Env()
+    tool = env.tool()
+    group = confirm_group()
+    held = Held(env.ledger)
+    leader = threading.Thread(target=group.write, args=(_claimed(env, tool, "C-1"), held))
+    leader.start()
+    assert held.held.wait(10)
+    receipt = _claimed(env, tool, "C-2")
+    cancelled: list[bool] = []
+
+    async def main() -> Any:
+        task = asyncio.ensure_future(group.awrite(receipt, held.aperform, cancelled))
+        await asyncio.to_thread(_wait_for, group, 1)
+        task.cancel()
+        await asyncio.sleep(0.01)
+        held.release.set()
+        return await task
+
+    op = asyncio.run(main())
+    leader.join(10)
+    assert cancelled == [True]
+    assert op.status is S.CONFIRMED
+    assert env.ledger.get("acme", receipt.key.operation_id).status is S.CONFIRMED
+
+
+def test_a_sync_write_on_an_event_loop_thread_never_queues() -> None:
+    """A sync driver on an event loop's thread (a sync wrapper on ToolNode's async path)
+    writes alone instead of queueing: a blocked loop could be the one a leader needs."""
+    env = Env()
+    tool = env.tool()
+    group = confirm_group()
+    held = Held(env.ledger)
+    leader = threading.Thread(target=group.write, args=(_claimed(env, tool, "C-1"), held))
+    leader.start()
+    assert held.held.wait(10)
+
+    async def on_the_loop() -> Any:
+        return group.write(_claimed(env, tool, "C-2"), env.ledger_action)
+
+    try:
+        op = asyncio.run(on_the_loop())
+        assert op.status is S.CONFIRMED
+        assert group.waiting == 0
+    finally:
+        held.release.set()
+        leader.join(10)
 
 
 # -- the async driver never blocks the event loop --------------------------------------------
