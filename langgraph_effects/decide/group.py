@@ -32,9 +32,11 @@ Nothing is traded for it:
   is queued or in flight waits for it, and the driver raises the cancellation
   once the decision is recorded (as for a dispatch in flight).
 
-A sync write made on a thread that runs an event loop (a sync wrapper on
-ToolNode's async path) never queues: it commits alone, since a loop blocked in
-a queue could be the one its commit's leader needs.
+Writes group with writes of their own kind: the sync driver's (threads) with
+each other, the async driver's with those of the same event loop. A waiting
+thread then only ever depends on another thread's ledger call, and a waiting
+task on a task of its own loop: never on a loop it could be blocking, nor on a
+worker thread it could be holding.
 """
 
 from __future__ import annotations
@@ -58,6 +60,8 @@ A = TypeVar("A", bound=LedgerAction[Any])
 
 Perform = Callable[[LedgerAction[Any]], Any]
 APerform = Callable[[LedgerAction[Any], list[bool]], Awaitable[Any]]
+Lane = asyncio.AbstractEventLoop | None
+"""Who groups together: None for threads (the sync driver), else one event loop."""
 
 _PENDING: Any = object()
 _LEAD: Any = object()
@@ -66,27 +70,14 @@ _ALONE: Any = object()
 """The group's batch write failed: make your own write."""
 
 
-def _running_loop() -> asyncio.AbstractEventLoop | None:
-    try:
-        return asyncio.get_running_loop()
-    except RuntimeError:
-        return None
-
-
-def _resolve(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
-
-
 class _Waiter:
-    """One queued write and how to wake its caller (a thread or an asyncio task)."""
+    """One queued write and how to wake its caller: a thread, or a task of the lane's loop."""
 
-    __slots__ = ("action", "future", "lock", "loop", "outcome")
+    __slots__ = ("action", "future", "lock", "outcome")
 
-    def __init__(self, action: LedgerAction[Any], loop: asyncio.AbstractEventLoop | None) -> None:
+    def __init__(self, action: LedgerAction[Any], loop: Lane) -> None:
         self.action: Any = action
         self.outcome: Any = _PENDING
-        self.loop = loop
         self.lock: threading.Lock | None = None
         self.future: asyncio.Future[None] | None = None
         if loop is None:
@@ -95,22 +86,13 @@ class _Waiter:
         else:
             self.future = loop.create_future()
 
-    def wake(self, outcome: Any) -> bool:
-        """Hand the caller its outcome (or its turn to lead); False if it is gone."""
+    def wake(self, outcome: Any) -> None:
+        """Hand the caller its outcome, or its turn to lead (from its own lane)."""
         self.outcome = outcome
         if self.lock is not None:
             self.lock.release()
-            return True
-        assert self.loop is not None
-        assert self.future is not None
-        if _running_loop() is self.loop:
-            _resolve(self.future)
-            return True
-        try:
-            self.loop.call_soon_threadsafe(_resolve, self.future)
-        except RuntimeError:  # its event loop is closed: nobody waits any more
-            return False
-        return True
+        elif self.future is not None and not self.future.done():
+            self.future.set_result(None)
 
 
 class GroupCommit(Generic[A]):
@@ -125,42 +107,40 @@ class GroupCommit(Generic[A]):
     def __init__(self, many: Callable[[Sequence[A]], LedgerAction[Any]]) -> None:
         self._many = many
         self._lock = threading.Lock()  # never held across I/O
-        self._busy = False
-        self._queue: list[_Waiter] = []
+        self._lanes: dict[Lane, list[_Waiter]] = {}
+        """The lanes with a commit in flight, and the writes queued behind it."""
 
     @property
     def waiting(self) -> int:
-        """Writes queued behind the commit in flight."""
+        """Writes queued behind the commits in flight."""
         with self._lock:
-            return len(self._queue)
+            return sum(len(queue) for queue in self._lanes.values())
 
     # -- sync -------------------------------------------------------------------
 
     def write(self, action: A, perform: Perform) -> Any:
         """Make ``action`` with ``perform`` (a sync ledger call), grouped with its neighbours."""
         batch: list[_Waiter] = []
-        if not self._enter():
-            if _running_loop() is not None:
-                return perform(action)  # on an event loop's thread: never queue
+        if not self._enter(None):
             me = _Waiter(action, None)
-            if self._join(me):
+            if self._join(None, me):
                 assert me.lock is not None
                 me.lock.acquire()
                 if me.outcome is not _LEAD:
                     return _result(me.outcome, action, perform)
-                batch = self._take(me)
+                batch = self._take(None, me)
         if not batch:
             try:
                 return perform(action)  # nobody queued: commit at once, alone
             finally:
-                self._hand_over()
+                self._hand_over(None)
         outcomes = [_ALONE] * len(batch)
         try:
             outcomes = _aligned(batch, perform(self._many([w.action for w in batch])))
         except Exception:
             pass  # each call makes its own write (below, and in its own thread)
         finally:
-            self._settle(batch, outcomes)
+            self._settle(None, batch, outcomes)
         return _result(outcomes[0], action, perform)
 
     # -- async ------------------------------------------------------------------
@@ -171,21 +151,22 @@ class GroupCommit(Generic[A]):
         A cancellation while queued or committing is noted in ``cancelled`` (the
         driver raises it once the decision is recorded); the write goes on.
         """
+        loop = asyncio.get_running_loop()
         batch: list[_Waiter] = []
-        if not self._enter():
-            me = _Waiter(action, asyncio.get_running_loop())
-            if self._join(me):
+        if not self._enter(loop):
+            me = _Waiter(action, loop)
+            if self._join(loop, me):
                 assert me.future is not None
                 await _finished(me.future, cancelled)
                 if me.outcome is not _LEAD:
                     return await _aresult(me.outcome, action, aperform, cancelled)
-                batch = self._take(me)
+                batch = self._take(loop, me)
         if not batch:
             try:
                 alone = asyncio.ensure_future(aperform(action, cancelled))
                 return await _finished(alone, cancelled)
             finally:
-                self._hand_over()
+                self._hand_over(loop)
         outcomes = [_ALONE] * len(batch)
         try:
             many = aperform(self._many([w.action for w in batch]), cancelled)
@@ -193,50 +174,52 @@ class GroupCommit(Generic[A]):
         except Exception:
             pass
         finally:
-            self._settle(batch, outcomes)
+            self._settle(loop, batch, outcomes)
         return await _aresult(outcomes[0], action, aperform, cancelled)
 
-    # -- the queue ----------------------------------------------------------------
+    # -- the lanes ----------------------------------------------------------------
 
-    def _enter(self) -> bool:
-        """Idle: this write commits now (True); a commit is in flight (False)."""
+    def _enter(self, lane: Lane) -> bool:
+        """Idle lane: this write commits now (True); a commit is in flight (False)."""
         with self._lock:
-            if self._busy:
+            if lane in self._lanes:
                 return False
-            self._busy = True
+            self._lanes[lane] = []
             return True
 
-    def _join(self, me: _Waiter) -> bool:
-        """Queue ``me`` behind the commit in flight (True), or lead one now (False)."""
+    def _join(self, lane: Lane, me: _Waiter) -> bool:
+        """Queue ``me`` behind the commit in flight (True), or commit now (False)."""
         with self._lock:
-            if self._busy:
-                self._queue.append(me)
-                return True
-            self._busy = True
-            return False
+            queue = self._lanes.get(lane)
+            if queue is None:
+                self._lanes[lane] = []
+                return False
+            queue.append(me)
+            return True
 
-    def _take(self, me: _Waiter) -> list[_Waiter]:
+    def _take(self, lane: Lane, me: _Waiter) -> list[_Waiter]:
         """The group ``me`` leads: itself and every write queued by now ([] if alone)."""
         with self._lock:
-            if not self._queue:
+            queue = self._lanes[lane]
+            if not queue:
                 return []
-            batch, self._queue = [me, *self._queue], []
+            batch = [me, *queue]
+            queue.clear()
             return batch
 
-    def _hand_over(self) -> None:
-        """A commit ended: the first queued write leads the next, or the group goes idle."""
-        while True:
-            with self._lock:
-                if not self._queue:
-                    self._busy = False
-                    return
-                nxt = self._queue.pop(0)
-            if nxt.wake(_LEAD):
+    def _hand_over(self, lane: Lane) -> None:
+        """A commit ended: the first queued write leads the next, or the lane goes idle."""
+        with self._lock:
+            queue = self._lanes[lane]
+            if not queue:
+                del self._lanes[lane]
                 return
+            nxt = queue.pop(0)
+        nxt.wake(_LEAD)
 
-    def _settle(self, batch: list[_Waiter], outcomes: list[Any]) -> None:
+    def _settle(self, lane: Lane, batch: list[_Waiter], outcomes: list[Any]) -> None:
         """A group's commit ended: the next may start; each of its followers learns its outcome."""
-        self._hand_over()
+        self._hand_over(lane)
         for waiter, outcome in zip(batch[1:], outcomes[1:], strict=True):
             waiter.wake(outcome)
 
