@@ -135,8 +135,14 @@ class EffectMiddleware(AgentMiddleware[EffectAgentState, Any, Any]):
             raise ValueError(
                 "approvals='batched' needs the agent's effect tools: EffectMiddleware(tools=[...])"
             )
+        # create_agent runs each tool call as its own task: group commit coalesces
+        # the sibling tasks' write-aheads and receipts (``decide.group``).
         self.runner = EffectRunner(
-            ledger, lease_for=lease_for, clock=clock, interrupt_on_unknown=interrupt_on_unknown
+            ledger,
+            lease_for=lease_for,
+            clock=clock,
+            interrupt_on_unknown=interrupt_on_unknown,
+            group_commit=True,
         )
         self.tenant_id = tenant_id
         self.hitl = hitl

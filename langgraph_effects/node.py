@@ -19,13 +19,12 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import dataclasses
-import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Annotated, Any, Literal, cast
+from typing import Annotated, Any, Literal
 
 from langchain_core.messages import AIMessage, AnyMessage, ToolCall, ToolMessage
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
@@ -48,15 +47,13 @@ from langgraph_effects._faces import (
     unanswered_calls,
 )
 from langgraph_effects._owners import current_owner
-from langgraph_effects.core.model import Operation, OperationDraft, Prepared, utcnow
+from langgraph_effects.core.model import OperationDraft, Prepared, utcnow
 from langgraph_effects.decide import (
     APPROVAL_MODES,
     OPERATIONS_KEY,
     ApprovalMode,
-    ConfirmMany,
     EffectCall,
     EffectRunner,
-    ParkedReceipt,
     PrepareMany,
     warn_durability,
 )
@@ -131,75 +128,37 @@ def _tool_calls_of(input: Any, messages_key: str) -> tuple[list[ToolCall], bool]
     return (list(latest.tool_calls) if latest is not None else []), True
 
 
-# --------------------------------------------------------------------------- one task's batch
+# --------------------------------------------------------------------------- one task's calls
 #
 # The parallel effect calls of one AIMessage run in one task (``tools_condition``).
-# The first of them to reach the hook prepares them all with one ``prepare_many``
-# (each sibling takes its record from the task); their receipts are recorded with
-# one ``confirm_many``: each call stops at its receipt and parks it in the task,
-# and the call that completes the batch (the last to park, or to leave without a
-# receipt) commits it and wakes the others, who each resume their decision loop
-# with their own outcome (a stale one goes on to reconcile, as after a single
-# ``confirm``).
+# When the node's input is their state, the node prepares them all with one
+# ``prepare_many`` before ToolNode fans them out (each call takes its record from
+# the task), and derives each call once (digest, ids, its siblings' drafts for an
+# answer naming one of them).
 #
-# Never a deadlock: ToolNode runs the calls on at most ``max_concurrency``
-# threads, so when the parked calls hold all of them the batch commits at once
-# (the rest park in the next one); after a sibling fails, the batch commits and
-# later calls confirm alone; a parked call waits at most ``_PATIENCE`` (or a
-# third of the lease), then withdraws and confirms alone.
-#
-# A crash between a provider's answer and this confirm_many is the window before
-# a single confirm: the record stays dispatching, is taken over, marked unknown
-# and reconciled. While parked, the lease is not renewed: if the wait outlasted
-# it, a takeover makes the receipt stale and the call's loop reconciles with it.
+# Everything else a call writes goes through the runner's group commit
+# (``decide.group``): a receipt (or a claimed write-ahead of a call the task did
+# not prepare, e.g. one task per call under ``route_tool_calls``) that arrives
+# while no commit is in flight commits at once; one arriving during a commit
+# joins the next. No call waits for a sibling, so ToolNode's threads, a
+# ``max_concurrency``, a sibling that raises, interrupts or is cancelled never
+# hold a receipt back.
 
 
 Thread = tuple[str, str]
 """``(workflow_id, tenant_id)`` (``EffectRunner.tenant_for``)."""
 
 
-class _Signal:
-    """A one-shot wake-up for a parked thread: a lock held until ``set`` (no Condition)."""
-
-    __slots__ = ("_lock",)
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._lock.acquire()
-
-    def set(self) -> None:
-        self._lock.release()
-
-    def wait(self, timeout: float = -1) -> bool:
-        if self._lock.acquire(timeout=timeout):
-            self._lock.release()
-            return True
-        return False
-
-
-@dataclass(eq=False, slots=True)
-class _Parked:
-    """A call stopped at its receipt, waiting for the batch's ``confirm_many``."""
-
-    receipt: ParkedReceipt
-    done: _Signal | asyncio.Event
-    outcome: Any = None
-    """Its outcome in the batch (an ``Operation`` or the error), None: confirm alone."""
-
-
 @dataclass(eq=False)
 class _Task:
-    """One run of the node: the tool calls ToolNode fans out, and their batch."""
+    """One run of the node: the tool calls ToolNode fans out, derived and prepared once."""
 
     node: EffectToolNode
     tool_calls: list[ToolCall]
-    asynchronous: bool
-    width: int | None
-    """Threads ToolNode runs the calls on; None: no limit (``asyncio.gather``)."""
     state_input: bool
     """The node's input is the state its calls see: the batch is prepared before the fan-out."""
     lock: threading.Lock = field(default_factory=threading.Lock)
-    """Guards the fields below; never held across I/O."""
+    """Guards ``handoff``; never held across I/O."""
     preparing: threading.Lock = field(default_factory=threading.Lock)
     apreparing: asyncio.Lock = field(default_factory=asyncio.Lock)
     thread: Thread | None = None
@@ -209,13 +168,6 @@ class _Task:
     """The calls derived once per task (digest, ids), by tool-call id."""
     drafts: dict[str, OperationDraft] = field(default_factory=dict)
     handoff: dict[str, Prepared] = field(default_factory=dict)
-    pending: set[str] = field(default_factory=set)
-    """Tool-call ids of the batch's calls that have neither parked nor left yet."""
-    gone: set[str] = field(default_factory=set)
-    """Tool-call ids of the calls that left (possibly before the batch was prepared)."""
-    parked: list[_Parked] = field(default_factory=list)
-    closed: bool = False
-    """A sibling failed: calls still running confirm alone."""
 
     def ready(self, thread: Thread, calls: list[EffectCall], prepared: list[Prepared]) -> None:
         drafts = {c.operation_id: c.draft() for c in calls}
@@ -224,9 +176,6 @@ class _Task:
             self.drafts = drafts
             self.calls = {c.tool_call_id: dataclasses.replace(c, siblings=drafts) for c in calls}
             self.handoff = {p.operation.operation_id: p for p in prepared}
-            by_op = {c.operation_id: c.tool_call_id for c in calls}
-            created = {by_op[p.operation.operation_id] for p in prepared if p.created}
-            self.pending = created - self.gone
             self.thread = thread  # last: a call seeing it finds the rest in place
 
     def take(self, call: EffectCall) -> Prepared | None:
@@ -234,60 +183,10 @@ class _Task:
         with self.lock:
             return self.handoff.pop(call.operation_id, None)
 
-    def park(self, entry: _Parked, tool_call_id: str) -> list[_Parked] | None:
-        """Park a receipt: the batch to commit if this one completes it, else [].
-
-        None: the batch is closed, confirm alone.
-        """
-        with self.lock:
-            self.pending.discard(tool_call_id)
-            if self.closed:
-                return None
-            self.parked.append(entry)
-            return self._due()
-
-    def leave(self, tool_call_id: str, *, failed: bool) -> list[_Parked]:
-        """A call is done (answered or failed): the batch to commit if it was the last."""
-        with self.lock:
-            self.gone.add(tool_call_id)
-            self.pending.discard(tool_call_id)
-            if failed:
-                self.closed = True  # a failing task may never start the calls still queued
-                entries, self.parked = self.parked, []
-                return entries
-            return self._due()
-
-    def _due(self) -> list[_Parked]:
-        full = self.width is not None and len(self.parked) >= self.width
-        if self.parked and (not self.pending or full):
-            entries, self.parked = self.parked, []
-            return entries
-        return []
-
-    def withdraw(self, entry: _Parked) -> bool:
-        """Take back a receipt no batch has taken yet (it then confirms alone)."""
-        with self.lock:
-            if entry in self.parked:
-                self.parked.remove(entry)
-                return True
-            return False
-
-    @staticmethod
-    def settle(entries: list[_Parked], outcomes: Sequence[Any]) -> None:
-        for entry, outcome in zip(entries, outcomes, strict=True):
-            entry.outcome = outcome
-            entry.done.set()
-
 
 _TASK: contextvars.ContextVar[_Task | None] = contextvars.ContextVar(
     "langgraph_effects_task", default=None
 )
-
-
-_DEFAULT_WIDTH = min(32, (os.cpu_count() or 1) + 4)
-"""Threads of ToolNode's executor without ``max_concurrency`` (the stdlib's default)."""
-_WIDEST = 64
-"""The most threads a task is given for its batch (see ``EffectToolNode._task_of``)."""
 
 
 def _runtime() -> Any:
@@ -377,14 +276,17 @@ class EffectToolNode(ToolNode):
         if approvals not in APPROVAL_MODES:
             raise ValueError(f"approvals must be one of {APPROVAL_MODES}, got {approvals!r}")
         self.runner = EffectRunner(
-            ledger, lease_for=lease_for, clock=clock, interrupt_on_unknown=interrupt_on_unknown
+            ledger,
+            lease_for=lease_for,
+            clock=clock,
+            interrupt_on_unknown=interrupt_on_unknown,
+            group_commit=True,
         )
         self.approvals = approvals
         self.ledger = ledger
         self.tenant_id = tenant_id
         self.lease_for = lease_for
         self.messages_key = messages_key
-        self._patience = min(_PATIENCE, lease_for / 3).total_seconds()
         # The user's wrappers run outside the decision (as the first middleware of
         # an agent is the outermost): what they pass to ``execute`` is what runs.
         self._user_wrap = wrap_tool_call
@@ -422,7 +324,7 @@ class EffectToolNode(ToolNode):
 
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         """``ToolNode.invoke``, with this task's calls known to their hooks (see ``_Task``)."""
-        task, config = self._task_of(input, config, asynchronous=False)
+        task = self._task_of(input)
         token = _TASK.set(task)
         try:
             if task is not None and task.state_input:
@@ -438,7 +340,7 @@ class EffectToolNode(ToolNode):
 
     async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         """The async twin of ``invoke``."""
-        task, config = self._task_of(input, config, asynchronous=True)
+        task = self._task_of(input)
         token = _TASK.set(task)
         try:
             if task is not None and task.state_input:
@@ -487,42 +389,14 @@ class EffectToolNode(ToolNode):
 
         return RunnableLambda(approve, afunc=aapprove, name=f"{self.name}_approvals")
 
-    def _task_of(
-        self, input: Any, config: RunnableConfig | None, *, asynchronous: bool
-    ) -> tuple[_Task | None, RunnableConfig | None]:
-        """The task's calls, and the config to run them with.
-
-        A parked receipt holds its thread until the batch commits, so a batch
-        larger than ToolNode's default thread pool would commit in several parts:
-        when ``max_concurrency`` is not set, the task gets a thread per call
-        (``_WIDEST`` at most). A ``max_concurrency`` the caller set is kept.
-        """
+    def _task_of(self, input: Any) -> _Task | None:
+        """The task's calls (None when the node has no effect tool)."""
         if not self._effects:
-            return None, config
+            return None
         tool_calls, state_input = _tool_calls_of(input, self.messages_key)
         if not any(tc["name"] in self.tools_by_name for tc in tool_calls):
             state_input = False  # nothing to prepare: ToolNode answers or refuses as is
-        if asynchronous:
-            return _Task(self, tool_calls, True, None, state_input), config
-        given = (config or {}).get("max_concurrency")
-        width = given if isinstance(given, int) and given > 0 else _DEFAULT_WIDTH
-        if given is None and width < len(tool_calls) and self._batchable(tool_calls) > width:
-            width = min(len(tool_calls), _WIDEST)
-            config = cast(RunnableConfig, {**(config or {}), "max_concurrency": width})
-        return _Task(self, tool_calls, False, width, state_input), config
-
-    def _batchable(self, tool_calls: list[ToolCall]) -> int:
-        """How many of ``tool_calls`` may join a batch (effects asking nobody first)."""
-        specs = [
-            effect_spec(self.tools_by_name[tc["name"]])
-            for tc in tool_calls
-            if tc["name"] in self.tools_by_name
-        ]
-        return sum(
-            1
-            for spec in specs
-            if spec is not None and not spec.require_approval and spec.authorize is None
-        )
+        return _Task(self, tool_calls, state_input)
 
     def _task(self) -> _Task | None:
         task = _TASK.get()
@@ -630,119 +504,27 @@ class EffectToolNode(ToolNode):
         assert task.thread is not None
         return task.thread
 
-    # -- one confirm_many for their receipts ------------------------------------
-
-    def _record(self, task: _Task, receipt: ParkedReceipt, tool_call_id: str) -> Operation:
-        entry = _Parked(receipt, _Signal())
-        batch = task.park(entry, tool_call_id)
-        if batch is None:
-            return self.runner.finish(receipt, None)
-        if batch:
-            self._commit(batch)
-        done = entry.done
-        assert isinstance(done, _Signal)
-        if not done.wait(self._patience) and task.withdraw(entry):
-            return self.runner.finish(receipt, None)
-        done.wait()  # taken by a batch: its commit is under way
-        return self.runner.finish(receipt, entry.outcome)
-
-    async def _arecord(self, task: _Task, receipt: ParkedReceipt, tool_call_id: str) -> Operation:
-        entry = _Parked(receipt, asyncio.Event())
-        batch = task.park(entry, tool_call_id)
-        if batch is None:
-            return await self.runner.afinish(receipt, None)
-        if batch:
-            await self._acommit(batch)
-        done = entry.done
-        assert isinstance(done, asyncio.Event)
-        try:
-            async with asyncio.timeout(self._patience):
-                await done.wait()
-        except TimeoutError:
-            if task.withdraw(entry):
-                return await self.runner.afinish(receipt, None)
-            await done.wait()
-        except asyncio.CancelledError:
-            if task.withdraw(entry):  # record the receipt, then leave
-                await self.runner.afinish(receipt, None)
-            raise
-        return await self.runner.afinish(receipt, entry.outcome)
-
-    def _commit(self, batch: list[_Parked]) -> None:
-        outcomes: list[Any]
-        try:
-            outcomes = self.runner.perform(ConfirmMany([e.receipt.confirmation for e in batch]))
-        except Exception as exc:
-            outcomes = [exc] * len(batch)  # each loop meets it as a failed confirm
-        except BaseException:
-            _Task.settle(batch, [None] * len(batch))
-            raise
-        _Task.settle(batch, outcomes)
-
-    async def _acommit(self, batch: list[_Parked]) -> None:
-        outcomes: list[Any]
-        try:
-            outcomes = await self.runner.aperform(
-                ConfirmMany([e.receipt.confirmation for e in batch])
-            )
-        except Exception as exc:
-            outcomes = [exc] * len(batch)
-        except BaseException:
-            _Task.settle(batch, [None] * len(batch))
-            raise
-        _Task.settle(batch, outcomes)
-
-    def _leave(self, task: _Task, tool_call_id: str, *, failed: bool) -> None:
-        batch = task.leave(tool_call_id, failed=failed)
-        if batch:
-            self._commit(batch)
-
-    async def _aleave(self, task: _Task, tool_call_id: str, *, failed: bool) -> None:
-        batch = task.leave(tool_call_id, failed=failed)
-        if batch:
-            await self._acommit(batch)
-
     # -- the hooks ------------------------------------------------------------------
 
     def _wrap(
         self, request: ToolCallRequest, execute: Callable[[ToolCallRequest], Any]
     ) -> ToolMessage | Command[Any]:
-        task, tool_call_id = self._task(), request.tool_call["id"] or ""
-        try:
-            if self._user_wrap is None:
-                out = self._decide(request, execute, carry=True)
-            else:
-                out = self._user_wrap(
-                    request, lambda r: self._decide(r, execute, carry=False, task=task)
-                )
-        except BaseException:
-            if task is not None:
-                self._leave(task, tool_call_id, failed=True)
-            raise
-        if task is not None:
-            self._leave(task, tool_call_id, failed=False)
-        return out
+        if self._user_wrap is None:
+            return self._decide(request, execute, carry=True)
+        task = self._task()
+        return self._user_wrap(request, lambda r: self._decide(r, execute, carry=False, task=task))
 
     async def _awrap(
         self, request: ToolCallRequest, execute: Callable[[ToolCallRequest], Any]
     ) -> ToolMessage | Command[Any]:
-        task, tool_call_id = self._task(), request.tool_call["id"] or ""
-        try:
-            if self._user_awrap is None:
-                out = await self._adecide(request, execute, carry=True)
-            else:
+        if self._user_awrap is None:
+            return await self._adecide(request, execute, carry=True)
+        task = self._task()
 
-                async def inner(r: ToolCallRequest) -> ToolMessage | Command[Any]:
-                    return await self._adecide(r, execute, carry=False, task=task)
+        async def inner(r: ToolCallRequest) -> ToolMessage | Command[Any]:
+            return await self._adecide(r, execute, carry=False, task=task)
 
-                out = await self._user_awrap(request, inner)
-        except BaseException:
-            if task is not None:
-                await self._aleave(task, tool_call_id, failed=True)
-            raise
-        if task is not None:
-            await self._aleave(task, tool_call_id, failed=False)
-        return out
+        return await self._user_awrap(request, inner)
 
     @staticmethod
     def _config(request: ToolCallRequest) -> RunnableConfig | None:
@@ -807,14 +589,7 @@ class EffectToolNode(ToolNode):
                 thread = self._prepare(task, request.state, task_id_of(request.runtime), config)
             call = self._call(request, thread, task)
             handoff = None if task is None else task.take(call)
-            if task is None or handoff is None or not handoff.created or task.asynchronous:
-                # (a sync hook on the async path runs its siblings one after another)
-                op = self.runner.run(call, run, handoff=handoff)
-            else:
-                out = self.runner.run_until_receipt(call, run, handoff=handoff)
-                if isinstance(out, ParkedReceipt):
-                    out = self._record(task, out, request.tool_call["id"] or "")
-                op = out
+            op = self.runner.run(call, run, handoff=handoff)
         return effect_result(
             request, call, op, messages_key=self.messages_key, produced=run.first_answer(op)
         )
@@ -842,13 +617,7 @@ class EffectToolNode(ToolNode):
                 )
             call = self._call(request, thread, task)
             handoff = None if task is None else task.take(call)
-            if task is None or handoff is None or not handoff.created:
-                op = await self.runner.arun(call, run.acall, handoff=handoff)
-            else:
-                out = await self.runner.arun_until_receipt(call, run.acall, handoff=handoff)
-                if isinstance(out, ParkedReceipt):
-                    out = await self._arecord(task, out, request.tool_call["id"] or "")
-                op = out
+            op = await self.runner.arun(call, run.acall, handoff=handoff)
         return effect_result(
             request, call, op, messages_key=self.messages_key, produced=run.first_answer(op)
         )

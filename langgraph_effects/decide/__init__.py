@@ -8,6 +8,8 @@ The parts, one concern each:
 - ``actions``: what the loop asks for: typed ledger calls, hooks, the
   dispatch, a sleep, a question for a person;
 - ``drive``: ``EffectRunner``, the sync and async drivers a face calls;
+- ``group``: group commit, the write-aheads and receipts of concurrent calls
+  coalesced into one transaction;
 - ``policy``: where a face lets the loop hold it (ask, wait, sleep) or return;
 - ``renew``: lease renewal while a dispatch runs;
 - ``answers``: the log of a person's answers and the checks they pass;
@@ -17,14 +19,15 @@ The parts, one concern each:
 - ``thread``: the thread's tenant binding and the durability warning.
 
 Imports run one way: ``call`` / ``actions`` / ``messages`` / ``answers`` ->
-``loop`` -> ``approvals`` -> ``drive``. The faces (``EffectToolNode``, ``EffectMiddleware``,
-``OutboxRelay``) import from this package only.
+``loop`` -> ``approvals`` / ``group`` -> ``drive``. The faces (``EffectToolNode``,
+``EffectMiddleware``, ``OutboxRelay``) import from this package only.
 """
 
 from langgraph_effects.decide.actions import ConfirmMany, LedgerAction, PrepareMany
 from langgraph_effects.decide.approvals import APPROVAL_MODES, ApprovalMode
 from langgraph_effects.decide.call import EffectCall, Execute, ProviderResult
-from langgraph_effects.decide.drive import AsyncExecute, EffectRunner, ParkedReceipt
+from langgraph_effects.decide.drive import AsyncExecute, EffectRunner
+from langgraph_effects.decide.group import GroupCommit
 from langgraph_effects.decide.messages import recorded_command, tool_message
 from langgraph_effects.decide.policy import Policy
 from langgraph_effects.decide.thread import (
@@ -47,8 +50,8 @@ __all__ = [
     "EffectCall",
     "EffectRunner",
     "Execute",
+    "GroupCommit",
     "LedgerAction",
-    "ParkedReceipt",
     "Policy",
     "PrepareMany",
     "ProviderResult",

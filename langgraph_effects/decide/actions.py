@@ -168,7 +168,7 @@ class Renew(LedgerAction[Operation]):
 
 @dataclass(frozen=True, slots=True)
 class Confirm(LedgerAction[Operation]):
-    """A receipt. A face that batches receipts parks the call at this action (``ParkedReceipt``)."""
+    """A receipt. A driver with group commit records it with its neighbours' (``decide.group``)."""
 
     key: OperationKey
     token: int

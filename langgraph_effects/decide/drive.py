@@ -20,7 +20,6 @@ import inspect
 import threading
 import time
 from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, TypeVar, cast
 
@@ -38,11 +37,13 @@ from langgraph_effects.decide.actions import (
     Dispatched,
     Hook,
     LedgerAction,
+    Prepare,
     Renew,
     Sleep,
 )
 from langgraph_effects.decide.approvals import ask_approvals
 from langgraph_effects.decide.call import EffectCall, Execute
+from langgraph_effects.decide.group import GroupCommit, confirm_group, prepare_group
 from langgraph_effects.decide.loop import Decide, Loop
 from langgraph_effects.decide.policy import Policy
 from langgraph_effects.decide.renew import renew_until_cancelled, renewer
@@ -54,9 +55,9 @@ from langgraph_effects.decide.thread import (
 )
 from langgraph_effects.effects import _CURRENT, _Call
 from langgraph_effects.errors import EffectsError
-from langgraph_effects.ledger.base import DEFAULT_LEASE, AsyncLedger, Confirmation, Ledger
+from langgraph_effects.ledger.base import DEFAULT_LEASE, AsyncLedger, Ledger
 
-__all__ = ["AsyncExecute", "EffectRunner", "ParkedReceipt"]
+__all__ = ["AsyncExecute", "EffectRunner"]
 
 T = TypeVar("T")
 
@@ -67,27 +68,6 @@ _BINDINGS_CACHED = 10_000  # thread -> tenant bindings kept per runner (they nev
 _ASYNC_LEDGER = (
     "this ledger is async: run the graph with ainvoke/astream, or give EffectToolNode a sync ledger"
 )
-
-
-@dataclass(frozen=True, slots=True)
-class ParkedReceipt:
-    """A call stopped at its receipt: the decision loop, suspended, and the confirm it yielded.
-
-    Parking changes no crash window: until its ``confirm_many`` commits, the
-    record is ``dispatching`` under our lease, exactly as between a provider's
-    answer and a single ``confirm``; a crash there is taken over, marked
-    ``unknown`` and reconciled either way.
-    """
-
-    gen: Decide
-    action: Confirm
-    call: EffectCall
-    execute: Any
-    cancelled: list[bool] = field(default_factory=list)
-
-    @property
-    def confirmation(self) -> Confirmation:
-        return self.action.confirmation
 
 
 class EffectRunner:
@@ -108,6 +88,10 @@ class EffectRunner:
             graph gives its own (it may raise to stop the call and return later).
         policy: where the loop may hold its caller (``decide.policy``); given,
             it replaces ``interrupt_on_unknown`` (its ``ask_on_unknown``).
+        group_commit: coalesce the claimed write-aheads and the receipts of
+            concurrent calls (sibling tool calls, sibling tasks) into one
+            ``prepare_many`` / ``confirm_many`` each (``decide.group``); the
+            groups are ``prepares`` and ``confirms``. Off: one commit per write.
     """
 
     def __init__(
@@ -119,6 +103,7 @@ class EffectRunner:
         interrupt_on_unknown: bool = True,
         ask: Callable[[dict[str, Any], Any], Any] | None = None,
         policy: Policy | None = None,
+        group_commit: bool = False,
     ) -> None:
         self.ledger = ledger
         self.ask = ask if ask is not None else _interrupt
@@ -133,6 +118,8 @@ class EffectRunner:
         self._sync = None if self.is_async else cast(Ledger, ledger)
         self._async = cast(AsyncLedger, ledger) if self.is_async else None
         self._bound: dict[str, str] = {}
+        self.prepares: GroupCommit[Prepare] | None = prepare_group() if group_commit else None
+        self.confirms: GroupCommit[Confirm] | None = confirm_group() if group_commit else None
 
     @property
     def lease_for(self) -> timedelta:
@@ -223,11 +210,11 @@ class EffectRunner:
         """
         if self._sync is None:
             raise EffectsError(_ASYNC_LEDGER)
-        self._drive(ask_approvals(self.loop, calls), _no_dispatch, None, park=False)
+        self._drive(ask_approvals(self.loop, calls), _no_dispatch)
 
     async def aask_approvals(self, calls: Sequence[EffectCall]) -> None:
         """The async twin of ``ask_approvals``; the ledger may be sync or async."""
-        await self._adrive(ask_approvals(self.loop, calls), _ano_dispatch, None, [], park=False)
+        await self._adrive(ask_approvals(self.loop, calls), _ano_dispatch, [])
 
     # -- the sync driver ----------------------------------------------------------
 
@@ -243,35 +230,7 @@ class EffectRunner:
         ``execute(args)`` runs the tool (it may raise). ``handoff`` is a record
         this node already prepared for the call (batched ``prepare_many``).
         """
-        done = self._drive(self._start(call, handoff), execute, call, park=False)
-        assert isinstance(done, Operation)
-        return done
-
-    def run_until_receipt(
-        self, call: EffectCall, execute: Execute, *, handoff: Prepared | None = None
-    ) -> Operation | ParkedReceipt:
-        """``run``, but stop at the first receipt and hand it back instead of confirming it.
-
-        The caller records the receipts of several calls with one
-        ``confirm_many`` and passes each outcome to ``finish``.
-        """
-        return self._drive(self._start(call, handoff), execute, call, park=True)
-
-    def finish(self, parked: ParkedReceipt, outcome: Operation | EffectsError | None) -> Operation:
-        """Resume a parked call with its ``confirm_many`` outcome (None: confirm it now)."""
-        sent: Operation | BaseException
-        if outcome is None:
-            try:
-                sent = self.perform(parked.action)
-            except GraphBubbleUp:
-                raise
-            except Exception as exc:
-                sent = exc
-        else:
-            sent = outcome
-        done = self._drive(parked.gen, parked.execute, parked.call, park=False, sent=sent)
-        assert isinstance(done, Operation)
-        return done
+        return self._drive(self._start(call, handoff), execute)
 
     def drive(self, steps: Generator[Action, Any, T], execute: Execute) -> T:
         """Drive a face's own generator of actions synchronously; return its result.
@@ -282,33 +241,20 @@ class EffectRunner:
         """
         if self._sync is None:
             raise EffectsError(_ASYNC_LEDGER)
-        done = self._drive(steps, execute, None, park=False)
-        assert not isinstance(done, ParkedReceipt)
-        return done
+        return self._drive(steps, execute)
 
     async def adrive(self, steps: Generator[Action, Any, T], execute: AsyncExecute) -> T:
         """The async twin of ``drive``; the ledger may be sync or async."""
-        done = await self._adrive(steps, execute, None, [], park=False)
-        assert not isinstance(done, ParkedReceipt)
-        return done
+        return await self._adrive(steps, execute, [])
 
     def _start(self, call: EffectCall, handoff: Prepared | None) -> Decide:
         if self._sync is None:
             raise EffectsError(_ASYNC_LEDGER)
         return self.loop.decide(call, handoff, current_owner())
 
-    def _drive(
-        self,
-        gen: Generator[Action, Any, T],
-        execute: Execute,
-        call: EffectCall | None,
-        *,
-        park: bool,
-        sent: Any = None,
-    ) -> T | ParkedReceipt:
-        sync = self._sync
-        assert sync is not None
-        value, error = _split(sent)
+    def _drive(self, gen: Generator[Action, Any, T], execute: Execute) -> T:
+        value: Any = None
+        error: BaseException | None = None
         while True:
             try:
                 action = gen.throw(error) if error is not None else gen.send(value)
@@ -319,18 +265,35 @@ class EffectRunner:
             if isinstance(action, Ask):
                 value = self.ask(action.request, action.schema)
                 continue
-            if park and isinstance(action, Confirm):
-                assert call is not None
-                return ParkedReceipt(cast(Decide, gen), action, call, execute)
             try:
                 if isinstance(action, LedgerAction):
-                    value = action.on(sync)
+                    value = self._write(action)
                 else:
                     value = self._act(action, execute)
             except GraphBubbleUp:
                 raise
             except Exception as exc:
                 error = exc
+
+    def _write(self, action: LedgerAction[T]) -> T:
+        """One ledger call of a decision; a claimed write-ahead or a receipt goes
+        through its group commit when the face asked for one (``decide.group``)."""
+        group = self._group_of(action)
+        if group is None:
+            return self._perform(action)
+        result: T = group.write(action, self._perform)
+        return result
+
+    def _perform(self, action: LedgerAction[T]) -> T:
+        assert self._sync is not None
+        return action.on(self._sync)
+
+    def _group_of(self, action: LedgerAction[Any]) -> GroupCommit[Any] | None:
+        if isinstance(action, Confirm):
+            return self.confirms
+        if isinstance(action, Prepare) and action.owner is not None:
+            return self.prepares
+        return None
 
     def _act(self, action: Action, execute: Execute) -> Any:
         """Do one action other than a ledger call or a question, synchronously."""
@@ -372,57 +335,17 @@ class EffectRunner:
     ) -> Operation:
         """The async twin of ``run``; the ledger may be sync or async.
 
-        If the task is cancelled mid-dispatch, the dispatch is finished and
-        recorded, then ``CancelledError`` is raised.
+        If the task is cancelled mid-dispatch (or while its receipt is being
+        recorded), the dispatch is finished and recorded, then ``CancelledError``
+        is raised.
         """
-        gen = self.loop.decide(call, handoff, current_owner())
-        done = await self._adrive(gen, execute, call, [], park=False)
-        assert isinstance(done, Operation)
-        return done
-
-    async def arun_until_receipt(
-        self,
-        call: EffectCall,
-        execute: AsyncExecute,
-        *,
-        handoff: Prepared | None = None,
-    ) -> Operation | ParkedReceipt:
-        """The async twin of ``run_until_receipt``."""
-        gen = self.loop.decide(call, handoff, current_owner())
-        return await self._adrive(gen, execute, call, [], park=True)
-
-    async def afinish(
-        self, parked: ParkedReceipt, outcome: Operation | EffectsError | None
-    ) -> Operation:
-        """The async twin of ``finish``."""
-        cancelled = parked.cancelled
-        sent: Operation | BaseException
-        if outcome is None:
-            try:
-                sent = await self._aledger(parked.action, cancelled)
-            except GraphBubbleUp:
-                raise
-            except Exception as exc:
-                sent = exc
-        else:
-            sent = outcome
-        done = await self._adrive(
-            parked.gen, parked.execute, parked.call, cancelled, park=False, sent=sent
-        )
-        assert isinstance(done, Operation)
-        return done
+        return await self._adrive(self.loop.decide(call, handoff, current_owner()), execute, [])
 
     async def _adrive(
-        self,
-        gen: Generator[Action, Any, T],
-        execute: AsyncExecute,
-        call: EffectCall | None,
-        cancelled: list[bool],
-        *,
-        park: bool,
-        sent: Any = None,
-    ) -> T | ParkedReceipt:
-        value, error = _split(sent)
+        self, gen: Generator[Action, Any, T], execute: AsyncExecute, cancelled: list[bool]
+    ) -> T:
+        value: Any = None
+        error: BaseException | None = None
         while True:
             try:
                 action = gen.throw(error) if error is not None else gen.send(value)
@@ -437,18 +360,23 @@ class EffectRunner:
                     raise asyncio.CancelledError
                 value = self.ask(action.request, action.schema)
                 continue
-            if park and isinstance(action, Confirm):
-                assert call is not None
-                return ParkedReceipt(cast(Decide, gen), action, call, execute, cancelled)
             try:
                 if isinstance(action, LedgerAction):
-                    value = await self._aledger(action, cancelled)
+                    value = await self._awrite(action, cancelled)
                 else:
                     value = await self._aact(action, execute, cancelled)
             except GraphBubbleUp:
                 raise
             except Exception as exc:
                 error = exc
+
+    async def _awrite(self, action: LedgerAction[T], cancelled: list[bool]) -> T:
+        """The async twin of ``_write``."""
+        group = self._group_of(action)
+        if group is None:
+            return await self._aledger(action, cancelled)
+        result: T = await group.awrite(action, self._aledger, cancelled)
+        return result
 
     async def _aact(self, action: Action, execute: AsyncExecute, cancelled: list[bool]) -> Any:
         """Do one action other than a ledger call or a question, without blocking the loop."""
@@ -522,11 +450,6 @@ async def _ano_dispatch(args: dict[str, Any]) -> Any:
 def _interrupt(request: dict[str, Any], schema: Any) -> Any:
     """Ask through LangGraph: it checks the answer with ``schema`` before saving it."""
     return interrupt(request, response_schema=schema)
-
-
-def _split(sent: Any) -> tuple[Any, BaseException | None]:
-    """What to resume a decision loop with: a value to send or an error to throw."""
-    return (None, sent) if isinstance(sent, BaseException) else (sent, None)
 
 
 def _run_coroutine_sync(awaitable: Awaitable[Any]) -> Any:

@@ -25,8 +25,8 @@ What a face chooses: its ``Policy`` (``decide.policy``: ask a person about an
 unknown outcome or return it; wait for another worker's live lease or return;
 sleep before a transient resend or release and return); its driver decides how
 an ``Ask`` is put (LangGraph's ``interrupt()``), how a ``Sleep`` waits, and
-whether a ``Confirm`` is made at once or parked for a batch
-(``EffectRunner.run_until_receipt``).
+whether a claimed ``Prepare`` and a ``Confirm`` are committed alone or with
+those of concurrent calls (``decide.group``).
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -22,6 +23,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 
 from langgraph_effects import InMemoryLedger, effect
 from langgraph_effects.core.model import (
+    EventKind,
     Evidence,
     LeaseOwner,
     Operation,
@@ -29,10 +31,11 @@ from langgraph_effects.core.model import (
     OperationStatus,
     ProviderContract,
 )
-from langgraph_effects.decide import EffectCall, EffectRunner, ParkedReceipt
-from langgraph_effects.decide.actions import Confirm, Get, LedgerAction
+from langgraph_effects.decide import EffectCall, EffectRunner, GroupCommit
+from langgraph_effects.decide.actions import Confirm, Get, LedgerAction, Prepare
+from langgraph_effects.decide.group import confirm_group, prepare_group
 from langgraph_effects.effects import EffectContext, EffectTool
-from langgraph_effects.errors import LedgerUnavailable
+from langgraph_effects.errors import LedgerUnavailable, PayloadMismatch
 from langgraph_effects.testing.providers import FakeClock, FakeCRM, Fault
 
 S = OperationStatus
@@ -41,12 +44,39 @@ ELSEWHERE = LeaseOwner(host="another-host", pid=4242, started_at=1.0, nonce="cra
 """A worker on another host: never provably dead from here, its lease must expire."""
 
 
+class FaultyLedger(InMemoryLedger):
+    """Our in-memory ledger with two faults at its boundary: its next ``confirm``
+    raises ``fail`` (the database went away), or is held until ``release`` (a slow
+    commit, so other writes arrive while it is in flight)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.fail: Exception | None = None
+        self.held = threading.Event()
+        self.release: threading.Event | None = None
+        self.batches: list[int] = []
+
+    def confirm(self, *args: Any, **kwargs: Any) -> Operation:
+        if self.fail is not None:
+            fail, self.fail = self.fail, None
+            raise fail
+        if self.release is not None:
+            release, self.release = self.release, None
+            self.held.set()
+            release.wait(10)
+        return super().confirm(*args, **kwargs)
+
+    def confirm_many(self, confirmations: Any) -> list[Any]:
+        self.batches.append(len(confirmations))
+        return super().confirm_many(confirmations)
+
+
 class Env:
     """One ledger, one fake CRM and one clock, shared as a deployment shares them."""
 
     def __init__(self, **runner: Any) -> None:
         self.clock = FakeClock()
-        self.ledger = InMemoryLedger(clock=self.clock.now)
+        self.ledger = FaultyLedger(clock=self.clock.now)
         self.ledger.setup()
         self.crm = FakeCRM(clock=self.clock)
         self.dispatches = 0
@@ -85,6 +115,14 @@ class Env:
         self.ledger.prepare(call.draft(), owner=ELSEWHERE, lease_for=LEASE)
         self.crm.close_case("C-1", "refund", idempotency_key=call.idempotency_key)
         self.clock.advance(LEASE + timedelta(seconds=1))
+
+    async def aledger_action(self, action: LedgerAction[Any], cancelled: list[bool]) -> Any:
+        return await asyncio.to_thread(action.on, self.ledger)
+
+    def status_of(self, receipt: Confirm) -> OperationStatus:
+        op = self.ledger.get(receipt.key.tenant_id, receipt.key.operation_id)
+        assert op is not None
+        return op.status
 
     def status(self, call: EffectCall) -> OperationStatus:
         op = self.ledger.get(call.tenant_id, call.operation_id)
@@ -207,18 +245,15 @@ def test_a_stale_fencing_token_keeps_the_receipt_and_settles_with_it() -> None:
     assert (env.dispatches, env.crm.effects) == (1, 1)
 
 
-def test_a_ledger_error_thrown_into_the_loop_leaves_the_record_for_recovery() -> None:
-    """A receipt the ledger failed to record (thrown back into the loop) surfaces; the
-    record stays dispatching, and a later run reconciles it without a resend."""
+def test_a_ledger_error_at_the_receipt_leaves_the_record_for_recovery() -> None:
+    """A receipt the ledger failed to record surfaces; the record stays dispatching, and
+    a later run reconciles it without a resend."""
     env = Env()
     tool = env.tool(reconcile=closed_by_key(env.crm))
     call = env.call(tool)
-    parked = env.runner.run_until_receipt(call, env.execute(tool))
-    assert isinstance(parked, ParkedReceipt)
-    assert isinstance(parked.action, Confirm)
-    assert parked.confirmation.operation_id == call.operation_id
+    env.ledger.fail = LedgerUnavailable("the database went away")
     with pytest.raises(LedgerUnavailable):
-        env.runner.finish(parked, LedgerUnavailable("the database went away"))
+        env.runner.run(call, env.execute(tool))
     assert env.status(call) is S.DISPATCHING
     env.clock.advance(LEASE + timedelta(seconds=1))
     op = env.runner.run(call, env.execute(tool))
@@ -226,23 +261,53 @@ def test_a_ledger_error_thrown_into_the_loop_leaves_the_record_for_recovery() ->
     assert (env.dispatches, env.crm.effects) == (1, 1)
 
 
-def test_a_refused_confirm_thrown_into_the_loop_is_a_late_receipt() -> None:
-    """``finish`` with a ``confirm_many`` refusal: the loop keeps the receipt as evidence."""
-    env = Env(interrupt_on_unknown=False)
+def test_a_refused_receipt_in_a_group_commit_is_a_late_receipt_of_that_call_only() -> None:
+    """Group commit: two receipts arrive while a third's commit is in flight and share
+    the next one (one ``confirm_many``); the one a takeover made stale is kept as
+    evidence and settles its own operation, the other is confirmed."""
+    env = Env(interrupt_on_unknown=False, group_commit=True)
     tool = env.tool()
-    call = env.call(tool)
-    parked = env.runner.run_until_receipt(call, env.execute(tool))
-    assert isinstance(parked, ParkedReceipt)
-    # A takeover lands before the batch's confirm_many: that receipt is refused.
-    env.clock.advance(LEASE + timedelta(seconds=1))
-    op = env.ledger.get(call.tenant_id, call.operation_id)
-    assert op is not None
-    env.ledger.mark_unknown(op.tenant_id, op.operation_id, token=op.fencing_token, reason="gone")
-    [outcome] = env.ledger.confirm_many([parked.confirmation])
-    assert not isinstance(outcome, Operation)
-    done = env.runner.finish(parked, outcome)
-    assert done.status is S.CONFIRMED
-    assert (env.dispatches, env.crm.effects) == (1, 1)
+    calls = [env.call(tool, case_id) for case_id in ("C-1", "C-2", "C-3")]
+    stale = calls[1]
+    inner = env.execute(tool)
+
+    def taken_over_while_running(args: dict[str, Any]) -> Any:
+        result = inner(args)
+        op = env.ledger.get(stale.tenant_id, stale.operation_id)
+        assert op is not None
+        env.ledger.mark_unknown(op.tenant_id, op.operation_id, token=op.fencing_token, reason="x")
+        return result
+
+    release = threading.Event()
+    env.ledger.release = release
+    done: dict[str, Operation] = {}
+
+    def run(call: EffectCall, execute: Callable[[dict[str, Any]], Any]) -> None:
+        done[call.target or ""] = env.runner.run(call, execute)
+
+    leader = threading.Thread(target=run, args=(calls[0], inner))
+    leader.start()
+    assert env.ledger.held.wait(10)  # C-1's receipt is being committed
+    others = [
+        threading.Thread(target=run, args=(calls[1], taken_over_while_running)),
+        threading.Thread(target=run, args=(calls[2], inner)),
+    ]
+    for thread in others:
+        thread.start()
+    confirms = env.runner.confirms
+    assert confirms is not None
+    while confirms.waiting < 2:
+        time.sleep(0.001)
+    release.set()
+    for thread in [leader, *others]:
+        thread.join(10)
+    assert env.ledger.batches == [2]  # C-1 alone, then C-2 and C-3 together
+    assert {k: op.status for k, op in done.items()} == dict.fromkeys(
+        ("C-1", "C-2", "C-3"), S.CONFIRMED
+    )
+    assert env.ledger.events(stale.tenant_id, stale.operation_id)[-1].kind is EventKind.RESOLVE
+    assert env.ledger.stats().stale_token_refusals == 1
+    assert (env.dispatches, env.crm.effects) == (3, 3)
 
 
 def test_a_transient_refusal_is_resent_under_the_same_lease() -> None:
@@ -265,6 +330,150 @@ def test_ledger_actions_are_typed_calls_on_the_protocol() -> None:
     found = env.runner.perform(action)
     assert found is not None
     assert found.key == call.key
+
+
+# -- group commit (decide.group) ---------------------------------------------------------------
+
+
+class Held:
+    """``perform`` for a group: makes each write on the ledger and notes it; the first is
+    held until ``release`` (a slow commit: the writes arriving meanwhile queue)."""
+
+    def __init__(self, ledger: InMemoryLedger) -> None:
+        self.ledger = ledger
+        self.writes: list[str] = []
+        self.held = threading.Event()
+        self.release = threading.Event()
+
+    def __call__(self, action: LedgerAction[Any]) -> Any:
+        first = not self.writes
+        self.writes.append(type(action).__name__)
+        if first:
+            self.held.set()
+            self.release.wait(10)
+        return action.on(self.ledger)
+
+    async def aperform(self, action: LedgerAction[Any], cancelled: list[bool]) -> Any:
+        return await asyncio.to_thread(self, action)
+
+
+def _wait_for(group: GroupCommit[Any], n: int) -> None:
+    deadline = time.monotonic() + 10
+    while group.waiting < n:
+        assert time.monotonic() < deadline, f"{group.waiting} of {n} writes queued"
+        time.sleep(0.001)
+
+
+def _claimed(env: Env, tool: EffectTool, case_id: str) -> Confirm:
+    """The receipt of a call prepared and claimed under token 1."""
+    call = env.call(tool, case_id)
+    env.ledger.prepare(call.draft(), owner=ELSEWHERE, lease_for=LEASE)
+    return Confirm(call.key, token=1, result={"case": case_id})
+
+
+def test_an_idle_group_commits_a_write_at_once_alone() -> None:
+    """Nothing in flight: the write is made at once, as a single write."""
+    env = Env()
+    tool = env.tool()
+    group = confirm_group()
+    writes: list[str] = []
+
+    def perform(action: LedgerAction[Any]) -> Any:
+        writes.append(type(action).__name__)
+        return action.on(env.ledger)
+
+    op = group.write(_claimed(env, tool, "C-1"), perform)
+    assert op.status is S.CONFIRMED
+    assert writes == ["Confirm"]
+    assert group.waiting == 0
+
+
+def test_a_failed_group_prepare_falls_back_to_each_calls_own_write() -> None:
+    """prepare_many is all or nothing: one PayloadMismatch in a group refuses the batch;
+    each call then prepares alone and meets its own outcome (only one mismatch)."""
+    env = Env()
+    tool = env.tool()
+    taken = env.call(tool, "C-9")
+    env.ledger.prepare(taken.draft())
+    # The same operation id with another payload: PayloadMismatch for that call only.
+    clash = taken.draft().model_copy(update={"payload_digest": "sha256:" + "0" * 64})
+    drafts = [env.call(tool, "C-1").draft(), clash, env.call(tool, "C-2").draft()]
+    group = prepare_group()
+    held = Held(env.ledger)
+    owner = LeaseOwner(host="here", pid=1, started_at=1.0, nonce="n")
+    outcomes: dict[int, Any] = {}
+
+    def write(i: int, draft: Any) -> None:
+        try:
+            outcomes[i] = group.write(Prepare(draft, owner=owner, lease_for=LEASE), held)
+        except Exception as exc:
+            outcomes[i] = exc
+
+    first = threading.Thread(target=write, args=(0, env.call(tool, "C-0").draft()))
+    first.start()
+    assert held.held.wait(10)
+    others = [threading.Thread(target=write, args=(i, d)) for i, d in enumerate(drafts, 1)]
+    for thread in others:
+        thread.start()
+    _wait_for(group, 3)
+    held.release.set()
+    for thread in [first, *others]:
+        thread.join(10)
+    assert held.writes[:2] == ["Prepare", "PrepareMany"]
+    assert sorted(held.writes[2:]) == ["Prepare"] * 3
+    assert isinstance(outcomes[2], PayloadMismatch)
+    assert all(outcomes[i].created for i in (0, 1, 3))
+
+
+def test_a_cancelled_async_write_is_made_and_its_cancellation_noted() -> None:
+    """An asyncio task cancelled while its receipt is queued: the receipt is still
+    committed (with the next group) and the cancellation is noted for the driver to raise."""
+    env = Env()
+    tool = env.tool()
+    group = confirm_group()
+    held = Held(env.ledger)
+    first, receipt = _claimed(env, tool, "C-1"), _claimed(env, tool, "C-2")
+    cancelled: list[bool] = []
+
+    async def main() -> Any:
+        leader = asyncio.ensure_future(group.awrite(first, held.aperform, []))
+        await asyncio.to_thread(held.held.wait, 10)
+        task = asyncio.ensure_future(group.awrite(receipt, held.aperform, cancelled))
+        await asyncio.to_thread(_wait_for, group, 1)
+        task.cancel()
+        await asyncio.sleep(0.01)
+        held.release.set()
+        await leader
+        return await task
+
+    op = asyncio.run(main())
+    assert cancelled == [True]
+    assert op.status is S.CONFIRMED
+    assert env.status_of(receipt) is S.CONFIRMED
+
+
+def test_writes_group_with_their_own_kind_threads_or_one_event_loop() -> None:
+    """A thread's commit in flight does not hold an asyncio task's write (nor the other
+    way round): a waiter only ever depends on a caller of its own kind, never on a loop
+    or a worker thread it could be blocking."""
+    env = Env()
+    tool = env.tool()
+    group = confirm_group()
+    held = Held(env.ledger)
+    leader = threading.Thread(target=group.write, args=(_claimed(env, tool, "C-1"), held))
+    leader.start()
+    assert held.held.wait(10)
+
+    async def on_a_loop() -> Any:
+        return await group.awrite(_claimed(env, tool, "C-2"), env.aledger_action, [])
+
+    try:
+        op = asyncio.run(on_a_loop())
+        assert op.status is S.CONFIRMED
+        assert group.waiting == 0
+    finally:
+        held.release.set()
+        leader.join(10)
 
 
 # -- the async driver never blocks the event loop --------------------------------------------

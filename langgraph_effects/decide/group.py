@@ -1,0 +1,285 @@
+"""Group commit: the ledger writes of concurrent calls, coalesced into one transaction.
+
+The calls of one superstep run at the same time: ToolNode's threads for the
+calls of one task (``tools_condition``), LangGraph's tasks for one call each
+(``route_tool_calls``, ``create_agent``), asyncio tasks under ``ainvoke``.
+Each decision loop yields its own write-ahead ``Prepare`` and its own receipt
+``Confirm``; a ``GroupCommit`` per runner (one runner per ledger and face)
+turns those arriving together into one ``prepare_many`` / ``confirm_many``::
+
+    idle      a write commits at once, alone (it waits for nobody)
+    busy      a write arriving during a commit queues; when the commit ends,
+              the first queued write leads the next commit, with every write
+              queued by then (one transaction for all of them)
+
+So no thread waits longer than the commit in flight plus its own, whatever
+its siblings do (run, raise, interrupt, are cancelled, or wait for a free
+thread under ``max_concurrency``): nobody waits for a sibling's tool, only for
+a commit already under way.
+
+Nothing is traded for it:
+
+- a write's outcome is what its own commit returned: a receipt is final only
+  after the commit that holds it; each item of ``confirm_many`` is fenced by
+  its own token (a stale one is that call's ``StaleFencingToken``, blocking no
+  other);
+- a group whose batch write raises (``prepare_many`` is all or nothing: one
+  ``PayloadMismatch`` refuses all) falls back: each call makes its own write
+  and meets its own outcome;
+- a crash while queued is the window between a provider's answer and a single
+  ``confirm`` (the record stays ``dispatching``: take over, unknown, reconcile);
+- a commit started always finishes: an async caller cancelled while its write
+  is queued or in flight waits for it, and the driver raises the cancellation
+  once the decision is recorded (as for a dispatch in flight).
+
+Writes group with writes of their own kind: the sync driver's (threads) with
+each other, the async driver's with those of the same event loop. A waiting
+thread then only ever depends on another thread's ledger call, and a waiting
+task on a task of its own loop: never on a loop it could be blocking, nor on a
+worker thread it could be holding.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Generic, TypeVar
+
+from langgraph_effects.decide.actions import (
+    Confirm,
+    ConfirmMany,
+    LedgerAction,
+    Prepare,
+    PrepareMany,
+)
+
+__all__ = ["GroupCommit", "confirm_group", "prepare_group"]
+
+A = TypeVar("A", bound=LedgerAction[Any])
+
+Perform = Callable[[LedgerAction[Any]], Any]
+APerform = Callable[[LedgerAction[Any], list[bool]], Awaitable[Any]]
+Lane = asyncio.AbstractEventLoop | None
+"""Who groups together: None for threads (the sync driver), else one event loop."""
+
+_PENDING: Any = object()
+_LEAD: Any = object()
+"""A queued write's turn to lead the next commit."""
+_ALONE: Any = object()
+"""The group's batch write failed: make your own write."""
+
+
+class _Waiter:
+    """One queued write and how to wake its caller: a thread, or a task of the lane's loop."""
+
+    __slots__ = ("action", "future", "lock", "outcome")
+
+    def __init__(self, action: LedgerAction[Any], loop: Lane) -> None:
+        self.action: Any = action
+        self.outcome: Any = _PENDING
+        self.lock: threading.Lock | None = None
+        self.future: asyncio.Future[None] | None = None
+        if loop is None:
+            self.lock = threading.Lock()
+            self.lock.acquire()
+        else:
+            self.future = loop.create_future()
+
+    def wake(self, outcome: Any) -> None:
+        """Hand the caller its outcome, or its turn to lead (from its own lane)."""
+        self.outcome = outcome
+        if self.lock is not None:
+            self.lock.release()
+        elif self.future is not None and not self.future.done():
+            self.future.set_result(None)
+
+
+class GroupCommit(Generic[A]):
+    """Coalesces writes of one kind (``A``) arriving together into one batch write.
+
+    Args:
+        many: the batch write of several actions, answering one result per
+            action, in order (an item may be the exception that action's own
+            write would have raised).
+    """
+
+    def __init__(self, many: Callable[[Sequence[A]], LedgerAction[Any]]) -> None:
+        self._many = many
+        self._lock = threading.Lock()  # never held across I/O
+        self._lanes: dict[Lane, list[_Waiter]] = {}
+        """The lanes with a commit in flight, and the writes queued behind it."""
+
+    @property
+    def waiting(self) -> int:
+        """Writes queued behind the commits in flight."""
+        with self._lock:
+            return sum(len(queue) for queue in self._lanes.values())
+
+    # -- sync -------------------------------------------------------------------
+
+    def write(self, action: A, perform: Perform) -> Any:
+        """Make ``action`` with ``perform`` (a sync ledger call), grouped with its neighbours."""
+        batch: list[_Waiter] = []
+        if not self._enter(None):
+            me = _Waiter(action, None)
+            if self._join(None, me):
+                assert me.lock is not None
+                me.lock.acquire()
+                if me.outcome is not _LEAD:
+                    return _result(me.outcome, action, perform)
+                batch = self._take(None, me)
+        if not batch:
+            try:
+                return perform(action)  # nobody queued: commit at once, alone
+            finally:
+                self._hand_over(None)
+        outcomes = [_ALONE] * len(batch)
+        try:
+            outcomes = _aligned(batch, perform(self._many([w.action for w in batch])))
+        except Exception:
+            pass  # each call makes its own write (below, and in its own thread)
+        finally:
+            self._settle(None, batch, outcomes)
+        return _result(outcomes[0], action, perform)
+
+    # -- async ------------------------------------------------------------------
+
+    async def awrite(self, action: A, aperform: APerform, cancelled: list[bool]) -> Any:
+        """The async twin of ``write``: ``aperform(action, cancelled)`` makes one ledger call.
+
+        A cancellation while queued or committing is noted in ``cancelled`` (the
+        driver raises it once the decision is recorded); the write goes on.
+        """
+        loop = asyncio.get_running_loop()
+        batch: list[_Waiter] = []
+        if not self._enter(loop):
+            me = _Waiter(action, loop)
+            if self._join(loop, me):
+                assert me.future is not None
+                await _finished(me.future, cancelled)
+                if me.outcome is not _LEAD:
+                    return await _aresult(me.outcome, action, aperform, cancelled)
+                batch = self._take(loop, me)
+        if not batch:
+            try:
+                alone = asyncio.ensure_future(aperform(action, cancelled))
+                return await _finished(alone, cancelled)
+            finally:
+                self._hand_over(loop)
+        outcomes = [_ALONE] * len(batch)
+        try:
+            many = aperform(self._many([w.action for w in batch]), cancelled)
+            outcomes = _aligned(batch, await _finished(asyncio.ensure_future(many), cancelled))
+        except Exception:
+            pass
+        finally:
+            self._settle(loop, batch, outcomes)
+        return await _aresult(outcomes[0], action, aperform, cancelled)
+
+    # -- the lanes ----------------------------------------------------------------
+
+    def _enter(self, lane: Lane) -> bool:
+        """Idle lane: this write commits now (True); a commit is in flight (False)."""
+        with self._lock:
+            if lane in self._lanes:
+                return False
+            self._lanes[lane] = []
+            return True
+
+    def _join(self, lane: Lane, me: _Waiter) -> bool:
+        """Queue ``me`` behind the commit in flight (True), or commit now (False)."""
+        with self._lock:
+            queue = self._lanes.get(lane)
+            if queue is None:
+                self._lanes[lane] = []
+                return False
+            queue.append(me)
+            return True
+
+    def _take(self, lane: Lane, me: _Waiter) -> list[_Waiter]:
+        """The group ``me`` leads: itself and every write queued by now ([] if alone)."""
+        with self._lock:
+            queue = self._lanes[lane]
+            if not queue:
+                return []
+            batch = [me, *queue]
+            queue.clear()
+            return batch
+
+    def _hand_over(self, lane: Lane) -> None:
+        """A commit ended: the first queued write leads the next, or the lane goes idle."""
+        with self._lock:
+            queue = self._lanes[lane]
+            if not queue:
+                del self._lanes[lane]
+                return
+            nxt = queue.pop(0)
+        nxt.wake(_LEAD)
+
+    def _settle(self, lane: Lane, batch: list[_Waiter], outcomes: list[Any]) -> None:
+        """A group's commit ended: the next may start; each of its followers learns its outcome."""
+        self._hand_over(lane)
+        for waiter, outcome in zip(batch[1:], outcomes[1:], strict=True):
+            waiter.wake(outcome)
+
+
+def _aligned(batch: list[_Waiter], results: Sequence[Any]) -> list[Any]:
+    out = list(results)
+    if len(out) != len(batch):
+        raise AssertionError(f"a batch of {len(batch)} writes answered {len(out)} results")
+    return out
+
+
+def _result(outcome: Any, action: LedgerAction[Any], perform: Perform) -> Any:
+    if outcome is _ALONE:
+        return perform(action)
+    if isinstance(outcome, BaseException):
+        raise outcome
+    return outcome
+
+
+async def _aresult(
+    outcome: Any, action: LedgerAction[Any], aperform: APerform, cancelled: list[bool]
+) -> Any:
+    if outcome is _ALONE:
+        return await _finished(asyncio.ensure_future(aperform(action, cancelled)), cancelled)
+    if isinstance(outcome, BaseException):
+        raise outcome
+    return outcome
+
+
+async def _finished(flight: asyncio.Future[Any], cancelled: list[bool]) -> Any:
+    """``flight``'s result; a cancellation meanwhile is noted in ``cancelled``, not obeyed."""
+    while True:
+        try:
+            return await asyncio.shield(flight)
+        except asyncio.CancelledError:
+            if flight.cancelled():
+                raise
+            cancelled.append(True)
+
+
+def _prepare_many(actions: Sequence[Prepare]) -> PrepareMany:
+    first = actions[0]
+    return PrepareMany([a.draft for a in actions], owner=first.owner, lease_for=first.lease_for)
+
+
+def _confirm_many(actions: Sequence[Confirm]) -> ConfirmMany:
+    return ConfirmMany([a.confirmation for a in actions])
+
+
+def prepare_group() -> GroupCommit[Prepare]:
+    """Write-aheads claimed at once (``Prepare`` with an owner), as one ``prepare_many``.
+
+    The batch's records are claimed under the first caller's owner: the same
+    process, which is what a takeover judges (the nonce only tells this
+    process's claims apart, and a fused prepare's claim is this call's by its
+    fencing token).
+    """
+    return GroupCommit(_prepare_many)
+
+
+def confirm_group() -> GroupCommit[Confirm]:
+    """Receipts, as one ``confirm_many`` (each fenced by its own token)."""
+    return GroupCommit(_confirm_many)
