@@ -29,7 +29,14 @@ from langgraph.types import Command
 
 from langgraph_effects.core.digest import canonical_json
 from langgraph_effects.core.model import Operation, OperationDraft, OperationStatus
-from langgraph_effects.decide import OPERATIONS_KEY, EffectCall, recorded_command, tool_message
+from langgraph_effects.decide import (
+    OPERATIONS_KEY,
+    EffectCall,
+    Via,
+    recorded_command,
+    tool_message,
+    traced,
+)
 from langgraph_effects.effects import current_call, effect_spec
 from langgraph_effects.errors import EffectsError
 
@@ -123,8 +130,10 @@ def build_call(
     single: bool = True,
     siblings: dict[str, OperationDraft] | None = None,
     preapproved_by: str | None = None,
+    user: str | None = None,
 ) -> EffectCall:
-    """The ``EffectCall`` of a tool call, for a tenant and thread resolved by the face."""
+    """The ``EffectCall`` of a tool call, for a tenant and thread resolved by the face;
+    ``user``: the run's authenticated user (``decide.answers.authenticated_user``)."""
     spec = effect_spec(tool)
     if spec is None:
         raise EffectsError(f"tool {tool.name!r} is not an effect")
@@ -141,6 +150,7 @@ def build_call(
         preapproved_by=preapproved_by,
         occurrence=call_occurrence(state, tool_call, messages_key=messages_key),
         task_id=task_id,
+        user=user,
     )
 
 
@@ -205,6 +215,7 @@ def effect_result(
     *,
     messages_key: str = "messages",
     produced: Any = None,
+    via: Via | None = None,
 ) -> ToolMessage | Command[Any]:
     """The call's answer, plus the operation id when the state tracks them.
 
@@ -212,7 +223,9 @@ def effect_result(
     (``Execution.first_answer``): a ``Command``, or a message an inner layer changed.
     Otherwise the answer is built from the record (on a replay, the recorded
     ``Command`` with its update, goto and graph), so a first run and every replay
-    answer identically.
+    answer identically. With ``via`` (how the answer was obtained), its ToolMessage
+    carries the trace metadata (``decide.messages.traced``: new messages, never the
+    one a tool or ToolNode made, changed).
     """
     tool_call_id = request.tool_call["id"] or ""
     answer: Any
@@ -222,6 +235,8 @@ def effect_result(
         answer = recorded_command(op, tool_call_id=tool_call_id) or tool_message(
             op, tool_name=call.tool_name, tool_call_id=tool_call_id
         )
+    if via is not None:
+        answer = traced(answer, op, via, tool_call_id=tool_call_id)
     state = request.state
     if not (isinstance(state, dict) and OPERATIONS_KEY in state):
         return answer  # type: ignore[no-any-return]

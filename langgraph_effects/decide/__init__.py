@@ -22,10 +22,11 @@ Imports run one way: ``call`` / ``actions`` / ``messages`` / ``answers`` ->
 """
 
 from langgraph_effects.decide.actions import ConfirmMany, LedgerAction, PrepareMany
+from langgraph_effects.decide.answers import ANONYMOUS, authenticated_user
 from langgraph_effects.decide.approvals import APPROVAL_MODES, ApprovalMode
 from langgraph_effects.decide.call import EffectCall, Execute, ProviderResult
 from langgraph_effects.decide.drive import AsyncExecute, EffectRunner, ParkedReceipt
-from langgraph_effects.decide.messages import recorded_command, tool_message
+from langgraph_effects.decide.messages import Trace, Via, recorded_command, tool_message, traced
 from langgraph_effects.decide.policy import Policy
 from langgraph_effects.decide.thread import (
     DEFAULT_TENANT,
@@ -36,6 +37,7 @@ from langgraph_effects.decide.thread import (
 )
 
 __all__ = [
+    "ANONYMOUS",
     "APPROVAL_MODES",
     "DEFAULT_TENANT",
     "NO_THREAD",
@@ -52,7 +54,11 @@ __all__ = [
     "Policy",
     "PrepareMany",
     "ProviderResult",
+    "Trace",
+    "Via",
+    "authenticated_user",
     "recorded_command",
     "tool_message",
+    "traced",
     "warn_durability",
 ]

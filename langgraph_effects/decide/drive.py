@@ -44,6 +44,7 @@ from langgraph_effects.decide.actions import (
 from langgraph_effects.decide.approvals import ask_approvals
 from langgraph_effects.decide.call import EffectCall, Execute
 from langgraph_effects.decide.loop import Decide, Loop
+from langgraph_effects.decide.messages import Trace
 from langgraph_effects.decide.policy import Policy
 from langgraph_effects.decide.renew import renew_until_cancelled, renewer
 from langgraph_effects.decide.thread import (
@@ -108,6 +109,14 @@ class EffectRunner:
             graph gives its own (it may raise to stop the call and return later).
         policy: where the loop may hold its caller (``decide.policy``); given,
             it replaces ``interrupt_on_unknown`` (its ``ask_on_unknown``).
+        anonymous_answers: accept an answer that names nobody (no ``by``, no
+            authenticated user on the run), recorded as actor ``anonymous``.
+            False (default): such an answer is refused (``InvalidAnswer``, nothing
+            saved) and the request can be answered again.
+
+    ``run`` / ``arun`` (and their ``_until_receipt`` forms) fill a ``Trace`` given
+    to them with how the answer was obtained (``decide.messages.Via``), for the
+    ToolMessage's trace metadata; a parked call's ``finish`` goes on filling it.
     """
 
     def __init__(
@@ -119,6 +128,7 @@ class EffectRunner:
         interrupt_on_unknown: bool = True,
         ask: Callable[[dict[str, Any], Any], Any] | None = None,
         policy: Policy | None = None,
+        anonymous_answers: bool = False,
     ) -> None:
         self.ledger = ledger
         self.ask = ask if ask is not None else _interrupt
@@ -126,6 +136,7 @@ class EffectRunner:
             lease_for=lease_for,
             clock=clock,
             policy=policy or Policy(ask_on_unknown=interrupt_on_unknown),
+            anonymous_answers=anonymous_answers,
         )
         self.is_async = inspect.iscoroutinefunction(getattr(ledger, "prepare", None))
         # The two protocols share their method names: whether this ledger's methods
@@ -237,25 +248,32 @@ class EffectRunner:
         execute: Execute,
         *,
         handoff: Prepared | None = None,
+        trace: Trace | None = None,
     ) -> Operation:
         """Decide and record ``call`` synchronously; return the final record.
 
         ``execute(args)`` runs the tool (it may raise). ``handoff`` is a record
         this node already prepared for the call (batched ``prepare_many``).
+        ``trace`` is filled with how the answer was obtained.
         """
-        done = self._drive(self._start(call, handoff), execute, call, park=False)
+        done = self._drive(self._start(call, handoff, trace), execute, call, park=False)
         assert isinstance(done, Operation)
         return done
 
     def run_until_receipt(
-        self, call: EffectCall, execute: Execute, *, handoff: Prepared | None = None
+        self,
+        call: EffectCall,
+        execute: Execute,
+        *,
+        handoff: Prepared | None = None,
+        trace: Trace | None = None,
     ) -> Operation | ParkedReceipt:
         """``run``, but stop at the first receipt and hand it back instead of confirming it.
 
         The caller records the receipts of several calls with one
         ``confirm_many`` and passes each outcome to ``finish``.
         """
-        return self._drive(self._start(call, handoff), execute, call, park=True)
+        return self._drive(self._start(call, handoff, trace), execute, call, park=True)
 
     def finish(self, parked: ParkedReceipt, outcome: Operation | EffectsError | None) -> Operation:
         """Resume a parked call with its ``confirm_many`` outcome (None: confirm it now)."""
@@ -292,10 +310,10 @@ class EffectRunner:
         assert not isinstance(done, ParkedReceipt)
         return done
 
-    def _start(self, call: EffectCall, handoff: Prepared | None) -> Decide:
+    def _start(self, call: EffectCall, handoff: Prepared | None, trace: Trace | None) -> Decide:
         if self._sync is None:
             raise EffectsError(_ASYNC_LEDGER)
-        return self.loop.decide(call, handoff, current_owner())
+        return self.loop.decide(call, handoff, current_owner(), trace)
 
     def _drive(
         self,
@@ -369,13 +387,14 @@ class EffectRunner:
         execute: AsyncExecute,
         *,
         handoff: Prepared | None = None,
+        trace: Trace | None = None,
     ) -> Operation:
         """The async twin of ``run``; the ledger may be sync or async.
 
         If the task is cancelled mid-dispatch, the dispatch is finished and
         recorded, then ``CancelledError`` is raised.
         """
-        gen = self.loop.decide(call, handoff, current_owner())
+        gen = self.loop.decide(call, handoff, current_owner(), trace)
         done = await self._adrive(gen, execute, call, [], park=False)
         assert isinstance(done, Operation)
         return done
@@ -386,9 +405,10 @@ class EffectRunner:
         execute: AsyncExecute,
         *,
         handoff: Prepared | None = None,
+        trace: Trace | None = None,
     ) -> Operation | ParkedReceipt:
         """The async twin of ``run_until_receipt``."""
-        gen = self.loop.decide(call, handoff, current_owner())
+        gen = self.loop.decide(call, handoff, current_owner(), trace)
         return await self._adrive(gen, execute, call, [], park=True)
 
     async def afinish(
