@@ -10,10 +10,12 @@ The parts, one concern each:
 - ``drive``: ``EffectRunner``, the sync and async drivers a face calls;
 - ``policy``: where a face lets the loop hold it (ask, wait, sleep) or return;
 - ``renew``: lease renewal while a dispatch runs;
-- ``answers``: the log of a person's answers and the checks they pass;
+- ``answers``: the log of a person's answers, the checks they pass, and who decided
+  (the server's authenticated user, else ``by``);
 - ``approvals``: the approvals of one AIMessage asked in one interrupt
   (``approvals="batched"``), the decisions recorded before the fan-out;
-- ``messages``: the ToolMessage of a record, and how a tool's output is recorded;
+- ``messages``: the ToolMessage of a record, how a tool's output is recorded, and the
+  trace metadata saying how the answer was obtained (``Via``);
 - ``thread``: the thread's tenant binding and the durability warning.
 
 Imports run one way: ``call`` / ``actions`` / ``messages`` / ``answers`` ->
