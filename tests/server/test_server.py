@@ -386,6 +386,8 @@ def test_a_review_answered_in_the_hitl_shape(server: Server, client: Any) -> Non
         [op] = [o for o in ledger.list(limit=100) if o.target == case]
     assert op.status is OperationStatus.CONFIRMED
     assert op.result == {"shipped": True}
+
+
 def test_an_approval_is_recorded_under_the_servers_authenticated_user(
     server: Server, client: Any
 ) -> None:
