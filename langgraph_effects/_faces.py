@@ -172,11 +172,13 @@ def effect_calls(
     state: Any,
     messages_key: str = "messages",
     task_id: str | None = None,
+    user: str | None = None,
 ) -> list[EffectCall]:
     """The ``EffectCall`` of each effect tool's call among ``tool_calls``, in order.
 
-    ``thread`` is ``(workflow_id, tenant_id)``. A call that cannot be built (unknown
-    tool, unstorable arguments) is left out: its own run reports it.
+    ``thread`` is ``(workflow_id, tenant_id)``; ``user`` the run's authenticated user.
+    A call that cannot be built (unknown tool, unstorable arguments) is left out: its
+    own run reports it.
     """
     workflow_id, tenant_id = thread
     calls = []
@@ -195,6 +197,7 @@ def effect_calls(
                     messages_key=messages_key,
                     task_id=task_id,
                     single=len(tool_calls) <= 1,
+                    user=user,
                 )
             )
         except Exception:

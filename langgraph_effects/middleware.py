@@ -274,6 +274,14 @@ def _arefuse_inner_review(
     return run
 
 
+def _run_config() -> Any:
+    """The running graph's config (None outside a run): its authenticated user decides."""
+    try:
+        return get_config()
+    except RuntimeError:
+        return None
+
+
 class _BatchedEffectMiddleware(EffectMiddleware):
     """``EffectMiddleware(approvals="batched")``: also asks in ``after_model``."""
 
@@ -290,6 +298,7 @@ class _BatchedEffectMiddleware(EffectMiddleware):
             thread=thread,
             state=state,
             task_id=task_id_of(runtime),
+            user=authenticated_user(_run_config()),
         )
         gated = getattr(self.hitl, "interrupt_on", {}) if self.hitl is not None else {}
         # A call HITL already asks about is approved there (``hitl=``): not asked twice.

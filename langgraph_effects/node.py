@@ -484,7 +484,7 @@ class EffectToolNode(ToolNode):
         call's task finds its record approved, rejected or replaced by an edit.
         """
 
-        def gated(state: Any, thread: Thread) -> list[EffectCall]:
+        def gated(state: Any, thread: Thread, config: RunnableConfig) -> list[EffectCall]:
             return effect_calls(
                 self.tools_by_name,
                 unanswered_calls(state, self.messages_key),
@@ -492,17 +492,18 @@ class EffectToolNode(ToolNode):
                 state=state,
                 messages_key=self.messages_key,
                 task_id=task_id_of(_runtime()),
+                user=authenticated_user(config),
             )
 
         def approve(state: Any, config: RunnableConfig) -> None:
             if unanswered_calls(state, self.messages_key):
                 thread = self.runner.tenant_for(config, self.tenant_id)
-                self.runner.ask_approvals(gated(state, thread))
+                self.runner.ask_approvals(gated(state, thread, config))
 
         async def aapprove(state: Any, config: RunnableConfig) -> None:
             if unanswered_calls(state, self.messages_key):
                 thread = await self.runner.atenant_for(config, self.tenant_id)
-                await self.runner.aask_approvals(gated(state, thread))
+                await self.runner.aask_approvals(gated(state, thread, config))
 
         return RunnableLambda(approve, afunc=aapprove, name=f"{self.name}_approvals")
 
