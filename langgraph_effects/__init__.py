@@ -74,7 +74,13 @@ from langgraph_effects.journal import (
     RunState,
     Transition,
 )
-from langgraph_effects.ledger.base import AsyncLedger, Confirmation, Ledger, LedgerStats
+from langgraph_effects.ledger.base import (
+    AsyncLedger,
+    Confirmation,
+    Ledger,
+    LedgerStats,
+    OpenOperations,
+)
 from langgraph_effects.ledger.connect import (
     LazyLedger,
     LedgerLocation,
@@ -140,6 +146,7 @@ __all__ = [
     "LedgerStats",
     "LedgerUnavailable",
     "MiddlewareOrderError",
+    "OpenOperations",
     "Operation",
     "OperationDraft",
     "OperationEvent",

@@ -29,7 +29,14 @@ from langgraph.types import Command
 
 from langgraph_effects.core.digest import canonical_json
 from langgraph_effects.core.model import Operation, OperationDraft, OperationStatus
-from langgraph_effects.decide import OPERATIONS_KEY, EffectCall, recorded_command, tool_message
+from langgraph_effects.decide import (
+    OPERATIONS_KEY,
+    EffectCall,
+    Via,
+    recorded_command,
+    tool_message,
+    traced,
+)
 from langgraph_effects.effects import current_call, effect_spec
 from langgraph_effects.errors import EffectsError
 
@@ -123,8 +130,10 @@ def build_call(
     single: bool = True,
     siblings: dict[str, OperationDraft] | None = None,
     preapproved_by: str | None = None,
+    user: str | None = None,
 ) -> EffectCall:
-    """The ``EffectCall`` of a tool call, for a tenant and thread resolved by the face."""
+    """The ``EffectCall`` of a tool call, for a tenant and thread resolved by the face;
+    ``user``: the run's authenticated user (``decide.answers.authenticated_user``)."""
     spec = effect_spec(tool)
     if spec is None:
         raise EffectsError(f"tool {tool.name!r} is not an effect")
@@ -141,6 +150,7 @@ def build_call(
         preapproved_by=preapproved_by,
         occurrence=call_occurrence(state, tool_call, messages_key=messages_key),
         task_id=task_id,
+        user=user,
     )
 
 
@@ -162,11 +172,13 @@ def effect_calls(
     state: Any,
     messages_key: str = "messages",
     task_id: str | None = None,
+    user: str | None = None,
 ) -> list[EffectCall]:
     """The ``EffectCall`` of each effect tool's call among ``tool_calls``, in order.
 
-    ``thread`` is ``(workflow_id, tenant_id)``. A call that cannot be built (unknown
-    tool, unstorable arguments) is left out: its own run reports it.
+    ``thread`` is ``(workflow_id, tenant_id)``; ``user`` the run's authenticated user.
+    A call that cannot be built (unknown tool, unstorable arguments) is left out: its
+    own run reports it.
     """
     workflow_id, tenant_id = thread
     calls = []
@@ -185,6 +197,7 @@ def effect_calls(
                     messages_key=messages_key,
                     task_id=task_id,
                     single=len(tool_calls) <= 1,
+                    user=user,
                 )
             )
         except Exception:
@@ -205,6 +218,7 @@ def effect_result(
     *,
     messages_key: str = "messages",
     produced: Any = None,
+    via: Via | None = None,
 ) -> ToolMessage | Command[Any]:
     """The call's answer, plus the operation id when the state tracks them.
 
@@ -212,7 +226,9 @@ def effect_result(
     (``Execution.first_answer``): a ``Command``, or a message an inner layer changed.
     Otherwise the answer is built from the record (on a replay, the recorded
     ``Command`` with its update, goto and graph), so a first run and every replay
-    answer identically.
+    answer identically. With ``via`` (how the answer was obtained), its ToolMessage
+    carries the trace metadata (``decide.messages.traced``: new messages, never the
+    one a tool or ToolNode made, changed).
     """
     tool_call_id = request.tool_call["id"] or ""
     answer: Any
@@ -222,6 +238,8 @@ def effect_result(
         answer = recorded_command(op, tool_call_id=tool_call_id) or tool_message(
             op, tool_name=call.tool_name, tool_call_id=tool_call_id
         )
+    if via is not None:
+        answer = traced(answer, op, via, tool_call_id=tool_call_id)
     state = request.state
     if not (isinstance(state, dict) and OPERATIONS_KEY in state):
         return answer  # type: ignore[no-any-return]

@@ -77,6 +77,7 @@ from rich.text import Text
 
 from langgraph_effects.core.model import (
     Decision,
+    EventKind,
     Evidence,
     EvidenceKind,
     Operation,
@@ -531,12 +532,15 @@ def _event_note(event: OperationEvent) -> str:
     """
     detail = event.detail if isinstance(event.detail, dict) else {}
     decision = detail.get("decision")
+    who = [f"{k.split('_')[0]} {detail[k]}" for k in ("claimed_by", "verified_by") if k in detail]
+    said = f" ({', '.join(who)})" if who else ""
     if decision:
         text = str(decision) + (f": {detail['reason']}" if detail.get("reason") else "")
-        who = [
-            f"{k.split('_')[0]} {detail[k]}" for k in ("claimed_by", "verified_by") if k in detail
-        ]
-        return f"[{text}{' (' + ', '.join(who) + ')' if who else ''}]"
+        return f"[{text}{said}]"
+    if who and event.kind in (EventKind.APPROVE, EventKind.REJECT):
+        # A person's answer in a graph: who the server verified, and the name given.
+        named = ", ".join(who)
+        return f"[{detail['reason']}{said}]" if detail.get("reason") else f"[{named}]"
     if event.evidence is not None:
         e = event.evidence
         return f"[{e.kind.value} by {e.source}" + (f": {e.summary}]" if e.summary else "]")

@@ -47,10 +47,13 @@ from langgraph_effects._faces import (
 )
 from langgraph_effects.core.model import utcnow
 from langgraph_effects.decide import (
+    ANONYMOUS,
     APPROVAL_MODES,
     ApprovalMode,
     EffectCall,
     EffectRunner,
+    Trace,
+    authenticated_user,
     warn_durability,
 )
 from langgraph_effects.effects import effect_spec
@@ -94,9 +97,13 @@ class EffectMiddleware(AgentMiddleware[EffectAgentState, Any, Any]):
     Args:
         ledger: a sync ``Ledger`` or an ``AsyncLedger`` (see ``EffectToolNode``).
         tenant_id: default ``config["configurable"]["tenant_id"]``, else ``"default"``.
-        lease_for, clock, interrupt_on_unknown: as for ``EffectToolNode``.
+        lease_for, clock, interrupt_on_unknown, anonymous_answers, trace_metadata: as
+            for ``EffectToolNode``.
         hitl: the agent's ``HumanInTheLoopMiddleware``, if any: its approval of a
-            gated effect counts as the effect's approval (asked once).
+            gated effect counts as the effect's approval (asked once), recorded as
+            decided by the run's authenticated user (LangGraph Server), else as
+            ``anonymous`` when ``anonymous_answers``; with neither, the ledger asks
+            its own approval, which names who decides.
         approvals: ``"per_call"`` (default): each effect call needing an approval
             asks in its own interrupt (answered by interrupt id when several are
             pending). ``"batched"``: the approvals of one AIMessage are asked in
@@ -127,6 +134,8 @@ class EffectMiddleware(AgentMiddleware[EffectAgentState, Any, Any]):
         hitl: Any = None,
         approvals: ApprovalMode = "per_call",
         tools: Sequence[BaseTool] = (),
+        anonymous_answers: bool = False,
+        trace_metadata: bool = True,
     ) -> None:
         super().__init__()
         if approvals not in APPROVAL_MODES:
@@ -143,7 +152,10 @@ class EffectMiddleware(AgentMiddleware[EffectAgentState, Any, Any]):
             clock=clock,
             interrupt_on_unknown=interrupt_on_unknown,
             group_commit=True,
+            anonymous_answers=anonymous_answers,
         )
+        self.anonymous_answers = anonymous_answers
+        self.trace_metadata = trace_metadata
         self.tenant_id = tenant_id
         self.hitl = hitl
         self.approvals = approvals
@@ -168,6 +180,8 @@ class EffectMiddleware(AgentMiddleware[EffectAgentState, Any, Any]):
             self.hitl, "interrupt_on", {}
         )
         workflow_id, tenant_id = thread
+        user = authenticated_user(self._config(request))
+        approver = user or (ANONYMOUS if self.anonymous_answers else None)
         return build_call(
             request.tool,
             request.tool_call,
@@ -175,7 +189,8 @@ class EffectMiddleware(AgentMiddleware[EffectAgentState, Any, Any]):
             workflow_id=workflow_id,
             state=request.state,
             task_id=task_id_of(request.runtime),
-            preapproved_by="human-in-the-loop" if gated else None,
+            preapproved_by=approver if gated else None,
+            user=user,
         )
 
     def wrap_tool_call(
@@ -190,8 +205,10 @@ class EffectMiddleware(AgentMiddleware[EffectAgentState, Any, Any]):
         request = effect_request
         call = self._build(request, self.runner.tenant_for(self._config(request), self.tenant_id))
         run = Execution(request, _refuse_inner_review(handler))
-        op = self.runner.run(call, run)
-        return effect_result(request, call, op, produced=run.first_answer(op))
+        trace = Trace()
+        op = self.runner.run(call, run, trace=trace)
+        via = trace.via if self.trace_metadata else None
+        return effect_result(request, call, op, produced=run.first_answer(op), via=via)
 
     async def awrap_tool_call(
         self,
@@ -206,8 +223,10 @@ class EffectMiddleware(AgentMiddleware[EffectAgentState, Any, Any]):
         thread = await self.runner.atenant_for(self._config(request), self.tenant_id)
         call = self._build(request, thread)
         run = Execution(request, _arefuse_inner_review(handler))
-        op = await self.runner.arun(call, run.acall)
-        return effect_result(request, call, op, produced=run.first_answer(op))
+        trace = Trace()
+        op = await self.runner.arun(call, run.acall, trace=trace)
+        via = trace.via if self.trace_metadata else None
+        return effect_result(request, call, op, produced=run.first_answer(op), via=via)
 
 
 _ORDER = (
@@ -258,6 +277,14 @@ def _arefuse_inner_review(
     return run
 
 
+def _run_config() -> Any:
+    """The running graph's config (None outside a run): its authenticated user decides."""
+    try:
+        return get_config()
+    except RuntimeError:
+        return None
+
+
 class _BatchedEffectMiddleware(EffectMiddleware):
     """``EffectMiddleware(approvals="batched")``: also asks in ``after_model``."""
 
@@ -274,6 +301,7 @@ class _BatchedEffectMiddleware(EffectMiddleware):
             thread=thread,
             state=state,
             task_id=task_id_of(runtime),
+            user=authenticated_user(_run_config()),
         )
         gated = getattr(self.hitl, "interrupt_on", {}) if self.hitl is not None else {}
         # A call HITL already asks about is approved there (``hitl=``): not asked twice.

@@ -55,6 +55,8 @@ from langgraph_effects.decide import (
     EffectCall,
     EffectRunner,
     PrepareMany,
+    Trace,
+    authenticated_user,
     warn_durability,
 )
 from langgraph_effects.effects import effect_spec
@@ -249,6 +251,16 @@ class EffectToolNode(ToolNode):
             Agent Chat UI), before any call dispatches. It applies where this node
             gets the state (``tools_condition``); with ``route_tool_calls`` put
             ``approval_node()`` between the model and the router.
+        anonymous_answers: accept an approval or review answer that names nobody
+            (no ``by`` and no authenticated user on the run: LangGraph Server's
+            ``langgraph_auth_user``), recorded as actor ``anonymous``. False
+            (default): refused, nothing saved, the interrupt can be answered again.
+        trace_metadata: every effect ToolMessage carries
+            ``response_metadata["langgraph_effects"]``: its operation id, status and
+            how the answer was obtained (``dispatched``, ``replayed``, ``reconciled``,
+            ``reviewed``, ``refused``), for traces (LangSmith); the content the model
+            reads is unchanged. False: messages exactly as ``ToolNode`` makes them
+            (code that compares ToolMessages with ``==``).
         name, tags, handle_tool_errors, messages_key: as for ``ToolNode``; plain tools
             behave exactly as there.
         wrap_tool_call, awrap_tool_call: as for ``ToolNode``; for an effect tool they run
@@ -266,6 +278,8 @@ class EffectToolNode(ToolNode):
         clock: Callable[[], datetime] = utcnow,
         interrupt_on_unknown: bool = True,
         approvals: ApprovalMode = "per_call",
+        anonymous_answers: bool = False,
+        trace_metadata: bool = True,
         name: str = "tools",
         tags: list[str] | None = None,
         handle_tool_errors: Any = _TOOLNODE_DEFAULT,
@@ -281,8 +295,10 @@ class EffectToolNode(ToolNode):
             clock=clock,
             interrupt_on_unknown=interrupt_on_unknown,
             group_commit=True,
+            anonymous_answers=anonymous_answers,
         )
         self.approvals = approvals
+        self.trace_metadata = trace_metadata
         self.ledger = ledger
         self.tenant_id = tenant_id
         self.lease_for = lease_for
@@ -367,7 +383,7 @@ class EffectToolNode(ToolNode):
         call's task finds its record approved, rejected or replaced by an edit.
         """
 
-        def gated(state: Any, thread: Thread) -> list[EffectCall]:
+        def gated(state: Any, thread: Thread, config: RunnableConfig) -> list[EffectCall]:
             return effect_calls(
                 self.tools_by_name,
                 unanswered_calls(state, self.messages_key),
@@ -375,17 +391,18 @@ class EffectToolNode(ToolNode):
                 state=state,
                 messages_key=self.messages_key,
                 task_id=task_id_of(_runtime()),
+                user=authenticated_user(config),
             )
 
         def approve(state: Any, config: RunnableConfig) -> None:
             if unanswered_calls(state, self.messages_key):
                 thread = self.runner.tenant_for(config, self.tenant_id)
-                self.runner.ask_approvals(gated(state, thread))
+                self.runner.ask_approvals(gated(state, thread, config))
 
         async def aapprove(state: Any, config: RunnableConfig) -> None:
             if unanswered_calls(state, self.messages_key):
                 thread = await self.runner.atenant_for(config, self.tenant_id)
-                await self.runner.aask_approvals(gated(state, thread))
+                await self.runner.aask_approvals(gated(state, thread, config))
 
         return RunnableLambda(approve, afunc=aapprove, name=f"{self.name}_approvals")
 
@@ -405,7 +422,7 @@ class EffectToolNode(ToolNode):
     # -- one prepare_many for the parallel effect calls of a task -------------------
 
     def _task_calls(
-        self, task: _Task, state: Any, task_id: str | None, thread: Thread
+        self, task: _Task, state: Any, task_id: str | None, thread: Thread, user: str | None
     ) -> list[EffectCall]:
         effect_tool_calls = [
             (self.tools_by_name[tc["name"]], tc)
@@ -427,6 +444,7 @@ class EffectToolNode(ToolNode):
                         messages_key=self.messages_key,
                         task_id=task_id,
                         single=single,
+                        user=user,
                     )
                 )
             except Exception:
@@ -458,7 +476,7 @@ class EffectToolNode(ToolNode):
             if task.thread is None:
                 with _before_the_calls():
                     thread = self.runner.tenant_for(config, self.tenant_id)
-                calls = self._task_calls(task, state, task_id, thread)
+                calls = self._task_calls(task, state, task_id, thread, authenticated_user(config))
                 batch = self._batch(calls) if not self.runner.is_async else []
                 prepared: list[Prepared] = []
                 if batch:
@@ -486,7 +504,7 @@ class EffectToolNode(ToolNode):
             if task.thread is None:
                 with _before_the_calls():
                     thread = await self.runner.atenant_for(config, self.tenant_id)
-                calls = self._task_calls(task, state, task_id, thread)
+                calls = self._task_calls(task, state, task_id, thread, authenticated_user(config))
                 batch = self._batch(calls)
                 prepared: list[Prepared] = []
                 if batch:
@@ -556,6 +574,7 @@ class EffectToolNode(ToolNode):
             task_id=task_id_of(request.runtime),
             single=task is None or task.effect_calls <= 1,
             siblings=None if task is None else task.drafts,
+            user=authenticated_user(request.runtime.config if request.runtime else None),
         )
 
     @contextmanager
@@ -589,9 +608,15 @@ class EffectToolNode(ToolNode):
                 thread = self._prepare(task, request.state, task_id_of(request.runtime), config)
             call = self._call(request, thread, task)
             handoff = None if task is None else task.take(call)
-            op = self.runner.run(call, run, handoff=handoff)
+            trace = Trace()
+            op = self.runner.run(call, run, handoff=handoff, trace=trace)
         return effect_result(
-            request, call, op, messages_key=self.messages_key, produced=run.first_answer(op)
+            request,
+            call,
+            op,
+            messages_key=self.messages_key,
+            produced=run.first_answer(op),
+            via=trace.via if self.trace_metadata else None,
         )
 
     async def _adecide(
@@ -617,7 +642,13 @@ class EffectToolNode(ToolNode):
                 )
             call = self._call(request, thread, task)
             handoff = None if task is None else task.take(call)
-            op = await self.runner.arun(call, run.acall, handoff=handoff)
+            trace = Trace()
+            op = await self.runner.arun(call, run.acall, handoff=handoff, trace=trace)
         return effect_result(
-            request, call, op, messages_key=self.messages_key, produced=run.first_answer(op)
+            request,
+            call,
+            op,
+            messages_key=self.messages_key,
+            produced=run.first_answer(op),
+            via=trace.via if self.trace_metadata else None,
         )

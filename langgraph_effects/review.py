@@ -22,6 +22,13 @@ Answers name the operation they decide::
     {"decisions": [{"type": "approve" | "reject" | "edit", ...}]}   # HITL shape
     [{"type": "accept" | "edit" | "response" | "ignore", "args": ...}]  # the older HITL UI
 
+Who decided: the server's authenticated user when there is one (LangGraph
+Server puts it in ``config["configurable"]["langgraph_auth_user"]``), else the
+answer's ``by``; an answer with neither is refused unless the node accepts
+anonymous answers (``decide.answers.identify``). Every request also lists the
+other unresolved operations on its tenant, action and target
+(``open_operations``: the first ``OPEN_SHOWN``; ``open_operations_total``).
+
 LangGraph matches resume values by position within a task, so position is
 never identity: ``parse_answer`` keeps the named operation and the runner
 applies an answer only to that operation. Every request also carries a
@@ -47,9 +54,11 @@ from langgraph_effects.errors import InvalidAnswer
 __all__ = [
     "APPROVALS_KIND",
     "APPROVAL_KIND",
+    "OPEN_SHOWN",
     "REVIEW_KIND",
     "Answer",
     "InvalidAnswer",
+    "OpenOnTarget",
     "approval_request",
     "approvals_request",
     "hitl_answer",
@@ -73,11 +82,17 @@ class Answer:
 
     operation_id: str | None
     decision: Decision
-    by: str
+    by: str | None
+    """Who decided: the name the answer gave (None: it gave none), until
+    ``decide.answers.identify`` sets the actor the ledger records."""
     reason: str = ""
     result: Any = None
     edited_args: dict[str, Any] | None = None
     """An ``edit``: the reviewer's arguments, a new call and so a new operation."""
+    claimed_by: str | None = None
+    """The name the answer gave, when the recorded actor is another (the server's user)."""
+    verified_by: str | None = None
+    """The identity the server verified (``langgraph-auth:NAME``), if any."""
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -92,6 +107,50 @@ def _evidence_json(evidence: Evidence) -> dict[str, Any]:
         "provider_result_id": evidence.provider_result_id,
         "observed_at": evidence.observed_at.isoformat(),
     }
+
+
+OPEN_SHOWN = 10
+"""How many other unresolved operations on the same target a request lists."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OpenOnTarget:
+    """The other unresolved operations on a request's action and target (not its own)."""
+
+    operations: Sequence[Operation] = ()
+    """The first ``OPEN_SHOWN``, the oldest status first."""
+    total: int = 0
+    """How many there are in all."""
+
+
+def _open_json(others: OpenOnTarget) -> list[dict[str, Any]]:
+    return [
+        {
+            "operation_id": o.operation_id,
+            "status": o.status.value,
+            "workflow_id": o.workflow_id,
+            "since": o.status_changed_at.isoformat(),
+            "summary": (
+                f"{o.action} {o.target} is still {o.status.value} since "
+                f"{o.status_changed_at:%Y-%m-%d %H:%M} UTC (operation {o.operation_id}, "
+                f"thread {o.workflow_id})"
+            ),
+        }
+        for o in others.operations
+    ]
+
+
+def _open_note(others: OpenOnTarget) -> str:
+    """One line for a UI's description: what else is unresolved on this target."""
+    if not others.total:
+        return ""
+    shown = "; ".join(item["summary"] for item in _open_json(others)[:3])
+    more = others.total - min(3, len(others.operations))
+    return (
+        f" WARNING: {others.total} other unresolved operation(s) on this target: {shown}"
+        + (f"; and {more} more" if more > 0 else "")
+        + "."
+    )
 
 
 def retry_risk(op: Operation, contract: ProviderContract | None, now: datetime) -> dict[str, Any]:
@@ -135,8 +194,12 @@ def review_request(
     contract: ProviderContract | None,
     now: datetime,
     allow_retry: bool = True,
+    open_on_target: OpenOnTarget | None = None,
 ) -> dict[str, Any]:
     """The interrupt value asking a person to resolve an ``unknown`` operation.
+
+    ``open_on_target``: the other unresolved operations of the same tenant,
+    action and target (``open_operations``, ``open_operations_total``).
 
     Also in the HITL shape (``action_requests`` / ``review_configs``), so a UI built
     for LangChain's ``HumanInTheLoopMiddleware`` shows and answers it: the action is
@@ -145,6 +208,7 @@ def review_request(
     ``edit`` (outcome ``"confirmed"``) = confirm, ``reject`` = reject, ``approve`` =
     retry, offered only when a retry cannot apply the effect twice.
     """
+    others = open_on_target or OpenOnTarget()
     allowed = [d.value for d in _REVIEW_DECISIONS if allow_retry or d is not Decision.RETRY]
     risk = retry_risk(op, contract, now)
     safe_retry = allow_retry and not risk["duplicate_possible"]
@@ -167,6 +231,8 @@ def review_request(
         "last_dispatched_at": _iso(op.last_dispatched_at),
         "evidence": [_evidence_json(e) for e in evidence],
         "retry_risk": risk,
+        "open_operations": _open_json(others),
+        "open_operations_total": others.total,
         "allowed_decisions": allowed,
         "answer_with": {
             "operation_id": op.operation_id,
@@ -211,12 +277,22 @@ def _review_description(
     )
 
 
-def approval_request(op: Operation, *, tool_name: str, args: Mapping[str, Any]) -> dict[str, Any]:
+def approval_request(
+    op: Operation,
+    *,
+    tool_name: str,
+    args: Mapping[str, Any],
+    open_on_target: OpenOnTarget | None = None,
+) -> dict[str, Any]:
     """The interrupt value asking a person to approve a first dispatch.
 
     Carries ``action_requests`` / ``review_configs`` like LangChain's
     ``HumanInTheLoopMiddleware``, so its UIs can show and answer it.
+    ``open_on_target``: the other unresolved operations of the same tenant,
+    action and target (``open_operations``, ``open_operations_total``; the
+    description a HITL UI shows warns of them too).
     """
+    others = open_on_target or OpenOnTarget()
     return {
         "kind": APPROVAL_KIND,
         "operation_id": op.operation_id,
@@ -230,19 +306,26 @@ def approval_request(op: Operation, *, tool_name: str, args: Mapping[str, Any]) 
         "attempts": op.attempts,
         "args": dict(args),
         "payload_digest": op.payload_digest,
+        "open_operations": _open_json(others),
+        "open_operations_total": others.total,
         "allowed_decisions": [d.value for d in _APPROVAL_DECISIONS] + ["edit"],
-        "action_requests": [_action_request(op, tool_name, args)],
+        "action_requests": [_action_request(op, tool_name, args, others)],
         "review_configs": [
             {"action_name": tool_name, "allowed_decisions": list(_HITL_APPROVAL_DECISIONS)}
         ],
     }
 
 
-def _action_request(op: Operation, tool_name: str, args: Mapping[str, Any]) -> dict[str, Any]:
+def _action_request(
+    op: Operation,
+    tool_name: str,
+    args: Mapping[str, Any],
+    others: OpenOnTarget | None = None,
+) -> dict[str, Any]:
     description = (
         f"Approve {op.action} on {op.target!r} (operation {op.operation_id}, "
         f"payload digest {op.payload_digest[:12]}…)?"
-    )
+    ) + _open_note(others or OpenOnTarget())
     return {"name": tool_name, "args": dict(args), "description": description}
 
 
@@ -331,6 +414,15 @@ def _from_old_hitl(decision: Mapping[str, Any]) -> Mapping[str, Any]:
             }
 
 
+def _author(value: Any, op_id: str | None) -> str | None:
+    """The answer's ``by``: None when absent, else a non-empty string."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidAnswer("'by' must name who decided (a non-empty string)", operation_id=op_id)
+    return value
+
+
 def parse_answer(
     value: Any,
     *,
@@ -350,7 +442,8 @@ def parse_answer(
 
     Raises:
         InvalidAnswer: not a dict, an unknown decision, a decision not allowed
-            for this kind of request, or no ``by`` on a native answer.
+            for this kind of request, or a ``by`` that is not a non-empty string
+            (who decided is settled by ``decide.answers.identify``).
     """
     decisions = hitl_decisions(value)
     if decisions is not None:
@@ -362,7 +455,7 @@ def parse_answer(
         op_id = top.get("operation_id")
         if op_id is not None and not isinstance(op_id, str):
             raise InvalidAnswer("operation_id must be a string")
-        by = str(decisions[0].get("by") or top.get("by") or "human-in-the-loop")
+        by = _author(decisions[0].get("by") or top.get("by"), op_id)
         return hitl_answer(
             decisions[0], tool_name=tool_name, kind=kind, offered=offered, by=by, op_id=op_id
         )
@@ -392,9 +485,7 @@ def parse_answer(
             f"allowed: {', '.join(d.value for d in allowed)}",
             operation_id=op_id,
         )
-    author = value.get("by")
-    if not isinstance(author, str) or not author.strip():
-        raise InvalidAnswer("an answer needs 'by': who decided", operation_id=op_id)
+    author = _author(value.get("by"), op_id)
     why = value.get("reason") or ""
     if not isinstance(why, str):
         raise InvalidAnswer("'reason' must be a string", operation_id=op_id)
@@ -409,7 +500,7 @@ def hitl_answer(
     tool_name: str,
     kind: RequestKind | None,
     offered: Sequence[str] | None,
-    by: str,
+    by: str | None,
     op_id: str | None,
 ) -> Answer:
     """One HITL decision as an ``Answer`` (see ``parse_answer`` for the mapping)."""

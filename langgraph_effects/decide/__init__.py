@@ -12,10 +12,12 @@ The parts, one concern each:
   coalesced into one transaction;
 - ``policy``: where a face lets the loop hold it (ask, wait, sleep) or return;
 - ``renew``: lease renewal while a dispatch runs;
-- ``answers``: the log of a person's answers and the checks they pass;
+- ``answers``: the log of a person's answers, the checks they pass, and who decided
+  (the server's authenticated user, else ``by``);
 - ``approvals``: the approvals of one AIMessage asked in one interrupt
   (``approvals="batched"``), the decisions recorded before the fan-out;
-- ``messages``: the ToolMessage of a record, and how a tool's output is recorded;
+- ``messages``: the ToolMessage of a record, how a tool's output is recorded, and the
+  trace metadata saying how the answer was obtained (``Via``);
 - ``thread``: the thread's tenant binding and the durability warning.
 
 Imports run one way: ``call`` / ``actions`` / ``messages`` / ``answers`` ->
@@ -24,11 +26,12 @@ Imports run one way: ``call`` / ``actions`` / ``messages`` / ``answers`` ->
 """
 
 from langgraph_effects.decide.actions import ConfirmMany, LedgerAction, PrepareMany
+from langgraph_effects.decide.answers import ANONYMOUS, authenticated_user
 from langgraph_effects.decide.approvals import APPROVAL_MODES, ApprovalMode
 from langgraph_effects.decide.call import EffectCall, Execute, ProviderResult
 from langgraph_effects.decide.drive import AsyncExecute, EffectRunner
 from langgraph_effects.decide.group import GroupCommit
-from langgraph_effects.decide.messages import recorded_command, tool_message
+from langgraph_effects.decide.messages import Trace, Via, recorded_command, tool_message, traced
 from langgraph_effects.decide.policy import Policy
 from langgraph_effects.decide.thread import (
     DEFAULT_TENANT,
@@ -39,6 +42,7 @@ from langgraph_effects.decide.thread import (
 )
 
 __all__ = [
+    "ANONYMOUS",
     "APPROVAL_MODES",
     "DEFAULT_TENANT",
     "NO_THREAD",
@@ -55,7 +59,11 @@ __all__ = [
     "Policy",
     "PrepareMany",
     "ProviderResult",
+    "Trace",
+    "Via",
+    "authenticated_user",
     "recorded_command",
     "tool_message",
+    "traced",
     "warn_durability",
 ]

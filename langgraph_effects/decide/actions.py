@@ -36,7 +36,13 @@ from langgraph_effects.core.model import (
 )
 from langgraph_effects.effects import EffectContext, _Call
 from langgraph_effects.errors import EffectsError
-from langgraph_effects.ledger.base import DEFAULT_LEASE, AsyncLedger, Confirmation, Ledger
+from langgraph_effects.ledger.base import (
+    DEFAULT_LEASE,
+    AsyncLedger,
+    Confirmation,
+    Ledger,
+    OpenOperations,
+)
 
 __all__ = [
     "Action",
@@ -52,6 +58,7 @@ __all__ = [
     "Get",
     "Hook",
     "LedgerAction",
+    "ListOpen",
     "MarkUnknown",
     "Prepare",
     "PrepareMany",
@@ -124,6 +131,8 @@ class Approve(LedgerAction[Operation]):
     by: str
     reason: str = ""
     answer: str | None = None
+    claimed_by: str | None = None
+    verified_by: str | None = None
 
     def _on(self, ledger: Ledger | AsyncLedger) -> Operation | Awaitable[Operation]:
         k = self.key
@@ -134,6 +143,8 @@ class Approve(LedgerAction[Operation]):
             by=self.by,
             reason=self.reason,
             answer=self.answer,
+            claimed_by=self.claimed_by,
+            verified_by=self.verified_by,
         )
 
 
@@ -218,6 +229,8 @@ class Reject(LedgerAction[Operation]):
     evidence: Evidence | None = None
     actor: str | None = None
     answer: str | None = None
+    claimed_by: str | None = None
+    verified_by: str | None = None
 
     def _on(self, ledger: Ledger | AsyncLedger) -> Operation | Awaitable[Operation]:
         k = self.key
@@ -229,6 +242,8 @@ class Reject(LedgerAction[Operation]):
             evidence=self.evidence,
             actor=self.actor,
             answer=self.answer,
+            claimed_by=self.claimed_by,
+            verified_by=self.verified_by,
         )
 
 
@@ -299,6 +314,21 @@ class Events(LedgerAction[list[OperationEvent]]):
         self, ledger: Ledger | AsyncLedger
     ) -> list[OperationEvent] | Awaitable[list[OperationEvent]]:
         return ledger.events(self.key.tenant_id, self.key.operation_id)
+
+
+@dataclass(frozen=True, slots=True)
+class ListOpen(LedgerAction[OpenOperations]):
+    """The unresolved operations of one tenant on one action and target."""
+
+    tenant_id: str
+    action: str
+    target: str
+    limit: int
+
+    def _on(self, ledger: Ledger | AsyncLedger) -> OpenOperations | Awaitable[OpenOperations]:
+        return ledger.open_operations(
+            self.tenant_id, action=self.action, target=self.target, limit=self.limit
+        )
 
 
 @dataclass(frozen=True, slots=True)

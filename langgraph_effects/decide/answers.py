@@ -6,10 +6,18 @@ value's digest), so the loop recognises a value handed back and never applies
 it twice (``Answers``). ``answer_schema`` is the interrupt's
 ``response_schema``: an answer that would fail when applied fails before
 LangGraph saves it, and the interrupt can be answered again.
+
+Who decided (``identify``): the server's authenticated user when there is one
+(``authenticated_user``: LangGraph Server's ``langgraph_auth_user``), else the
+answer's ``by``; with neither the answer is refused, unless the face accepts
+anonymous answers (recorded as ``anonymous``). When the answer's ``by`` names
+someone else than the authenticated user, the user is recorded and the name
+given is kept beside it (``claimed_by``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -24,16 +32,83 @@ from langgraph_effects.errors import EffectsError
 from langgraph_effects.review import Answer, InvalidAnswer, RequestKind, parse_answer
 
 __all__ = [
+    "ANONYMOUS",
+    "AUTH_USER_KEY",
     "Answers",
     "answer_digest",
     "answer_mark",
     "answer_schema",
+    "authenticated_user",
     "check_applicable",
     "check_decision",
+    "identify",
     "outdated",
+    "verified_as",
 ]
 
 S = OperationStatus
+ANONYMOUS = "anonymous"
+"""The actor of an answer that named nobody, where the face accepts anonymous answers."""
+AUTH_USER_KEY = "langgraph_auth_user"
+"""Where LangGraph Server puts the authenticated user in ``config["configurable"]``."""
+_VERIFIED_BY = "langgraph-auth:"
+
+
+def authenticated_user(config: Mapping[str, Any] | None) -> str | None:
+    """The identity of the run's authenticated user (LangGraph Server), or None.
+
+    The server puts its user object in ``config["configurable"]["langgraph_auth_user"]``
+    (a ``BaseUser`` with ``identity`` and ``is_authenticated``; a dict of them once
+    serialized). An unauthenticated user, or one without an identity, is nobody.
+    """
+    configurable = (config or {}).get("configurable") or {}
+    user = configurable.get(AUTH_USER_KEY) if isinstance(configurable, Mapping) else None
+    if user is None:
+        return None
+    try:
+        if isinstance(user, Mapping):
+            identity, authenticated = user.get("identity"), user.get("is_authenticated", True)
+        else:
+            identity = getattr(user, "identity", None)
+            authenticated = getattr(user, "is_authenticated", True)
+    except Exception:  # a user object whose properties are not implemented
+        return None
+    if authenticated is False or not isinstance(identity, str) or not identity.strip():
+        return None
+    return identity
+
+
+def verified_as(user: str) -> str:
+    """How the event log names an identity the server verified (``verified_by``)."""
+    return f"{_VERIFIED_BY}{user}"
+
+
+def identify(answer: Answer, *, user: str | None, anonymous: bool) -> Answer:
+    """The answer with who decided settled: the actor the ledger records.
+
+    The authenticated ``user`` wins (its ``by``, if another name, is kept as
+    ``claimed_by``); else the answer's ``by``; else ``anonymous`` where the face
+    accepts anonymous answers.
+
+    Raises:
+        InvalidAnswer: nobody is named and anonymous answers are refused;
+            nothing is recorded and the request can be answered again.
+    """
+    if user is not None:
+        claimed = answer.by if answer.by is not None and answer.by != user else None
+        return dataclasses.replace(
+            answer, by=user, claimed_by=claimed, verified_by=verified_as(user)
+        )
+    if answer.by is not None:
+        return answer
+    if anonymous:
+        return dataclasses.replace(answer, by=ANONYMOUS)
+    raise InvalidAnswer(
+        "who decides? answer with 'by' (beside 'decision', or beside 'decisions' in the "
+        "HITL shape), or run under a server that authenticates its users; this node "
+        "refuses anonymous answers (anonymous_answers=False)",
+        operation_id=answer.operation_id,
+    )
 
 
 @dataclass(slots=True)
@@ -95,6 +170,7 @@ def answer_schema(
     stale: Callable[[Any], bool],
     request_id: str,
     offered: Sequence[str] | None = None,
+    anonymous: bool = False,
 ) -> Any:
     """The interrupt's ``response_schema``: LangGraph checks an answer with it *before*
     saving it, so an answer that would fail when applied fails the run instead, and
@@ -116,6 +192,7 @@ def answer_schema(
             )
         if stale(value) or outdated(value, {"request_id": request_id}):
             return value
+        answer = identify(answer, user=call.user, anonymous=anonymous)
         if answer.operation_id in (None, op.operation_id):
             answer = parse_answer(value, tool_name=call.tool_name, kind=kind, offered=offered)
             check_decision(op, answer, retry_forbidden=retry_forbidden)
@@ -127,7 +204,7 @@ def answer_schema(
 
 def check_applicable(answer: Answer) -> None:
     """Refuse what the ledger would refuse when the answer is applied."""
-    if len(answer.by) > 200:
+    if answer.by is not None and len(answer.by) > 200:
         raise InvalidAnswer("'by' is longer than 200 characters")
     if len(answer.reason) > 4000:
         raise InvalidAnswer("'reason' is longer than 4000 characters")

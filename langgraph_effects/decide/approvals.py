@@ -39,6 +39,7 @@ from langgraph_effects.decide.answers import (
     answer_digest,
     check_applicable,
     check_decision,
+    identify,
     outdated,
 )
 from langgraph_effects.decide.call import EffectCall
@@ -95,8 +96,12 @@ def read_decisions(
     calls: Sequence[EffectCall],
     ops: Sequence[Operation],
     offered: Sequence[Sequence[str]],
+    *,
+    anonymous: bool = False,
 ) -> list[Answer]:
-    """One ``Answer`` per call, in order.
+    """One ``Answer`` per call, in order, each with who decided settled
+    (``answers.identify``: the run's authenticated user, else ``by``; nobody is
+    refused unless ``anonymous``).
 
     Each decision is HITL-shaped (``{"type": ...}``) or native
     (``{"decision": ..., "by": ...}``); ``by`` (beside ``decisions``) is the
@@ -122,7 +127,11 @@ def read_decisions(
             )
         if by is not None and "by" not in decision:
             decision = {**decision, "by": by}
-        answer = parse_answer(decision, tool_name=call.tool_name, kind="approval", offered=allowed)
+        answer = identify(
+            parse_answer(decision, tool_name=call.tool_name, kind="approval", offered=allowed),
+            user=call.user,
+            anonymous=anonymous,
+        )
         check_decision(op, answer, retry_forbidden=False)
         check_applicable(answer)
         answers.append(answer)
@@ -195,7 +204,14 @@ def ask_approvals(loop: Loop, calls: Sequence[EffectCall]) -> Generator[Action, 
                     f"request is {request['request_id']!r}"
                 )
             decisions, by = decisions_of(value)
-            read_decisions(decisions, by, waiting, [ops[c.operation_id] for c in waiting], offered)
+            read_decisions(
+                decisions,
+                by,
+                waiting,
+                [ops[c.operation_id] for c in waiting],
+                offered,
+                anonymous=loop.anonymous_answers,
+            )
             return value
 
         value = yield Ask(request, Annotated[Any, AfterValidator(check)])
@@ -210,7 +226,14 @@ def ask_approvals(loop: Loop, calls: Sequence[EffectCall]) -> Generator[Action, 
         elif not waiting:
             return  # not a value of ours: the batch's values are the task's first ones
         decisions, by = decisions_of(value)
-        answers = read_decisions([decisions[i] for i in positions], by, waiting, asked, offered)
+        answers = read_decisions(
+            [decisions[i] for i in positions],
+            by,
+            waiting,
+            asked,
+            offered,
+            anonymous=loop.anonymous_answers,
+        )
         for index, call, op, answer in zip(positions, waiting, asked, answers, strict=True):
             mark = None if task is None else f"{task}#approvals:{digest}:{index}/{count}"
             crash_point(CrashPoint.DURING_REVIEW_RESUME)

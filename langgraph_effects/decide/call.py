@@ -75,6 +75,9 @@ class EffectCall:
     task_id: str | None = None
     """LangGraph's task running the call: answers it applied are recorded under it, so
     the values LangGraph hands that task again are recognised and never re-applied."""
+    user: str | None = None
+    """The run's authenticated user (LangGraph Server's ``langgraph_auth_user``): an
+    answer this run applies is recorded as decided by that user."""
     write_ahead: OperationDraft = field(repr=False, compare=False)
     """What ``prepare`` writes for this call, built once by ``build`` (see ``draft``)."""
 
@@ -93,6 +96,7 @@ class EffectCall:
         preapproved_by: str | None = None,
         occurrence: int | None = None,
         task_id: str | None = None,
+        user: str | None = None,
     ) -> EffectCall:
         """Derive target, digest and ids.
 
@@ -157,6 +161,7 @@ class EffectCall:
             preapproved_by=preapproved_by,
             occurrence=occurrence,
             task_id=task_id,
+            user=user,
             write_ahead=draft,
         )
 
@@ -199,6 +204,7 @@ class EffectCall:
             preapproved_by=self.preapproved_by,
             occurrence=self.occurrence,
             task_id=self.task_id,
+            user=self.user,
         )
 
     def draft(self) -> OperationDraft:

@@ -45,6 +45,7 @@ from langgraph_effects.decide.approvals import ask_approvals
 from langgraph_effects.decide.call import EffectCall, Execute
 from langgraph_effects.decide.group import GroupCommit, confirm_group, prepare_group
 from langgraph_effects.decide.loop import Decide, Loop
+from langgraph_effects.decide.messages import Trace
 from langgraph_effects.decide.policy import Policy
 from langgraph_effects.decide.renew import renew_until_cancelled, renewer
 from langgraph_effects.decide.thread import (
@@ -92,6 +93,13 @@ class EffectRunner:
             concurrent calls (sibling tool calls, sibling tasks) into one
             ``prepare_many`` / ``confirm_many`` each (``decide.group``); the
             groups are ``prepares`` and ``confirms``. Off: one commit per write.
+        anonymous_answers: accept an answer that names nobody (no ``by``, no
+            authenticated user on the run), recorded as actor ``anonymous``.
+            False (default): such an answer is refused (``InvalidAnswer``, nothing
+            saved) and the request can be answered again.
+
+    ``run`` / ``arun`` fill a ``Trace`` given to them with how the answer was
+    obtained (``decide.messages.Via``), for the ToolMessage's trace metadata.
     """
 
     def __init__(
@@ -104,6 +112,7 @@ class EffectRunner:
         ask: Callable[[dict[str, Any], Any], Any] | None = None,
         policy: Policy | None = None,
         group_commit: bool = False,
+        anonymous_answers: bool = False,
     ) -> None:
         self.ledger = ledger
         self.ask = ask if ask is not None else _interrupt
@@ -111,6 +120,7 @@ class EffectRunner:
             lease_for=lease_for,
             clock=clock,
             policy=policy or Policy(ask_on_unknown=interrupt_on_unknown),
+            anonymous_answers=anonymous_answers,
         )
         self.is_async = inspect.iscoroutinefunction(getattr(ledger, "prepare", None))
         # The two protocols share their method names: whether this ledger's methods
@@ -224,13 +234,15 @@ class EffectRunner:
         execute: Execute,
         *,
         handoff: Prepared | None = None,
+        trace: Trace | None = None,
     ) -> Operation:
         """Decide and record ``call`` synchronously; return the final record.
 
         ``execute(args)`` runs the tool (it may raise). ``handoff`` is a record
         this node already prepared for the call (batched ``prepare_many``).
+        ``trace`` is filled with how the answer was obtained.
         """
-        return self._drive(self._start(call, handoff), execute)
+        return self._drive(self._start(call, handoff, trace), execute)
 
     def drive(self, steps: Generator[Action, Any, T], execute: Execute) -> T:
         """Drive a face's own generator of actions synchronously; return its result.
@@ -247,10 +259,10 @@ class EffectRunner:
         """The async twin of ``drive``; the ledger may be sync or async."""
         return await self._adrive(steps, execute, [])
 
-    def _start(self, call: EffectCall, handoff: Prepared | None) -> Decide:
+    def _start(self, call: EffectCall, handoff: Prepared | None, trace: Trace | None) -> Decide:
         if self._sync is None:
             raise EffectsError(_ASYNC_LEDGER)
-        return self.loop.decide(call, handoff, current_owner())
+        return self.loop.decide(call, handoff, current_owner(), trace)
 
     def _drive(self, gen: Generator[Action, Any, T], execute: Execute) -> T:
         value: Any = None
@@ -332,6 +344,7 @@ class EffectRunner:
         execute: AsyncExecute,
         *,
         handoff: Prepared | None = None,
+        trace: Trace | None = None,
     ) -> Operation:
         """The async twin of ``run``; the ledger may be sync or async.
 
@@ -339,7 +352,8 @@ class EffectRunner:
         recorded), the dispatch is finished and recorded, then ``CancelledError``
         is raised.
         """
-        return await self._adrive(self.loop.decide(call, handoff, current_owner()), execute, [])
+        gen = self.loop.decide(call, handoff, current_owner(), trace)
+        return await self._adrive(gen, execute, [])
 
     async def _adrive(
         self, gen: Generator[Action, Any, T], execute: AsyncExecute, cancelled: list[bool]

@@ -76,6 +76,7 @@ from langgraph_effects.decide.actions import (
     Get,
     Hook,
     LedgerAction,
+    ListOpen,
     MarkUnknown,
     Prepare,
     RecordEvidence,
@@ -90,10 +91,12 @@ from langgraph_effects.decide.answers import (
     answer_mark,
     answer_schema,
     check_decision,
+    identify,
     outdated,
+    verified_as,
 )
 from langgraph_effects.decide.call import EffectCall, ProviderResult
-from langgraph_effects.decide.messages import conflicted, message_text, recordable
+from langgraph_effects.decide.messages import Trace, Via, conflicted, message_text, recordable
 from langgraph_effects.decide.policy import Policy
 from langgraph_effects.errors import (
     ConcurrentUpdate,
@@ -106,8 +109,10 @@ from langgraph_effects.errors import (
 )
 from langgraph_effects.observe import count_replay
 from langgraph_effects.review import (
+    OPEN_SHOWN,
     Answer,
     InvalidAnswer,
+    OpenOnTarget,
     RequestKind,
     approval_request,
     parse_answer,
@@ -134,6 +139,8 @@ class _Pass:
     """What one run of the decision loop has learned so far."""
 
     call: EffectCall
+    trace: Trace = field(default_factory=Trace)
+    """How this run obtained its answer (``Via``), for the ToolMessage's trace metadata."""
     claimed: bool = False
     reconciled: bool = False
     retried: bool = False
@@ -156,23 +163,38 @@ class Loop:
         clock: the time source (the ledger should use the same one).
         policy: where the loop may hold its caller (ask, wait, sleep) or returns
             the record instead (``decide.policy``).
+        anonymous_answers: accept an answer that names nobody (no ``by``, no
+            authenticated user), recorded as ``anonymous``; False: refuse it
+            (``decide.answers.identify``).
     """
 
-    __slots__ = ("clock", "lease_for", "policy")
+    __slots__ = ("anonymous_answers", "clock", "lease_for", "policy")
 
     def __init__(
-        self, *, lease_for: timedelta, clock: Callable[[], datetime], policy: Policy
+        self,
+        *,
+        lease_for: timedelta,
+        clock: Callable[[], datetime],
+        policy: Policy,
+        anonymous_answers: bool = False,
     ) -> None:
         self.lease_for = lease_for
         self.clock = clock
         self.policy = policy
+        self.anonymous_answers = anonymous_answers
 
     @property
     def interrupt_on_unknown(self) -> bool:
         """Ask a person when nothing resolves an unknown (``Policy.ask_on_unknown``)."""
         return self.policy.ask_on_unknown
 
-    def decide(self, call: EffectCall, handoff: Prepared | None, owner: LeaseOwner) -> Decide:
+    def decide(
+        self,
+        call: EffectCall,
+        handoff: Prepared | None,
+        owner: LeaseOwner,
+        trace: Trace | None = None,
+    ) -> Decide:
         """Decide ``call`` to its final record, yielding each action for a driver to do.
 
         Args:
@@ -180,9 +202,13 @@ class Loop:
             handoff: a record the face already prepared for it (a batch's
                 ``prepare_many``); None: the loop prepares it.
             owner: who claims the lease of a dispatch (this process, fresh nonce).
+            trace: filled with how the answer was obtained (``Via``): the last of
+                this run's dispatch, reconciliation, a person's answer or the
+                ``authorize`` hook's refusal that acted on the operation; else
+                ``replayed``.
         """
         spec = call.spec
-        p = _Pass(call=call)
+        p = _Pass(call=call, trace=trace if trace is not None else Trace())
         if handoff is not None and handoff.operation.operation_id == call.operation_id:
             op = handoff.operation
             p.claimed = handoff.created and op.status is S.DISPATCHING
@@ -244,6 +270,11 @@ class Loop:
                             payload_digest=op.payload_digest,
                             by=p.call.preapproved_by,
                             reason="approved upstream (human-in-the-loop middleware)",
+                            verified_by=(
+                                verified_as(p.call.user)
+                                if p.call.user is not None and p.call.user == p.call.preapproved_by
+                                else None
+                            ),
                         ),
                     )
                 case Step.ASK_APPROVAL:
@@ -327,6 +358,7 @@ class Loop:
             refusal = yield from self._refusal(p, op)
             if refusal is not None:
                 if op.status is S.PREPARED:
+                    p.trace.via = Via.REFUSED
                     return (
                         yield from self._guarded(
                             p,
@@ -375,6 +407,7 @@ class Loop:
         call = p.call
         token = op.fencing_token
         crash_point(CrashPoint.AFTER_CLAIM)
+        p.trace.via = Via.DISPATCHED
         out: Dispatched = yield Dispatch(op, call.context(op), call.args)
         crash_point(CrashPoint.AFTER_PROVIDER)
         p.claimed = False
@@ -650,6 +683,7 @@ class Loop:
 
     def _reconcile(self, p: _Pass, op: Operation) -> Generator[Action, Any, Operation]:
         p.reconciled = True
+        p.trace.via = Via.RECONCILED
         evidence = p.late_receipt
         p.late_receipt = None
         if evidence is None:
@@ -682,8 +716,11 @@ class Loop:
         are recognised through the ledger's log and consumed, never re-applied.
         """
         call = p.call
+        others = yield from self._open_on_target(op)
         if kind == "approval":
-            request = approval_request(op, tool_name=call.tool_name, args=call.args)
+            request = approval_request(
+                op, tool_name=call.tool_name, args=call.args, open_on_target=others
+            )
         else:
             request = review_request(
                 op,
@@ -692,6 +729,7 @@ class Loop:
                 contract=call.spec.contract,
                 now=self.clock(),
                 allow_retry=not p.retry_forbidden,
+                open_on_target=others,
             )
         request["request_id"] = f"{op.operation_id}@{op.record_version}"
         asked: RequestKind = "approval" if kind == "approval" else "review"
@@ -705,6 +743,7 @@ class Loop:
             stale=lambda value: mine.next_is(answer_mark(call, value)),
             request_id=request["request_id"],
             offered=offered,
+            anonymous=self.anonymous_answers,
         )
         while True:
             value = yield Ask(request, schema)
@@ -720,6 +759,8 @@ class Loop:
                 # It answers an earlier request (shown by LangGraph after a crash, or sent
                 # late): it decides nothing now; the current request is asked.
                 continue
+            # Who decided: the run's authenticated user, else the answer's by (or refused).
+            answer = identify(answer, user=call.user, anonymous=self.anonymous_answers)
             if mark is not None:
                 answers.logged.insert(answers.consumed, mark)
                 answers.consumed += 1
@@ -732,8 +773,31 @@ class Loop:
                 return fresh
             # A HITL-shaped decision means what this request offered (approve = retry
             # in a review): read it as an answer to this request.
-            answer = parse_answer(value, tool_name=call.tool_name, kind=asked, offered=offered)
+            answer = identify(
+                parse_answer(value, tool_name=call.tool_name, kind=asked, offered=offered),
+                user=call.user,
+                anonymous=self.anonymous_answers,
+            )
             return (yield from self._apply(p, op, answer, mark))
+
+    def _open_on_target(self, op: Operation) -> Generator[Action, Any, OpenOnTarget]:
+        """The other unresolved operations on ``op``'s action and target, for the person
+        deciding ``op``: a thread lost with its refund stuck ``unknown`` is named when a new
+        thread asks to refund the same order. An operation without a target has none."""
+        if op.target is None:
+            return OpenOnTarget()
+        found = yield from ledger(
+            ListOpen(op.tenant_id, op.action, op.target, limit=OPEN_SHOWN + 1)
+        )
+        others = [o for o in found.operations if o.operation_id != op.operation_id]
+        counted_self = len(others) < len(found.operations) or op.status in (
+            S.PREPARED,
+            S.DISPATCHING,
+            S.UNKNOWN,
+        )
+        return OpenOnTarget(
+            operations=others[:OPEN_SHOWN], total=max(found.total - counted_self, len(others))
+        )
 
     def _drain(self, p: _Pass, op: Operation) -> Generator[Action, Any, None]:
         """Before a dispatch that follows a person's answer in an earlier run of this task,
@@ -780,7 +844,10 @@ class Loop:
         self, p: _Pass, op: Operation, answer: Answer, mark: str | None
     ) -> Generator[Action, Any, Operation]:
         key = op.key
+        by = answer.by
+        assert by is not None  # identify() named who decided
         check_decision(op, answer, retry_forbidden=p.retry_forbidden)
+        p.trace.via = Via.REVIEWED
         if op.status is S.PREPARED:
             if answer.edited_args is not None:
                 return (yield from self._edit(p, op, answer, mark))
@@ -789,12 +856,14 @@ class Loop:
                 action = Approve(
                     key,
                     payload_digest=op.payload_digest,
-                    by=answer.by,
+                    by=by,
                     reason=answer.reason,
                     answer=mark,
+                    claimed_by=answer.claimed_by,
+                    verified_by=answer.verified_by,
                 )
             else:
-                reason = f"approval refused by {answer.by}" + (
+                reason = f"approval refused by {by}" + (
                     f": {answer.reason}" if answer.reason else ""
                 )
                 action = Reject(
@@ -802,8 +871,10 @@ class Loop:
                     token=None,
                     reason=reason,
                     evidence=Evidence.rejected(reason, source="operator"),
-                    actor=answer.by,
+                    actor=by,
                     answer=mark,
+                    claimed_by=answer.claimed_by,
+                    verified_by=answer.verified_by,
                 )
             return (yield from self._guarded(p, op, action))
         if answer.decision is Decision.RETRY and p.call.spec.authorize is not None:
@@ -820,10 +891,12 @@ class Loop:
                 return (yield from self._guarded(p, op, RecordEvidence(key, evidence, answer=mark)))
         resolution = Resolution(
             decision=answer.decision,
-            by=answer.by,
+            by=by,
             reason=answer.reason,
             result=answer.result,
             answer=mark,
+            claimed_by=answer.claimed_by,
+            verified_by=answer.verified_by,
         )
         new = yield from self._guarded(p, op, Resolve(key, resolution))
         if answer.decision is Decision.RETRY:
@@ -835,6 +908,7 @@ class Loop:
     ) -> Generator[Action, Any, Operation]:
         """A reviewer's edit is a new call: a new operation, approved by that reviewer."""
         assert answer.edited_args is not None
+        assert answer.by is not None
         new_call = p.call.with_args(answer.edited_args)
         prepared = yield from ledger(Prepare(new_call.draft(), lease_for=self.lease_for))
         new_op = prepared.operation
@@ -847,6 +921,8 @@ class Loop:
                     payload_digest=new_op.payload_digest,
                     by=answer.by,
                     reason="edited by the reviewer",
+                    claimed_by=answer.claimed_by,
+                    verified_by=answer.verified_by,
                 ),
             )
         yield from self._guarded(
@@ -859,6 +935,8 @@ class Loop:
                 evidence=Evidence.rejected("edited by the reviewer", source="operator"),
                 actor=answer.by,
                 answer=mark,
+                claimed_by=answer.claimed_by,
+                verified_by=answer.verified_by,
             ),
         )
         p.call = new_call

@@ -5,11 +5,25 @@ the same text, the same artifact, the same ``Command``. A tool's output is
 recorded as JSON (``recordable``); a ``Command`` is kept whole, its messages
 and ``Send`` encoded (``encode`` / ``decode``), and rebuilt on replay
 (``recorded_command``).
+
+Traces tell the truth: every ToolMessage of an effect carries, in
+``response_metadata["langgraph_effects"]`` (shown with the message in LangSmith;
+never sent to the model, whose content is unchanged), the operation id, its
+status and how this answer was obtained (``Via``): ``dispatched`` (the provider
+was called in this run), ``replayed`` (read from the ledger, decided before),
+``reconciled`` (a reconciler's evidence, or a late receipt, settled it in this
+run), ``reviewed`` (a person's answer settled it in this run) or ``refused``
+(the effect's ``authorize`` hook refused it before any dispatch). The decision
+loop records which in a ``Trace``; ``traced`` puts it on the answer, building
+new messages, never changing one a tool or ToolNode made.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 from langchain_core.messages import BaseMessage, ToolMessage, message_to_dict, messages_from_dict
@@ -23,11 +37,16 @@ from langgraph_effects.errors import EffectsError
 
 __all__ = [
     "CONFLICT",
+    "TRACE_KEY",
+    "Trace",
+    "Via",
     "conflicted",
     "message_text",
     "recordable",
     "recorded_command",
     "tool_message",
+    "trace_metadata",
+    "traced",
 ]
 
 S = OperationStatus
@@ -35,17 +54,78 @@ CONFLICT = "CONFLICT: "
 """Prefix of a rejected record's error when a late receipt says the provider applied it."""
 
 
+TRACE_KEY = "langgraph_effects"
+"""The key of an effect ToolMessage's ``response_metadata`` that says how it was obtained."""
+
+
+class Via(StrEnum):
+    """How the answer of an effect call was obtained in this run."""
+
+    DISPATCHED = "dispatched"
+    """The provider was called in this run (whatever it answered)."""
+    REPLAYED = "replayed"
+    """Read from the ledger: decided before this run (or by another worker, an operator)."""
+    RECONCILED = "reconciled"
+    """A reconciler's evidence, or a receipt kept by an earlier worker, settled it now."""
+    REVIEWED = "reviewed"
+    """A person's answer settled it in this run (a review, a refused approval)."""
+    REFUSED = "refused"
+    """The effect's ``authorize`` hook refused it before any dispatch."""
+
+
+@dataclass(slots=True)
+class Trace:
+    """What the decision loop tells the face about the answer it is about to build."""
+
+    via: Via = Via.REPLAYED
+
+
+def trace_metadata(op: Operation, via: Via) -> dict[str, Any]:
+    """The ``response_metadata`` entry of an effect ToolMessage (``TRACE_KEY``)."""
+    return {
+        TRACE_KEY: {"operation_id": op.operation_id, "status": op.status.value, "via": via.value}
+    }
+
+
+def traced(answer: Any, op: Operation, via: Via, *, tool_call_id: str) -> Any:
+    """``answer`` with the trace metadata on its ToolMessage answering ``tool_call_id``.
+
+    A ToolMessage is copied with the metadata added; a ``Command`` (or a list of
+    answers) is rebuilt around such a copy. Nothing a tool or ToolNode returned is
+    changed in place: the message the model reads keeps its content.
+    """
+    if isinstance(answer, ToolMessage):
+        if answer.tool_call_id != tool_call_id:
+            return answer
+        meta = {**answer.response_metadata, **trace_metadata(op, via)}
+        return answer.model_copy(update={"response_metadata": meta})
+    if isinstance(answer, list):
+        return [traced(a, op, via, tool_call_id=tool_call_id) for a in answer]
+    if isinstance(answer, Command) and isinstance(answer.update, dict):
+        update = {
+            k: traced(v, op, via, tool_call_id=tool_call_id)
+            if isinstance(v, ToolMessage | list)
+            else v
+            for k, v in answer.update.items()
+        }
+        return dataclasses.replace(answer, update=update)
+    return answer
+
+
 def _describe(op: Operation) -> str:
     return f"{op.action}" + (f" on {op.target!r}" if op.target else "")
 
 
-def tool_message(op: Operation, *, tool_name: str, tool_call_id: str) -> ToolMessage:
+def tool_message(
+    op: Operation, *, tool_name: str, tool_call_id: str, via: Via | None = None
+) -> ToolMessage:
     """The ToolMessage for an operation, built only from what the ledger recorded.
 
     confirmed: the recorded result (replayed identically); rejected: an error
     saying it was refused and not carried out; unknown: an error saying it
     could not be confirmed (which is not "was not done"); prepared after
-    transient refusals: an error saying nothing was applied yet.
+    transient refusals: an error saying nothing was applied yet. With ``via``
+    it carries the trace metadata (``trace_metadata``).
     """
     status = "error"
     artifact: Any = None
@@ -96,6 +176,7 @@ def tool_message(op: Operation, *, tool_name: str, tool_call_id: str) -> ToolMes
         tool_call_id=tool_call_id,
         status=status,
         artifact=artifact,
+        response_metadata={} if via is None else trace_metadata(op, via),
     )
 
 

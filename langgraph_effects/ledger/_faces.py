@@ -38,6 +38,7 @@ from langgraph_effects.ledger.base import (
     Confirmation,
     Ledger,
     LedgerStats,
+    OpenOperations,
 )
 from langgraph_effects.observe import log_stale_token, log_transition
 
@@ -137,6 +138,8 @@ class SyncFace(_Face, Ledger):
         by: str,
         reason: str = "",
         answer: str | None = None,
+        claimed_by: str | None = None,
+        verified_by: str | None = None,
     ) -> Operation:
         return self._execute(
             programs.approve(
@@ -148,6 +151,8 @@ class SyncFace(_Face, Ledger):
                 by=by,
                 reason=reason,
                 answer=answer,
+                claimed_by=claimed_by,
+                verified_by=verified_by,
             )
         )
 
@@ -229,6 +234,8 @@ class SyncFace(_Face, Ledger):
         evidence: Evidence | None = None,
         actor: str | None = None,
         answer: str | None = None,
+        claimed_by: str | None = None,
+        verified_by: str | None = None,
     ) -> Operation:
         return self._execute(
             programs.reject(
@@ -241,6 +248,8 @@ class SyncFace(_Face, Ledger):
                 evidence=evidence,
                 actor=actor,
                 answer=answer,
+                claimed_by=claimed_by,
+                verified_by=verified_by,
             )
         )
 
@@ -318,6 +327,15 @@ class SyncFace(_Face, Ledger):
             )
         )
 
+    def open_operations(
+        self, tenant_id: str, *, action: str, target: str, limit: int = 10
+    ) -> OpenOperations:
+        return self._execute(
+            queries.open_operations(
+                self._dialect, tenant_id, action=action, target=target, limit=limit
+            )
+        )
+
     def events(self, tenant_id: str, operation_id: str) -> builtins.list[OperationEvent]:
         return self._execute(queries.events(self._dialect, tenant_id, operation_id))
 
@@ -391,6 +409,8 @@ class AsyncFace(_Face, AsyncLedger):
         by: str,
         reason: str = "",
         answer: str | None = None,
+        claimed_by: str | None = None,
+        verified_by: str | None = None,
     ) -> Operation:
         return await self._execute(
             programs.approve(
@@ -402,6 +422,8 @@ class AsyncFace(_Face, AsyncLedger):
                 by=by,
                 reason=reason,
                 answer=answer,
+                claimed_by=claimed_by,
+                verified_by=verified_by,
             )
         )
 
@@ -483,6 +505,8 @@ class AsyncFace(_Face, AsyncLedger):
         evidence: Evidence | None = None,
         actor: str | None = None,
         answer: str | None = None,
+        claimed_by: str | None = None,
+        verified_by: str | None = None,
     ) -> Operation:
         return await self._execute(
             programs.reject(
@@ -495,6 +519,8 @@ class AsyncFace(_Face, AsyncLedger):
                 evidence=evidence,
                 actor=actor,
                 answer=answer,
+                claimed_by=claimed_by,
+                verified_by=verified_by,
             )
         )
 
@@ -571,6 +597,15 @@ class AsyncFace(_Face, AsyncLedger):
                 updated_before=updated_before,
                 limit=limit,
                 id_prefix=id_prefix,
+            )
+        )
+
+    async def open_operations(
+        self, tenant_id: str, *, action: str, target: str, limit: int = 10
+    ) -> OpenOperations:
+        return await self._execute(
+            queries.open_operations(
+                self._dialect, tenant_id, action=action, target=target, limit=limit
             )
         )
 

@@ -52,7 +52,7 @@ from langgraph_effects.ledger._statements import (
     Statement,
     Statements,
 )
-from langgraph_effects.ledger._values import json_text, text, with_answer
+from langgraph_effects.ledger._values import json_text, text, who, with_answer
 from langgraph_effects.ledger.base import Confirmation
 
 S = OperationStatus
@@ -79,8 +79,12 @@ PAUSE = "pause"
 STATS_COUNTS = "stats_counts"
 STATS_EVIDENCE = "stats_evidence"
 BIND_THREAD = "bind_thread"
+OPEN_OPERATIONS = "open_operations"
+OPEN_COUNT = "open_count"
 
 STATEMENT_NAMES = (
+    OPEN_OPERATIONS,
+    OPEN_COUNT,
     PREPARE,
     GET,
     GET_MANY,
@@ -329,6 +333,8 @@ def approve(
     by: str,
     reason: str,
     answer: str | None = None,
+    claimed_by: str | None = None,
+    verified_by: str | None = None,
 ) -> Program[Operation]:
     """The program of ``Ledger.approve`` (see its contract in ``ledger.base``)."""
     if not by.strip():
@@ -356,7 +362,7 @@ def approve(
         },
         kind=EventKind.APPROVE,
         actor=by,
-        detail=with_answer({"reason": reason}, answer),
+        detail=with_answer({"reason": reason, **who(claimed_by, verified_by)}, answer),
         diagnose=diagnose,
     )
 
@@ -565,6 +571,8 @@ def reject(
     evidence: Evidence | None,
     actor: str | None,
     answer: str | None = None,
+    claimed_by: str | None = None,
+    verified_by: str | None = None,
 ) -> Program[Operation]:
     """Fenced ``dispatching -> rejected``, or with ``token=None`` ``prepared -> rejected``."""
     if token is not None:
@@ -597,7 +605,7 @@ def reject(
         kind=EventKind.REJECT,
         actor=actor or ("ledger" if token is None else "provider"),
         evidence=evidence,
-        detail=with_answer(None, answer),
+        detail=with_answer(who(claimed_by, verified_by) or None, answer),
         diagnose=diagnose,
     )
 

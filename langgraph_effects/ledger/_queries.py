@@ -14,6 +14,8 @@ from langgraph_effects.ledger._programs import (
     FEED,
     FEED_PENDING,
     LIST,
+    OPEN_COUNT,
+    OPEN_OPERATIONS,
     PAUSE,
     STATS_COUNTS,
     STATS_EVIDENCE,
@@ -30,7 +32,7 @@ from langgraph_effects.ledger._statements import (
     Statement,
     Statements,
 )
-from langgraph_effects.ledger.base import LedgerStats
+from langgraph_effects.ledger.base import LedgerStats, OpenOperations
 from langgraph_effects.ledger.memory import coerce_status
 
 S = OperationStatus
@@ -95,6 +97,25 @@ def list_operations(
     def steps() -> Statements[Result[list[Operation]]]:
         rows = yield Statement(LIST, {**present, "limit": limit}, where=tuple(present), adhoc=True)
         return Result([load_operation(dialect, r) for r in rows])
+
+    return Program(steps(), writes=False)
+
+
+def open_operations(
+    dialect: Dialect, tenant_id: str, *, action: str, target: str, limit: int
+) -> Program[OpenOperations]:
+    """The program of ``Ledger.open_operations`` (see its contract in ``ledger.base``)."""
+    if limit < 0:
+        raise InvalidInput(f"limit must be >= 0, not {limit}")
+    where = {"tenant_id": tenant_id, "action": action, "target": target}
+
+    def steps() -> Statements[Result[OpenOperations]]:
+        rows = yield Statement(OPEN_OPERATIONS, {**where, "limit": limit})
+        (counted,) = yield Statement(OPEN_COUNT, where)
+        shown = [load_operation(dialect, r) for r in rows]
+        # Two reads: a row may open or close between them; the count never says less
+        # than what is shown.
+        return Result(OpenOperations(operations=shown, total=max(int(counted["n"]), len(shown))))
 
     return Program(steps(), writes=False)
 

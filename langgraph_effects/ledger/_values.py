@@ -8,7 +8,7 @@ from typing import Any
 from langgraph_effects.core.storable import needs_escaping, storable, storable_text
 from langgraph_effects.errors import InvalidInput
 
-__all__ = ["json_text", "text", "with_answer"]
+__all__ = ["json_text", "text", "who", "with_answer"]
 
 
 def json_text(value: Any, *, what: str = "value") -> str | None:
@@ -32,6 +32,16 @@ def json_text(value: Any, *, what: str = "value") -> str | None:
 def with_answer(detail: dict[str, Any] | None, answer: str | None) -> dict[str, Any] | None:
     """An event's detail, plus the interrupt answer the transition applies (if any)."""
     return detail if answer is None else {**(detail or {}), "answer": answer}
+
+
+def who(claimed_by: str | None, verified_by: str | None) -> dict[str, str]:
+    """An event's detail on who decided: the name given and the identity verified."""
+    out = {}
+    if claimed_by is not None:
+        out["claimed_by"] = claimed_by
+    if verified_by is not None:
+        out["verified_by"] = verified_by
+    return out
 
 
 def text(value: str | None) -> str | None:

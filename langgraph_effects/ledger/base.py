@@ -75,6 +75,7 @@ __all__ = [
     "Confirmation",
     "Ledger",
     "LedgerStats",
+    "OpenOperations",
     "Synchronous",
     "check_synchronous",
 ]
@@ -105,6 +106,16 @@ class Confirmation:
     provider_result_id: str | None = None
     provider_request_id: str | None = None
     evidence: Evidence | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OpenOperations:
+    """The unresolved operations on one target: the oldest first, and how many there are."""
+
+    operations: builtins.list[Operation]
+    """At most the ``limit`` asked for, the oldest status first."""
+    total: int
+    """How many there are in all (``operations`` may show only the first of them)."""
 
 
 class LedgerStats(BaseModel):
@@ -186,6 +197,8 @@ class Ledger(Protocol):
         by: str,
         reason: str = "",
         answer: str | None = None,
+        claimed_by: str | None = None,
+        verified_by: str | None = None,
     ) -> Operation:
         """Record a person's approval of a ``prepared`` operation; it binds to the digest.
 
@@ -193,6 +206,9 @@ class Ledger(Protocol):
         consumed by another call: ``PayloadMismatch`` otherwise). ``answer``
         names the interrupt answer the approval applies; it is logged in the
         event's detail so the same answer is recognised, never re-applied.
+        ``by`` is the event's actor; ``claimed_by`` (the name the answer gave)
+        and ``verified_by`` (the identity a server or tool verified) are kept
+        in the detail when given.
 
         Raises:
             IllegalTransition: the operation has left ``prepared``.
@@ -278,12 +294,15 @@ class Ledger(Protocol):
         evidence: Evidence | None = None,
         actor: str | None = None,
         answer: str | None = None,
+        claimed_by: str | None = None,
+        verified_by: str | None = None,
     ) -> Operation:
         """Record a rejection: ``dispatching`` (fenced) or ``prepared`` -> ``rejected``.
 
         With ``token=None`` a ``prepared`` operation is rejected (approval
         refused, authorization revoked); ``answer`` names the interrupt answer
-        applied. The evidence is kept.
+        applied, ``claimed_by`` / ``verified_by`` who refused (as for
+        ``approve``), all in the event's detail. The evidence is kept.
 
         Raises:
             StaleFencingToken: a newer lease owns the operation; nothing changes.
@@ -377,6 +396,26 @@ class Ledger(Protocol):
         millions of terminal rows.
         """
 
+    def open_operations(
+        self, tenant_id: str, *, action: str, target: str, limit: int = 10
+    ) -> OpenOperations:
+        """The unresolved operations of one tenant on one action and target.
+
+        Unresolved: ``prepared``, ``dispatching`` or ``unknown`` (an operation a
+        lost thread left behind stays so until someone decides it). Shown to a
+        person deciding another operation on the same target, so a second refund
+        of an order is never approved in ignorance of the first.
+
+        Returns:
+            The first ``limit`` of them, the oldest status first (by
+            ``status_changed_at``, then operation id), and how many there are.
+            Served by the open-status index: cheap beside millions of terminal
+            rows.
+
+        Raises:
+            InvalidInput: a negative ``limit``.
+        """
+
     def events(self, tenant_id: str, operation_id: str) -> builtins.list[OperationEvent]:
         """The transitions of one operation, in order."""
 
@@ -436,6 +475,8 @@ class AsyncLedger(Protocol):
         by: str,
         reason: str = "",
         answer: str | None = None,
+        claimed_by: str | None = None,
+        verified_by: str | None = None,
     ) -> Operation:
         """Coroutine twin of ``Ledger.approve``; the same contract."""
 
@@ -483,6 +524,8 @@ class AsyncLedger(Protocol):
         evidence: Evidence | None = None,
         actor: str | None = None,
         answer: str | None = None,
+        claimed_by: str | None = None,
+        verified_by: str | None = None,
     ) -> Operation:
         """Coroutine twin of ``Ledger.reject``; the same contract."""
 
@@ -528,6 +571,11 @@ class AsyncLedger(Protocol):
         id_prefix: str | None = None,
     ) -> builtins.list[Operation]:
         """Coroutine twin of ``Ledger.list``; the same contract."""
+
+    async def open_operations(
+        self, tenant_id: str, *, action: str, target: str, limit: int = 10
+    ) -> OpenOperations:
+        """Coroutine twin of ``Ledger.open_operations``; the same contract."""
 
     async def events(self, tenant_id: str, operation_id: str) -> builtins.list[OperationEvent]:
         """Coroutine twin of ``Ledger.events``; the same contract."""

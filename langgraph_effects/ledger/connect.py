@@ -210,6 +210,7 @@ class LazyLedger:
     bind_thread = _delegate("bind_thread")
     get = _delegate("get")
     list = _delegate("list")
+    open_operations = _delegate("open_operations")
     events = _delegate("events")
     feed = _delegate("feed")
     stats = _delegate("stats")

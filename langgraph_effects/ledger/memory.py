@@ -38,13 +38,20 @@ from langgraph_effects.errors import (
     PayloadMismatch,
     StaleFencingToken,
 )
-from langgraph_effects.ledger._values import json_text, with_answer
-from langgraph_effects.ledger.base import DEFAULT_LEASE, Confirmation, Ledger, LedgerStats
+from langgraph_effects.ledger._values import json_text, who, with_answer
+from langgraph_effects.ledger.base import (
+    DEFAULT_LEASE,
+    Confirmation,
+    Ledger,
+    LedgerStats,
+    OpenOperations,
+)
 from langgraph_effects.observe import log_stale_token, log_transition
 
 __all__ = ["InMemoryLedger"]
 
 S = OperationStatus
+_OPEN = frozenset({S.PREPARED, S.DISPATCHING, S.UNKNOWN})
 _Key = tuple[str, str]
 
 
@@ -242,6 +249,8 @@ class InMemoryLedger(Ledger):
         by: str,
         reason: str = "",
         answer: str | None = None,
+        claimed_by: str | None = None,
+        verified_by: str | None = None,
     ) -> Operation:
         if not by.strip():
             raise InvalidInput("an approval needs the approver's identity (by)")
@@ -268,7 +277,7 @@ class InMemoryLedger(Ledger):
                 new,
                 EventKind.APPROVE,
                 actor=by,
-                detail=with_answer({"reason": reason}, answer),
+                detail=with_answer({"reason": reason, **who(claimed_by, verified_by)}, answer),
             )
 
     def _claimed(
@@ -388,6 +397,8 @@ class InMemoryLedger(Ledger):
         evidence: Evidence | None = None,
         actor: str | None = None,
         answer: str | None = None,
+        claimed_by: str | None = None,
+        verified_by: str | None = None,
     ) -> Operation:
         if token is None:
             with self._lock:
@@ -404,7 +415,7 @@ class InMemoryLedger(Ledger):
                     actor=actor or "ledger",
                     evidence=evidence,
                     error=reason,
-                    detail=with_answer(None, answer),
+                    detail=with_answer(who(claimed_by, verified_by) or None, answer),
                 )
         return self._fenced_move(
             tenant_id,
@@ -414,6 +425,7 @@ class InMemoryLedger(Ledger):
             actor=actor or "provider",
             evidence=evidence,
             error=reason,
+            detail=with_answer(who(claimed_by, verified_by) or None, answer),
         )
 
     def release(self, tenant_id: str, operation_id: str, *, token: int, reason: str) -> Operation:
@@ -590,6 +602,24 @@ class InMemoryLedger(Ledger):
             ]
         rows.sort(key=lambda r: (r.status_changed_at, r.operation_id))
         return rows[:limit]
+
+    def open_operations(
+        self, tenant_id: str, *, action: str, target: str, limit: int = 10
+    ) -> OpenOperations:
+        if limit < 0:
+            raise InvalidInput(f"limit must be >= 0, not {limit}")
+        with self._lock:
+            self._require_setup()
+            rows = [
+                r
+                for r in self._rows.values()
+                if r.tenant_id == tenant_id
+                and r.action == action
+                and r.target == target
+                and r.status in _OPEN
+            ]
+        rows.sort(key=lambda r: (r.status_changed_at, r.operation_id))
+        return OpenOperations(operations=rows[:limit], total=len(rows))
 
     def events(self, tenant_id: str, operation_id: str) -> builtins.list[OperationEvent]:
         with self._lock:

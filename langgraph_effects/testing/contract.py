@@ -891,6 +891,91 @@ class LedgerContract:
         ledger.prepare_many([make_draft("op-2"), make_draft("op-1")])
         assert [op.operation_id for op in ledger.list()] == ["op-1", "op-2"]
 
+    def test_approve_and_reject_keep_who_claimed_and_who_was_verified(self, ledger: Ledger) -> None:
+        """approve and reject log the verified actor, and claimed_by / verified_by in the
+        detail beside the answer; without them the detail holds neither."""
+        digest = make_draft().payload_digest
+        ledger.prepare(make_draft("op-1"))
+        ledger.approve(
+            T,
+            "op-1",
+            payload_digest=digest,
+            by="alice",
+            answer="task:1",
+            claimed_by="al",
+            verified_by="langgraph-auth:alice",
+        )
+        ledger.prepare(make_draft("op-2"))
+        ledger.reject(
+            T,
+            "op-2",
+            token=None,
+            reason="no",
+            actor="bob",
+            answer="task:2",
+            verified_by="langgraph-auth:bob",
+        )
+        ledger.prepare(make_draft("op-3"))
+        ledger.approve(T, "op-3", payload_digest=digest, by="carol")
+        approved = ledger.events(T, "op-1")[-1]
+        assert (approved.actor, approved.detail) == (
+            "alice",
+            {
+                "reason": "",
+                "answer": "task:1",
+                "claimed_by": "al",
+                "verified_by": "langgraph-auth:alice",
+            },
+        )
+        rejected = ledger.events(T, "op-2")[-1]
+        assert (rejected.actor, rejected.detail) == (
+            "bob",
+            {"answer": "task:2", "verified_by": "langgraph-auth:bob"},
+        )
+        assert ledger.events(T, "op-3")[-1].detail == {"reason": ""}
+
+    def test_open_operations_lists_the_unresolved_on_one_target(
+        self, ledger: Ledger, clock: ManualClock
+    ) -> None:
+        """open_operations keeps one tenant's prepared, dispatching and unknown operations of
+        one action and target, oldest status first, up to limit, and counts them all."""
+        refund = "pay.refund"
+
+        def draft(op_id: str, **kw: Any) -> OperationDraft:
+            kw.setdefault("action", refund)
+            kw.setdefault("target", "order-42")
+            return make_draft(op_id, **kw)
+
+        lost = ledger.prepare(draft("op-lost"), owner=OWNER, lease_for=LEASE).operation
+        clock.advance(seconds=1)
+        ledger.mark_unknown(T, "op-lost", token=lost.fencing_token, reason="thread lost")
+        clock.advance(seconds=1)
+        ledger.prepare(draft("op-asked"))
+        clock.advance(seconds=1)
+        ledger.prepare(draft("op-running"), owner=OTHER, lease_for=LEASE)
+        done = ledger.prepare(draft("op-done"), owner=OWNER, lease_for=LEASE).operation
+        ledger.confirm(T, "op-done", token=done.fencing_token)
+        ledger.prepare(draft("op-refused"))
+        ledger.reject(T, "op-refused", token=None, reason="no")
+        ledger.prepare(draft("op-other-order", target="order-7"))
+        ledger.prepare(draft("op-other-action", action="pay.charge"))
+        ledger.prepare(draft("op-other-tenant", tenant_id="tenant-b"))
+
+        found = ledger.open_operations(T, action=refund, target="order-42")
+        assert [(o.operation_id, o.status) for o in found.operations] == [
+            ("op-lost", S.UNKNOWN),
+            ("op-asked", S.PREPARED),
+            ("op-running", S.DISPATCHING),
+        ]
+        assert found.total == 3
+        first = ledger.open_operations(T, action=refund, target="order-42", limit=1)
+        assert ([o.operation_id for o in first.operations], first.total) == (["op-lost"], 3)
+        none = ledger.open_operations("tenant-b", action=refund, target="order-42")
+        assert ([o.operation_id for o in none.operations], none.total) == (["op-other-tenant"], 1)
+        assert ledger.open_operations(T, action=refund, target="order-9").total == 0
+        with pytest.raises(InvalidInput, match="limit"):
+            ledger.open_operations(T, action=refund, target="order-42", limit=-1)
+
     def test_feed_follows_every_event_in_order(self, ledger: Ledger) -> None:
         """feed returns events after an id, in order, by tenant, up to limit."""
         op = self.dispatching(ledger, "op-1")

@@ -525,12 +525,12 @@ def operator(providers: Providers, rng: random.Random, *, by: str = OPERATOR) ->
             if choice == "reject":
                 return {"operation_id": op_id, "decision": "reject", "by": by, "reason": "no"}
             if choice == "hitl-approve":
-                return {"decisions": [{"type": "approve"}]}
+                return {"decisions": [{"type": "approve"}], "by": by}
             if choice == "hitl-reject":
-                return {"decisions": [{"type": "reject", "message": "not this one"}]}
+                return {"decisions": [{"type": "reject", "message": "not this one"}], "by": by}
             name = str(request["tool"])
             edit = {"name": name, "args": edited_args(name, request["args"])}
-            return {"decisions": [{"type": "edit", "edited_action": edit}]}
+            return {"decisions": [{"type": "edit", "edited_action": edit}], "by": by}
         allowed = request.get("allowed_decisions", ())
         window_open = bool((request.get("retry_risk") or {}).get("key_window_open"))
         kind = _ACTIONS.get(str(request.get("action")))

@@ -71,12 +71,20 @@ OUTCOMES: dict[str, str] = {}
 
 
 class SwapToolNode(EffectToolNode):
-    """``ToolNode``'s constructor, plus an in-memory ledger: nothing else changes."""
+    """``ToolNode``'s constructor, plus an in-memory ledger and no trace metadata.
+
+    ``trace_metadata=False``: upstream compares ToolMessages with ``==``, and the
+    metadata (``response_metadata["langgraph_effects"]``) is the one field an effect's
+    ToolMessage adds; with it on, 21 effect-mode tests differ by that field alone and
+    would check nothing else. Our own tests check the metadata, and that a message
+    is otherwise the one ``ToolNode`` makes (``tests/decide/test_identity_and_traces.py``).
+    """
 
     def __init__(self, tools: Sequence[BaseTool | Callable[..., Any]], **kwargs: Any) -> None:
         if "ledger" not in kwargs:
             kwargs["ledger"] = InMemoryLedger()
             kwargs["ledger"].setup()
+        kwargs.setdefault("trace_metadata", False)
         super().__init__(tools, **kwargs)
 
 

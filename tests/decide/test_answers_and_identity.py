@@ -132,7 +132,7 @@ def test_an_approval_then_an_unknown_outcome_can_be_reviewed(env: Env, crm: Fake
     [ask] = pending(env, graph, config)
     assert ask.value["kind"] == "effect_approval"
     op_id = ask.value["operation_id"]
-    env.invoke(graph, Command(resume={"decisions": [{"type": "approve"}]}), config)
+    env.invoke(graph, Command(resume={"decisions": [{"type": "approve"}], "by": "ana"}), config)
     [review] = pending(env, graph, config)
     assert (review.value["kind"], crm.effects) == ("effect_review", 1)
 

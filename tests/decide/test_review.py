@@ -108,7 +108,7 @@ def test_hitl_answers() -> None:
     [
         "yes",
         {"decision": "maybe", "by": "al"},
-        {"decision": "confirm"},
+        {"decision": "confirm", "by": " "},  # a by that names nobody (none at all: identify)
         {"decisions": [{"type": "respond", "message": "x"}]},
         {"decisions": [{"type": "edit", "edited_action": {"name": "other", "args": {}}}]},
         {"decisions": [{"type": "approve"}, {"type": "approve"}]},

@@ -30,7 +30,9 @@ from langgraph_effects.testing.faults import CrashPlan, CrashPoint, InjectedCras
 from langgraph_effects.testing.providers import FakeCRM
 
 S = OperationStatus
-CFG = {"configurable": {"thread_id": "batched"}}
+# Answered as Agent Chat UI does behind a server that signs its users in: no interrupt id and
+# no "by" (the run's authenticated user is who decides; see tests/decide/test_identity_and_traces).
+CFG = {"configurable": {"thread_id": "batched", "langgraph_auth_user": {"identity": "ana"}}}
 MODES = [("memory", "sync"), ("sqlite", "async"), ("postgres", "sync"), ("postgres", "async")]
 CALLS = [
     call("close_case", "c-a", case_id="A", resolution="fixed"),

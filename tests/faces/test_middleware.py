@@ -68,7 +68,8 @@ def test_hitl_edit_binds_and_is_not_asked_twice(env: Env, hitl_first: bool) -> N
     """With HumanInTheLoopMiddleware in either order: one question, the edit is the operation."""
     crm = FakeCRM()
     hitl = HumanInTheLoopMiddleware(interrupt_on={"close_case": True})
-    effects = EffectMiddleware(ledger=env.ledger, hitl=hitl)
+    # No server here to name the approver: HITL's approval is recorded as anonymous.
+    effects = EffectMiddleware(ledger=env.ledger, hitl=hitl, anonymous_answers=True)
     agent = create_agent(
         ScriptedChatModel(plan=[[CLOSE]]),
         tools=[close_tool(crm, require_approval=True)],

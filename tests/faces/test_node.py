@@ -395,7 +395,7 @@ def test_approval_binds_to_its_operation(env: Env) -> None:
     assert intr.value["status"] == "prepared"
     assert intr.value["action_requests"][0]["name"] == "close_case"
     assert crm.effects == 0
-    env.invoke(graph, Command(resume={"decisions": [{"type": "approve"}]}), CFG)
+    env.invoke(graph, Command(resume={"decisions": [{"type": "approve"}], "by": "ana"}), CFG)
     assert env.ops()[0].status is S.CONFIRMED
     assert crm.effects == 1
 
@@ -414,7 +414,7 @@ def test_edit_is_a_new_operation(env: Env) -> None:
         "type": "edit",
         "edited_action": {"name": "close_case", "args": {"case_id": "A", "resolution": "edited"}},
     }
-    out = env.invoke(graph, Command(resume={"decisions": [edit]}), CFG)
+    out = env.invoke(graph, Command(resume={"decisions": [edit], "by": "ana"}), CFG)
     ops = {o.status: o for o in env.ops()}
     assert set(ops) == {S.REJECTED, S.CONFIRMED}
     assert crm.effects == 1

@@ -230,7 +230,7 @@ def test_an_approved_tool_that_asks_itself_gets_its_own_answer(env: Env) -> None
     first = run(env, graph, ask(call("close_case", "c1", case_id="A")), cfg)
     approval = first["__interrupt__"][0].value
     assert approval["kind"] == "effect_approval"
-    second = run(env, graph, Command(resume={"decisions": [{"type": "approve"}]}), cfg)
+    second = run(env, graph, Command(resume={"decisions": [{"type": "approve"}], "by": "ana"}), cfg)
     assert second["__interrupt__"][0].value == {"question": "resolution for A?"}
     assert crm.effects == 0
     done = run(env, graph, Command(resume="duplicate"), cfg)

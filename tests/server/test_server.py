@@ -152,6 +152,7 @@ class Server:
         config["graphs"] = {
             name: str(EXAMPLE / spec.removeprefix("./")) for name, spec in config["graphs"].items()
         }
+        config["auth"]["path"] = str(EXAMPLE / config["auth"]["path"].removeprefix("./"))
         for name in ("readme_pattern", "factory_pattern", "factory_postgres", "review_pattern"):
             config["graphs"][name] = f"{workdir / 'patterns.py'}:{name}"
         (workdir / "langgraph.json").write_text(json.dumps(config, indent=2))
@@ -241,7 +242,10 @@ def server(tmp_path_factory: pytest.TempPathFactory, pg_schema_url: str | None) 
 
 @pytest.fixture
 def client(server: Server) -> Iterator[Any]:
-    with get_sync_client(url=server.url, timeout=60) as sdk:
+    """The SDK as a signed-in user (``ana``, the example's demo auth), as a UI sends it."""
+    with get_sync_client(
+        url=server.url, timeout=60, headers={"Authorization": "Bearer demo-ana"}
+    ) as sdk:
         yield sdk
 
 
@@ -382,6 +386,68 @@ def test_a_review_answered_in_the_hitl_shape(server: Server, client: Any) -> Non
         [op] = [o for o in ledger.list(limit=100) if o.target == case]
     assert op.status is OperationStatus.CONFIRMED
     assert op.result == {"shipped": True}
+
+
+def test_an_approval_is_recorded_under_the_servers_authenticated_user(
+    server: Server, client: Any
+) -> None:
+    """With the example's demo auth (a bearer token names the user), answers sent with the
+    SDK are recorded under the authenticated user: a native answer claiming another name
+    keeps that name as claimed_by; a HITL-shaped one needs no name; an unauthenticated
+    answer naming nobody is refused and the request stays open."""
+    tenant = f"t-{uuid.uuid4().hex[:8]}"
+    first, second = f"case-{tenant}-a", f"case-{tenant}-b"
+    thread, config = _ask(client, f"close {first} and {second}", tenant=tenant)
+    pending = _pending(client, thread)
+
+    # An unauthenticated visitor answering without a name: refused, nothing recorded.
+    nameless = {
+        "operation_id": pending[second]["value"]["operation_id"],
+        "decisions": [{"type": "approve"}],
+    }
+    with get_sync_client(url=server.url, timeout=60) as visitor:  # no token
+        refused = visitor.runs.wait(
+            thread,
+            GRAPH,
+            config=config,
+            command={"resume": {pending[second]["id"]: nameless}},
+            raise_error=False,
+        )
+    assert "who decides" in json.dumps(refused)
+    assert set(_pending(client, thread)) == {first, second}
+    assert _ledger_ops(server, tenant)[second].authorization_ref is None
+
+    headers = {"Authorization": "Bearer demo-alice"}
+    with get_sync_client(url=server.url, timeout=60, headers=headers) as alice:
+        claimed = _answer(pending[first], "approve", by="mallory")
+        alice.runs.wait(
+            thread, GRAPH, config=config, command={"resume": {pending[first]["id"]: claimed}}
+        )
+    [request] = _pending(client, thread).values()  # the second case, asked again
+    with get_sync_client(
+        url=server.url, timeout=60, headers={"Authorization": "Bearer demo-bob"}
+    ) as bob:
+        hitl = {
+            "operation_id": request["value"]["operation_id"],
+            "decisions": [{"type": "approve"}],
+        }
+        bob.runs.wait(thread, GRAPH, config=config, command={"resume": {request["id"]: hitl}})
+
+    crm = server.crm()
+    assert (crm.effects_for(first), crm.effects_for(second)) == (1, 1)
+    ops = _ledger_ops(server, tenant)
+    with SQLiteLedger.from_conn_string(str(server.ledger_path)) as ledger:
+        approvals = {
+            target: next(
+                e for e in ledger.events(tenant, op.operation_id) if e.kind.value == "approve"
+            )
+            for target, op in ops.items()
+        }
+    assert approvals[first].actor == "alice"
+    assert approvals[first].detail["claimed_by"] == "mallory"
+    assert approvals[first].detail["verified_by"] == "langgraph-auth:alice"
+    assert approvals[second].actor == "bob"
+    assert "claimed_by" not in approvals[second].detail
 
 
 def test_a_sync_ledger_runs_off_the_loop_under_the_blocking_detector_as_the_factory_does(

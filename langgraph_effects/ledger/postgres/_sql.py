@@ -313,6 +313,15 @@ LIST_SQL = """
 SELECT * FROM lge_operations WHERE {where}
 ORDER BY status_changed_at, operation_id LIMIT %(limit)s
 """
+# The unresolved operations on one target (shown where a person decides); the
+# open-status index narrows to the few open rows, the rest is a filter over them.
+_OPEN = """tenant_id = %(tenant_id)s AND action = %(action)s AND target = %(target)s
+AND status IN ('prepared', 'dispatching', 'unknown')"""
+OPEN_OPERATIONS_SQL = f"""
+SELECT * FROM lge_operations WHERE {_OPEN}
+ORDER BY status_changed_at, operation_id LIMIT %(limit)s
+"""
+OPEN_COUNT_SQL = f"SELECT COUNT(*) AS n FROM lge_operations WHERE {_OPEN}"
 EVENTS_SQL = """
 SELECT * FROM lge_events WHERE tenant_id = %(tenant_id)s AND operation_id = %(operation_id)s
 ORDER BY seq
@@ -388,6 +397,8 @@ DIALECT = engine.Dialect(
         ledger.RESOLVE: RESOLVE_SQL,
         ledger.RECORD_EVIDENCE: RECORD_EVIDENCE_SQL,
         ledger.LIST: LIST_SQL,
+        ledger.OPEN_OPERATIONS: OPEN_OPERATIONS_SQL,
+        ledger.OPEN_COUNT: OPEN_COUNT_SQL,
         ledger.EVENTS: EVENTS_SQL,
         ledger.FEED: FEED_SQL,
         ledger.FEED_PENDING: FEED_PENDING_SQL,

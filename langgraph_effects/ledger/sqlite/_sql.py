@@ -178,6 +178,15 @@ LIST_SQL = """
 SELECT * FROM lge_operations WHERE {where}
 ORDER BY status_changed_at, operation_id LIMIT :limit
 """
+# The unresolved operations on one target (shown where a person decides); the
+# status index narrows to the few open rows, the rest is a filter over them.
+_OPEN = """tenant_id = :tenant_id AND action = :action AND target = :target
+AND status IN ('prepared', 'dispatching', 'unknown')"""
+OPEN_OPERATIONS_SQL = f"""
+SELECT * FROM lge_operations WHERE {_OPEN}
+ORDER BY status_changed_at, operation_id LIMIT :limit
+"""
+OPEN_COUNT_SQL = f"SELECT COUNT(*) AS n FROM lge_operations WHERE {_OPEN}"
 EVENTS_SQL = """
 SELECT * FROM lge_events WHERE tenant_id = :tenant_id AND operation_id = :operation_id
 ORDER BY seq
@@ -233,6 +242,8 @@ DIALECT = engine.Dialect(
         ledger.RESOLVE: RESOLVE_SQL,
         ledger.RECORD_EVIDENCE: RECORD_EVIDENCE_SQL,
         ledger.LIST: LIST_SQL,
+        ledger.OPEN_OPERATIONS: OPEN_OPERATIONS_SQL,
+        ledger.OPEN_COUNT: OPEN_COUNT_SQL,
         ledger.EVENTS: EVENTS_SQL,
         ledger.FEED: FEED_SQL,
         ledger.STATS_COUNTS: STATS_COUNTS_SQL,
