@@ -79,21 +79,26 @@ def messages_of(state: Any, messages_key: str = "messages") -> list[Any]:
 
 
 def call_occurrence(
-    state: Any, tool_call: ToolCall, *, messages_key: str = "messages"
+    state: Any,
+    tool_call: ToolCall,
+    *,
+    messages_key: str = "messages",
+    canonical: bytes | None = None,
 ) -> int | None:
     """The call's place among identical calls of its thread (see ``occurrence_operation_id``).
 
     Identical means same tool and same canonical arguments. Counts the identical
     calls of earlier AIMessages that were answered (a ToolMessage with their id),
     plus the call's index among identical calls of its own AIMessage. None when
-    the call is not found in the state's messages.
+    the call is not found in the state's messages. ``canonical``: the call's arguments
+    already canonicalised (``build_call`` does it once per call).
     """
     messages = messages_of(state, messages_key)
     call_id, name = tool_call.get("id"), tool_call["name"]
     if not call_id or not messages:
         return None
     try:
-        args = canonical_json(tool_call["args"])
+        args = canonical if canonical is not None else canonical_json(tool_call["args"])
     except EffectsError:
         return None
     answered = {m.tool_call_id for m in messages if isinstance(m, ToolMessage)}
@@ -137,6 +142,10 @@ def build_call(
     spec = effect_spec(tool)
     if spec is None:
         raise EffectsError(f"tool {tool.name!r} is not an effect")
+    try:
+        canonical: bytes | None = canonical_json(tool_call["args"])  # once per call
+    except EffectsError:
+        canonical = None  # EffectCall.build reports it
     return EffectCall.build(
         spec,
         tool_name=tool_call["name"],
@@ -148,7 +157,10 @@ def build_call(
         single=single,
         siblings=siblings,
         preapproved_by=preapproved_by,
-        occurrence=call_occurrence(state, tool_call, messages_key=messages_key),
+        occurrence=None
+        if canonical is None
+        else call_occurrence(state, tool_call, messages_key=messages_key, canonical=canonical),
+        canonical=canonical,
         task_id=task_id,
         user=user,
     )

@@ -97,8 +97,9 @@ class EffectCall:
         occurrence: int | None = None,
         task_id: str | None = None,
         user: str | None = None,
+        canonical: bytes | None = None,
     ) -> EffectCall:
-        """Derive target, digest and ids.
+        """Derive target, digest and ids (``canonical``: ``args`` already canonicalised).
 
         The operation id, in order of preference: the application's intent key;
         else tenant, thread, action, digest and the call's ``occurrence`` in the
@@ -106,7 +107,7 @@ class EffectCall:
         """
         args = dict(args)
         target = spec.target_of(args)
-        payload_json = canonical_json(args)
+        payload_json = canonical if canonical is not None else canonical_json(args)
         digest = spec.digest_of(target, args, canonical=payload_json)
         intent = spec.intent_of(args)
         if intent is not None:
