@@ -330,7 +330,10 @@ def _action_request(
 
 
 def approvals_request(
-    items: Sequence[tuple[Operation, str, Mapping[str, Any]]], *, request_id: str
+    items: Sequence[tuple[Operation, str, Mapping[str, Any]]],
+    *,
+    request_id: str,
+    open_on_target: Sequence[OpenOnTarget] | None = None,
 ) -> dict[str, Any]:
     """One interrupt value asking a person to approve several first dispatches at once.
 
@@ -343,8 +346,14 @@ def approvals_request(
     Args:
         items: ``(record, tool name, arguments)`` of each call awaiting approval.
         request_id: the round (``decide.approvals``).
+        open_on_target: per call, the other unresolved operations on its action and
+            target (each call's request and its action request's description show them).
     """
-    requests = [approval_request(op, tool_name=name, args=args) for op, name, args in items]
+    others = list(open_on_target) if open_on_target is not None else [None] * len(items)
+    requests = [
+        approval_request(op, tool_name=name, args=args, open_on_target=found)
+        for (op, name, args), found in zip(items, others, strict=True)
+    ]
     return {
         "kind": APPROVALS_KIND,
         "request_id": request_id,

@@ -184,9 +184,13 @@ def ask_approvals(loop: Loop, calls: Sequence[EffectCall]) -> Generator[Action, 
         if not waiting and not logged:
             return
         asked = [ops[c.operation_id] for c in waiting]
+        others = []
+        for op in asked:
+            others.append((yield from loop.open_on_target(op)))
         request = approvals_request(
             [(op, c.tool_name, c.args) for op, c in zip(asked, waiting, strict=True)],
             request_id=_round(asked),
+            open_on_target=others,
         )
         offered = [rc["allowed_decisions"] for rc in request["review_configs"]]
 

@@ -716,7 +716,7 @@ class Loop:
         are recognised through the ledger's log and consumed, never re-applied.
         """
         call = p.call
-        others = yield from self._open_on_target(op)
+        others = yield from self.open_on_target(op)
         if kind == "approval":
             request = approval_request(
                 op, tool_name=call.tool_name, args=call.args, open_on_target=others
@@ -780,7 +780,7 @@ class Loop:
             )
             return (yield from self._apply(p, op, answer, mark))
 
-    def _open_on_target(self, op: Operation) -> Generator[Action, Any, OpenOnTarget]:
+    def open_on_target(self, op: Operation) -> Generator[Action, Any, OpenOnTarget]:
         """The other unresolved operations on ``op``'s action and target, for the person
         deciding ``op``: a thread lost with its refund stuck ``unknown`` is named when a new
         thread asks to refund the same order. An operation without a target has none."""

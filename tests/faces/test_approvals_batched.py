@@ -316,3 +316,28 @@ def test_a_crash_between_two_decisions_applies_the_rest_once(env: Env, where: st
     for op in env.ops():
         kinds = [e.kind.value for e in env.ledger_call("events", "default", op.operation_id)]
         assert kinds.count("approve") + kinds.count("reject") == 1, (op.target, kinds)
+
+
+@WHERE
+def test_the_batch_names_the_operations_left_open_on_each_target(env: Env, where: str) -> None:
+    """A worker died mid-close of case A (its operation stuck ``dispatching``): the batched
+    request names it where a person decides, in A's request and in A's action description
+    (what a HITL UI shows), and names nothing for B and C."""
+    from langgraph_effects import LeaseOwner
+    from langgraph_effects.testing.contract import make_draft
+
+    crm = FakeCRM()
+    dead = LeaseOwner(host="elsewhere", pid=1, started_at=1.0, nonce="gone")
+    stuck = make_draft("op-stuck", tenant_id="default", action="crm.close_case", target="A")
+    env.ledger_call("prepare", stuck, owner=dead)
+    g = graph(env, [close_tool(crm)], CALLS, where=where)
+    first = env.invoke(g, {"messages": [("user", "close A, B, C")]}, CFG)
+    [asked] = first["__interrupt__"]
+    requests = {r["target"]: r for r in asked.value["requests"]}
+    assert [o["operation_id"] for o in requests["A"]["open_operations"]] == ["op-stuck"]
+    assert requests["A"]["open_operations_total"] == 1
+    assert (requests["B"]["open_operations"], requests["C"]["open_operations"]) == ([], [])
+    first_action = asked.value["action_requests"][0]
+    assert first_action["args"]["case_id"] == "A"
+    assert "1 other unresolved operation(s) on this target" in first_action["description"]
+    assert crm.effects == 0
