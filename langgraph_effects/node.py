@@ -75,8 +75,6 @@ __all__ = [
 
 _TOOLNODE_DEFAULT: Any = object()
 """``handle_tool_errors`` not given: ToolNode's own default applies."""
-_PATIENCE = timedelta(seconds=1)
-"""How long a parked receipt waits for its siblings before it confirms alone."""
 
 
 class EffectState(TypedDict, total=False):
