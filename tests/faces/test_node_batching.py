@@ -24,6 +24,7 @@ from _graphs import build_graph, call, tool_messages
 from langchain_core.messages import ToolMessage
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.types import Command
 
 from langgraph_effects import EffectContext, EffectToolNode, effect
 from langgraph_effects.core.model import EventKind, OperationStatus
@@ -320,7 +321,55 @@ def test_a_call_its_wrapper_answers_holds_no_receipt_back(sqlite_path: Path) -> 
     assert time.monotonic() - started < 0.9
     assert sorted(provider.created) == ["t0", "t2"]
     assert "skipped" in [m.content for m in tool_messages(result)]
-    # binding, prepare_many, and the receipts of t0 and t2: together if one arrived while
-    # the other's commit was in flight, else one commit each
-    assert len(commits) in (3, 4)
+    # binding, prepare_many, and the receipts of t0 and t2 in one confirm_many
+    assert len(commits) == 3
+    conn.close()
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_sibling_asking_a_person_leaves_the_held_receipts_committed(
+    sqlite_path: Path, mode: str
+) -> None:
+    """Two calls prepared together and a third that needs an approval, in one task: the
+    approval interrupts the task after the two providers answered; their held receipts are
+    committed on the way out. Approved, the task runs again: the two replay, the third
+    dispatches. Each ticket created once."""
+    provider = Tickets()
+
+    @effect("tickets.escalate", target=lambda a: a["title"], require_approval=True)
+    def escalate(title: str, ctx: EffectContext) -> dict[str, Any]:
+        """Escalate a ticket (a person approves first)."""
+        time.sleep(0.05)  # the other two answer first
+        return provider.create(title)
+
+    conn = sqlite3.connect(sqlite_path, check_same_thread=False, isolation_level=None)
+    ledger: Any = (SQLiteLedger if mode == "sync" else AsyncSQLiteLedger)(conn)
+    if mode == "sync":
+        ledger.setup()
+    else:
+        asyncio.run(ledger.setup())
+    graph = build_graph(
+        [_ticket_tool(provider), escalate],
+        [*_calls(2), call("escalate", "call-e", title="e")],
+        ledger=ledger,
+        checkpointer=InMemorySaver(),
+        per_call=False,
+    )
+    config = {"configurable": {"thread_id": "t1"}}
+
+    def run(value: Any) -> Any:
+        if mode == "sync":
+            return graph.invoke(value, config, durability="sync")
+        return asyncio.run(graph.ainvoke(value, config, durability="sync"))
+
+    first = run({"messages": [("user", "go")]})
+    assert "__interrupt__" in first
+    assert sorted(provider.created) == ["t0", "t1"]
+    statuses = {op.target: op.status for op in SQLiteLedger(conn).list(tenant_id="default")}
+    assert statuses == {"t0": S.CONFIRMED, "t1": S.CONFIRMED, "e": S.PREPARED}
+    (asked,) = first["__interrupt__"]
+    answer = {"operation_id": asked.value["operation_id"], "decision": "approve", "by": "ana"}
+    result = run(Command(resume=answer))
+    assert sorted(provider.created) == ["e", "t0", "t1"]
+    assert [m.status for m in tool_messages(result)] == ["success"] * 3
     conn.close()
