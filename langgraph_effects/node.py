@@ -52,6 +52,7 @@ from langgraph_effects.decide import (
     APPROVAL_MODES,
     OPERATIONS_KEY,
     ApprovalMode,
+    DeferredReceipts,
     EffectCall,
     EffectRunner,
     PrepareMany,
@@ -62,6 +63,7 @@ from langgraph_effects.decide import (
 from langgraph_effects.effects import effect_spec
 from langgraph_effects.errors import EffectsError
 from langgraph_effects.ledger.base import DEFAULT_LEASE
+from langgraph_effects.observe import logger
 
 __all__ = [
     "OPERATIONS_KEY",
@@ -136,13 +138,13 @@ def _tool_calls_of(input: Any, messages_key: str) -> tuple[list[ToolCall], bool]
 # the task), and derives each call once (digest, ids, its siblings' drafts for an
 # answer naming one of them).
 #
-# Everything else a call writes goes through the runner's group commit
-# (``decide.group``): a receipt (or a claimed write-ahead of a call the task did
-# not prepare, e.g. one task per call under ``route_tool_calls``) that arrives
-# while no commit is in flight commits at once; one arriving during a commit
-# joins the next. No call waits for a sibling, so ToolNode's threads, a
-# ``max_concurrency``, a sibling that raises, interrupts or is cancelled never
-# hold a receipt back.
+# The receipts of the calls prepared together are committed together too, with
+# one ``confirm_many`` when ToolNode's fan-out ends, before the task returns
+# (``decide.deferred``): a call holds its receipt and goes on with the record it
+# writes, waiting for nobody; the task's answers reach LangGraph only after the
+# commit. Everything else a call writes goes through the runner's group commit
+# (``decide.group``): a receipt (or a claimed write-ahead) of a call the task did
+# not prepare, e.g. one task per call under ``route_tool_calls``.
 
 
 Thread = tuple[str, str]
@@ -168,20 +170,33 @@ class _Task:
     """The calls derived once per task (digest, ids), by tool-call id."""
     drafts: dict[str, OperationDraft] = field(default_factory=dict)
     handoff: dict[str, Prepared] = field(default_factory=dict)
+    receipts: DeferredReceipts | None = None
+    """The receipts of the calls prepared together, committed when the fan-out ends."""
 
-    def ready(self, thread: Thread, calls: list[EffectCall], prepared: list[Prepared]) -> None:
+    def ready(
+        self,
+        thread: Thread,
+        calls: list[EffectCall],
+        prepared: list[Prepared],
+        receipts: DeferredReceipts | None = None,
+    ) -> None:
         drafts = {c.operation_id: c.draft() for c in calls}
         with self.lock:
             self.effect_calls = len(calls)
             self.drafts = drafts
             self.calls = {c.tool_call_id: dataclasses.replace(c, siblings=drafts) for c in calls}
             self.handoff = {p.operation.operation_id: p for p in prepared}
+            self.receipts = receipts if prepared else None
             self.thread = thread  # last: a call seeing it finds the rest in place
 
     def take(self, call: EffectCall) -> Prepared | None:
         """The record prepared for ``call`` in the batch, once."""
         with self.lock:
             return self.handoff.pop(call.operation_id, None)
+
+    def receipts_of(self, handoff: Prepared | None) -> DeferredReceipts | None:
+        """Where a call holds its receipt: the task's batch, for a call prepared in it."""
+        return self.receipts if handoff is not None else None
 
 
 _TASK: contextvars.ContextVar[_Task | None] = contextvars.ContextVar(
@@ -225,6 +240,22 @@ def _before_the_calls() -> Iterator[None]:
         raise
     except Exception as exc:
         raise _Unhandled(exc) from exc
+
+
+@contextmanager
+def _failing(task_error: BaseException) -> Iterator[None]:
+    """The task already failed with ``task_error``: a failure to commit its receipts is
+    logged, and the task's own error goes on (the records stay ``dispatching``: the
+    window before a receipt, settled by takeover and reconcile)."""
+    try:
+        yield
+    except Exception as exc:
+        logger.warning(
+            "the receipts of a failed task could not be committed (%r); the task's error "
+            "follows: %r",
+            exc,
+            task_error,
+        )
 
 
 class EffectToolNode(ToolNode):
@@ -337,7 +368,8 @@ class EffectToolNode(ToolNode):
     # -- the task: Runnable's public entry points ----------------------------------
 
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
-        """``ToolNode.invoke``, with this task's calls known to their hooks (see ``_Task``)."""
+        """``ToolNode.invoke``, with this task's calls known to their hooks (see ``_Task``);
+        the receipts they held are committed before it returns (``decide.deferred``)."""
         task = self._task_of(input)
         token = _TASK.set(task)
         try:
@@ -345,9 +377,18 @@ class EffectToolNode(ToolNode):
                 self._prepare(task, input, task_id_of(_runtime()), config or {})
                 if self.approvals == "batched":
                     self.runner.ask_approvals(list(task.calls.values()))
-            return super().invoke(input, config, **kwargs)
-        except _Unhandled as carried:
-            error = carried.error
+            out = super().invoke(input, config, **kwargs)
+        except BaseException as exc:
+            if task is not None and task.receipts is not None:
+                with _failing(exc):
+                    self.runner.commit_receipts(task.receipts)
+            if not isinstance(exc, _Unhandled):
+                raise
+            error = exc.error
+        else:
+            if task is not None and task.receipts is not None:
+                self.runner.commit_receipts(task.receipts)
+            return out
         finally:
             _TASK.reset(token)
         raise error
@@ -361,9 +402,18 @@ class EffectToolNode(ToolNode):
                 await self._aprepare(task, input, task_id_of(_runtime()), config or {})
                 if self.approvals == "batched":
                     await self.runner.aask_approvals(list(task.calls.values()))
-            return await super().ainvoke(input, config, **kwargs)
-        except _Unhandled as carried:
-            error = carried.error
+            out = await super().ainvoke(input, config, **kwargs)
+        except BaseException as exc:
+            if task is not None and task.receipts is not None:
+                with _failing(exc):
+                    await self.runner.acommit_receipts(task.receipts)
+            if not isinstance(exc, _Unhandled):
+                raise
+            error = exc.error
+        else:
+            if task is not None and task.receipts is not None:
+                await self.runner.acommit_receipts(task.receipts)
+            return out
         finally:
             _TASK.reset(token)
         raise error
@@ -488,7 +538,7 @@ class EffectToolNode(ToolNode):
                         )
                     except Exception:
                         prepared = []  # e.g. PayloadMismatch: each call meets it on its own
-                task.ready(thread, calls, prepared)
+                task.ready(thread, calls, prepared, DeferredReceipts(self.runner.clock))
         assert task.thread is not None
         return task.thread
 
@@ -516,7 +566,7 @@ class EffectToolNode(ToolNode):
                         )
                     except Exception:
                         prepared = []
-                task.ready(thread, calls, prepared)
+                task.ready(thread, calls, prepared, DeferredReceipts(self.runner.clock))
         assert task.thread is not None
         return task.thread
 
@@ -606,8 +656,9 @@ class EffectToolNode(ToolNode):
                 thread = self._prepare(task, request.state, task_id_of(request.runtime), config)
             call = self._call(request, thread, task)
             handoff = None if task is None else task.take(call)
+            receipts = None if task is None else task.receipts_of(handoff)
             trace = Trace()
-            op = self.runner.run(call, run, handoff=handoff, trace=trace)
+            op = self.runner.run(call, run, handoff=handoff, trace=trace, receipts=receipts)
         return effect_result(
             request,
             call,
@@ -640,8 +691,11 @@ class EffectToolNode(ToolNode):
                 )
             call = self._call(request, thread, task)
             handoff = None if task is None else task.take(call)
+            receipts = None if task is None else task.receipts_of(handoff)
             trace = Trace()
-            op = await self.runner.arun(call, run.acall, handoff=handoff, trace=trace)
+            op = await self.runner.arun(
+                call, run.acall, handoff=handoff, trace=trace, receipts=receipts
+            )
         return effect_result(
             request,
             call,

@@ -17,12 +17,20 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from types import MappingProxyType
+from typing import Any
 
-from langgraph_effects.core.model import EventKind, Evidence, EvidenceKind, OperationStatus
+from langgraph_effects.core.model import (
+    EventKind,
+    Evidence,
+    EvidenceKind,
+    Operation,
+    OperationStatus,
+)
 from langgraph_effects.errors import IllegalTransition
 
-__all__ = ["TRANSITIONS", "check_transition"]
+__all__ = ["TRANSITIONS", "check_transition", "moved"]
 
 S = OperationStatus
 
@@ -78,3 +86,45 @@ def check_transition(
                 why=f"resolving unknown needs {wanted.value} evidence or an operator",
             )
     return kind
+
+
+def moved(
+    row: Operation,
+    target: OperationStatus,
+    now: datetime,
+    *,
+    evidence: Evidence | None = None,
+    operator: str | None = None,
+    **changes: Any,
+) -> tuple[EventKind, Operation]:
+    """The event kind of ``row -> target`` at ``now``, and the record the move writes.
+
+    The reference of what every transition does to a record (``InMemoryLedger``
+    writes exactly this; the SQL programs write the same columns): a new version,
+    the status timestamps, the lease released off ``dispatching``, ``resolved_at``
+    on a terminal state, ``evidence_checked_at`` with evidence. ``changes`` are the
+    transition's own columns (``result``, ``provider_result_id``, ...).
+
+    Raises:
+        IllegalTransition: as ``check_transition``.
+    """
+    kind = check_transition(
+        row.operation_id, row.status, target, evidence=evidence, operator=operator
+    )
+    if target.terminal:
+        changes.setdefault("resolved_at", now)
+    if target is not S.DISPATCHING:
+        changes.setdefault("lease_owner", None)
+        changes.setdefault("lease_expires_at", None)
+    if evidence is not None:
+        changes.setdefault("evidence_checked_at", now)
+    new = row.model_copy(
+        update={
+            "status": target,
+            "record_version": row.record_version + 1,
+            "updated_at": now,
+            "status_changed_at": now,
+            **changes,
+        }
+    )
+    return kind, new

@@ -43,6 +43,7 @@ from langgraph_effects.decide.actions import (
 )
 from langgraph_effects.decide.approvals import ask_approvals
 from langgraph_effects.decide.call import EffectCall, Execute
+from langgraph_effects.decide.deferred import DeferredReceipts, commit
 from langgraph_effects.decide.group import GroupCommit, confirm_group, prepare_group
 from langgraph_effects.decide.loop import Decide, Loop
 from langgraph_effects.decide.messages import Trace
@@ -235,14 +236,17 @@ class EffectRunner:
         *,
         handoff: Prepared | None = None,
         trace: Trace | None = None,
+        receipts: DeferredReceipts | None = None,
     ) -> Operation:
         """Decide and record ``call`` synchronously; return the final record.
 
         ``execute(args)`` runs the tool (it may raise). ``handoff`` is a record
         this node already prepared for the call (batched ``prepare_many``).
-        ``trace`` is filled with how the answer was obtained.
+        ``trace`` is filled with how the answer was obtained. ``receipts``: the
+        task's deferred receipts (``decide.deferred``), which the face commits
+        with ``commit_receipts`` before it returns.
         """
-        return self._drive(self._start(call, handoff, trace), execute)
+        return self._drive(self._start(call, handoff, trace), execute, receipts)
 
     def drive(self, steps: Generator[Action, Any, T], execute: Execute) -> T:
         """Drive a face's own generator of actions synchronously; return its result.
@@ -255,6 +259,22 @@ class EffectRunner:
             raise EffectsError(_ASYNC_LEDGER)
         return self._drive(steps, execute)
 
+    def commit_receipts(self, receipts: DeferredReceipts) -> None:
+        """Commit the receipts ``receipts`` holds in one ``confirm_many`` (``decide.deferred``).
+
+        Raises:
+            EffectsError: the first receipt the ledger refused, or the commit's own error.
+        """
+        held = receipts.close()
+        if held is not None:
+            self._drive(commit(held), _no_dispatch)
+
+    async def acommit_receipts(self, receipts: DeferredReceipts) -> None:
+        """The async twin of ``commit_receipts``; the ledger may be sync or async."""
+        held = receipts.close()
+        if held is not None:
+            await self._adrive(commit(held), _ano_dispatch, [])
+
     async def adrive(self, steps: Generator[Action, Any, T], execute: AsyncExecute) -> T:
         """The async twin of ``drive``; the ledger may be sync or async."""
         return await self._adrive(steps, execute, [])
@@ -264,7 +284,12 @@ class EffectRunner:
             raise EffectsError(_ASYNC_LEDGER)
         return self.loop.decide(call, handoff, current_owner(), trace)
 
-    def _drive(self, gen: Generator[Action, Any, T], execute: Execute) -> T:
+    def _drive(
+        self,
+        gen: Generator[Action, Any, T],
+        execute: Execute,
+        receipts: DeferredReceipts | None = None,
+    ) -> T:
         value: Any = None
         error: BaseException | None = None
         while True:
@@ -279,7 +304,7 @@ class EffectRunner:
                 continue
             try:
                 if isinstance(action, LedgerAction):
-                    value = self._write(action)
+                    value = self._write(action, receipts)
                 else:
                     value = self._act(action, execute)
             except GraphBubbleUp:
@@ -287,9 +312,23 @@ class EffectRunner:
             except Exception as exc:
                 error = exc
 
-    def _write(self, action: LedgerAction[T]) -> T:
-        """One ledger call of a decision; a claimed write-ahead or a receipt goes
-        through its group commit when the face asked for one (``decide.group``)."""
+    def _write(self, action: LedgerAction[T], receipts: DeferredReceipts | None = None) -> T:
+        """One ledger call of a decision; a receipt is held for the task's commit when
+        the face gave deferred receipts (``decide.deferred``); a claimed write-ahead or
+        a receipt goes through its group commit when the face asked for one
+        (``decide.group``)."""
+        if receipts is not None and isinstance(action, Confirm):
+            sync = self._sync
+            assert sync is not None
+            renew = Renew(action.key, token=action.token, lease_for=self.lease_for)
+
+            def renewing() -> Callable[[], None]:
+                job = renewer.hold(lambda: renew.on(sync), self.lease_for.total_seconds() / 3)
+                return lambda: renewer.drop(job)
+
+            held = receipts.hold(action, renewing)
+            if held is not None:
+                return cast(T, held)
         group = self._group_of(action)
         if group is None:
             return self._perform(action)
@@ -345,6 +384,7 @@ class EffectRunner:
         *,
         handoff: Prepared | None = None,
         trace: Trace | None = None,
+        receipts: DeferredReceipts | None = None,
     ) -> Operation:
         """The async twin of ``run``; the ledger may be sync or async.
 
@@ -353,10 +393,14 @@ class EffectRunner:
         is raised.
         """
         gen = self.loop.decide(call, handoff, current_owner(), trace)
-        return await self._adrive(gen, execute, [])
+        return await self._adrive(gen, execute, [], receipts)
 
     async def _adrive(
-        self, gen: Generator[Action, Any, T], execute: AsyncExecute, cancelled: list[bool]
+        self,
+        gen: Generator[Action, Any, T],
+        execute: AsyncExecute,
+        cancelled: list[bool],
+        receipts: DeferredReceipts | None = None,
     ) -> T:
         value: Any = None
         error: BaseException | None = None
@@ -376,7 +420,7 @@ class EffectRunner:
                 continue
             try:
                 if isinstance(action, LedgerAction):
-                    value = await self._awrite(action, cancelled)
+                    value = await self._awrite(action, cancelled, receipts)
                 else:
                     value = await self._aact(action, execute, cancelled)
             except GraphBubbleUp:
@@ -384,8 +428,31 @@ class EffectRunner:
             except Exception as exc:
                 error = exc
 
-    async def _awrite(self, action: LedgerAction[T], cancelled: list[bool]) -> T:
+    async def _awrite(
+        self,
+        action: LedgerAction[T],
+        cancelled: list[bool],
+        receipts: DeferredReceipts | None = None,
+    ) -> T:
         """The async twin of ``_write``."""
+        if receipts is not None and isinstance(action, Confirm):
+            renew = Renew(action.key, token=action.token, lease_for=self.lease_for)
+
+            def renewing() -> Callable[[], None]:
+                task = asyncio.create_task(
+                    renew_until_cancelled(
+                        lambda: self.aperform(renew), self.lease_for.total_seconds() / 3
+                    )
+                )
+
+                def stop() -> None:
+                    task.cancel()
+
+                return stop
+
+            held = receipts.hold(action, renewing)
+            if held is not None:
+                return cast(T, held)
         group = self._group_of(action)
         if group is None:
             return await self._aledger(action, cancelled)

@@ -126,6 +126,17 @@ _MAX_STEPS = 64
 _RESEND_REFUSED = "provider:resend_refused"  # evidence source of a definitively refused resend
 _REPLACED = "replaced by "  # rejection reason of a call a reviewer edited
 _LATE_RECEIPT = "late receipt: the provider applied it after this worker's lease was taken over"
+RECEIPT_REFUSED = (StaleFencingToken, IllegalTransition, ConcurrentUpdate)
+"""What the fence answers a receipt whose operation was taken over mid-flight."""
+
+
+def late_receipt(value: Any, result_id: str | None) -> Evidence:
+    """A receipt the fence refused, as the evidence that keeps it (``recorded_receipt``)."""
+    return Evidence.confirmed(
+        _LATE_RECEIPT, result=value, provider_result_id=result_id, source="receipt"
+    )
+
+
 _SETTLING = frozenset({Step.DISPATCH_CLAIMED, Step.RECONCILE, Step.REVIEW})
 """Steps whose own write may confirm the record: a confirmation right after one is
 this pass's outcome, not a replay (``observe.count_replay``)."""
@@ -476,9 +487,16 @@ class Loop:
             value = recordable(raw, out.message)
             try:
                 confirmed = yield from ledger(
-                    Confirm(op.key, token=token, result=value, provider_result_id=result_id)
+                    Confirm(
+                        op.key,
+                        token=token,
+                        result=value,
+                        provider_result_id=result_id,
+                        # Only a receipt this pass answers with can be held (decide.deferred).
+                        moves=op if out.error is None else None,
+                    )
                 )
-            except (StaleFencingToken, IllegalTransition, ConcurrentUpdate):
+            except RECEIPT_REFUSED:
                 return (yield from self._late_receipt(p, op, owner, value, result_id))
             crash_point(CrashPoint.AFTER_RECEIPT)
             if out.error is not None:
@@ -581,9 +599,7 @@ class Loop:
             rejected      terminal, never moved: a conflict for a person to review,
                           and the answer says the provider applied it (conflicted)
         """
-        receipt = Evidence.confirmed(
-            _LATE_RECEIPT, result=value, provider_result_id=result_id, source="receipt"
-        )
+        receipt = late_receipt(value, result_id)
         fresh = yield from ledger(RecordEvidence(op.key, receipt))
         if fresh.status is S.REJECTED:
             return conflicted(fresh, receipt)

@@ -27,7 +27,7 @@ from langgraph_effects.core.model import (
     Resolution,
     utcnow,
 )
-from langgraph_effects.core.transitions import check_transition
+from langgraph_effects.core.transitions import check_transition, moved
 from langgraph_effects.errors import (
     EffectsError,
     IllegalTransition,
@@ -164,25 +164,8 @@ class InMemoryLedger(Ledger):
         detail: Any = None,
         **changes: Any,
     ) -> Operation:
-        kind = check_transition(
-            row.operation_id, row.status, target, evidence=evidence, operator=operator
-        )
-        now = self._clock()
-        if target.terminal:
-            changes.setdefault("resolved_at", now)
-        if target is not S.DISPATCHING:
-            changes.setdefault("lease_owner", None)
-            changes.setdefault("lease_expires_at", None)
-        if evidence is not None:
-            changes.setdefault("evidence_checked_at", now)
-        new = row.model_copy(
-            update={
-                "status": target,
-                "record_version": row.record_version + 1,
-                "updated_at": now,
-                "status_changed_at": now,
-                **changes,
-            }
+        kind, new = moved(
+            row, target, self._clock(), evidence=evidence, operator=operator, **changes
         )
         return self._commit(row, new, kind, actor=actor, evidence=evidence, detail=detail)
 

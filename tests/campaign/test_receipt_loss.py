@@ -157,3 +157,65 @@ def test_postgres_killed_before_the_receipt_is_durable_is_reconciled_never_resen
     with FakeCRM(crm_path) as crm:
         assert crm.effects == 1
         assert crm.duplicates == 0
+
+
+def batch_run(kind: str, mode: str, where: str, crm_path: str, start: bool) -> dict[str, Any]:
+    """Run (``start``) or resume thread t1: two parallel calls in one task (``tools_condition``),
+    whose receipts the task holds and commits together (``decide.deferred``)."""
+    env = Env(kind, mode, path=Path(where), url=where)
+    crm = FakeCRM(crm_path)
+    try:
+        graph = build_graph(
+            _tools(crm, "reconcile"),
+            [
+                call("close_case", "call-a", case_id="A", resolution="fixed"),
+                call("close_case", "call-b", case_id="B", resolution="fixed"),
+            ],
+            ledger=env.ledger,
+            checkpointer=env.checkpointer,
+            per_call=False,
+        )
+        env.invoke(graph, {"messages": [("user", "close A and B")]} if start else None, CFG)
+        ops = env.ops()
+        return {"statuses": [o.status.value for o in ops], "attempts": [o.attempts for o in ops]}
+    finally:
+        crm.close()
+        env.close()
+
+
+@pytest.mark.parametrize(
+    ("kind", "mode"), [("sqlite", "sync"), ("sqlite", "async"), ("postgres", "sync")]
+)
+def test_a_held_receipt_lost_with_its_process_is_reconciled_never_resent(
+    kind: str, mode: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """Two parallel calls in one task: both providers answered, both receipts are held for
+    the task's commit, and the process is killed at the second (``after_receipt``, hit 2):
+    nothing of them was committed. A fresh process takes both records over and reconciles
+    them; the CRM counts one effect per case, none sent again."""
+    where = str(tmp_path / "app.db") if kind == "sqlite" else request.getfixturevalue("pg_url")
+    crm_path = tmp_path / "crm.db"
+    FakeCRM(crm_path).close()
+    died = run_in_child(
+        batch_run,
+        kind,
+        mode,
+        where,
+        str(crm_path),
+        True,
+        crash_at=CrashPoint.AFTER_RECEIPT,
+        mode="kill",
+        hit=2,
+    )
+    assert died.crashed_at == CrashPoint.AFTER_RECEIPT, died.error
+    if kind == "sqlite":
+        assert _status(Path(where)) == ["dispatching", "dispatching"]  # held, not committed
+    with FakeCRM(crm_path) as crm:
+        assert crm.effects == 2
+    resumed = run_in_child(batch_run, kind, mode, where, str(crm_path), False)
+    assert resumed.ok, resumed.error
+    assert resumed.value["statuses"] == ["confirmed", "confirmed"]
+    assert resumed.value["attempts"] == [1, 1]  # the providers were not called again
+    with FakeCRM(crm_path) as crm:
+        assert crm.effects == 2
+        assert crm.duplicates == 0

@@ -1,11 +1,12 @@
 """Batched writes: the parallel effect calls of one AIMessage, and sibling tasks, share commits.
 
 ``tools_condition`` puts every call of the AIMessage in one task; EffectToolNode
-prepares them with one ``prepare_many`` before the fan-out. Everything else goes
-through group commit (``decide.group``): a receipt, or the write-ahead of a call
-in a task of its own (``route_tool_calls``), that arrives while no commit is in
-flight commits at once; one that arrives during a commit joins the next. No call
-waits for a sibling. Commits are counted on the ledger's own SQLite connection
+prepares them with one ``prepare_many`` before the fan-out and commits their
+receipts with one ``confirm_many`` when it ends (``decide.deferred``). Everything
+else goes through group commit (``decide.group``): a receipt, or the write-ahead
+of a call in a task of its own (``route_tool_calls``), that arrives while no
+commit is in flight commits at once; one that arrives during a commit joins the
+next. No call waits for a sibling. Commits are counted on the ledger's own SQLite connection
 (its statement trace), effects at the tool.
 """
 
@@ -23,10 +24,12 @@ from _graphs import build_graph, call, tool_messages
 from langchain_core.messages import ToolMessage
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.types import Command
 
 from langgraph_effects import EffectContext, EffectToolNode, effect
 from langgraph_effects.core.model import EventKind, OperationStatus
 from langgraph_effects.decide import GroupCommit
+from langgraph_effects.errors import StaleFencingToken
 from langgraph_effects.ledger.sqlite import AsyncSQLiteLedger, SQLiteLedger
 
 S = OperationStatus
@@ -92,12 +95,12 @@ def _bound(node: EffectToolNode, thread_id: str) -> None:
 def test_receipts_arriving_during_a_commit_share_the_next(
     sqlite_path: Path, mode: str, router: str
 ) -> None:
-    """Group commit, four parallel calls whose receipts arrive together: the first commits
-    at once (held here until the other three queue behind it), the other three share the
-    next commit. One task (``tools_condition``): prepare_many, then 2 receipt commits (not
-    one commit for all four: no receipt waits for a sibling). One task per call
-    (``route_tool_calls``): the write-aheads group the same way, 2 + 2 commits instead of
-    4 + 4. Each operation confirmed once."""
+    """Four parallel calls whose receipts arrive together. One task (``tools_condition``):
+    prepare_many, then one confirm_many for the four receipts when the fan-out ends: 2
+    commits. One task per call (``route_tool_calls``), group commit: the first write
+    commits at once (held here until the other three queue behind it), the other three
+    share the next commit, for the write-aheads and the receipts alike: 2 + 2 commits
+    instead of 4 + 4. Each operation confirmed once."""
     provider = Tickets()
     per_call = router == "route_tool_calls"
     conn = sqlite3.connect(sqlite_path, check_same_thread=False, isolation_level=None)
@@ -110,7 +113,8 @@ def test_receipts_arriving_during_a_commit_share_the_next(
     node: Any = None
 
     def together() -> None:  # the four tools return at once: their receipts arrive together
-        held.arm(node.runner.confirms, 3)
+        if per_call:
+            held.arm(node.runner.confirms, 3)
 
     barrier = threading.Barrier(4, action=together)
 
@@ -138,7 +142,7 @@ def test_receipts_arriving_during_a_commit_share_the_next(
     else:
         result = asyncio.run(graph.ainvoke(value, config, durability="sync"))
     held.close()
-    assert len(held.commits) == (4 if per_call else 3)
+    assert len(held.commits) == (4 if per_call else 2)
     assert sorted(provider.created) == ["t0", "t1", "t2", "t3"]
     messages = tool_messages(result)
     assert [m.status for m in messages] == ["success"] * 4
@@ -155,10 +159,13 @@ def test_receipts_arriving_during_a_commit_share_the_next(
     conn.close()
 
 
-def test_a_stale_receipt_in_the_batch_is_reconciled_and_blocks_no_other(
+def test_a_stale_receipt_in_the_batch_is_kept_and_settles_the_next_run(
     sqlite_path: Path,
 ) -> None:
-    """A call taken over mid-flight is resolved by its own receipt; its siblings confirm."""
+    """A call taken over mid-flight (a worker frozen past its lease): the batch's commit
+    confirms its siblings, keeps the refused receipt as evidence and fails the task, so
+    nothing of it is saved; the next run replays the siblings and confirms the taken-over
+    operation from the kept receipt. The provider acted once per ticket."""
     provider = Tickets()
     conn = sqlite3.connect(sqlite_path, check_same_thread=False, isolation_level=None)
     ledger = SQLiteLedger(conn)
@@ -178,9 +185,15 @@ def test_a_stale_receipt_in_the_batch_is_reconciled_and_blocks_no_other(
     graph = build_graph(
         [create_ticket], _calls(3), ledger=ledger, checkpointer=InMemorySaver(), per_call=False
     )
-    result = graph.invoke(
-        {"messages": [("user", "go")]}, {"configurable": {"thread_id": "t1"}}, durability="sync"
-    )
+    config = {"configurable": {"thread_id": "t1"}}
+    with pytest.raises(StaleFencingToken):
+        graph.invoke({"messages": [("user", "go")]}, config, durability="sync")
+    assert sorted(provider.created) == ["t0", "t1", "t2"]
+    assert tool_messages(graph.get_state(config).values) == []  # nothing of the task saved
+    taken = next(op for op in ledger.list(tenant_id="default") if op.target == "t1")
+    assert taken.status is S.UNKNOWN
+    assert ledger.events("default", taken.operation_id)[-1].kind is EventKind.EVIDENCE
+    result = graph.invoke(None, config, durability="sync")
     assert sorted(provider.created) == ["t0", "t1", "t2"]
     ops = {op.target: op for op in ledger.list(tenant_id="default")}
     assert {t: op.status for t, op in ops.items()} == dict.fromkeys(("t0", "t1", "t2"), S.CONFIRMED)
@@ -308,7 +321,55 @@ def test_a_call_its_wrapper_answers_holds_no_receipt_back(sqlite_path: Path) -> 
     assert time.monotonic() - started < 0.9
     assert sorted(provider.created) == ["t0", "t2"]
     assert "skipped" in [m.content for m in tool_messages(result)]
-    # binding, prepare_many, and the receipts of t0 and t2: together if one arrived while
-    # the other's commit was in flight, else one commit each
-    assert len(commits) in (3, 4)
+    # binding, prepare_many, and the receipts of t0 and t2 in one confirm_many
+    assert len(commits) == 3
+    conn.close()
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_sibling_asking_a_person_leaves_the_held_receipts_committed(
+    sqlite_path: Path, mode: str
+) -> None:
+    """Two calls prepared together and a third that needs an approval, in one task: the
+    approval interrupts the task after the two providers answered; their held receipts are
+    committed on the way out. Approved, the task runs again: the two replay, the third
+    dispatches. Each ticket created once."""
+    provider = Tickets()
+
+    @effect("tickets.escalate", target=lambda a: a["title"], require_approval=True)
+    def escalate(title: str, ctx: EffectContext) -> dict[str, Any]:
+        """Escalate a ticket (a person approves first)."""
+        time.sleep(0.05)  # the other two answer first
+        return provider.create(title)
+
+    conn = sqlite3.connect(sqlite_path, check_same_thread=False, isolation_level=None)
+    ledger: Any = (SQLiteLedger if mode == "sync" else AsyncSQLiteLedger)(conn)
+    if mode == "sync":
+        ledger.setup()
+    else:
+        asyncio.run(ledger.setup())
+    graph = build_graph(
+        [_ticket_tool(provider), escalate],
+        [*_calls(2), call("escalate", "call-e", title="e")],
+        ledger=ledger,
+        checkpointer=InMemorySaver(),
+        per_call=False,
+    )
+    config = {"configurable": {"thread_id": "t1"}}
+
+    def run(value: Any) -> Any:
+        if mode == "sync":
+            return graph.invoke(value, config, durability="sync")
+        return asyncio.run(graph.ainvoke(value, config, durability="sync"))
+
+    first = run({"messages": [("user", "go")]})
+    assert "__interrupt__" in first
+    assert sorted(provider.created) == ["t0", "t1"]
+    statuses = {op.target: op.status for op in SQLiteLedger(conn).list(tenant_id="default")}
+    assert statuses == {"t0": S.CONFIRMED, "t1": S.CONFIRMED, "e": S.PREPARED}
+    (asked,) = first["__interrupt__"]
+    answer = {"operation_id": asked.value["operation_id"], "decision": "approve", "by": "ana"}
+    result = run(Command(resume=answer))
+    assert sorted(provider.created) == ["e", "t0", "t1"]
+    assert [m.status for m in tool_messages(result)] == ["success"] * 3
     conn.close()
