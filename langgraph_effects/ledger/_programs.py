@@ -291,7 +291,7 @@ def transition(
                 return Result(verdict)
         raise ConcurrentUpdate(operation_id, expected=f"a row {name} can move", status="moving")
 
-    return Program(steps(), writes=True, receipt=receipt, tenant_id=tenant_id)
+    return Program(steps(), writes=True, relaxed=receipt, tenant_id=tenant_id)
 
 
 def not_found(tenant_id: str, operation_id: str) -> OperationNotFound:
@@ -557,7 +557,7 @@ def confirm_many(
 
     # Each receipt is its own conditional write: statements that commit apart
     # lose nothing, so an autocommit connection needs no explicit transaction.
-    return Program(steps(), writes=True, receipt=True)
+    return Program(steps(), writes=True, relaxed=True)
 
 
 def reject(

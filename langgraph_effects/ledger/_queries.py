@@ -56,7 +56,9 @@ def bind_thread(
         )
         return Result(str(rows[0]["tenant_id"]))
 
-    return Program(steps(), writes=True)
+    # Relaxed like a receipt: the binding is durable once the write-ahead record that
+    # uses it (the next synchronous commit to the same log) is, before any provider call.
+    return Program(steps(), writes=True, relaxed=True)
 
 
 def get(dialect: Dialect, tenant_id: str, operation_id: str) -> Program[Operation | None]:

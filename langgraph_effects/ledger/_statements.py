@@ -116,9 +116,11 @@ class Program(Generic[T]):
     statements: Statements[Result[T]]
     writes: bool
     atomic: bool = False
-    receipt: bool = False
-    """It records receipts only (``confirm``, ``confirm_many``): a backend commits it
-    with the ledger's ``receipt_synchronous`` (``ledger.base``, "Durability of receipts")."""
+    relaxed: bool = False
+    """Its commit need not wait for the disk: a receipt (``confirm``, ``confirm_many``),
+    or a thread's binding, which the write-ahead record that uses it flushes before any
+    provider hears of it. A backend commits it with the ledger's ``receipt_synchronous``
+    (``ledger.base``, "Durability of receipts")."""
     tenant_id: str | None = None
     """The tenant of the one operation it moves: named when a refusal is reported."""
 

@@ -29,6 +29,10 @@ survived implies a receipt that survived; without it the next ``prepare`` of
 the ledger flushes it (and PostgreSQL's WAL writer within
 ``3 * wal_writer_delay``, 0.6 s by default).
 
+A thread's binding (``bind_thread``) commits the same way: the first write-ahead
+record that uses it follows on the same log and is flushed before the provider
+is called, so no operation ever depends on a binding the disk lost.
+
 A receipt lost that way is never a duplicate: the record is still
 ``dispatching`` under a lease nobody renews (its owner dead, or alive and done),
 exactly as after a crash between the provider's answer and ``confirm``, and is

@@ -1,4 +1,4 @@
-"""``receipt_synchronous`` relaxes the receipt's commit and nothing else, on SQLite and PostgreSQL.
+"""``receipt_synchronous`` relaxes receipts and thread bindings, nothing else, on both backends.
 
 The default is ``"NORMAL"`` where the receipt's commit is write-ahead logged
 (SQLite in WAL mode, PostgreSQL always); ``ledger.base``, "Durability of
@@ -170,3 +170,32 @@ def test_postgres_receipt_synchronous_must_be_full_or_normal(pg_url: str) -> Non
     """The same option, refused the same way, on PostgreSQL."""
     with psycopg.connect(pg_url) as conn, pytest.raises(ValueError, match="receipt_synchronous"):
         PostgresLedger(conn, receipt_synchronous="OFF")  # type: ignore[arg-type]
+
+
+def test_a_threads_binding_commits_relaxed_and_its_prepare_full(sqlite_path: Path) -> None:
+    """The binding is relaxed like a receipt (``ledger.base``): the write-ahead record that
+    uses it follows on the same log with FULL, and flushes it before any provider call."""
+    conn, ledger, seen = _traced(sqlite_path)
+    assert ledger.bind_thread("thread-1", T) == T
+    assert _pragmas(seen) == ["PRAGMA synchronous=NORMAL", "PRAGMA synchronous=FULL"]
+    ledger.prepare(make_draft("op-1"), owner=OWNER)
+    assert len(_pragmas(seen)) == 2  # the prepare commits FULL
+    assert ledger.bind_thread("thread-1", "tenant-b") == T  # bound for good
+    conn.close()
+    with SQLiteLedger.from_conn_string(str(sqlite_path)) as reopened:
+        assert reopened.bind_thread("thread-1", "tenant-b") == T
+
+
+def test_postgres_relaxes_a_threads_binding(pg_url: str) -> None:
+    """PostgreSQL: the binding's transaction commits with ``synchronous_commit = off``."""
+    with psycopg.connect(pg_url) as conn:
+        ledger = PostgresLedger(conn)
+        ledger.setup()
+        conn.commit()
+        conn.execute("SELECT 1")
+        assert ledger.bind_thread("thread-1", T) == T
+        assert _synchronous_commit(conn) == "off"
+        conn.commit()
+        assert _synchronous_commit(conn) == "on"
+    with PostgresLedger.from_conn_string(pg_url) as reopened:
+        assert reopened.bind_thread("thread-1", "tenant-b") == T

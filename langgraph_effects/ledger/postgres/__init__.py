@@ -153,7 +153,7 @@ class PostgresLedger(SyncFace):
                 return cur.fetchall() if has_rows(cur) else []
 
             raw = compile_statements(
-                self._receipt_dialect if program.receipt else DIALECT, program.statements
+                self._receipt_dialect if program.relaxed else DIALECT, program.statements
             )
             if not _needs_transaction(conn, program.atomic):
                 return drive(execute, raw)
@@ -238,7 +238,7 @@ class AsyncPostgresLedger(AsyncFace):
                     return await cur.fetchall() if has_rows(cur) else []
 
                 raw = compile_statements(
-                    self._receipt_dialect if program.receipt else DIALECT, program.statements
+                    self._receipt_dialect if program.relaxed else DIALECT, program.statements
                 )
                 if not _needs_transaction(conn, program.atomic):
                     return await adrive(execute, raw)

@@ -8,9 +8,9 @@ way, for one draft or a whole batch bound as one JSON array.
 
 A receipt may commit without waiting for its WAL flush (the ledgers'
 ``receipt_synchronous="NORMAL"``, the default; the rule is in ``ledger.base``,
-"Durability of receipts"): ``RECEIPT_DIALECT`` is this dialect with ``confirm``
-and ``confirm_many`` setting ``synchronous_commit = off`` for their own
-transaction inside the statement itself, so it costs no round trip.
+"Durability of receipts"): ``RECEIPT_DIALECT`` is this dialect with ``confirm``,
+``confirm_many`` and ``bind_thread`` setting ``synchronous_commit = off`` for their
+own transaction inside the statement itself, so it costs no round trip.
 
 Statements run at READ COMMITTED. A conditional UPDATE that meets a row
 locked by a concurrent writer waits, then re-checks its WHERE clause against
@@ -426,6 +426,9 @@ RECEIPT_DIALECT = dataclasses.replace(
         **DIALECT.statements,
         ledger.CONFIRM: _move(_CONFIRM_SETS, _FENCED, also=_ASYNC_COMMIT),
         ledger.CONFIRM_MANY: _CONFIRM_MANY.format(also=_ASYNC_COMMIT),
+        ledger.BIND_THREAD: BIND_THREAD_SQL.replace(
+            "RETURNING tenant_id", "RETURNING tenant_id" + _ASYNC_COMMIT
+        ),
     },
 )
 """``DIALECT`` whose receipts commit without waiting for the WAL flush."""

@@ -97,7 +97,7 @@ class _Driver:
                 return drive(execute, compile_statements(DIALECT, program.statements))
             # synchronous applies at commit time, per connection: switch it for
             # this one receipt transaction only, and back before anything else.
-            relaxed = program.receipt and self.receipt_synchronous != self.synchronous
+            relaxed = program.relaxed and self.receipt_synchronous != self.synchronous
             if relaxed:
                 cur.execute(f"PRAGMA synchronous={self.receipt_synchronous}")
             try:
