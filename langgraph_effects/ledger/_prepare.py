@@ -20,6 +20,7 @@ from langgraph_effects.core.model import (
     OperationEvent,
     OperationStatus,
     Prepared,
+    unvalidated,
 )
 from langgraph_effects.errors import ConcurrentUpdate, PayloadMismatch
 from langgraph_effects.ledger._programs import (
@@ -78,7 +79,7 @@ def recorded(dialect: Dialect, drafts: Sequence[OperationDraft]) -> Program[list
                 )
             ops[k] = load_operation(dialect, row)
         return Result(
-            [Prepared(operation=ops[(d.tenant_id, d.operation_id)], created=False) for d in drafts]
+            [_prepared(ops[(d.tenant_id, d.operation_id)], created=False) for d in drafts]
         )
 
     return Program(steps(), writes=False)
@@ -167,14 +168,23 @@ def prepare_many(
                             ),
                         )
                     )
-            out.append(Prepared(operation=op, created=created))
+            out.append(_prepared(op, created=created))
         return Result(out, tuple(logged))
 
     return Program(steps(), writes=True, atomic=len(unique) > 1)
 
 
+def _prepared(operation: Operation, *, created: bool) -> Prepared:
+    return unvalidated(Prepared, {"operation": operation, "created": created})
+
+
+_DRAFT_FIELDS = tuple(name for name in OperationDraft.model_fields if name != "payload")
+
+
 def _draft_values(draft: OperationDraft) -> dict[str, Any]:
-    values = draft.model_dump(exclude={"payload"})
+    """The statement values of a (validated) draft: its fields, the payload as JSON text."""
+    fields = draft.__dict__
+    values = {name: fields[name] for name in _DRAFT_FIELDS}
     # Canonical JSON also refuses NaN, sets and objects, and payloads over 1 MiB.
     values["payload"] = draft.payload_json()
     return values
