@@ -96,10 +96,14 @@ def prepare_many(
     """Insert the drafts not yet recorded (claimed at once with ``owner``), all or nothing."""
     drafts = list(drafts)
     unique = _unique(drafts)
-    items = [_draft_values(draft) for draft in unique.values()]
-    actor = owner.encode() if owner is not None else None
+    for draft in unique.values():
+        # Canonical JSON refuses NaN, sets and objects, and payloads over 1 MiB:
+        # checked now, whether the program runs or a read answers (``recorded``).
+        draft.payload_json()
 
     def steps() -> Statements[Result[list[Prepared]]]:
+        items = [_draft_values(draft) for draft in unique.values()]
+        actor = owner.encode() if owner is not None else None
         now = now_of(clock)
         claimed = owner is not None
         params = {
@@ -185,6 +189,5 @@ def _draft_values(draft: OperationDraft) -> dict[str, Any]:
     """The statement values of a (validated) draft: its fields, the payload as JSON text."""
     fields = draft.__dict__
     values = {name: fields[name] for name in _DRAFT_FIELDS}
-    # Canonical JSON also refuses NaN, sets and objects, and payloads over 1 MiB.
     values["payload"] = draft.payload_json()
     return values
