@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 
 from pydantic import (
     BaseModel,
@@ -42,6 +42,7 @@ __all__ = [
     "Resolution",
     "key_retention_seconds",
     "reconciled_evidence",
+    "unvalidated",
     "utcnow",
 ]
 
@@ -101,6 +102,29 @@ class Decision(StrEnum):
 
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def unvalidated(model: type[M], values: dict[str, Any]) -> M:
+    """``model`` holding ``values`` as they are: no validation, no copy.
+
+    For values the package itself made or checked, on its hot path: a row of
+    its own schema read back (every column was validated on the way in and
+    the schema constrains the rest), an event it derives from that row. What
+    ``model_construct`` does, without its per-field Python loop (it is slower
+    than validating). ``values`` must name every field, in declaration order,
+    each already of its field's type (enum members, aware datetimes): the
+    instance is then equal to, and dumps like, the validated one.
+    Never for values from outside the package: validate those.
+    """
+    obj = model.__new__(model)
+    object.__setattr__(obj, "__dict__", values)
+    object.__setattr__(obj, "__pydantic_fields_set__", set(values))
+    object.__setattr__(obj, "__pydantic_extra__", None)
+    object.__setattr__(obj, "__pydantic_private__", None)
+    return obj
 
 
 class Evidence(_Frozen):

@@ -20,6 +20,7 @@ from langgraph_effects.core.model import (
     OperationEvent,
     OperationStatus,
     Prepared,
+    unvalidated,
 )
 from langgraph_effects.errors import ConcurrentUpdate, PayloadMismatch
 from langgraph_effects.ledger._programs import (
@@ -78,7 +79,7 @@ def recorded(dialect: Dialect, drafts: Sequence[OperationDraft]) -> Program[list
                 )
             ops[k] = load_operation(dialect, row)
         return Result(
-            [Prepared(operation=ops[(d.tenant_id, d.operation_id)], created=False) for d in drafts]
+            [_prepared(ops[(d.tenant_id, d.operation_id)], created=False) for d in drafts]
         )
 
     return Program(steps(), writes=False)
@@ -95,10 +96,14 @@ def prepare_many(
     """Insert the drafts not yet recorded (claimed at once with ``owner``), all or nothing."""
     drafts = list(drafts)
     unique = _unique(drafts)
-    items = [_draft_values(draft) for draft in unique.values()]
-    actor = owner.encode() if owner is not None else None
+    for draft in unique.values():
+        # Canonical JSON refuses NaN, sets and objects, and payloads over 1 MiB:
+        # checked now, whether the program runs or a read answers (``recorded``).
+        draft.payload_json()
 
     def steps() -> Statements[Result[list[Prepared]]]:
+        items = [_draft_values(draft) for draft in unique.values()]
+        actor = owner.encode() if owner is not None else None
         now = now_of(clock)
         claimed = owner is not None
         params = {
@@ -167,14 +172,22 @@ def prepare_many(
                             ),
                         )
                     )
-            out.append(Prepared(operation=op, created=created))
+            out.append(_prepared(op, created=created))
         return Result(out, tuple(logged))
 
     return Program(steps(), writes=True, atomic=len(unique) > 1)
 
 
+def _prepared(operation: Operation, *, created: bool) -> Prepared:
+    return unvalidated(Prepared, {"operation": operation, "created": created})
+
+
+_DRAFT_FIELDS = tuple(name for name in OperationDraft.model_fields if name != "payload")
+
+
 def _draft_values(draft: OperationDraft) -> dict[str, Any]:
-    values = draft.model_dump(exclude={"payload"})
-    # Canonical JSON also refuses NaN, sets and objects, and payloads over 1 MiB.
+    """The statement values of a (validated) draft: its fields, the payload as JSON text."""
+    fields = draft.__dict__
+    values = {name: fields[name] for name in _DRAFT_FIELDS}
     values["payload"] = draft.payload_json()
     return values

@@ -33,6 +33,7 @@ from langgraph_effects.core.model import (
     Operation,
     OperationEvent,
     OperationStatus,
+    unvalidated,
 )
 from langgraph_effects.errors import (
     ConcurrentUpdate,
@@ -113,6 +114,7 @@ _RETRIES = 3
 """Conditional writes retried when the row moved back under them (see module doc)."""
 
 _OPERATION_FIELDS = tuple(Operation.model_fields)
+_STATUSES = {status.value: status for status in OperationStatus}
 _TIMESTAMP_FIELDS = (
     "lease_expires_at",
     "evidence_checked_at",
@@ -134,14 +136,28 @@ def model_text(model: Evidence | None) -> str | None:
 
 
 def load_operation(dialect: Dialect, row: Mapping[str, Any]) -> Operation:
-    """The ``Operation`` a row of ``lge_operations`` holds, in the dialect's value formats."""
+    """The ``Operation`` a row of ``lge_operations`` holds, in the dialect's value formats.
+
+    Not validated again (``core.model.unvalidated``): every column was checked
+    when it was written and the schema constrains the rest (``status`` by a
+    CHECK); what differs from the field types is converted here, as the
+    validator would: timestamps and JSON from the dialect's formats, the
+    status to its member, ``payload_stored`` to a bool, and a NULL
+    ``status_changed_at`` (rows of older releases) to ``updated_at``.
+    """
     values = {name: row[name] for name in _OPERATION_FIELDS}
+    load_ts = dialect.load_ts
     for name in _TIMESTAMP_FIELDS:
-        values[name] = dialect.load_ts(values[name])
+        stamp = values[name]
+        if stamp is not None:
+            values[name] = load_ts(stamp)
+    values["status"] = _STATUSES[values["status"]]
     values["payload"] = dialect.load_json(values["payload"])
     values["result"] = dialect.load_json(values["result"])
     values["payload_stored"] = bool(values["payload_stored"])
-    return Operation.model_validate(values)
+    if values["status_changed_at"] is None:
+        values["status_changed_at"] = values["updated_at"]
+    return unvalidated(Operation, values)
 
 
 def load_event(dialect: Dialect, row: Mapping[str, Any]) -> OperationEvent:
@@ -205,20 +221,27 @@ def event_of(
     evidence: Evidence | None = None,
     detail: Any = None,
 ) -> OperationEvent:
-    """The event row one transition of ``op`` appends (the next ``seq`` unless given)."""
-    return OperationEvent(
-        tenant_id=op.tenant_id,
-        operation_id=op.operation_id,
-        seq=op.record_version if seq is None else seq,
-        kind=kind,
-        from_status=from_status,
-        to_status=op.status if to_status is None else to_status,
-        actor=actor,
-        fencing_token=op.fencing_token if fencing_token is None else fencing_token,
-        evidence=evidence,
-        detail=detail,
-        at=op.updated_at,
-        event_id=event_id,
+    """The event row one transition of ``op`` appends (the next ``seq`` unless given).
+
+    Not validated (``core.model.unvalidated``): it repeats what the same write
+    stored, from a loaded record and the ledger's own arguments.
+    """
+    return unvalidated(
+        OperationEvent,
+        {
+            "tenant_id": op.tenant_id,
+            "operation_id": op.operation_id,
+            "seq": op.record_version if seq is None else seq,
+            "kind": kind,
+            "from_status": from_status,
+            "to_status": op.status if to_status is None else to_status,
+            "actor": actor,
+            "fencing_token": op.fencing_token if fencing_token is None else fencing_token,
+            "evidence": evidence,
+            "detail": detail,
+            "at": op.updated_at,
+            "event_id": event_id,
+        },
     )
 
 
@@ -276,7 +299,7 @@ def transition(
                 event = event_of(
                     op,
                     kind,
-                    S(row["from_status"]),
+                    _STATUSES[row["from_status"]],
                     actor=actor,
                     event_id=row["event_id"],
                     evidence=evidence,

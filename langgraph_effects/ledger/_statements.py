@@ -174,12 +174,27 @@ class Dialect:
     read is far cheaper than a write transaction (SQLite: no write lock, no commit)
     and a miss costs no round trip; PostgreSQL's one-statement prepare already
     replays in one round trip."""
+    inserted_id: Mapping[str, str] = field(default_factory=dict)
+    """SQL inserting at most one row into a table keyed by its rowid -> the column its
+    driver returns that id as (SQLite's ``lastrowid``, where ``RETURNING`` costs about
+    as much as the insert itself); no row when nothing was inserted."""
     required: Collection[str] = ()
+    chains: Mapping[str, tuple[str, ...]] = field(init=False, repr=False, compare=False)
+    """Each statement as its chain of SQL, and whether it takes filters: looked up, not
+    worked out again, on every statement run."""
+    filtered: frozenset[str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         missing = {*_SCHEMA_STATEMENTS, *self.required} - set(self.statements)
         if missing:
             raise TypeError(f"dialect lacks statements: {sorted(missing)}")
+        chains = {
+            name: (sql,) if isinstance(sql, str) else tuple(sql)
+            for name, sql in self.statements.items()
+        }
+        object.__setattr__(self, "chains", chains)
+        filtered = frozenset(name for name, sqls in chains.items() if "{where}" in sqls[0])
+        object.__setattr__(self, "filtered", filtered)
 
 
 Raw = Generator[tuple[str, Mapping[str, Any], bool], Rows, T]
@@ -226,13 +241,17 @@ def not_set_up(dialect: Dialect, version: int | None, cause: str) -> LedgerNotSe
 
 
 def _run(dialect: Dialect, statement: Statement) -> Raw[Rows]:
-    sqls = (statement.sql,) if statement.sql else dialect.statements[statement.name]
-    if isinstance(sqls, str):
-        sqls = (sqls,)
-    if "{where}" in sqls[0]:
-        where = " AND ".join(dialect.filters[name] for name in statement.where) or "1 = 1"
-        sqls = (sqls[0].format(where=where), *sqls[1:])
+    name = statement.name
+    if statement.sql:
+        sqls: tuple[str, ...] = (statement.sql,)
+    else:
+        sqls = dialect.chains[name]
+        if name in dialect.filtered:
+            where = " AND ".join(dialect.filters[f] for f in statement.where) or "1 = 1"
+            sqls = (sqls[0].format(where=where), *sqls[1:])
     if statement.batch is None:
+        if len(sqls) == 1:
+            return (yield sqls[0], statement.params, statement.adhoc)
         return (yield from _chain(sqls, statement.params, statement.adhoc))
     if dialect.batch:
         one = dialect.single.get(statement.name) if len(statement.batch) == 1 else None

@@ -48,7 +48,7 @@ from langgraph_effects.errors import LedgerUnavailable
 from langgraph_effects.ledger._faces import AsyncFace, SyncFace
 from langgraph_effects.ledger._statements import Program, Result, compile_statements, drive
 from langgraph_effects.ledger.base import Synchronous, check_synchronous
-from langgraph_effects.ledger.sqlite._driver import boundary, dict_cursor, executor
+from langgraph_effects.ledger.sqlite._driver import boundary, executor, plain_cursor
 from langgraph_effects.ledger.sqlite._sql import DIALECT
 
 __all__ = ["AsyncSQLiteLedger", "SQLiteLedger", "Synchronous"]
@@ -87,8 +87,8 @@ class _Driver:
             "NORMAL" if wal else synchronous
         )
         # One cursor for every program: they all run under the lock.
-        self.cur = dict_cursor(conn)
-        self.execute = executor(self.cur)
+        self.cur = plain_cursor(conn)
+        self.execute = executor(self.cur, DIALECT)
 
     def run(self, program: Program[T]) -> Result[T]:
         with self.lock, boundary(self.conn, DIALECT):
