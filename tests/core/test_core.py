@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
@@ -223,3 +224,25 @@ class LedgerMachine(RuleBasedStateMachine):
 
 LedgerMachine.TestCase.settings = settings(max_examples=60, stateful_step_count=25, deadline=None)
 TestLedgerMachine = LedgerMachine.TestCase
+
+
+def test_an_unvalidated_row_is_the_validated_one() -> None:
+    """``unvalidated`` (rows of our own schema on the hot path) builds exactly what
+    validation builds: equal, hashed alike, dumped alike, still frozen."""
+    from pydantic import ValidationError
+
+    from langgraph_effects.core.model import Operation, unvalidated
+    from langgraph_effects.ledger.memory import InMemoryLedger
+    from langgraph_effects.testing.contract import OWNER, make_draft
+
+    ledger = InMemoryLedger()
+    ledger.setup()
+    op = ledger.prepare(make_draft("op-1"), owner=OWNER).operation
+    values = {name: getattr(op, name) for name in Operation.model_fields}
+    fast = unvalidated(Operation, dict(values))
+    assert fast == Operation.model_validate(values) == op
+    assert fast.model_dump() == op.model_dump()
+    assert fast.model_dump_json() == op.model_dump_json()
+    assert fast.key == op.key
+    with pytest.raises(ValidationError):
+        fast.status = op.status  # type: ignore[misc]
