@@ -82,6 +82,12 @@ _EVENT_COLUMNS = (
 # ON CONFLICT skips a row committed by a concurrent prepare after this
 # statement's snapshot; the final SELECT cannot see such a row either, so the
 # logic re-reads what is missing (GET_MANY) in a new statement.
+#
+# The existing rows are looked up only when some draft was not inserted (a
+# one-time filter): the planner takes jsonb_to_recordset for 100 rows, and on a
+# table it has no statistics for yet (a fresh one, before autovacuum's first
+# ANALYZE) it joined them by a sequential scan of lge_operations on every
+# first-time prepare, its cost growing with the table.
 PREPARE_SQL = f"""
 WITH draft AS (
     SELECT * FROM jsonb_to_recordset(%(batch)s::jsonb) AS d(
@@ -125,7 +131,8 @@ UNION ALL
 SELECT o.*, FALSE, NULL, NULL
 FROM lge_operations AS o JOIN draft AS d
     ON (o.tenant_id, o.operation_id) = (d.tenant_id, d.operation_id)
-WHERE NOT EXISTS (SELECT 1 FROM inserted AS i
+WHERE (SELECT count(*) FROM inserted) < (SELECT count(*) FROM draft)
+    AND NOT EXISTS (SELECT 1 FROM inserted AS i
     WHERE (i.tenant_id, i.operation_id) = (o.tenant_id, o.operation_id))
 """
 
