@@ -119,7 +119,10 @@ def test_every_benchmark_writes_its_results(
     for r in rows:
         added = r["added_per_effect"]
         assert added["durable_commits"] <= added["write_commits"], r
-        assert added["client_cpu_ms"] > 0, r
+        # The CPU an invoke costs is measured; what the effect adds to it is a difference
+        # of two noisy measures at smoke size, so only its presence is checked.
+        assert r["counts_per_invoke"]["EffectToolNode"]["client_cpu_ms"] > 0, r
+        assert math.isfinite(added["client_cpu_ms"]), r
     hot = latest["reports"]["hot_path"]["data"]
     assert 0 < hot["package_own_ms"] < hot["invoke_ms"]
     assert len(hot["top"]) == 15
