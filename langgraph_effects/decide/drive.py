@@ -27,7 +27,7 @@ from langgraph.errors import GraphBubbleUp
 from langgraph.types import interrupt
 
 from langgraph_effects._owners import current_owner
-from langgraph_effects.core.model import Operation, Prepared, utcnow
+from langgraph_effects.core.model import Operation, OperationKey, Prepared, utcnow
 from langgraph_effects.decide.actions import (
     Action,
     Ask,
@@ -318,15 +318,7 @@ class EffectRunner:
         a receipt goes through its group commit when the face asked for one
         (``decide.group``)."""
         if receipts is not None and isinstance(action, Confirm):
-            sync = self._sync
-            assert sync is not None
-            renew = Renew(action.key, token=action.token, lease_for=self.lease_for)
-
-            def renewing() -> Callable[[], None]:
-                job = renewer.hold(lambda: renew.on(sync), self.lease_for.total_seconds() / 3)
-                return lambda: renewer.drop(job)
-
-            held = receipts.hold(action, renewing)
+            held = receipts.hold(action, lambda: self._hold_lease(action.key, action.token))
             if held is not None:
                 return cast(T, held)
         group = self._group_of(action)
@@ -334,6 +326,15 @@ class EffectRunner:
             return self._perform(action)
         result: T = group.write(action, self._perform)
         return result
+
+    def _hold_lease(self, key: OperationKey, token: int) -> Callable[[], None]:
+        """Renew ``key``'s lease every third of it (``decide.renew``) until the returned
+        stop is called: while a dispatch runs, and while its receipt is held."""
+        sync = self._sync
+        assert sync is not None
+        renew = Renew(key, token=token, lease_for=self.lease_for)
+        job = renewer.hold(lambda: renew.on(sync), self.lease_for.total_seconds() / 3)
+        return lambda: renewer.drop(job)
 
     def _perform(self, action: LedgerAction[T]) -> T:
         assert self._sync is not None
@@ -357,10 +358,7 @@ class EffectRunner:
                 return None
             case Dispatch(op, context, args):
                 slot = _Call(context)
-                renew = Renew(op.key, token=op.fencing_token, lease_for=self.lease_for)
-                sync = self._sync
-                assert sync is not None
-                job = renewer.hold(lambda: renew.on(sync), self.lease_for.total_seconds() / 3)
+                stop_renewing = self._hold_lease(op.key, op.fencing_token)
                 reset = _CURRENT.set(slot)
                 out = Dispatched(call=slot)
                 try:
@@ -371,7 +369,7 @@ class EffectRunner:
                     out.error = exc
                 finally:
                     _CURRENT.reset(reset)
-                    renewer.drop(job)
+                    stop_renewing()
                 return out
         raise AssertionError(f"unknown action {action!r}")  # pragma: no cover
 
@@ -436,14 +434,9 @@ class EffectRunner:
     ) -> T:
         """The async twin of ``_write``."""
         if receipts is not None and isinstance(action, Confirm):
-            renew = Renew(action.key, token=action.token, lease_for=self.lease_for)
 
             def renewing() -> Callable[[], None]:
-                task = asyncio.create_task(
-                    renew_until_cancelled(
-                        lambda: self.aperform(renew), self.lease_for.total_seconds() / 3
-                    )
-                )
+                task = self._arenewing(action.key, action.token)
 
                 def stop() -> None:
                     task.cancel()
@@ -458,6 +451,13 @@ class EffectRunner:
             return await self._aledger(action, cancelled)
         result: T = await group.awrite(action, self._aledger, cancelled)
         return result
+
+    def _arenewing(self, key: OperationKey, token: int) -> asyncio.Task[None]:
+        """The async twin of ``_hold_lease``: a task renewing ``key``'s lease until cancelled."""
+        renew = Renew(key, token=token, lease_for=self.lease_for)
+        return asyncio.create_task(
+            renew_until_cancelled(lambda: self.aperform(renew), self.lease_for.total_seconds() / 3)
+        )
 
     async def _aact(self, action: Action, execute: AsyncExecute, cancelled: list[bool]) -> Any:
         """Do one action other than a ledger call or a question, without blocking the loop."""
@@ -474,12 +474,7 @@ class EffectRunner:
                 return None
             case Dispatch(op, context, args):
                 slot = _Call(context)
-                renew = Renew(op.key, token=op.fencing_token, lease_for=self.lease_for)
-                renewing = asyncio.create_task(
-                    renew_until_cancelled(
-                        lambda: self.aperform(renew), self.lease_for.total_seconds() / 3
-                    )
-                )
+                renewing = self._arenewing(op.key, op.fencing_token)
                 reset = _CURRENT.set(slot)
                 out = Dispatched(call=slot)
                 # A task of its own, shielded: when a sibling's interrupt cancels

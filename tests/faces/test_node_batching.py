@@ -85,6 +85,16 @@ class HeldCommit:
         self.conn.set_trace_callback(None)
 
 
+def _ledger(conn: sqlite3.Connection, mode: str) -> Any:
+    """A sync or async SQLite ledger on ``conn``, set up."""
+    ledger: Any = (SQLiteLedger if mode == "sync" else AsyncSQLiteLedger)(conn)
+    if mode == "sync":
+        ledger.setup()
+    else:
+        asyncio.run(ledger.setup())
+    return ledger
+
+
 def _bound(node: EffectToolNode, thread_id: str) -> None:
     """Bind the thread to its tenant before the run, so the count holds only the calls' writes."""
     node.runner.tenant_for({"configurable": {"thread_id": thread_id}})
@@ -104,11 +114,7 @@ def test_receipts_arriving_during_a_commit_share_the_next(
     provider = Tickets()
     per_call = router == "route_tool_calls"
     conn = sqlite3.connect(sqlite_path, check_same_thread=False, isolation_level=None)
-    ledger: Any = (SQLiteLedger if mode == "sync" else AsyncSQLiteLedger)(conn)
-    if mode == "sync":
-        ledger.setup()
-    else:
-        asyncio.run(ledger.setup())
+    ledger = _ledger(conn, mode)
     held = HeldCommit(conn)
     node: Any = None
 
@@ -260,11 +266,7 @@ def test_a_failing_sibling_leaves_the_receipts_recorded(sqlite_path: Path, mode:
         raise ValueError("boom")
 
     conn = sqlite3.connect(sqlite_path, check_same_thread=False, isolation_level=None)
-    ledger: Any = (SQLiteLedger if mode == "sync" else AsyncSQLiteLedger)(conn)
-    if mode == "sync":
-        ledger.setup()
-    else:
-        asyncio.run(ledger.setup())
+    ledger = _ledger(conn, mode)
     calls = [*_calls(3), call("explode", "call-x", title="x")]
     graph = build_graph(
         [_ticket_tool(provider), explode],
@@ -343,11 +345,7 @@ def test_a_sibling_asking_a_person_leaves_the_held_receipts_committed(
         return provider.create(title)
 
     conn = sqlite3.connect(sqlite_path, check_same_thread=False, isolation_level=None)
-    ledger: Any = (SQLiteLedger if mode == "sync" else AsyncSQLiteLedger)(conn)
-    if mode == "sync":
-        ledger.setup()
-    else:
-        asyncio.run(ledger.setup())
+    ledger = _ledger(conn, mode)
     graph = build_graph(
         [_ticket_tool(provider), escalate],
         [*_calls(2), call("escalate", "call-e", title="e")],
