@@ -79,7 +79,7 @@ def test_sqlite_counts_write_transactions() -> None:
 def test_every_benchmark_writes_its_results(
     pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A tiny run of all seven benchmarks writes latest.json with positive ratios and each table."""
+    """A tiny run of all eight benchmarks writes latest.json with positive ratios and each table."""
     pytest.importorskip("dbos", reason="dbos is an optional benchmark dependency")
     from benchmarks.__main__ import main
 
@@ -94,6 +94,7 @@ def test_every_benchmark_writes_its_results(
         assert value > 0, name
     assert set(latest["reports"]) == {
         "tool_call",
+        "faces",
         "lifecycle",
         "dbos_peer",
         "concurrency",
@@ -123,6 +124,11 @@ def test_every_benchmark_writes_its_results(
         # of two noisy measures at smoke size, so only its presence is checked.
         assert r["counts_per_invoke"]["EffectToolNode"]["client_cpu_ms"] > 0, r
         assert math.isfinite(added["client_cpu_ms"]), r
+    # Every face's ratio at both sizes, on both backends: the targets of issue 13.
+    for face in ("middleware", "async"):
+        for backend in ("sqlite", "postgres"):
+            for n in (1, 10):
+                assert latest["targets"][f"{backend}_n{n}_{face}"]["value"] > 0
     hot = latest["reports"]["hot_path"]["data"]
     assert 0 < hot["package_own_ms"] < hot["invoke_ms"]
     assert len(hot["top"]) == 15
