@@ -14,7 +14,9 @@ one task; ``route_tool_calls``: one task per call); every invoke uses
 ``durability="sync"`` (the AIMessage, and so its tool-call ids, is saved
 before the tools run: the setting the package tells its users to use).
 Reported: median wall time per invoke and the ratio EffectToolNode / ToolNode;
-then, untimed, what EffectToolNode adds per effect: write commits (and the
+the overhead split by a third variant timed in the same rounds, EffectToolNode
+on an ``InMemoryLedger`` (the engine's Python, no I/O), from what the real
+ledger's I/O adds; then, untimed, what EffectToolNode adds per effect: write commits (and the
 durable ones among them, which wait for the disk), round trips (PostgreSQL),
 client CPU (``time.process_time`` of the whole process around the invokes:
 on SQLite that includes the database's own work) and, on PostgreSQL, the
@@ -85,6 +87,9 @@ def _tools(provider: FakeTicketing) -> tuple[Any, Any]:
     guarded = effect("ticketing.create", target="ticketing")(create_ticket_effect)
     return plain, guarded
 
+
+ENGINE = "EffectToolNode, memory ledger"
+"""The third timed variant: what the package's Python costs without any ledger I/O."""
 
 ROUTERS = ("tools_condition", "route_tool_calls")
 """``tools_condition``: all calls of a message in one task (the node batches their
@@ -221,7 +226,7 @@ def measure(
 ) -> dict[str, Any]:
     """Time ``threads`` invokes per variant (interleaved) on one backend; count and
     measure CPU over ``cpu_rounds`` more, untimed."""
-    from langgraph_effects import EffectToolNode
+    from langgraph_effects import EffectToolNode, InMemoryLedger
 
     def variants(saver: Any, ledger: Any, provider: FakeTicketing) -> dict[str, Any]:
         plain, guarded = _tools(provider)
@@ -234,11 +239,19 @@ def measure(
     with BACKENDS[backend]() as (saver, ledger, _, _pid):
         provider = FakeTicketing()
         timed_variants = variants(saver, ledger, provider)
+        # The engine alone: the same node on an in-memory ledger (no I/O), so the
+        # overhead splits into the package's Python and the ledger's I/O.
+        memory = InMemoryLedger()
+        memory.setup()
+        _, guarded = _tools(provider)
+        timed_variants[ENGINE] = _invoker(
+            _graph(EffectToolNode([guarded], ledger=memory), calls, saver, router), "engine", calls
+        )
         for fn in timed_variants.values():
             for i in range(warmup):
                 fn(-1 - i)
         samples = interleaved(timed_variants, threads)
-        expected = (threads + warmup) * calls * 2
+        expected = (threads + warmup) * calls * 3
         if provider.created != expected:
             raise AssertionError(f"provider saw {provider.created} effects, expected {expected}")
     # Untimed: what one invoke sends to the database, saver and ledger together,
@@ -259,6 +272,7 @@ def measure(
             }
     plain_ms = median_ms(samples["ToolNode"])
     effect_ms = median_ms(samples["EffectToolNode"])
+    engine_ms = median_ms(samples[ENGINE])
     # The ratio of medians can hide a shift in the tails; the median of paired
     # ratios (same round, adjacent in time) is the noise-robust companion.
     paired = statistics.median(
@@ -273,6 +287,9 @@ def measure(
         "ratio": effect_ms / plain_ms,
         "paired_ratio": paired,
         "overhead_per_effect_ms": (effect_ms - plain_ms) / calls,
+        "engine_ms": engine_ms,
+        "engine_per_effect_ms": (engine_ms - plain_ms) / calls,
+        "ledger_io_per_effect_ms": (effect_ms - engine_ms) / calls,
         "counts_per_invoke": counts,
         "added_per_effect": {
             key: (counts["EffectToolNode"][key] - counts["ToolNode"][key]) / calls
@@ -314,6 +331,8 @@ def run(
             "ratio",
             "paired",
             "+ms/effect",
+            "engine +ms/effect",
+            "ledger +ms/effect",
             "commits plain/effect",
             "RT plain/effect",
             "+commits/effect",
@@ -344,6 +363,8 @@ def run(
                 row["ratio"],
                 row["paired_ratio"],
                 row["overhead_per_effect_ms"],
+                row["engine_per_effect_ms"],
+                row["ledger_io_per_effect_ms"],
                 "{}/{}".format(*(c["write_commits"] for c in row["counts_per_invoke"].values())),
                 "{}/{}".format(*(c["round_trips"] for c in row["counts_per_invoke"].values()))
                 if backend == "postgres"
@@ -360,6 +381,11 @@ def run(
     report.notes.append(
         'durability="sync"; "one task": tools_condition, all calls of a message in one task '
         '(the node batches their prepare); "per call": route_tool_calls, one task per call'
+    )
+    report.notes.append(
+        "engine +ms/effect: the same EffectToolNode on an InMemoryLedger, timed in the same "
+        "interleaved rounds (the package's Python, LangGraph's share of it, no I/O); ledger "
+        "+ms/effect: the rest, what the real ledger's I/O adds (EffectToolNode - engine)"
     )
     report.notes.append(
         "+x/effect: what EffectToolNode adds to a plain ToolNode per effect, untimed, over "
