@@ -37,6 +37,9 @@ each other, the async driver's with those of the same event loop. A waiting
 thread then only ever depends on another thread's ledger call, and a waiting
 task on a task of its own loop: never on a loop it could be blocking, nor on a
 worker thread it could be holding.
+
+``InFlight`` is the same idea for a call whose answer does not depend on who
+asks first (a thread's binding): callers asking together make it once.
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 from langgraph_effects.decide.actions import (
     Confirm,
@@ -54,9 +57,11 @@ from langgraph_effects.decide.actions import (
     PrepareMany,
 )
 
-__all__ = ["GroupCommit", "confirm_group", "prepare_group"]
+__all__ = ["GroupCommit", "InFlight", "confirm_group", "prepare_group"]
 
 A = TypeVar("A", bound=LedgerAction[Any])
+L = TypeVar("L", bound=LedgerAction[Any])
+T = TypeVar("T")
 
 Perform = Callable[[LedgerAction[Any]], Any]
 APerform = Callable[[LedgerAction[Any], list[bool]], Awaitable[Any]]
@@ -221,6 +226,86 @@ class GroupCommit(Generic[A]):
         """A group's commit ended: the next may start; each of its followers learns its outcome."""
         self._hand_over(lane)
         for waiter, outcome in zip(batch[1:], outcomes[1:], strict=True):
+            waiter.wake(outcome)
+
+
+class InFlight:
+    """Equal ledger calls made together, made once: a caller asking what a call in flight
+    (an equal action, in its own lane) already asks waits for that call and takes its
+    outcome instead of making its own.
+
+    Only for a call whose answer does not depend on who asks first: a thread's
+    binding (``BindThread`` answers the tenant the thread is bound to, whoever bound
+    it; the second of two binds in a row answers what the first did). A follower
+    waits for the call in flight only, never holds a lock across it, and groups
+    with its own kind as in ``GroupCommit``. If the call fails, its caller gets the
+    error and its followers ask again, sharing again: each caller makes at most one
+    call of its own.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()  # never held across I/O
+        self._flights: dict[tuple[Lane, LedgerAction[Any]], list[_Waiter]] = {}
+        """The calls in flight, and who waits for each."""
+
+    @property
+    def waiting(self) -> int:
+        """Callers waiting for a call in flight."""
+        with self._lock:
+            return sum(len(followers) for followers in self._flights.values())
+
+    def call(self, action: L, perform: Callable[[L], T]) -> T:
+        """Make ``action`` with ``perform`` (a sync ledger call), or share the equal one."""
+        while True:
+            me = self._follow(None, action)
+            if me is None:
+                outcome: Any = _ALONE
+                try:
+                    outcome = perform(action)
+                finally:
+                    self._land(None, action, outcome)
+                return cast(T, outcome)
+            assert me.lock is not None
+            me.lock.acquire()
+            if me.outcome is not _ALONE:
+                return cast(T, me.outcome)
+
+    async def acall(
+        self, action: L, aperform: Callable[[L, list[bool]], Awaitable[T]], cancelled: list[bool]
+    ) -> T:
+        """The async twin of ``call``; a cancellation meanwhile is noted in ``cancelled``."""
+        loop = asyncio.get_running_loop()
+        while True:
+            me = self._follow(loop, action)
+            if me is None:
+                outcome: Any = _ALONE
+                try:
+                    flight = asyncio.ensure_future(aperform(action, cancelled))
+                    outcome = await _finished(flight, cancelled)
+                finally:
+                    self._land(loop, action, outcome)
+                return cast(T, outcome)
+            assert me.future is not None
+            await _finished(me.future, cancelled)
+            if me.outcome is not _ALONE:
+                return cast(T, me.outcome)
+
+    def _follow(self, lane: Lane, action: LedgerAction[Any]) -> _Waiter | None:
+        """Wait behind the equal call in flight (a waiter), or make it (None)."""
+        with self._lock:
+            followers = self._flights.get((lane, action))
+            if followers is None:
+                self._flights[(lane, action)] = []
+                return None
+            me = _Waiter(action, lane)
+            followers.append(me)
+            return me
+
+    def _land(self, lane: Lane, action: LedgerAction[Any], outcome: Any) -> None:
+        """The call ended: its followers take its outcome (``_ALONE``: it failed, ask again)."""
+        with self._lock:
+            followers = self._flights.pop((lane, action))
+        for waiter in followers:
             waiter.wake(outcome)
 
 
