@@ -33,6 +33,7 @@ from langgraph_effects.decide.actions import (
     Ask,
     BindThread,
     Confirm,
+    ConfirmMany,
     Dispatch,
     Dispatched,
     Hook,
@@ -132,7 +133,9 @@ class EffectRunner:
         self.bindings = InFlight()
         """Callers racing to bind one uncached thread make one ``bind_thread``."""
         self.prepares: GroupCommit[Prepare] | None = prepare_group() if group_commit else None
-        self.confirms: GroupCommit[Confirm] | None = confirm_group() if group_commit else None
+        self.confirms: GroupCommit[Confirm | ConfirmMany] | None = (
+            confirm_group() if group_commit else None
+        )
 
     @property
     def lease_for(self) -> timedelta:
@@ -335,9 +338,9 @@ class EffectRunner:
 
     def _write(self, action: LedgerAction[T], receipts: DeferredReceipts | None = None) -> T:
         """One ledger call of a decision; a receipt is held for the task's commit when
-        the face gave deferred receipts (``decide.deferred``); a claimed write-ahead or
-        a receipt goes through its group commit when the face asked for one
-        (``decide.group``)."""
+        the face gave deferred receipts (``decide.deferred``); a claimed write-ahead, a
+        receipt or a task's held receipts go through their group commit when the face
+        asked for one (``decide.group``)."""
         if receipts is not None and isinstance(action, Confirm):
             held = receipts.hold(action, lambda: self._hold_lease(action.key, action.token))
             if held is not None:
@@ -362,7 +365,7 @@ class EffectRunner:
         return action.on(self._sync)
 
     def _group_of(self, action: LedgerAction[Any]) -> GroupCommit[Any] | None:
-        if isinstance(action, Confirm):
+        if isinstance(action, (Confirm, ConfirmMany)):
             return self.confirms
         if isinstance(action, Prepare) and action.owner is not None:
             return self.prepares
