@@ -33,6 +33,7 @@ from langgraph_effects.decide.actions import (
     Ask,
     BindThread,
     Confirm,
+    ConfirmMany,
     Dispatch,
     Dispatched,
     Hook,
@@ -44,7 +45,7 @@ from langgraph_effects.decide.actions import (
 from langgraph_effects.decide.approvals import ask_approvals
 from langgraph_effects.decide.call import EffectCall, Execute
 from langgraph_effects.decide.deferred import DeferredReceipts, commit
-from langgraph_effects.decide.group import GroupCommit, confirm_group, prepare_group
+from langgraph_effects.decide.group import GroupCommit, InFlight, confirm_group, prepare_group
 from langgraph_effects.decide.loop import Decide, Loop
 from langgraph_effects.decide.messages import Trace
 from langgraph_effects.decide.policy import Policy
@@ -129,8 +130,12 @@ class EffectRunner:
         self._sync = None if self.is_async else cast(Ledger, ledger)
         self._async = cast(AsyncLedger, ledger) if self.is_async else None
         self._bound: dict[str, str] = {}
+        self.bindings = InFlight()
+        """Callers racing to bind one uncached thread make one ``bind_thread``."""
         self.prepares: GroupCommit[Prepare] | None = prepare_group() if group_commit else None
-        self.confirms: GroupCommit[Confirm] | None = confirm_group() if group_commit else None
+        self.confirms: GroupCommit[Confirm | ConfirmMany] | None = (
+            confirm_group() if group_commit else None
+        )
 
     @property
     def lease_for(self) -> timedelta:
@@ -183,7 +188,9 @@ class EffectRunner:
     ) -> tuple[str, str]:
         """The thread's ``(workflow_id, tenant_id)``, binding the thread on first use.
 
-        Bindings never change, so each is read once per process.
+        Bindings never change, so each is read once per process; callers racing to
+        bind one thread (the tasks of a superstep) share one ``bind_thread``
+        (``decide.group.InFlight``).
 
         Raises:
             InvalidInput: the config's ``tenant_id`` is not a non-empty string.
@@ -192,8 +199,8 @@ class EffectRunner:
         workflow, requested = tenant_request(config, explicit)
         bound = self._bound.get(workflow)
         if bound is None and workflow != NO_THREAD:
-            bound = self.perform(BindThread(workflow, requested or DEFAULT_TENANT))
-            self._remember(workflow, bound)
+            bind = BindThread(workflow, requested or DEFAULT_TENANT)
+            bound = self.bindings.call(bind, self._bind)
         return workflow, checked_tenant(workflow, bound, requested)
 
     async def atenant_for(
@@ -203,14 +210,31 @@ class EffectRunner:
         workflow, requested = tenant_request(config, explicit)
         bound = self._bound.get(workflow)
         if bound is None and workflow != NO_THREAD:
-            bound = await self.aperform(BindThread(workflow, requested or DEFAULT_TENANT))
-            self._remember(workflow, bound)
+            cancelled: list[bool] = []
+            bind = BindThread(workflow, requested or DEFAULT_TENANT)
+            bound = await self.bindings.acall(bind, self._abind, cancelled)
+            if cancelled:
+                raise asyncio.CancelledError
         return workflow, checked_tenant(workflow, bound, requested)
 
-    def _remember(self, workflow: str, tenant: str) -> None:
+    # A caller that missed the cache shares the bind in flight (``InFlight``), or makes
+    # it: unless one that ended since filled the cache (it fills it before waking).
+
+    def _bind(self, bind: BindThread) -> str:
+        known = self._bound.get(bind.workflow_id)
+        return known if known is not None else self._remember(bind.workflow_id, self.perform(bind))
+
+    async def _abind(self, bind: BindThread, cancelled: list[bool]) -> str:
+        known = self._bound.get(bind.workflow_id)
+        if known is not None:
+            return known
+        return self._remember(bind.workflow_id, await self._aledger(bind, cancelled))
+
+    def _remember(self, workflow: str, tenant: str) -> str:
         if len(self._bound) >= _BINDINGS_CACHED:
             self._bound.clear()
         self._bound[workflow] = tenant
+        return tenant
 
     # -- the approvals of one AIMessage, in one interrupt (decide.approvals) -------
 
@@ -314,9 +338,9 @@ class EffectRunner:
 
     def _write(self, action: LedgerAction[T], receipts: DeferredReceipts | None = None) -> T:
         """One ledger call of a decision; a receipt is held for the task's commit when
-        the face gave deferred receipts (``decide.deferred``); a claimed write-ahead or
-        a receipt goes through its group commit when the face asked for one
-        (``decide.group``)."""
+        the face gave deferred receipts (``decide.deferred``); a claimed write-ahead, a
+        receipt or a task's held receipts go through their group commit when the face
+        asked for one (``decide.group``)."""
         if receipts is not None and isinstance(action, Confirm):
             held = receipts.hold(action, lambda: self._hold_lease(action.key, action.token))
             if held is not None:
@@ -341,7 +365,7 @@ class EffectRunner:
         return action.on(self._sync)
 
     def _group_of(self, action: LedgerAction[Any]) -> GroupCommit[Any] | None:
-        if isinstance(action, Confirm):
+        if isinstance(action, (Confirm, ConfirmMany)):
             return self.confirms
         if isinstance(action, Prepare) and action.owner is not None:
             return self.prepares

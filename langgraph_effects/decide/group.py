@@ -4,8 +4,10 @@ The calls of one superstep run at the same time: ToolNode's threads for the
 calls of one task (``tools_condition``), LangGraph's tasks for one call each
 (``route_tool_calls``, ``create_agent``), asyncio tasks under ``ainvoke``.
 Each decision loop yields its own write-ahead ``Prepare`` and its own receipt
-``Confirm``; a ``GroupCommit`` per runner (one runner per ledger and face)
-turns those arriving together into one ``prepare_many`` / ``confirm_many``::
+``Confirm``, and a task that held its calls' receipts commits them with one
+``ConfirmMany`` when it ends (``decide.deferred``); a ``GroupCommit`` per runner
+(one runner per ledger and face) turns those arriving together into one
+``prepare_many`` / ``confirm_many``::
 
     idle      a write commits at once, alone (it waits for nobody)
     busy      a write arriving during a commit queues; when the commit ends,
@@ -20,12 +22,13 @@ a commit already under way.
 Nothing is traded for it:
 
 - a write's outcome is what its own commit returned: a receipt is final only
-  after the commit that holds it; each item of ``confirm_many`` is fenced by
-  its own token (a stale one is that call's ``StaleFencingToken``, blocking no
-  other);
+  after the commit that holds it (a task's held receipts: the task returns only
+  after it); each item of ``confirm_many`` is fenced by its own token (a stale
+  one is that call's ``StaleFencingToken``, blocking no other), and each write
+  gets its own items back, in order;
 - a group whose batch write raises (``prepare_many`` is all or nothing: one
-  ``PayloadMismatch`` refuses all) falls back: each call makes its own write
-  and meets its own outcome;
+  ``PayloadMismatch`` refuses all; ``confirm_many`` refuses an operation named
+  twice) falls back: each call makes its own write and meets its own outcome;
 - a crash while queued is the window between a provider's answer and a single
   ``confirm`` (the record stays ``dispatching``: take over, unknown, reconcile);
 - a commit started always finishes: an async caller cancelled while its write
@@ -37,6 +40,9 @@ each other, the async driver's with those of the same event loop. A waiting
 thread then only ever depends on another thread's ledger call, and a waiting
 task on a task of its own loop: never on a loop it could be blocking, nor on a
 worker thread it could be holding.
+
+``InFlight`` is the same idea for a call whose answer does not depend on who
+asks first (a thread's binding): callers asking together make it once.
 """
 
 from __future__ import annotations
@@ -44,7 +50,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 from langgraph_effects.decide.actions import (
     Confirm,
@@ -53,10 +59,13 @@ from langgraph_effects.decide.actions import (
     Prepare,
     PrepareMany,
 )
+from langgraph_effects.ledger.base import Confirmation
 
-__all__ = ["GroupCommit", "confirm_group", "prepare_group"]
+__all__ = ["GroupCommit", "InFlight", "confirm_group", "prepare_group"]
 
 A = TypeVar("A", bound=LedgerAction[Any])
+L = TypeVar("L", bound=LedgerAction[Any])
+T = TypeVar("T")
 
 Perform = Callable[[LedgerAction[Any]], Any]
 APerform = Callable[[LedgerAction[Any], list[bool]], Awaitable[Any]]
@@ -99,13 +108,19 @@ class GroupCommit(Generic[A]):
     """Coalesces writes of one kind (``A``) arriving together into one batch write.
 
     Args:
-        many: the batch write of several actions, answering one result per
-            action, in order (an item may be the exception that action's own
-            write would have raised).
+        many: the batch write of several actions.
+        split: the batch write's result, as each action's own outcome, in order
+            (an outcome may be the exception that action's own write would have
+            raised). Default: the batch answers one result per action.
     """
 
-    def __init__(self, many: Callable[[Sequence[A]], LedgerAction[Any]]) -> None:
+    def __init__(
+        self,
+        many: Callable[[Sequence[A]], LedgerAction[Any]],
+        split: Callable[[Sequence[A], Sequence[Any]], list[Any]] | None = None,
+    ) -> None:
         self._many = many
+        self._split = split or _one_each
         self._lock = threading.Lock()  # never held across I/O
         self._lanes: dict[Lane, list[_Waiter]] = {}
         """The lanes with a commit in flight, and the writes queued behind it."""
@@ -136,7 +151,8 @@ class GroupCommit(Generic[A]):
                 self._hand_over(None)
         outcomes = [_ALONE] * len(batch)
         try:
-            outcomes = _aligned(batch, perform(self._many([w.action for w in batch])))
+            actions = [w.action for w in batch]
+            outcomes = self._split(actions, perform(self._many(actions)))
         except Exception:
             pass  # each call makes its own write (below, and in its own thread)
         finally:
@@ -169,8 +185,9 @@ class GroupCommit(Generic[A]):
                 self._hand_over(loop)
         outcomes = [_ALONE] * len(batch)
         try:
-            many = aperform(self._many([w.action for w in batch]), cancelled)
-            outcomes = _aligned(batch, await _finished(asyncio.ensure_future(many), cancelled))
+            actions = [w.action for w in batch]
+            many = aperform(self._many(actions), cancelled)
+            outcomes = self._split(actions, await _finished(asyncio.ensure_future(many), cancelled))
         except Exception:
             pass
         finally:
@@ -224,10 +241,90 @@ class GroupCommit(Generic[A]):
             waiter.wake(outcome)
 
 
-def _aligned(batch: list[_Waiter], results: Sequence[Any]) -> list[Any]:
+class InFlight:
+    """Equal ledger calls made together, made once: a caller asking what a call in flight
+    (an equal action, in its own lane) already asks waits for that call and takes its
+    outcome instead of making its own.
+
+    Only for a call whose answer does not depend on who asks first: a thread's
+    binding (``BindThread`` answers the tenant the thread is bound to, whoever bound
+    it; the second of two binds in a row answers what the first did). A follower
+    waits for the call in flight only, never holds a lock across it, and groups
+    with its own kind as in ``GroupCommit``. If the call fails, its caller gets the
+    error and its followers ask again, sharing again: each caller makes at most one
+    call of its own.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()  # never held across I/O
+        self._flights: dict[tuple[Lane, LedgerAction[Any]], list[_Waiter]] = {}
+        """The calls in flight, and who waits for each."""
+
+    @property
+    def waiting(self) -> int:
+        """Callers waiting for a call in flight."""
+        with self._lock:
+            return sum(len(followers) for followers in self._flights.values())
+
+    def call(self, action: L, perform: Callable[[L], T]) -> T:
+        """Make ``action`` with ``perform`` (a sync ledger call), or share the equal one."""
+        while True:
+            me = self._follow(None, action)
+            if me is None:
+                outcome: Any = _ALONE
+                try:
+                    outcome = perform(action)
+                finally:
+                    self._land(None, action, outcome)
+                return cast(T, outcome)
+            assert me.lock is not None
+            me.lock.acquire()
+            if me.outcome is not _ALONE:
+                return cast(T, me.outcome)
+
+    async def acall(
+        self, action: L, aperform: Callable[[L, list[bool]], Awaitable[T]], cancelled: list[bool]
+    ) -> T:
+        """The async twin of ``call``; a cancellation meanwhile is noted in ``cancelled``."""
+        loop = asyncio.get_running_loop()
+        while True:
+            me = self._follow(loop, action)
+            if me is None:
+                outcome: Any = _ALONE
+                try:
+                    flight = asyncio.ensure_future(aperform(action, cancelled))
+                    outcome = await _finished(flight, cancelled)
+                finally:
+                    self._land(loop, action, outcome)
+                return cast(T, outcome)
+            assert me.future is not None
+            await _finished(me.future, cancelled)
+            if me.outcome is not _ALONE:
+                return cast(T, me.outcome)
+
+    def _follow(self, lane: Lane, action: LedgerAction[Any]) -> _Waiter | None:
+        """Wait behind the equal call in flight (a waiter), or make it (None)."""
+        with self._lock:
+            followers = self._flights.get((lane, action))
+            if followers is None:
+                self._flights[(lane, action)] = []
+                return None
+            me = _Waiter(action, lane)
+            followers.append(me)
+            return me
+
+    def _land(self, lane: Lane, action: LedgerAction[Any], outcome: Any) -> None:
+        """The call ended: its followers take its outcome (``_ALONE``: it failed, ask again)."""
+        with self._lock:
+            followers = self._flights.pop((lane, action))
+        for waiter in followers:
+            waiter.wake(outcome)
+
+
+def _one_each(actions: Sequence[Any], results: Sequence[Any]) -> list[Any]:
     out = list(results)
-    if len(out) != len(batch):
-        raise AssertionError(f"a batch of {len(batch)} writes answered {len(out)} results")
+    if len(out) != len(actions):
+        raise AssertionError(f"a batch of {len(actions)} writes answered {len(out)} results")
     return out
 
 
@@ -265,8 +362,29 @@ def _prepare_many(actions: Sequence[Prepare]) -> PrepareMany:
     return PrepareMany([a.draft for a in actions], owner=first.owner, lease_for=first.lease_for)
 
 
-def _confirm_many(actions: Sequence[Confirm]) -> ConfirmMany:
-    return ConfirmMany([a.confirmation for a in actions])
+def _receipts(action: Confirm | ConfirmMany) -> Sequence[Confirmation]:
+    return action.confirmations if isinstance(action, ConfirmMany) else [action.confirmation]
+
+
+def _confirm_many(actions: Sequence[Confirm | ConfirmMany]) -> ConfirmMany:
+    return ConfirmMany([receipt for a in actions for receipt in _receipts(a)])
+
+
+def _split_receipts(actions: Sequence[Confirm | ConfirmMany], results: Sequence[Any]) -> list[Any]:
+    """A receipt's outcome is its item; a task's receipts (``ConfirmMany``) get their slice."""
+    outcomes: list[Any] = []
+    at = 0
+    for action in actions:
+        if isinstance(action, ConfirmMany):
+            width = len(action.confirmations)
+            outcomes.append(list(results[at : at + width]))
+            at += width
+        else:
+            outcomes.append(results[at])
+            at += 1
+    if at != len(results):
+        raise AssertionError(f"a batch of {at} receipts answered {len(results)} results")
+    return outcomes
 
 
 def prepare_group() -> GroupCommit[Prepare]:
@@ -280,6 +398,7 @@ def prepare_group() -> GroupCommit[Prepare]:
     return GroupCommit(_prepare_many)
 
 
-def confirm_group() -> GroupCommit[Confirm]:
-    """Receipts, as one ``confirm_many`` (each fenced by its own token)."""
-    return GroupCommit(_confirm_many)
+def confirm_group() -> GroupCommit[Confirm | ConfirmMany]:
+    """Receipts, as one ``confirm_many`` (each fenced by its own token): single receipts
+    (``Confirm``) and the receipts a task held (``ConfirmMany``, ``decide.deferred``)."""
+    return GroupCommit(_confirm_many, _split_receipts)

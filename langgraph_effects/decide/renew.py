@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
+import math
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -25,11 +26,28 @@ _LEASE_LOST = (StaleFencingToken, IllegalTransition, OperationNotFound)
 """Renewal errors that prove the lease gone; any other failure is retried (``renewal_delay``)."""
 
 
+_EARLY = 0.1
+"""A wake-up also renews the jobs due within this fraction of their delay: leases due
+close together share one wake-up, each renewed at most a tenth of its delay early."""
+
+
 class Renewer:
-    """One daemon thread renewing the leases of in-flight sync dispatches.
+    """One daemon thread renewing the leases of in-flight sync dispatches and held receipts.
 
     Cheaper than a thread per dispatch: most dispatches end long before their
-    first renewal is due, and then cost one heap push and one removal.
+    first renewal is due, and then cost one heap push and one removal. The thread
+    sleeps until its wake-up time and wakes for nothing else: a job held with an
+    earlier deadline wakes it (``hold``); a dropped job's heap entry is discarded
+    when it comes first, never waited for. Its wake-up time is the earliest live
+    job's deadline; with no live job, one tick later (the shortest delay held since
+    it last looked) if jobs came and went meanwhile, else none (a hold wakes it).
+    So its wake-ups follow the live leases, plus one a tick while dispatches come
+    and go, never one per dispatch that ended.
+
+    Bound: a live job is renewed between 0.9 and 1.0 of its delay after it was
+    held or last renewed (its delay: a third of the lease, shorter while retrying
+    a failed renewal, ``core.plan.renewal_delay``), give or take the renewals
+    made before it in the same wake-up (one thread makes them one after another).
     """
 
     def __init__(self) -> None:
@@ -38,19 +56,27 @@ class Renewer:
         self._jobs: dict[int, tuple[float, Callable[[], object], int]] = {}
         self._ids = itertools.count()
         self._thread: threading.Thread | None = None
+        self._wake_at = math.inf
+        """When the sleeping thread wakes: never later than a live job's deadline."""
+        self._tick: float | None = None
+        """The shortest delay held since the thread last chose its wake-up time."""
+        self.wakeups = 0
+        """How many times the thread woke up (its wake-up time, or a hold due sooner)."""
 
     def hold(self, fn: Callable[[], object], interval: float) -> int:
         with self._cond:
             job = next(self._ids)
             self._jobs[job] = (interval, fn, 0)
-            heapq.heappush(self._heap, (time.monotonic() + interval, job))
+            deadline = time.monotonic() + interval
+            heapq.heappush(self._heap, (deadline, job))
+            self._tick = interval if self._tick is None else min(self._tick, interval)
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._loop, name="langgraph-effects-lease-renewer", daemon=True
                 )
                 self._thread.start()
-            elif self._heap[0][1] == job:
-                # Only a new earliest deadline changes the sleeping thread's wait;
+            elif deadline < self._wake_at:
+                # Only a deadline before the thread's wake-up changes its wait;
                 # waking it for every dispatch would cost a context switch each.
                 self._cond.notify()
             return job
@@ -62,29 +88,54 @@ class Renewer:
     def _loop(self) -> None:
         while True:
             with self._cond:
-                while not self._heap or self._heap[0][0] > time.monotonic():
-                    timeout = self._heap[0][0] - time.monotonic() if self._heap else None
-                    self._cond.wait(timeout)
-                _, job = heapq.heappop(self._heap)
-                entry = self._jobs.get(job)
-            if entry is None:
-                continue
-            interval, fn, failures = entry
-            try:
-                fn()
-            except _LEASE_LOST:
-                # Taken over: the dispatch's own fenced write will find out. Stop.
-                self.drop(job)
-                continue
-            except Exception:
-                failures += 1  # a dropped connection: try again soon (core.plan)
-            else:
-                failures = 0
-            with self._cond:
-                if job in self._jobs:
-                    self._jobs[job] = (interval, fn, failures)
-                    due = time.monotonic() + renewal_delay(failures, interval)
-                    heapq.heappush(self._heap, (due, job))
+                while not (due := self._due()):
+                    self._cond.wait(self._sleep())
+                    self.wakeups += 1
+            for job, (interval, fn, failures) in due:
+                try:
+                    fn()
+                except _LEASE_LOST:
+                    # Taken over: the dispatch's own fenced write will find out. Stop.
+                    self.drop(job)
+                    continue
+                except Exception:
+                    failures += 1  # a dropped connection: try again soon (core.plan)
+                else:
+                    failures = 0
+                with self._cond:
+                    if job in self._jobs:
+                        self._jobs[job] = (interval, fn, failures)
+                        due_at = time.monotonic() + renewal_delay(failures, interval)
+                        heapq.heappush(self._heap, (due_at, job))
+
+    def _due(self) -> list[tuple[int, tuple[float, Callable[[], object], int]]]:
+        """Take the live jobs due now (or within ``_EARLY`` of their delay) off the heap,
+        discarding the dropped ones that come first. Under ``_cond``."""
+        now = time.monotonic()
+        due = []
+        while self._heap:
+            deadline, job = self._heap[0]
+            entry = self._jobs.get(job)
+            if entry is not None:
+                interval, _, failures = entry
+                if deadline > now + _EARLY * renewal_delay(failures, interval):
+                    break
+                due.append((job, entry))
+            heapq.heappop(self._heap)
+        return due
+
+    def _sleep(self) -> float | None:
+        """Choose the wake-up time (see the class); how long to sleep. Under ``_cond``,
+        after ``_due``: the heap's first entry, if any, is a live job."""
+        now = time.monotonic()
+        if self._heap:
+            self._wake_at = self._heap[0][0]
+        elif self._tick is not None:
+            self._wake_at = now + self._tick
+        else:
+            self._wake_at = math.inf
+        self._tick = None
+        return None if self._wake_at == math.inf else self._wake_at - now
 
 
 renewer = Renewer()

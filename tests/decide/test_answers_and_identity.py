@@ -8,6 +8,8 @@ a second dispatch shows as a second close.
 
 from __future__ import annotations
 
+import asyncio
+import time
 import warnings
 from pathlib import Path
 from typing import Any
@@ -281,6 +283,42 @@ def test_a_malformed_tenant_is_refused(env: Env, crm: FakeCRM, bad: Any) -> None
             {"configurable": {"thread_id": "t9", "tenant_id": bad}},
         )
     assert crm.effects == 0
+
+
+def test_sibling_tasks_binding_a_new_thread_make_one_bind(env: Env, crm: FakeCRM) -> None:
+    """A thread's first run, one task per call: the four tasks reach the thread's binding
+    together (the first bind is held until the others are waiting for it, or at the ledger).
+    One ``bind_thread``; the others take its tenant; four closes under it."""
+    calls = [call("close_case", f"call-{c}", case_id=c, resolution="fixed") for c in "ABCD"]
+    graph = build_graph([close_tool(crm)], calls, ledger=env.ledger, checkpointer=env.checkpointer)
+    runner = graph.nodes["tools"].bound.runner
+    binds: list[str] = []
+    inner = env.ledger.bind_thread
+
+    def hold_the_first() -> None:  # until the others wait for it, or are at the ledger too
+        deadline = time.monotonic() + 10
+        while runner.bindings.waiting + len(binds) < len(calls) and time.monotonic() < deadline:
+            time.sleep(0.001)
+
+    def bind_thread(workflow_id: str, tenant_id: str) -> Any:
+        binds.append(workflow_id)
+        if len(binds) == 1:
+            hold_the_first()
+        return inner(workflow_id, tenant_id)
+
+    async def abind_thread(workflow_id: str, tenant_id: str) -> Any:
+        binds.append(workflow_id)
+        if len(binds) == 1:
+            await asyncio.to_thread(hold_the_first)
+        return await inner(workflow_id, tenant_id)
+
+    env.ledger.bind_thread = abind_thread if env.is_async else bind_thread
+    config = {"configurable": {"thread_id": "t1", "tenant_id": "acme"}}
+    result = env.invoke(graph, {"messages": [("user", "close all")]}, config)
+    assert binds == ["t1"]
+    assert [m.status for m in tool_messages(result)] == ["success"] * 4
+    assert crm.effects == 4
+    assert [op.status for op in env.ops("acme")] == [S.CONFIRMED] * 4
 
 
 # -- a re-issued call keeps its operation ---------------------------------------------

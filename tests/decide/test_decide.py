@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -36,6 +37,7 @@ from langgraph_effects.decide.actions import Confirm, Get, LedgerAction, Prepare
 from langgraph_effects.decide.group import confirm_group, prepare_group
 from langgraph_effects.effects import EffectContext, EffectTool
 from langgraph_effects.errors import LedgerUnavailable, PayloadMismatch
+from langgraph_effects.ledger.sqlite import SQLiteLedger
 from langgraph_effects.testing.providers import FakeClock, FakeCRM, Fault
 
 S = OperationStatus
@@ -474,6 +476,44 @@ def test_writes_group_with_their_own_kind_threads_or_one_event_loop() -> None:
     finally:
         held.release.set()
         leader.join(10)
+
+
+def test_a_failed_shared_bind_leaves_each_waiting_caller_its_own(sqlite_path: Path) -> None:
+    """Three threads bind one new thread together: one ``bind_thread`` in flight, the
+    others wait for it. It fails (the database went away): its caller gets the error;
+    the waiting callers ask again, sharing one second bind, and get the tenant."""
+    with SQLiteLedger.from_conn_string(str(sqlite_path)) as sqlite:
+        sqlite.setup()
+        runner = EffectRunner(sqlite)
+        inner = sqlite.bind_thread
+        binds: list[str] = []
+
+        def bind_thread(workflow_id: str, tenant_id: str) -> str:
+            binds.append(workflow_id)
+            if len(binds) == 1:
+                deadline = time.monotonic() + 10
+                while runner.bindings.waiting < 2 and time.monotonic() < deadline:
+                    time.sleep(0.001)
+                raise LedgerUnavailable("the database went away (the test)")
+            return inner(workflow_id, tenant_id)
+
+        sqlite.bind_thread = bind_thread  # type: ignore[method-assign]
+        outcomes: list[Any] = []
+
+        def bind() -> None:
+            try:
+                outcomes.append(runner.tenant_for({"configurable": {"thread_id": "t1"}}))
+            except LedgerUnavailable as exc:
+                outcomes.append(exc)
+
+        threads = [threading.Thread(target=bind) for _ in range(3)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(10)
+        assert binds == ["t1"] * 2
+        assert sum(isinstance(o, LedgerUnavailable) for o in outcomes) == 1
+        assert [o for o in outcomes if not isinstance(o, Exception)] == [("t1", "default")] * 2
 
 
 # -- the async driver never blocks the event loop --------------------------------------------

@@ -1,5 +1,6 @@
-"""A dropped ledger connection never lets a live worker's lease lapse (issue 10, finding 4).
+"""Lease renewal while a dispatch runs (``decide.renew``).
 
+A dropped ledger connection never lets a live worker's lease lapse (issue 10, finding 4).
 Worker A claims the operation and starts a long provider call; right then its
 ledger connection is dropped (PostgreSQL: ``pg_terminate_backend`` of every
 connection of A's ledger pool; SQLite: the next statement on A's connection
@@ -9,6 +10,9 @@ would have lapsed without renewals: it must find a live owner and never
 dispatch. The provider is counted: one request, one effect. The effect has an
 idempotency window, so a worker that took over would resend at once: the
 control (renewal stopping after one failure) shows two requests.
+
+The sync renewer's one thread wakes for the live leases only: the dispatches that
+ended before their first renewal (most of them) never wake it.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from _graphs import Env, build_graph, call
 
 from langgraph_effects import EffectContext, OperationStatus, ProviderContract, effect
 from langgraph_effects.core.model import EventKind
+from langgraph_effects.decide.renew import Renewer
 from langgraph_effects.errors import LeaseHeld
 from langgraph_effects.testing.providers import FakeCRM
 
@@ -195,3 +200,58 @@ def test_dropped_connection_mid_call_keeps_the_lease(
         a.join(30)
         env_b.close()
         crm.close()
+
+
+def test_dropped_jobs_never_wake_the_renewer() -> None:
+    """Fifty dispatches end before their first renewal is due (their jobs dropped), one
+    runs on: the renewer's thread wakes for the live lease's renewals only, never at a
+    dropped job's deadline, and never renews a dropped job."""
+    renewer = Renewer()
+    renewals = 0
+    renewed_ten_times = threading.Event()
+
+    def renew() -> None:
+        nonlocal renewals
+        renewals += 1
+        if renewals == 10:
+            renewed_ten_times.set()
+
+    def dropped() -> None:
+        raise AssertionError("a dropped job was renewed")
+
+    live = renewer.hold(renew, 0.05)
+    for i in range(50):  # deadlines 10 ms apart, all before the tenth renewal
+        renewer.drop(renewer.hold(dropped, 0.06 + 0.01 * i))
+    try:
+        assert renewed_ten_times.wait(30)
+        wakeups = renewer.wakeups
+        assert wakeups <= renewals + 1  # +1: woken, not renewed yet
+    finally:
+        renewer.drop(live)
+
+
+def test_live_leases_due_together_share_a_wake_up() -> None:
+    """Ten dispatches started a few milliseconds apart run on: each wake-up renews every
+    lease due within a tenth of its delay, so the ten share one wake-up per round."""
+    renewer = Renewer()
+    rounds = [0] * 10
+    second_round = threading.Event()
+
+    def renewing(i: int) -> Any:
+        def renew() -> None:
+            rounds[i] += 1
+            if min(rounds) >= 2:
+                second_round.set()
+
+        return renew
+
+    jobs = []
+    for i in range(10):  # 5 ms apart: 45 ms, within a tenth of the 1 s delay
+        jobs.append(renewer.hold(renewing(i), 1.0))
+        time.sleep(0.005)
+    try:
+        assert second_round.wait(30)
+        assert renewer.wakeups <= 4  # two rounds (+2: stragglers on a busy machine)
+    finally:
+        for job in jobs:
+            renewer.drop(job)

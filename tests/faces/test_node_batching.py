@@ -20,17 +20,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _graphs import build_graph, call, tool_messages
-from langchain_core.messages import ToolMessage
+from _graphs import State, build_graph, call, tool_messages
+from langchain_core.messages import AIMessage, ToolMessage
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.types import Command
+from langgraph.graph import END, START, StateGraph
+from langgraph.types import Command, Send
 
 from langgraph_effects import EffectContext, EffectToolNode, effect
 from langgraph_effects.core.model import EventKind, OperationStatus
 from langgraph_effects.decide import GroupCommit
-from langgraph_effects.errors import StaleFencingToken
+from langgraph_effects.errors import LedgerUnavailable, StaleFencingToken
 from langgraph_effects.ledger.sqlite import AsyncSQLiteLedger, SQLiteLedger
+from langgraph_effects.testing import ScriptedChatModel
 
 S = OperationStatus
 
@@ -162,6 +164,150 @@ def test_receipts_arriving_during_a_commit_share_the_next(
         kinds = [e.kind for e in sync_ledger.events("default", op.operation_id)]
         assert kinds.count(EventKind.CONFIRM) == 1
     assert set(result["effect_operations"]) == {op.operation_id for op in ops}
+    conn.close()
+
+
+def _in_pairs(tools: list[Any], calls: list[dict[str, Any]], ledger: Any) -> Any:
+    """agent -> tools -> agent, the calls of an AIMessage sent two per task: each task
+    prepares its two together and holds their receipts (``decide.deferred``)."""
+    model = ScriptedChatModel(plan=[calls])
+
+    def agent(state: State) -> dict[str, Any]:
+        return {"messages": [model.invoke(state["messages"])]}
+
+    def pairs(state: State) -> Any:
+        last = state["messages"][-1]
+        if not isinstance(last, AIMessage) or not last.tool_calls:
+            return END
+        tcs = last.tool_calls
+        return [Send("tools", tcs[i : i + 2]) for i in range(0, len(tcs), 2)]
+
+    builder = StateGraph(State)
+    builder.add_node("agent", agent)
+    builder.add_node("tools", EffectToolNode(tools, ledger=ledger))
+    builder.add_edge(START, "agent")
+    builder.add_conditional_edges("agent", pairs, ["tools", END])
+    builder.add_edge("tools", "agent")
+    return builder.compile(checkpointer=InMemorySaver())
+
+
+@pytest.mark.parametrize("fail_batch", [False, True], ids=["shared", "batch-fails"])
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_the_held_receipts_of_sibling_tasks_share_a_commit(
+    sqlite_path: Path, mode: str, fail_batch: bool
+) -> None:
+    """Three tasks of two calls each end together: the first task's receipts commit at
+    once (held here until the other two tasks queue behind it), the other two tasks'
+    share the next commit, one ``confirm_many`` of four: 3 + 2 commits instead of 3 + 3.
+    A shared batch that fails (the database went away for it) falls back: each task
+    commits its own receipts. Either way each operation is confirmed once."""
+    provider = Tickets()
+    conn = sqlite3.connect(sqlite_path, check_same_thread=False, isolation_level=None)
+    ledger = _ledger(conn, mode)
+    held = HeldCommit(conn)
+    sizes: list[int] = []
+    inner = ledger.confirm_many
+
+    def note(confirmations: Any) -> None:
+        sizes.append(len(confirmations))
+        if fail_batch and len(confirmations) > 2:
+            raise LedgerUnavailable("the database went away for the batch (the test)")
+
+    def confirm_many(confirmations: Any) -> Any:
+        note(confirmations)
+        return inner(confirmations)
+
+    async def aconfirm_many(confirmations: Any) -> Any:
+        note(confirmations)
+        return await inner(confirmations)
+
+    ledger.confirm_many = confirm_many if mode == "sync" else aconfirm_many
+    node: Any = None
+    barrier = threading.Barrier(6, action=lambda: held.arm(node.runner.confirms, 2))
+
+    @effect("tickets.create", target=lambda a: a["title"])
+    def create_ticket(title: str, ctx: EffectContext) -> dict[str, Any]:
+        """Create a ticket."""
+        barrier.wait(5)
+        return provider.create(title)
+
+    graph = _in_pairs([create_ticket], _calls(6), ledger)
+    node = graph.nodes["tools"].bound
+    config = {"configurable": {"thread_id": "t1"}}
+    if mode == "sync":
+        _bound(node, "t1")
+    else:
+        asyncio.run(node.runner.atenant_for(config))
+    held.commits.clear()
+    value = {"messages": [("user", "go")]}
+    if mode == "sync":
+        result = graph.invoke(value, config, durability="sync")
+    else:
+        result = asyncio.run(graph.ainvoke(value, config, durability="sync"))
+    held.close()
+    assert sizes == ([2, 4, 2, 2] if fail_batch else [2, 4])
+    assert len(held.commits) == 3 + (3 if fail_batch else 2)
+    assert sorted(provider.created) == [f"t{i}" for i in range(6)]
+    assert [m.status for m in tool_messages(result)] == ["success"] * 6
+    sync_ledger = SQLiteLedger(conn)
+    ops = sync_ledger.list(tenant_id="default")
+    assert [op.status for op in ops] == [S.CONFIRMED] * 6
+    for op in ops:
+        kinds = [e.kind for e in sync_ledger.events("default", op.operation_id)]
+        assert kinds.count(EventKind.CONFIRM) == 1
+    conn.close()
+
+
+def test_a_stale_receipt_in_a_shared_commit_fails_only_its_own_task(sqlite_path: Path) -> None:
+    """Three tasks of two calls each; one call is taken over while in flight. Its task ends
+    last and shares a commit with a sibling task: the refused receipt is kept on its own
+    operation and fails its own task only; every other receipt, its task-mate's included,
+    is confirmed. The next run settles the taken-over operation from the kept receipt; each
+    ticket was created once."""
+    provider = Tickets()
+    conn = sqlite3.connect(sqlite_path, check_same_thread=False, isolation_level=None)
+    ledger = SQLiteLedger(conn)
+    ledger.setup()
+    held = HeldCommit(conn)
+    node: Any = None
+    barrier = threading.Barrier(6, action=lambda: held.arm(node.runner.confirms, 2))
+
+    @effect("tickets.create", target=lambda a: a["title"])
+    def create_ticket(title: str, ctx: EffectContext) -> dict[str, Any]:
+        """Create a ticket."""
+        if title == "t3":  # another worker takes this operation over while we are in flight
+            op = ledger.get(ctx.tenant_id, ctx.operation_id)
+            assert op is not None
+            ledger.mark_unknown(
+                op.tenant_id, op.operation_id, token=op.fencing_token, reason="takeover"
+            )
+        if barrier.broken:  # the run after the takeover: no siblings to wait for
+            return provider.create(title)
+        barrier.wait(5)
+        if title == "t3":
+            time.sleep(0.05)  # its task ends last: it joins a shared commit
+        return provider.create(title)
+
+    graph = _in_pairs([create_ticket], _calls(6), ledger)
+    node = graph.nodes["tools"].bound
+    config = {"configurable": {"thread_id": "t1"}}
+    with pytest.raises(StaleFencingToken):
+        graph.invoke({"messages": [("user", "go")]}, config, durability="sync")
+    held.close()
+    assert sorted(provider.created) == [f"t{i}" for i in range(6)]
+    ops = {op.target: op for op in ledger.list(tenant_id="default")}
+    assert {t: op.status for t, op in ops.items()} == {
+        **dict.fromkeys(("t0", "t1", "t2", "t4", "t5"), S.CONFIRMED),
+        "t3": S.UNKNOWN,
+    }
+    for target, op in ops.items():
+        kinds = [e.kind for e in ledger.events("default", op.operation_id)]
+        assert (EventKind.EVIDENCE in kinds) is (target == "t3")
+    barrier.abort()
+    result = graph.invoke(None, config, durability="sync")
+    assert sorted(provider.created) == [f"t{i}" for i in range(6)]
+    assert ledger.get("default", ops["t3"].operation_id).status is S.CONFIRMED
+    assert [m.status for m in tool_messages(result)] == ["success"] * 6
     conn.close()
 
 
