@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import re
 import sqlite3
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from datetime import UTC, datetime, timedelta
@@ -329,12 +330,33 @@ def test_a_locked_sqlite_file_is_unavailable_not_unset(tmp_path: Path) -> None:
             Outbox().mark_delivered(conn, entry_id="ob-1", evidence_id="e")
         conn.close()
         with SQLiteLedger.from_conn_string(str(path)) as ledger:
-            ledger._driver.conn.execute("PRAGMA busy_timeout=50")
+            ledger._driver.busy_timeout = 0.05  # the driver's own wait, under WAL
             with pytest.raises(LedgerUnavailable, match="locked"):
                 ledger.bind_thread("thread-1", "acme")
     finally:
         holder.rollback()
         holder.close()
+
+
+def test_a_sqlite_write_waits_for_another_connections_commit(tmp_path: Path) -> None:
+    """Under WAL the driver, not SQLite's busy handler (1, 2, 5 ... ms sleeps), waits for
+    a writer on another connection (the saver's): SQLite's own wait is off, and a write
+    and a read made while the lock is held succeed once it is released."""
+    path = tmp_path / "shared.db"
+    with SQLiteLedger.from_conn_string(str(path)) as ledger:
+        ledger.setup()
+        assert ledger._driver.conn.execute("PRAGMA busy_timeout").fetchone() == (0,)
+        holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        holder.execute("BEGIN IMMEDIATE")  # the saver's transaction, say
+        holder.execute("INSERT INTO lge_threads VALUES ('thread-0', 'acme', 0)")
+        release = threading.Timer(0.05, holder.commit)
+        release.start()
+        try:
+            assert ledger.bind_thread("thread-1", "acme") == "acme"
+            assert ledger.bind_thread("thread-0", "other") == "acme"  # after its commit
+        finally:
+            release.join()
+            holder.close()
 
 
 @pytest.mark.postgres

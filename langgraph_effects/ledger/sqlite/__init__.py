@@ -17,8 +17,11 @@ rule, and what a lost receipt costs (never a duplicate), is in ``ledger.base``
 One connection per ledger object, guarded by a lock: every statement of one
 ledger operation runs while holding it, and writes run in
 ``BEGIN IMMEDIATE ... COMMIT``, so parallel tool threads queue on the lock
-instead of spinning in SQLite's busy wait. ``busy_timeout`` still covers other
-processes writing the same file.
+instead of spinning in SQLite's busy wait. Another connection writing the same
+file (the saver's, another process) is waited for up to 5 s: under WAL by the
+driver itself, in steps of 20 us to 1 ms (SQLite's busy handler sleeps 1, 2, 5,
+10 ... ms, for a lock the saver holds ~0.1 ms), outside WAL by SQLite's
+``busy_timeout``.
 
 Never give LangGraph's ``SqliteSaver`` the ledger's connection: it commits the
 whole connection after each of its writes, so it would commit half a ledger
@@ -39,14 +42,22 @@ import asyncio
 import contextlib
 import sqlite3
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator
+import time
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from datetime import datetime
-from typing import Self, TypeVar
+from typing import Any, Self, TypeVar
 
 from langgraph_effects.core.model import utcnow
 from langgraph_effects.errors import LedgerUnavailable
 from langgraph_effects.ledger._faces import AsyncFace, SyncFace
-from langgraph_effects.ledger._statements import Program, Result, compile_statements, drive
+from langgraph_effects.ledger._statements import (
+    Execute,
+    Program,
+    Result,
+    Rows,
+    compile_statements,
+    drive,
+)
 from langgraph_effects.ledger.base import Synchronous, check_synchronous
 from langgraph_effects.ledger.sqlite._driver import boundary, executor, plain_cursor
 from langgraph_effects.ledger.sqlite._sql import DIALECT
@@ -56,7 +67,11 @@ __all__ = ["AsyncSQLiteLedger", "SQLiteLedger", "Synchronous"]
 T = TypeVar("T")
 
 BUSY_TIMEOUT_MS = 5000
-"""How long a write waits for another *process* holding the file's write lock."""
+"""How long a statement waits for another connection holding the file's write lock."""
+
+_SQLITE_BUSY = 5
+_FIRST_WAIT, _LONGEST_WAIT = 20e-6, 1e-3
+"""The driver's own waits for a lock under WAL: 20 us, doubling up to 1 ms."""
 
 
 class _Driver:
@@ -79,16 +94,49 @@ class _Driver:
             # and a file system without shared memory may refuse WAL.
             (mode,) = conn.execute("PRAGMA journal_mode=WAL").fetchone()
             conn.execute(f"PRAGMA synchronous={synchronous}")
-            conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+            wal = str(mode).lower() == "wal"
+            # Under WAL only a writer waits, for another writer (the saver's commit on
+            # its own connection, ~0.1 ms), and SQLite's busy handler would sleep 1, 2,
+            # 5 ... ms: the driver waits in its own short steps instead (``_patiently``).
+            # Outside WAL, SQLite's handler waits as usual.
+            conn.execute(f"PRAGMA busy_timeout={0 if wal else BUSY_TIMEOUT_MS}")
+        self.busy_timeout = BUSY_TIMEOUT_MS / 1000 if wal else 0.0
+        """Seconds the driver itself waits for a lock (0: SQLite's busy handler does)."""
         # A NORMAL commit under WAL loses at most the last transactions on a power
         # loss, never the file; outside WAL NORMAL is not that, so it is not a default.
-        wal = str(mode).lower() == "wal"
         self.receipt_synchronous: Synchronous = receipt_synchronous or (
             "NORMAL" if wal else synchronous
         )
         # One cursor for every program: they all run under the lock.
         self.cur = plain_cursor(conn)
-        self.execute = executor(self.cur, DIALECT)
+        self.execute = self._outside_transactions(executor(self.cur, DIALECT))
+
+    def _patiently(self, statement: Callable[[], T]) -> T:
+        """Run ``statement``; while the file is locked (SQLITE_BUSY), wait and run it again,
+        in short steps, up to ``busy_timeout`` (then the error is raised as before).
+
+        Only a statement outside a transaction is run again: ``BEGIN IMMEDIATE`` and
+        a read in autocommit, which changed nothing when refused.
+        """
+        if not self.busy_timeout:
+            return statement()
+        deadline, wait = time.monotonic() + self.busy_timeout, _FIRST_WAIT
+        while True:
+            try:
+                return statement()
+            except sqlite3.OperationalError as exc:
+                if exc.sqlite_errorcode & 0xFF != _SQLITE_BUSY or time.monotonic() >= deadline:
+                    raise
+            time.sleep(wait)
+            wait = min(wait * 2, _LONGEST_WAIT)
+
+    def _outside_transactions(self, execute: Execute) -> Execute:
+        def patient(sql: str, params: Mapping[str, Any], adhoc: bool) -> Rows:
+            if self.conn.in_transaction:
+                return execute(sql, params, adhoc)
+            return self._patiently(lambda: execute(sql, params, adhoc))
+
+        return patient
 
     def run(self, program: Program[T]) -> Result[T]:
         with self.lock, boundary(self.conn, DIALECT):
@@ -101,7 +149,7 @@ class _Driver:
             if relaxed:
                 cur.execute(f"PRAGMA synchronous={self.receipt_synchronous}")
             try:
-                cur.execute("BEGIN IMMEDIATE")
+                self._patiently(lambda: cur.execute("BEGIN IMMEDIATE"))
                 try:
                     result = drive(execute, compile_statements(DIALECT, program.statements))
                 except BaseException:
