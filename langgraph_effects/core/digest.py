@@ -53,7 +53,9 @@ def canonical_json(value: Any) -> bytes:
     """
     try:
         data = rfc8785.dumps(value)
-    except (rfc8785.CanonicalizationError, TypeError, RecursionError) as exc:
+    except (rfc8785.CanonicalizationError, UnicodeEncodeError, TypeError, RecursionError) as exc:
+        # UnicodeEncodeError: a key with a lone surrogate (rfc8785 sorts keys by their
+        # UTF-16 encoding, which fails before its own check of the text).
         raise InvalidInput(f"payload is not canonical JSON: {exc}") from exc
     if len(data) > MAX_PAYLOAD_BYTES:
         raise InvalidInput(
