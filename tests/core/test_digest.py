@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import enum
+import hashlib
 from typing import Any
 
 import pytest
@@ -11,7 +12,8 @@ import rfc8785
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from langgraph_effects.core.digest import canonical_json
+from langgraph_effects.core.digest import canonical_json, payload_digest
+from langgraph_effects.core.ids import occurrence_operation_id, operation_id
 from langgraph_effects.errors import InvalidInput
 
 
@@ -173,3 +175,45 @@ def test_canonical_json_refuses_what_rfc8785_refuses(value: Any) -> None:
     assert _rfc8785(value) is None
     with pytest.raises(InvalidInput):
         canonical_json(value)
+
+
+# -- stored values: digests and ids are what they were ---------------------------------
+
+_TICKET = {
+    "title": 'Drucker "kaputt"\n',
+    "priority": "high",
+    "n": 3,
+    "tags": ["a", "é"],
+    "meta": None,
+    "ok": True,
+}
+
+
+def test_digests_and_ids_are_the_ones_already_stored() -> None:
+    """A digest and the ids derived from it, pinned as written before the fast path: the
+    records in existing ledgers are met again."""
+    digest = payload_digest("tickets.create", 1, "queue-7", _TICKET)
+    assert digest == "b1d7ef27a8855406ee52aaaec36935e44dbe893f0d7eabb6eae522ac17706ad5"
+    thread = {"tenant_id": "acme", "workflow_id": "thread-1", "action": "tickets.create"}
+    assert (
+        occurrence_operation_id(**thread, payload_digest=digest, occurrence=2)
+        == "op-r2kfotvxszjmxtm2shhjwjniju6raizk"
+    )
+    assert (
+        operation_id(**thread, tool_call_id="call_0", payload_digest=digest)
+        == "op-fqvvxv3ofkdxmn5ebvo7hbjqqggbgeel"
+    )
+    assert (
+        payload_digest("tickets.create", 1, None, {"amount": 12.5}, key=b"k" * 16)
+        == "hmac:3e6df169268b0a0bded893e6aa15a6306693baea9d6959b8668aee6c1075bb1a"
+    )
+
+
+@given(_json_values, _json_texts, st.one_of(st.none(), _json_texts), st.integers(1, 9))
+def test_a_digest_is_sha256_of_rfc8785s_envelope(
+    payload: Any, action: str, target: str | None, version: int
+) -> None:
+    """``payload_digest`` is SHA-256 of rfc8785's text of the whole envelope."""
+    envelope = {"action": action, "payload": payload, "target": target, "version": version}
+    expected = hashlib.sha256(rfc8785.dumps(envelope)).hexdigest()
+    assert payload_digest(action, version, target, payload) == expected
