@@ -43,9 +43,9 @@ from langgraph_effects.errors import EffectsError
 __all__ = [
     "NO_CALL_ID",
     "Execution",
+    "Occurrences",
     "add_operations",
     "build_call",
-    "call_occurrence",
     "effect_calls",
     "effect_result",
     "messages_of",
@@ -78,49 +78,61 @@ def messages_of(state: Any, messages_key: str = "messages") -> list[Any]:
     return getattr(state, messages_key, None) or []
 
 
-def call_occurrence(
-    state: Any,
-    tool_call: ToolCall,
-    *,
-    messages_key: str = "messages",
-    canonical: bytes | None = None,
-) -> int | None:
-    """The call's place among identical calls of its thread (see ``occurrence_operation_id``).
+class Occurrences:
+    """The place of a tool call among identical calls of its thread (see
+    ``occurrence_operation_id``), for the calls built from one state.
 
-    Identical means same tool and same canonical arguments. Counts the identical
-    calls of earlier AIMessages that were answered (a ToolMessage with their id),
-    plus the call's index among identical calls of its own AIMessage. None when
-    the call is not found in the state's messages. ``canonical``: the call's arguments
-    already canonicalised (``build_call`` does it once per call).
+    Identical means same tool and same canonical arguments. A call's place counts
+    the identical calls of earlier AIMessages that were answered (a ToolMessage
+    with their id), plus its index among identical calls of its own AIMessage.
+    The first call asked about for a tool counts the places of all that tool's
+    calls in one pass, each call canonicalised once: a task's calls cost one pass
+    over the thread, not one each.
     """
-    messages = messages_of(state, messages_key)
-    call_id, name = tool_call.get("id"), tool_call["name"]
-    if not call_id or not messages:
-        return None
-    try:
-        args = canonical if canonical is not None else canonical_json(tool_call["args"])
-    except EffectsError:
-        return None
-    answered = {m.tool_call_id for m in messages if isinstance(m, ToolMessage)}
-    earlier, found = 0, None
-    for message in messages:
-        if not isinstance(message, AIMessage) or not message.tool_calls:
-            continue
-        twins = [tc for tc in message.tool_calls if tc["name"] == name and _same(tc, args)]
-        for index, twin in enumerate(twins):
-            if twin["id"] == call_id:
+
+    def __init__(self, state: Any, messages_key: str = "messages") -> None:
+        self._messages = messages_of(state, messages_key)
+        self._places: dict[str, dict[tuple[bytes, Any], int]] = {}
+
+    def of(self, tool_call: ToolCall, canonical: bytes) -> int | None:
+        """The call's place (``canonical``: its arguments canonicalised); None when the
+        call has no id or is not found in the state's messages."""
+        call_id = tool_call.get("id")
+        if not call_id or not self._messages:
+            return None
+        name = tool_call["name"]
+        places = self._places.get(name)
+        if places is None:
+            places = self._places[name] = self._count(name)
+        return places.get((canonical, call_id))
+
+    def _count(self, name: str) -> dict[tuple[bytes, Any], int]:
+        """The place of every call of tool ``name``, by canonical arguments and id."""
+        answered = {m.tool_call_id for m in self._messages if isinstance(m, ToolMessage)}
+        places: dict[tuple[bytes, Any], int] = {}
+        earlier: dict[bytes, int] = {}  # answered identical calls of earlier AIMessages
+        for message in self._messages:
+            if not isinstance(message, AIMessage) or not message.tool_calls:
+                continue
+            index: dict[bytes, int] = {}
+            done: list[bytes] = []
+            for tool_call in message.tool_calls:
+                if tool_call["name"] != name:
+                    continue
+                try:
+                    args = canonical_json(tool_call["args"])
+                except EffectsError:
+                    continue  # identical to no call
+                call_id = tool_call.get("id")
                 # The last AIMessage holding the id is the call's own (some models
-                # reuse ids such as "call_0" from turn to turn).
-                found = earlier + index
-        earlier += sum(1 for twin in twins if twin["id"] in answered)
-    return found
-
-
-def _same(tool_call: ToolCall, args: bytes) -> bool:
-    try:
-        return canonical_json(tool_call["args"]) == args
-    except EffectsError:
-        return False
+                # reuse ids such as "call_0" from turn to turn): later places win.
+                places[args, call_id] = earlier.get(args, 0) + index.get(args, 0)
+                index[args] = index.get(args, 0) + 1
+                if call_id in answered:
+                    done.append(args)
+            for args in done:
+                earlier[args] = earlier.get(args, 0) + 1
+        return places
 
 
 def build_call(
@@ -136,9 +148,12 @@ def build_call(
     siblings: dict[str, OperationDraft] | None = None,
     preapproved_by: str | None = None,
     user: str | None = None,
+    occurrences: Occurrences | None = None,
 ) -> EffectCall:
     """The ``EffectCall`` of a tool call, for a tenant and thread resolved by the face;
-    ``user``: the run's authenticated user (``decide.answers.authenticated_user``)."""
+    ``user``: the run's authenticated user (``decide.answers.authenticated_user``);
+    ``occurrences``: the places of ``state``'s calls, shared by the calls built together
+    (``effect_calls``)."""
     spec = effect_spec(tool)
     if spec is None:
         raise EffectsError(f"tool {tool.name!r} is not an effect")
@@ -159,7 +174,7 @@ def build_call(
         preapproved_by=preapproved_by,
         occurrence=None
         if canonical is None
-        else call_occurrence(state, tool_call, messages_key=messages_key, canonical=canonical),
+        else (occurrences or Occurrences(state, messages_key)).of(tool_call, canonical),
         canonical=canonical,
         task_id=task_id,
         user=user,
@@ -189,10 +204,11 @@ def effect_calls(
     """The ``EffectCall`` of each effect tool's call among ``tool_calls``, in order.
 
     ``thread`` is ``(workflow_id, tenant_id)``; ``user`` the run's authenticated user.
-    A call that cannot be built (unknown tool, unstorable arguments) is left out: its
-    own run reports it.
+    A call is ``single`` when it is the only one of ``tool_calls``. A call that cannot
+    be built (unknown tool, unstorable arguments) is left out: its own run reports it.
     """
     workflow_id, tenant_id = thread
+    occurrences = Occurrences(state, messages_key)  # one pass over the thread for all
     calls = []
     for tool_call in tool_calls:
         tool = tools.get(tool_call["name"])
@@ -210,6 +226,7 @@ def effect_calls(
                     task_id=task_id,
                     single=len(tool_calls) <= 1,
                     user=user,
+                    occurrences=occurrences,
                 )
             )
         except Exception:

@@ -10,8 +10,8 @@ decide a takeover (ARCHITECTURE.md, "Concurrency").
 from __future__ import annotations
 
 import os
+import random
 import socket
-import uuid
 from functools import cache
 
 import psutil
@@ -45,10 +45,30 @@ def _current_identity() -> tuple[int, str, float]:
     return _identity
 
 
+_nonces: tuple[int, random.Random] | None = None
+
+
+def _nonce(pid: int) -> str:
+    """12 random hex digits (48 bits, as ``uuid4().hex[:12]`` gave) telling this process's
+    claims apart.
+
+    Drawn from a generator seeded once per process from ``os.urandom``, not from the
+    OS on every claim: that syscall releases the GIL, a thread switch in each call of
+    a busy fan-out. Keyed by pid, so a forked child draws its own sequence instead of
+    repeating its parent's. ``getrandbits`` is one C call under the GIL: thread-safe;
+    threads racing at first use each seed a generator, and either is as good.
+    """
+    global _nonces
+    nonces = _nonces
+    if nonces is None or nonces[0] != pid:
+        nonces = _nonces = (pid, random.Random(os.urandom(32)))
+    return f"{nonces[1].getrandbits(48):012x}"
+
+
 def current_owner() -> LeaseOwner:
     """This process as a lease owner, with a fresh nonce (host and start are cached)."""
     pid, host, started_at = _current_identity()
-    return LeaseOwner(host=host, pid=pid, started_at=started_at, nonce=uuid.uuid4().hex[:12])
+    return LeaseOwner(host=host, pid=pid, started_at=started_at, nonce=_nonce(pid))
 
 
 def provably_dead(owner: LeaseOwner) -> bool:

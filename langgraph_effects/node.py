@@ -472,32 +472,17 @@ class EffectToolNode(ToolNode):
     def _task_calls(
         self, task: _Task, state: Any, task_id: str | None, thread: Thread, user: str | None
     ) -> list[EffectCall]:
-        effect_tool_calls = [
-            (self.tools_by_name[tc["name"]], tc)
-            for tc in task.tool_calls
-            if tc["name"] in self.tools_by_name and effect_spec(self.tools_by_name[tc["name"]])
-        ]
-        single = len(effect_tool_calls) <= 1
-        workflow_id, tenant_id = thread
-        calls = []
-        for tool, tc in effect_tool_calls:
-            try:
-                calls.append(
-                    build_call(
-                        tool,
-                        tc,
-                        tenant_id=tenant_id,
-                        workflow_id=workflow_id,
-                        state=state,
-                        messages_key=self.messages_key,
-                        task_id=task_id,
-                        single=single,
-                        user=user,
-                    )
-                )
-            except Exception:
-                continue  # the call's own run reports it
-        return calls
+        """The task's effect calls, built in one pass (``single``: the task's only one)."""
+        tools = self.tools_by_name
+        return effect_calls(
+            tools,
+            [tc for tc in task.tool_calls if effect_spec(tools.get(tc["name"]))],
+            thread=thread,
+            state=state,
+            messages_key=self.messages_key,
+            task_id=task_id,
+            user=user,
+        )
 
     @staticmethod
     def _batch(calls: list[EffectCall]) -> list[EffectCall]:

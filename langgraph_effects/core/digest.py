@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 from typing import Any
 
 import rfc8785
@@ -51,15 +52,81 @@ def canonical_json(value: Any) -> bytes:
     Raises ``InvalidInput`` for anything that is not plain JSON (NaN, infinities,
     sets, bytes, non-string keys, arbitrary objects) or larger than 1 MiB.
     """
-    try:
-        data = rfc8785.dumps(value)
-    except (rfc8785.CanonicalizationError, TypeError, RecursionError) as exc:
-        raise InvalidInput(f"payload is not canonical JSON: {exc}") from exc
+    data = _by_json(value)
+    if data is None:
+        try:
+            data = rfc8785.dumps(value)
+        except (
+            rfc8785.CanonicalizationError,
+            UnicodeEncodeError,
+            TypeError,
+            RecursionError,
+        ) as exc:
+            # UnicodeEncodeError: a key with a lone surrogate (rfc8785 sorts keys by their
+            # UTF-16 encoding, which fails before its own check of the text).
+            raise InvalidInput(f"payload is not canonical JSON: {exc}") from exc
     if len(data) > MAX_PAYLOAD_BYTES:
         raise InvalidInput(
             f"payload is {len(data)} bytes of canonical JSON; the limit is {MAX_PAYLOAD_BYTES}"
         )
     return data
+
+
+# -- the fast path: the json module's C encoder, where it writes RFC 8785's bytes -------
+#
+# ``rfc8785`` is pure Python (a few microseconds for a small payload; a tool call
+# canonicalises several). For the values below, ``json``'s encoder writes the same
+# bytes: strings escaped with the same table (``"``, ``\\``, ``\b \f \n \r \t``, other
+# controls as lowercase ``\u00xx``, everything else as is, then UTF-8; a lone surrogate
+# fails the encode), integers in decimal, and members sorted by key, where Python's
+# code-point order is JCS's UTF-16 order because the keys are ASCII. Anything else
+# (a float: JCS writes ``1.0`` as ``1`` and ``1e16`` in full; a subclass; a non-ASCII
+# key; a deep nesting) is left to ``rfc8785``, so its output and its errors are
+# exactly today's. ``tests/core/test_digest.py`` checks the equality by property.
+
+_INT_MIN, _INT_MAX = -(2**53) + 1, 2**53 - 1
+"""RFC 8785's integer domain (``rfc8785`` refuses integers outside it)."""
+
+_MAX_DEPTH = 64
+"""Deeper values go to ``rfc8785``: it alone decides where nesting is too deep."""
+
+_ENCODER = json.JSONEncoder(
+    ensure_ascii=False, separators=(",", ":"), sort_keys=True, allow_nan=False, check_circular=False
+)
+
+
+def _by_json(value: Any) -> bytes | None:
+    """``rfc8785.dumps(value)``, written by ``json``'s encoder; None where it may differ."""
+    try:
+        if _plain(value, 0):
+            return _ENCODER.encode(value).encode("utf-8")
+    except (UnicodeEncodeError, RecursionError):
+        pass  # a lone surrogate, or a caller's stack already deep: rfc8785 decides
+    return None
+
+
+def _plain(value: Any, depth: int) -> bool:
+    """``value`` is made only of exact dicts with ASCII string keys, lists, tuples, strings,
+    booleans, None and integers in JCS's domain, at most ``_MAX_DEPTH`` deep."""
+    kind = type(value)
+    if kind is str or kind is bool or value is None:
+        return True
+    if kind is int:
+        return bool(_INT_MIN <= value <= _INT_MAX)
+    if depth >= _MAX_DEPTH:
+        return False
+    if kind is dict:
+        for key, item in value.items():
+            if type(key) is not str or not key.isascii() or not _plain(item, depth + 1):
+                return False
+        return True
+    if kind is list or kind is tuple:
+        # A loop, not all(...): no generator per level (this walk runs on every call).
+        for item in value:  # noqa: SIM110
+            if not _plain(item, depth + 1):
+                return False
+        return True
+    return False
 
 
 def resolve_payload_key(key: bytes | str | None, *, what: str) -> bytes:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -75,3 +76,33 @@ def test_lease_owner_current_caches_host_and_start_per_pid(
     child = current_owner()
     assert len(calls) == 2
     assert (child.pid, child.started_at) == (parent, round(psutil.Process(parent).create_time(), 2))
+
+
+def test_nonces_are_fresh_hex_and_a_forked_child_draws_its_own(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each owner gets a new 12-hex-digit nonce, with no call to the OS per claim; a child
+    (another pid) inheriting its parent's generator draws a sequence of its own, not the
+    parent's next nonces."""
+    urandom_calls: list[int] = []
+    real_urandom = os.urandom
+
+    def counting(n: int) -> bytes:
+        urandom_calls.append(n)
+        return real_urandom(n)
+
+    monkeypatch.setattr(_owners, "_nonces", None)
+    monkeypatch.setattr(os, "urandom", counting)
+    nonces = [current_owner().nonce for _ in range(50)]
+    assert len(set(nonces)) == 50
+    assert all(re.fullmatch("[0-9a-f]{12}", n) for n in nonces)
+    assert len(urandom_calls) == 1  # seeded once for the process
+    assert _owners._nonces is not None
+    inherited = _owners._nonces[1].getstate()  # what a forked child starts with
+    parent_next = [current_owner().nonce for _ in range(3)]
+    _owners._nonces[1].setstate(inherited)
+    parent = os.getppid()  # stands in for the child's own pid
+    monkeypatch.setattr(os, "getpid", lambda: parent)
+    child = [current_owner().nonce for _ in range(3)]
+    assert child != parent_next
+    assert len(urandom_calls) == 2  # the child seeded its own
