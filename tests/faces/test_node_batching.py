@@ -167,6 +167,13 @@ def test_receipts_arriving_during_a_commit_share_the_next(
     conn.close()
 
 
+def _take_over(ledger: SQLiteLedger, ctx: EffectContext) -> None:
+    """What another worker's takeover does to the operation in flight: unknown, fenced."""
+    op = ledger.get(ctx.tenant_id, ctx.operation_id)
+    assert op is not None
+    ledger.mark_unknown(op.tenant_id, op.operation_id, token=op.fencing_token, reason="takeover")
+
+
 def _in_pairs(tools: list[Any], calls: list[dict[str, Any]], ledger: Any) -> Any:
     """agent -> tools -> agent, the calls of an AIMessage sent two per task: each task
     prepares its two together and holds their receipts (``decide.deferred``)."""
@@ -276,11 +283,7 @@ def test_a_stale_receipt_in_a_shared_commit_fails_only_its_own_task(sqlite_path:
     def create_ticket(title: str, ctx: EffectContext) -> dict[str, Any]:
         """Create a ticket."""
         if title == "t3":  # another worker takes this operation over while we are in flight
-            op = ledger.get(ctx.tenant_id, ctx.operation_id)
-            assert op is not None
-            ledger.mark_unknown(
-                op.tenant_id, op.operation_id, token=op.fencing_token, reason="takeover"
-            )
+            _take_over(ledger, ctx)
         if barrier.broken:  # the run after the takeover: no siblings to wait for
             return provider.create(title)
         barrier.wait(5)
@@ -327,11 +330,7 @@ def test_a_stale_receipt_in_the_batch_is_kept_and_settles_the_next_run(
     def create_ticket(title: str, ctx: EffectContext) -> dict[str, Any]:
         """Create a ticket."""
         if title == "t1":  # another worker takes this operation over while we are in flight
-            op = ledger.get(ctx.tenant_id, ctx.operation_id)
-            assert op is not None
-            ledger.mark_unknown(
-                op.tenant_id, op.operation_id, token=op.fencing_token, reason="takeover"
-            )
+            _take_over(ledger, ctx)
         return provider.create(title)
 
     graph = build_graph(
