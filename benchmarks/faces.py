@@ -39,23 +39,11 @@ from benchmarks._common import (
     sqlite_dir,
     write_json,
 )
-from benchmarks.tool_call import BACKENDS, FakeTicketing, _graph, _invoker, _tools
-from langgraph_effects.testing import ScriptedChatModel
+from benchmarks.tool_call import BACKENDS, FakeTicketing, _graph, _invoker, _model, _tools
 
 __all__ = ["main", "run"]
 
 FACES = ("middleware", "async")
-
-
-def _model(calls: int) -> ScriptedChatModel:
-    return ScriptedChatModel(
-        plan=[
-            [
-                {"name": "create_ticket", "args": {"title": f"#{i}", "priority": "high"}}
-                for i in range(calls)
-            ]
-        ]
-    )
 
 
 def _agents(

@@ -96,11 +96,9 @@ ROUTERS = ("tools_condition", "route_tool_calls")
 prepare). ``route_tool_calls``: one task per call, what the package recommends."""
 
 
-def _graph(tool_node: Any, calls: int, saver: Any, router: str = "tools_condition") -> Any:
-    from langgraph_effects import route_tool_calls
-
-    # The scripted model asks for ``calls`` tool calls, then answers "done".
-    model = ScriptedChatModel(
+def _model(calls: int) -> ScriptedChatModel:
+    """The scripted model: it asks for ``calls`` tool calls, then answers "done"."""
+    return ScriptedChatModel(
         plan=[
             [
                 {"name": "create_ticket", "args": {"title": f"#{i}", "priority": "high"}}
@@ -108,6 +106,12 @@ def _graph(tool_node: Any, calls: int, saver: Any, router: str = "tools_conditio
             ]
         ]
     )
+
+
+def _graph(tool_node: Any, calls: int, saver: Any, router: str = "tools_condition") -> Any:
+    from langgraph_effects import route_tool_calls
+
+    model = _model(calls)
 
     def agent(state: MessagesState) -> dict[str, list[BaseMessage]]:
         return {"messages": [model.invoke(state["messages"])]}
