@@ -145,10 +145,7 @@ def test_receipts_arriving_during_a_commit_share_the_next(
         held.arm(node.runner.prepares, 3)
     config = {"configurable": {"thread_id": "t1"}}
     value = {"messages": [("user", "go")]}
-    if mode == "sync":
-        result = graph.invoke(value, config, durability="sync")
-    else:
-        result = asyncio.run(graph.ainvoke(value, config, durability="sync"))
+    result = _invoke(graph, mode, value, config)
     held.close()
     assert len(held.commits) == (4 if per_call else 2)
     assert sorted(provider.created) == ["t0", "t1", "t2", "t3"]
@@ -165,6 +162,13 @@ def test_receipts_arriving_during_a_commit_share_the_next(
         assert kinds.count(EventKind.CONFIRM) == 1
     assert set(result["effect_operations"]) == {op.operation_id for op in ops}
     conn.close()
+
+
+def _invoke(graph: Any, mode: str, value: Any, config: dict[str, Any]) -> Any:
+    """Run ``graph`` once, sync or under ``ainvoke``, with durability="sync"."""
+    if mode == "sync":
+        return graph.invoke(value, config, durability="sync")
+    return asyncio.run(graph.ainvoke(value, config, durability="sync"))
 
 
 def _take_over(ledger: SQLiteLedger, ctx: EffectContext) -> None:
@@ -247,10 +251,7 @@ def test_the_held_receipts_of_sibling_tasks_share_a_commit(
         asyncio.run(node.runner.atenant_for(config))
     held.commits.clear()
     value = {"messages": [("user", "go")]}
-    if mode == "sync":
-        result = graph.invoke(value, config, durability="sync")
-    else:
-        result = asyncio.run(graph.ainvoke(value, config, durability="sync"))
+    result = _invoke(graph, mode, value, config)
     held.close()
     assert sizes == ([2, 4, 2, 2] if fail_batch else [2, 4])
     assert len(held.commits) == 3 + (3 if fail_batch else 2)
@@ -423,14 +424,9 @@ def test_a_failing_sibling_leaves_the_receipts_recorded(sqlite_path: Path, mode:
     config = {"configurable": {"thread_id": "t1"}}
     value = {"messages": [("user", "go")]}
 
-    def run() -> Any:
-        if mode == "sync":
-            return graph.invoke(value, config, durability="sync")
-        return asyncio.run(graph.ainvoke(value, config, durability="sync"))
-
     started = time.monotonic()
     with pytest.raises(ValueError, match="boom"):
-        run()
+        _invoke(graph, mode, value, config)
     assert time.monotonic() - started < 0.9
     assert sorted(provider.created) == ["t0", "t1", "t2"]
     ops = SQLiteLedger(conn).list(tenant_id="default")
@@ -500,19 +496,14 @@ def test_a_sibling_asking_a_person_leaves_the_held_receipts_committed(
     )
     config = {"configurable": {"thread_id": "t1"}}
 
-    def run(value: Any) -> Any:
-        if mode == "sync":
-            return graph.invoke(value, config, durability="sync")
-        return asyncio.run(graph.ainvoke(value, config, durability="sync"))
-
-    first = run({"messages": [("user", "go")]})
+    first = _invoke(graph, mode, {"messages": [("user", "go")]}, config)
     assert "__interrupt__" in first
     assert sorted(provider.created) == ["t0", "t1"]
     statuses = {op.target: op.status for op in SQLiteLedger(conn).list(tenant_id="default")}
     assert statuses == {"t0": S.CONFIRMED, "t1": S.CONFIRMED, "e": S.PREPARED}
     (asked,) = first["__interrupt__"]
     answer = {"operation_id": asked.value["operation_id"], "decision": "approve", "by": "ana"}
-    result = run(Command(resume=answer))
+    result = _invoke(graph, mode, Command(resume=answer), config)
     assert sorted(provider.created) == ["e", "t0", "t1"]
     assert [m.status for m in tool_messages(result)] == ["success"] * 3
     conn.close()
