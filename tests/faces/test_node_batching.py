@@ -373,9 +373,28 @@ def _confirm_commits(conn: sqlite3.Connection) -> list[str]:
 
 
 def test_fewer_threads_than_calls_commit_without_waiting(sqlite_path: Path) -> None:
-    """max_concurrency=2, five calls: no receipt waits for a call that cannot start yet
-    (group commit waits only for a commit in flight); all confirmed."""
-    provider = Tickets()
+    """max_concurrency=2, five calls, and the first blocks in its provider until the other
+    four have returned: they run one after another on the one free thread, so each
+    returns while a sibling is still running and three of them have not started. A call
+    that waited for its siblings' receipts would never free the thread (the test fails
+    on the first call's guard instead of hanging). All five confirmed, in one commit."""
+    returned: list[str] = []
+    others_returned = threading.Event()
+
+    class Blocking(Tickets):
+        def create(self, title: str) -> dict[str, Any]:
+            if title == "t0":
+                assert others_returned.wait(10), f"t0 still blocked; returned: {returned}"
+            return super().create(title)
+
+    def note_return(request: Any, execute: Any) -> Any:
+        answer = execute(request)
+        returned.append(request.tool_call["args"]["title"])
+        if len(returned) == 4:
+            others_returned.set()
+        return answer
+
+    provider = Blocking()
     conn = sqlite3.connect(sqlite_path, check_same_thread=False, isolation_level=None)
     ledger = SQLiteLedger(conn)
     ledger.setup()
@@ -385,14 +404,17 @@ def test_fewer_threads_than_calls_commit_without_waiting(sqlite_path: Path) -> N
         ledger=ledger,
         checkpointer=InMemorySaver(),
         per_call=False,
+        node_kwargs={"wrap_tool_call": note_return},
     )
-    started = time.monotonic()
+    commits = _commits(conn)
     result = graph.invoke(
         {"messages": [("user", "go")]},
         {"configurable": {"thread_id": "t1"}, "max_concurrency": 2},
         durability="sync",
     )
-    assert time.monotonic() - started < 0.9  # nobody waited for a sibling
+    conn.set_trace_callback(None)
+    assert returned == ["t1", "t2", "t3", "t4", "t0"]
+    assert len(commits) == 3  # binding, prepare_many, one confirm_many for the five
     assert sorted(provider.created) == [f"t{i}" for i in range(5)]
     assert [m.status for m in tool_messages(result)] == ["success"] * 5
     assert [op.status for op in ledger.list(tenant_id="default")] == [S.CONFIRMED] * 5
@@ -456,12 +478,10 @@ def test_a_call_its_wrapper_answers_holds_no_receipt_back(sqlite_path: Path) -> 
         node_kwargs={"wrap_tool_call": skip_t1},
     )
     commits = _commits(conn)
-    started = time.monotonic()
     result = graph.invoke(
         {"messages": [("user", "go")]}, {"configurable": {"thread_id": "t1"}}, durability="sync"
     )
     conn.set_trace_callback(None)
-    assert time.monotonic() - started < 0.9
     assert sorted(provider.created) == ["t0", "t2"]
     assert "skipped" in [m.content for m in tool_messages(result)]
     # binding, prepare_many, and the receipts of t0 and t2 in one confirm_many
