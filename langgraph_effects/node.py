@@ -21,7 +21,7 @@ import contextvars
 import dataclasses
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Annotated, Any, Literal
@@ -172,6 +172,8 @@ class _Task:
     handoff: dict[str, Prepared] = field(default_factory=dict)
     receipts: DeferredReceipts | None = None
     """The receipts of the calls prepared together, committed when the fan-out ends."""
+    running: set[asyncio.Task[Any]] = field(default_factory=set)
+    """The effect calls under way in ``ainvoke`` (ToolNode's ``gather``), for ``settle``."""
 
     def ready(
         self,
@@ -197,6 +199,35 @@ class _Task:
     def receipts_of(self, handoff: Prepared | None) -> DeferredReceipts | None:
         """Where a call holds its receipt: the task's batch, for a call prepared in it."""
         return self.receipts if handoff is not None else None
+
+    @contextmanager
+    def under_way(self) -> Iterator[None]:
+        """Count the running asyncio task among the task's effect calls (``settle``)."""
+        me = asyncio.current_task()
+        if me is None:  # pragma: no cover - ToolNode runs each call in a task of gather's
+            yield
+            return
+        self.running.add(me)
+        try:
+            yield
+        finally:
+            self.running.discard(me)
+
+    async def settle(self) -> None:
+        """Wait for the effect calls still under way when the task failed.
+
+        A sibling that raised (a plain tool, an interrupt) ends ToolNode's ``gather``,
+        not the other calls: they would go on after the task, and an event loop that
+        ends with it (``asyncio.run``) would cancel a provider's answer before its
+        receipt. The sync node's executor waits for its threads; this is its twin. A
+        cancellation arriving meanwhile waits for them too: the task is already ending.
+        """
+        pending = {t for t in self.running if t is not asyncio.current_task()}
+        while pending:
+            try:
+                _, pending = await asyncio.wait(pending)
+            except asyncio.CancelledError:
+                pending = {t for t in pending if not t.done()}
 
 
 _TASK: contextvars.ContextVar[_Task | None] = contextvars.ContextVar(
@@ -404,6 +435,8 @@ class EffectToolNode(ToolNode):
                     await self.runner.aask_approvals(list(task.calls.values()))
             out = await super().ainvoke(input, config, **kwargs)
         except BaseException as exc:
+            if task is not None:
+                await task.settle()
             if task is not None and task.receipts is not None:
                 with _failing(exc):
                     await self.runner.acommit_receipts(task.receipts)
@@ -668,19 +701,20 @@ class EffectToolNode(ToolNode):
             if config is None:
                 plain: ToolMessage | Command[Any] = await run.acall(request.tool_call["args"])
                 return plain
-            if task is None:
-                thread = await self.runner.atenant_for(config, self.tenant_id)
-            else:
-                thread = await self._aprepare(
-                    task, request.state, task_id_of(request.runtime), config
+            with nullcontext() if task is None else task.under_way():
+                if task is None:
+                    thread = await self.runner.atenant_for(config, self.tenant_id)
+                else:
+                    thread = await self._aprepare(
+                        task, request.state, task_id_of(request.runtime), config
+                    )
+                call = self._call(request, thread, task)
+                handoff = None if task is None else task.take(call)
+                receipts = None if task is None else task.receipts_of(handoff)
+                trace = Trace()
+                op = await self.runner.arun(
+                    call, run.acall, handoff=handoff, trace=trace, receipts=receipts
                 )
-            call = self._call(request, thread, task)
-            handoff = None if task is None else task.take(call)
-            receipts = None if task is None else task.receipts_of(handoff)
-            trace = Trace()
-            op = await self.runner.arun(
-                call, run.acall, handoff=handoff, trace=trace, receipts=receipts
-            )
         return effect_result(
             request,
             call,
