@@ -260,14 +260,13 @@ def effect_result(
     one a tool or ToolNode made, changed).
     """
     tool_call_id = request.tool_call["id"] or ""
-    answer: Any
-    if produced is not None:
-        answer = produced
-    else:
-        answer = recorded_command(op, tool_call_id=tool_call_id) or tool_message(
-            op, tool_name=call.tool_name, tool_call_id=tool_call_id
-        )
-    if via is not None:
+    answer: Any = produced
+    if answer is None:
+        answer = recorded_command(op, tool_call_id=tool_call_id)
+    if answer is None:
+        # Made here: the message carries the metadata from the start (no copy).
+        answer = tool_message(op, tool_name=call.tool_name, tool_call_id=tool_call_id, via=via)
+    elif via is not None:
         answer = traced(answer, op, via, tool_call_id=tool_call_id)
     state = request.state
     if not (isinstance(state, dict) and OPERATIONS_KEY in state):
