@@ -200,12 +200,15 @@ def effect_calls(
     messages_key: str = "messages",
     task_id: str | None = None,
     user: str | None = None,
+    siblings: dict[str, OperationDraft] | None = None,
 ) -> list[EffectCall]:
     """The ``EffectCall`` of each effect tool's call among ``tool_calls``, in order.
 
     ``thread`` is ``(workflow_id, tenant_id)``; ``user`` the run's authenticated user.
     A call is ``single`` when it is the only one of ``tool_calls``. A call that cannot
     be built (unknown tool, unstorable arguments) is left out: its own run reports it.
+    ``siblings``: filled with each built call's draft by operation id, and every call
+    knows it as its ``siblings`` (the calls of one task; none when not given).
     """
     workflow_id, tenant_id = thread
     occurrences = Occurrences(state, messages_key)  # one pass over the thread for all
@@ -215,22 +218,24 @@ def effect_calls(
         if tool is None or effect_spec(tool) is None:
             continue
         try:
-            calls.append(
-                build_call(
-                    tool,
-                    tool_call,
-                    tenant_id=tenant_id,
-                    workflow_id=workflow_id,
-                    state=state,
-                    messages_key=messages_key,
-                    task_id=task_id,
-                    single=len(tool_calls) <= 1,
-                    user=user,
-                    occurrences=occurrences,
-                )
+            call = build_call(
+                tool,
+                tool_call,
+                tenant_id=tenant_id,
+                workflow_id=workflow_id,
+                state=state,
+                messages_key=messages_key,
+                task_id=task_id,
+                single=len(tool_calls) <= 1,
+                siblings=siblings,
+                user=user,
+                occurrences=occurrences,
             )
         except Exception:
             continue
+        if siblings is not None:
+            siblings[call.operation_id] = call.draft()
+        calls.append(call)
     return calls
 
 
@@ -260,14 +265,13 @@ def effect_result(
     one a tool or ToolNode made, changed).
     """
     tool_call_id = request.tool_call["id"] or ""
-    answer: Any
-    if produced is not None:
-        answer = produced
-    else:
-        answer = recorded_command(op, tool_call_id=tool_call_id) or tool_message(
-            op, tool_name=call.tool_name, tool_call_id=tool_call_id
-        )
-    if via is not None:
+    answer: Any = produced
+    if answer is None:
+        answer = recorded_command(op, tool_call_id=tool_call_id)
+    if answer is None:
+        # Made here: the message carries the metadata from the start (no copy).
+        answer = tool_message(op, tool_name=call.tool_name, tool_call_id=tool_call_id, via=via)
+    elif via is not None:
         answer = traced(answer, op, via, tool_call_id=tool_call_id)
     state = request.state
     if not (isinstance(state, dict) and OPERATIONS_KEY in state):

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import dataclasses
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
@@ -179,14 +178,15 @@ class _Task:
         self,
         thread: Thread,
         calls: list[EffectCall],
+        drafts: dict[str, OperationDraft],
         prepared: list[Prepared],
         receipts: DeferredReceipts | None = None,
     ) -> None:
-        drafts = {c.operation_id: c.draft() for c in calls}
+        """``calls`` built knowing their ``drafts`` as siblings (``EffectToolNode._task_calls``)."""
         with self.lock:
             self.effect_calls = len(calls)
             self.drafts = drafts
-            self.calls = {c.tool_call_id: dataclasses.replace(c, siblings=drafts) for c in calls}
+            self.calls = {c.tool_call_id: c for c in calls}
             self.handoff = {p.operation.operation_id: p for p in prepared}
             self.receipts = receipts if prepared else None
             self.thread = thread  # last: a call seeing it finds the rest in place
@@ -503,9 +503,16 @@ class EffectToolNode(ToolNode):
     # -- one prepare_many for the parallel effect calls of a task -------------------
 
     def _task_calls(
-        self, task: _Task, state: Any, task_id: str | None, thread: Thread, user: str | None
+        self,
+        task: _Task,
+        state: Any,
+        task_id: str | None,
+        thread: Thread,
+        user: str | None,
+        drafts: dict[str, OperationDraft],
     ) -> list[EffectCall]:
-        """The task's effect calls, built in one pass (``single``: the task's only one)."""
+        """The task's effect calls, built in one pass (``single``: the task's only one),
+        each knowing the others (``drafts``, filled here) as its siblings."""
         tools = self.tools_by_name
         return effect_calls(
             tools,
@@ -515,6 +522,7 @@ class EffectToolNode(ToolNode):
             messages_key=self.messages_key,
             task_id=task_id,
             user=user,
+            siblings=drafts,
         )
 
     @staticmethod
@@ -542,7 +550,9 @@ class EffectToolNode(ToolNode):
             if task.thread is None:
                 with _before_the_calls():
                     thread = self.runner.tenant_for(config, self.tenant_id)
-                calls = self._task_calls(task, state, task_id, thread, authenticated_user(config))
+                drafts: dict[str, OperationDraft] = {}
+                user = authenticated_user(config)
+                calls = self._task_calls(task, state, task_id, thread, user, drafts)
                 batch = self._batch(calls) if not self.runner.is_async else []
                 prepared: list[Prepared] = []
                 if batch:
@@ -556,7 +566,7 @@ class EffectToolNode(ToolNode):
                         )
                     except Exception:
                         prepared = []  # e.g. PayloadMismatch: each call meets it on its own
-                task.ready(thread, calls, prepared, DeferredReceipts(self.runner.clock))
+                task.ready(thread, calls, drafts, prepared, DeferredReceipts(self.runner.clock))
         assert task.thread is not None
         return task.thread
 
@@ -570,7 +580,9 @@ class EffectToolNode(ToolNode):
             if task.thread is None:
                 with _before_the_calls():
                     thread = await self.runner.atenant_for(config, self.tenant_id)
-                calls = self._task_calls(task, state, task_id, thread, authenticated_user(config))
+                drafts: dict[str, OperationDraft] = {}
+                user = authenticated_user(config)
+                calls = self._task_calls(task, state, task_id, thread, user, drafts)
                 batch = self._batch(calls)
                 prepared: list[Prepared] = []
                 if batch:
@@ -584,7 +596,7 @@ class EffectToolNode(ToolNode):
                         )
                     except Exception:
                         prepared = []
-                task.ready(thread, calls, prepared, DeferredReceipts(self.runner.clock))
+                task.ready(thread, calls, drafts, prepared, DeferredReceipts(self.runner.clock))
         assert task.thread is not None
         return task.thread
 

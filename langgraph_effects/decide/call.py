@@ -158,7 +158,7 @@ class EffectCall:
             operation_id=op_id,
             idempotency_key=key,
             single=single,
-            siblings=siblings or {},
+            siblings={} if siblings is None else siblings,
             preapproved_by=preapproved_by,
             occurrence=occurrence,
             task_id=task_id,

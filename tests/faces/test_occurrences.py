@@ -120,3 +120,21 @@ def test_the_calls_of_one_message_are_canonicalised_once_each(
     )
     assert [c.occurrence for c in calls] == [1 + k for k in range(n)]  # one answered before
     assert len(seen) <= 2 * n + 1  # the earlier call once, each of the n twice
+
+
+def test_the_calls_built_together_know_each_other_as_siblings() -> None:
+    """Given a siblings mapping, ``effect_calls`` fills it with each built call's draft by
+    operation id and every call holds that mapping as its siblings; without one, none."""
+    tool_calls = [
+        {"name": "create_ticket", "args": {"title": t}, "id": f"call-{t}", "type": "tool_call"}
+        for t in ("a", "b", "c")
+    ]
+    state = {"messages": [AIMessage(content="", tool_calls=tool_calls)]}
+    tools = {"create_ticket": create_ticket}
+    siblings: dict[str, Any] = {}
+    calls = effect_calls(tools, tool_calls, thread=("w", "default"), state=state, siblings=siblings)
+    assert siblings == {c.operation_id: c.draft() for c in calls}
+    assert all(c.siblings is siblings for c in calls)
+    alone = effect_calls(tools, tool_calls, thread=("w", "default"), state=state)
+    assert [c.operation_id for c in alone] == list(siblings)
+    assert all(c.siblings == {} for c in alone)
