@@ -24,6 +24,7 @@ from _graphs import State, build_graph, call, tool_messages
 from langchain_core.messages import AIMessage, ToolMessage
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.errors import GraphInterrupt
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, Send
 
@@ -502,16 +503,38 @@ def test_a_sibling_asking_a_person_leaves_the_held_receipts_committed(
     sqlite_path: Path, mode: str
 ) -> None:
     """Two calls prepared together and a third that needs an approval, in one task: the
-    approval interrupts the task after the two providers answered; their held receipts are
-    committed on the way out. Approved, the task runs again: the two replay, the third
-    dispatches. Each ticket created once."""
-    provider = Tickets()
+    approval interrupts the task while the two providers are still at work; the node waits
+    for them and commits their held receipts on the way out (under ``ainvoke`` too, where
+    ToolNode's ``gather`` would leave them running past the task). Approved, the task runs
+    again: the two replay, the third dispatches. Each ticket created once."""
+    asked_first = threading.Event()
+
+    class Slow(Tickets):
+        def create(self, title: str) -> dict[str, Any]:
+            if title != "e":
+                assert asked_first.wait(10), "the approval was never asked"
+            return super().create(title)
+
+    provider = Slow()
 
     @effect("tickets.escalate", target=lambda a: a["title"], require_approval=True)
     def escalate(title: str, ctx: EffectContext) -> dict[str, Any]:
         """Escalate a ticket (a person approves first)."""
-        time.sleep(0.05)  # the other two answer first
         return provider.create(title)
+
+    def note_ask(request: Any, execute: Any) -> Any:
+        try:
+            return execute(request)
+        except GraphInterrupt:
+            asked_first.set()
+            raise
+
+    async def anote_ask(request: Any, execute: Any) -> Any:
+        try:
+            return await execute(request)
+        except GraphInterrupt:
+            asked_first.set()
+            raise
 
     conn = sqlite3.connect(sqlite_path, check_same_thread=False, isolation_level=None)
     ledger = _ledger(conn, mode)
@@ -521,6 +544,7 @@ def test_a_sibling_asking_a_person_leaves_the_held_receipts_committed(
         ledger=ledger,
         checkpointer=InMemorySaver(),
         per_call=False,
+        node_kwargs={"wrap_tool_call": note_ask, "awrap_tool_call": anote_ask},
     )
     config = {"configurable": {"thread_id": "t1"}}
 
