@@ -22,6 +22,7 @@ and raise ``LedgerNotSetUp`` naming the migrations to run.
 from __future__ import annotations
 
 import json
+import json.scanner
 from collections.abc import Awaitable, Callable, Collection, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -129,8 +130,25 @@ def _no_batch(rows: list[dict[str, Any]]) -> Any:
     raise AssertionError("this dialect runs batches row by row")
 
 
+# typeshed types make_scanner's argument as the scanner class itself, not a decoder.
+_scan = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[arg-type]
+
+
 def _load_json_text(value: Any) -> Any:
-    return None if value is None else json.loads(value)
+    """JSON text back as Python values (``json.loads``).
+
+    The text the ledger wrote starts with its value and ends with it: one scan
+    reads it, without ``json.loads``'s two passes for surrounding whitespace.
+    Any other text (whitespace around, trailing data, not JSON) goes to
+    ``json.loads``, which decides as always.
+    """
+    if value is None:
+        return None
+    try:
+        loaded, end = _scan(value, 0)
+    except (StopIteration, ValueError, TypeError):
+        return json.loads(value)
+    return loaded if end == len(value) else json.loads(value)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
