@@ -36,6 +36,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "SCHEMA_VERSION_TABLE",
     "SETUP_LOCK",
+    "WRITE_LOCK",
     "Dialect",
     "Execute",
     "Program",
@@ -64,6 +65,9 @@ SCHEMA_VERSION_TABLE = "schema_version_table"
 SCHEMA_VERSION = "schema_version"
 """One row with one column, ``version``: the highest migration applied (0: none)."""
 RECORD_SCHEMA_VERSION = "record_schema_version"
+WRITE_LOCK = "write_lock"
+"""Optional: the statement that opens a write transaction, yielded by a ``reads_first``
+program once its reads have not answered (SQLite: ``BEGIN IMMEDIATE``)."""
 _SCHEMA_STATEMENTS = (SCHEMA_VERSION_TABLE, SCHEMA_VERSION, RECORD_SCHEMA_VERSION)
 
 
@@ -124,6 +128,10 @@ class Program(Generic[T]):
     (``ledger.base``, "Durability of receipts")."""
     tenant_id: str | None = None
     """The tenant of the one operation it moves: named when a refusal is reported."""
+    reads_first: bool = False
+    """It may answer by reads alone, outside any write transaction, and yields
+    ``WRITE_LOCK`` before its first write (a dialect with ``read_first``): the
+    driver opens no transaction ahead and commits the one the program opened."""
 
 
 def _no_batch(rows: list[dict[str, Any]]) -> Any:
@@ -188,10 +196,11 @@ class Dialect:
     """With ``batch``: statement name -> the same statement for a batch of one row,
     its values bound as plain parameters (cheaper than a one-element JSON array)."""
     read_first: bool = False
-    """The ledger's ``prepare`` reads before it writes (``recorded``): worth it where a
-    read is far cheaper than a write transaction (SQLite: no write lock, no commit)
-    and a miss costs no round trip; PostgreSQL's one-statement prepare already
-    replays in one round trip."""
+    """The ledger's ``prepare`` reads before it writes (``_prepare.prepare_many``), then
+    takes the write lock (``WRITE_LOCK``) only when the read did not answer: worth it
+    where a read is far cheaper than a write transaction (SQLite: no write lock, no
+    commit) and a miss costs no round trip; PostgreSQL's one-statement prepare
+    already replays in one round trip."""
     inserted_id: Mapping[str, str] = field(default_factory=dict)
     """SQL inserting at most one row into a table keyed by its rowid -> the column its
     driver returns that id as (SQLite's ``lastrowid``, where ``RETURNING`` costs about
@@ -203,7 +212,8 @@ class Dialect:
     filtered: frozenset[str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        missing = {*_SCHEMA_STATEMENTS, *self.required} - set(self.statements)
+        needed = {*_SCHEMA_STATEMENTS, *self.required, *((WRITE_LOCK,) if self.read_first else ())}
+        missing = needed - set(self.statements)
         if missing:
             raise TypeError(f"dialect lacks statements: {sorted(missing)}")
         chains = {

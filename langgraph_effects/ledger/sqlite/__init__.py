@@ -153,14 +153,20 @@ class _Driver:
             if relaxed:
                 cur.execute(f"PRAGMA synchronous={self.receipt_synchronous}")
             try:
-                self._patiently(cur.execute, "BEGIN IMMEDIATE")
+                if program.reads_first:
+                    # It opens its transaction itself (``WRITE_LOCK``) if its reads do not
+                    # answer: statements outside it may wait for the lock (``patient``).
+                    execute = self.patient
+                else:
+                    self._patiently(cur.execute, "BEGIN IMMEDIATE")
+                    execute = self.execute  # inside the transaction: no lock to wait for
                 try:
-                    # Inside the transaction: no statement waits for a lock (``patient``).
-                    result = drive(self.execute, compile_statements(DIALECT, program.statements))
+                    result = drive(execute, compile_statements(DIALECT, program.statements))
                 except BaseException:
                     with contextlib.suppress(sqlite3.Error):
                         self.conn.rollback()
                     raise
+                # Rollback and commit do nothing without a transaction (a read answered).
                 self.conn.commit()
             finally:
                 if relaxed:
