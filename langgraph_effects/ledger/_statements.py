@@ -301,10 +301,12 @@ def _chain(sqls: tuple[str, ...], params: Mapping[str, Any], adhoc: bool) -> Raw
     if not rows or len(sqls) == 1:
         return rows
     merged = dict(rows[0])
+    values = {**params, **merged}  # each statement runs before the next is given values
     for sql in sqls[1:]:
-        more = yield sql, {**params, **merged}, adhoc
+        more = yield sql, values, adhoc
         if more:
             merged.update(more[0])
+            values.update(more[0])
     return [merged]
 
 
