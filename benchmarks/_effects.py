@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from langgraph_effects.core.digest import payload_digest
+from langgraph_effects.core.digest import canonical_json, payload_digest
 from langgraph_effects.core.ids import idempotency_key, operation_id
 from langgraph_effects.core.model import LeaseOwner, OperationDraft, OperationStatus
 from langgraph_effects.ledger.base import Ledger
@@ -39,9 +39,11 @@ ACTION = "crm.create_ticket"
 
 
 def draft(key: str) -> OperationDraft:
-    """A realistic draft: digest, opaque id and idempotency key derived as the node does."""
+    """A realistic draft: digest, opaque id and idempotency key derived as the node does,
+    which canonicalises the payload once and hands the text to the draft (``decide.call``)."""
     payload = {"title": f"ticket {key}", "priority": "high", "customer": "c-42"}
-    digest = payload_digest(ACTION, 1, "crm", payload)
+    canonical = canonical_json(payload)
+    digest = payload_digest(ACTION, 1, "crm", payload, canonical=canonical)
     op_id = operation_id(
         tenant_id=TENANT,
         workflow_id=f"thread-{key}",
@@ -49,7 +51,8 @@ def draft(key: str) -> OperationDraft:
         action=ACTION,
         payload_digest=digest,
     )
-    return OperationDraft(
+    return OperationDraft.with_payload_json(
+        canonical.decode(),
         tenant_id=TENANT,
         operation_id=op_id,
         workflow_id=f"thread-{key}",

@@ -211,7 +211,9 @@ def _fields(operation: Operation) -> dict[str, Any]:
 
 def log_transition(operation: Operation, event: OperationEvent) -> None:
     """Report one committed transition (after commit, never for a refused write)."""
+    # Each enum's value read once: ``.value`` is a Python-level property.
     source = event.from_status.value if event.from_status else None
+    target, kind = event.to_status.value, event.kind.value
     evidence = event.evidence
     level = logging.WARNING if event.to_status is OperationStatus.UNKNOWN else logging.INFO
     if logger.isEnabledFor(level):
@@ -221,13 +223,13 @@ def log_transition(operation: Operation, event: OperationEvent) -> None:
             operation.action,
             operation.operation_id,
             source or "-",
-            event.to_status.value,
-            event.kind.value,
+            target,
+            kind,
             extra={
                 **_fields(operation),
                 "lge_from": source,
-                "lge_to": event.to_status.value,
-                "lge_event": event.kind.value,
+                "lge_to": target,
+                "lge_event": kind,
                 "lge_fencing_token": event.fencing_token,
                 "lge_actor": event.actor,
                 "lge_evidence": None if evidence is None else evidence.kind.value,
@@ -239,8 +241,8 @@ def log_transition(operation: Operation, event: OperationEvent) -> None:
     labels = {
         "lge.action": operation.action,
         "lge.from": source or "none",
-        "lge.to": event.to_status.value,
-        "lge.event": event.kind.value,
+        "lge.to": target,
+        "lge.event": kind,
     }
     otel.transitions.add(1, labels)
     if evidence is not None and evidence.source not in _NOT_RECONCILIATION:

@@ -119,15 +119,11 @@ class SyncFace(_Face, Ledger):
         owner: LeaseOwner | None = None,
         lease_for: timedelta = DEFAULT_LEASE,
     ) -> list[Prepared]:
-        # Built first: it checks the drafts (JSON, size) whichever way they go.
-        program = _prepare.prepare_many(
-            self._dialect, self._clock, drafts, owner=owner, lease_for=lease_for
+        return self._execute(
+            _prepare.prepare_many(
+                self._dialect, self._clock, drafts, owner=owner, lease_for=lease_for
+            )
         )
-        if self._dialect.read_first:
-            known = self._execute(_prepare.recorded(self._dialect, drafts))
-            if known is not None:
-                return known
-        return self._execute(program)
 
     def approve(
         self,
@@ -390,15 +386,11 @@ class AsyncFace(_Face, AsyncLedger):
         owner: LeaseOwner | None = None,
         lease_for: timedelta = DEFAULT_LEASE,
     ) -> list[Prepared]:
-        # Built first: it checks the drafts (JSON, size) whichever way they go.
-        program = _prepare.prepare_many(
-            self._dialect, self._clock, drafts, owner=owner, lease_for=lease_for
+        return await self._execute(
+            _prepare.prepare_many(
+                self._dialect, self._clock, drafts, owner=owner, lease_for=lease_for
+            )
         )
-        if self._dialect.read_first:
-            known = await self._execute(_prepare.recorded(self._dialect, drafts))
-            if known is not None:
-                return known
-        return await self._execute(program)
 
     async def approve(
         self,

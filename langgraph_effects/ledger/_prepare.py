@@ -1,9 +1,9 @@
 """``prepare``: the write-ahead record of operations, one draft or a batch, all or nothing.
 
 A recorded row's identity (its key and payload digest) never changes, so a
-replay is answered by reads alone (``recorded``) where the dialect prefers it;
-otherwise ``INSERT ... ON CONFLICT DO NOTHING`` is the arbiter between
-concurrent preparers.
+replay is answered by reads alone (``_recorded``) where the dialect prefers it,
+before the program takes the write lock; otherwise ``INSERT ... ON CONFLICT DO
+NOTHING`` is the arbiter between concurrent preparers.
 """
 
 from __future__ import annotations
@@ -32,7 +32,14 @@ from langgraph_effects.ledger._programs import (
     now_of,
     row_key,
 )
-from langgraph_effects.ledger._statements import Dialect, Program, Result, Statement, Statements
+from langgraph_effects.ledger._statements import (
+    WRITE_LOCK,
+    Dialect,
+    Program,
+    Result,
+    Statement,
+    Statements,
+)
 
 S = OperationStatus
 
@@ -49,40 +56,37 @@ def _unique(drafts: Iterable[OperationDraft]) -> dict[tuple[str, str], Operation
     return unique
 
 
-def recorded(dialect: Dialect, drafts: Sequence[OperationDraft]) -> Program[list[Prepared] | None]:
+def _recorded(
+    dialect: Dialect,
+    unique: dict[tuple[str, str], OperationDraft],
+    drafts: Sequence[OperationDraft],
+) -> Statements[list[Prepared] | None]:
     """``prepare_many``'s answer when every draft is already recorded, by reads alone; else None.
 
     A replay then costs one plain read and no write lock. It is race-free
     because a recorded row's identity (its key and payload digest) never
     changes and ``prepare`` never moves an existing row: what the read returns
     is what the conditional insert would have returned at that instant. When
-    any draft is missing, the caller runs ``prepare_many``, whose
-    ``INSERT ... ON CONFLICT`` stays the arbiter between concurrent preparers.
+    any draft is missing, ``prepare_many`` goes on to its ``INSERT ... ON
+    CONFLICT``, which stays the arbiter between concurrent preparers.
     """
-    unique = _unique(drafts)
-
-    def steps() -> Statements[Result[list[Prepared] | None]]:
-        if len(unique) == 1:
-            ((tenant_id, operation_id),) = unique
-            rows = yield Statement(GET, row_key(tenant_id, operation_id))
-        else:
-            rows = yield Statement(GET_MANY, batch=[row_key(*k) for k in unique])
-        if len(rows) < len(unique):
-            return Result(None)
-        found = {(r["tenant_id"], r["operation_id"]): r for r in rows}
-        ops: dict[tuple[str, str], Operation] = {}
-        for k, draft in unique.items():
-            row = found[k]
-            if row["payload_digest"] != draft.payload_digest:
-                raise PayloadMismatch(
-                    draft.operation_id, expected=row["payload_digest"], actual=draft.payload_digest
-                )
-            ops[k] = load_operation(dialect, row)
-        return Result(
-            [_prepared(ops[(d.tenant_id, d.operation_id)], created=False) for d in drafts]
-        )
-
-    return Program(steps(), writes=False)
+    if len(unique) == 1:
+        ((tenant_id, operation_id),) = unique
+        rows = yield Statement(GET, row_key(tenant_id, operation_id))
+    else:
+        rows = yield Statement(GET_MANY, batch=[row_key(*k) for k in unique])
+    if len(rows) < len(unique):
+        return None
+    found = {(r["tenant_id"], r["operation_id"]): r for r in rows}
+    ops: dict[tuple[str, str], Operation] = {}
+    for k, draft in unique.items():
+        row = found[k]
+        if row["payload_digest"] != draft.payload_digest:
+            raise PayloadMismatch(
+                draft.operation_id, expected=row["payload_digest"], actual=draft.payload_digest
+            )
+        ops[k] = load_operation(dialect, row)
+    return [_prepared(ops[(d.tenant_id, d.operation_id)], created=False) for d in drafts]
 
 
 def prepare_many(
@@ -98,10 +102,16 @@ def prepare_many(
     unique = _unique(drafts)
     for draft in unique.values():
         # Canonical JSON refuses NaN, sets and objects, and payloads over 1 MiB:
-        # checked now, whether the program runs or a read answers (``recorded``).
+        # checked now, whether a write or a read answers (``_recorded``).
         draft.payload_json()
 
     def steps() -> Statements[Result[list[Prepared]]]:
+        if dialect.read_first:
+            # Outside any write transaction: a replay takes no write lock.
+            known = yield from _recorded(dialect, unique, drafts)
+            if known is not None:
+                return Result(known)
+            yield Statement(WRITE_LOCK)
         items = [_draft_values(draft) for draft in unique.values()]
         actor = owner.encode() if owner is not None else None
         now = now_of(clock)
@@ -175,7 +185,7 @@ def prepare_many(
             out.append(_prepared(op, created=created))
         return Result(out, tuple(logged))
 
-    return Program(steps(), writes=True, atomic=len(unique) > 1)
+    return Program(steps(), writes=True, atomic=len(unique) > 1, reads_first=dialect.read_first)
 
 
 def _prepared(operation: Operation, *, created: bool) -> Prepared:

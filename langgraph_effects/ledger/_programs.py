@@ -22,6 +22,7 @@ statements), the write is tried again, a bounded number of times::
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -114,6 +115,7 @@ _RETRIES = 3
 """Conditional writes retried when the row moved back under them (see module doc)."""
 
 _OPERATION_FIELDS = tuple(Operation.model_fields)
+_operation_columns = operator.itemgetter(*_OPERATION_FIELDS)
 _STATUSES = {status.value: status for status in OperationStatus}
 _TIMESTAMP_FIELDS = (
     "lease_expires_at",
@@ -145,12 +147,18 @@ def load_operation(dialect: Dialect, row: Mapping[str, Any]) -> Operation:
     status to its member, ``payload_stored`` to a bool, and a NULL
     ``status_changed_at`` (rows of older releases) to ``updated_at``.
     """
-    values = {name: row[name] for name in _OPERATION_FIELDS}
+    values = dict(zip(_OPERATION_FIELDS, _operation_columns(row), strict=True))
     load_ts = dialect.load_ts
+    # A transition stamps several columns with one instant (created_at, updated_at,
+    # status_changed_at ...): each stored value is converted once.
+    loaded: dict[Any, datetime | None] = {}
     for name in _TIMESTAMP_FIELDS:
         stamp = values[name]
         if stamp is not None:
-            values[name] = load_ts(stamp)
+            at = loaded.get(stamp)
+            if at is None:
+                at = loaded[stamp] = load_ts(stamp)
+            values[name] = at
     values["status"] = _STATUSES[values["status"]]
     values["payload"] = dialect.load_json(values["payload"])
     values["result"] = dialect.load_json(values["result"])

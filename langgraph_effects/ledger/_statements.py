@@ -22,6 +22,7 @@ and raise ``LedgerNotSetUp`` naming the migrations to run.
 from __future__ import annotations
 
 import json
+import json.scanner
 from collections.abc import Awaitable, Callable, Collection, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -35,6 +36,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "SCHEMA_VERSION_TABLE",
     "SETUP_LOCK",
+    "WRITE_LOCK",
     "Dialect",
     "Execute",
     "Program",
@@ -63,6 +65,9 @@ SCHEMA_VERSION_TABLE = "schema_version_table"
 SCHEMA_VERSION = "schema_version"
 """One row with one column, ``version``: the highest migration applied (0: none)."""
 RECORD_SCHEMA_VERSION = "record_schema_version"
+WRITE_LOCK = "write_lock"
+"""Optional: the statement that opens a write transaction, yielded by a ``reads_first``
+program once its reads have not answered (SQLite: ``BEGIN IMMEDIATE``)."""
 _SCHEMA_STATEMENTS = (SCHEMA_VERSION_TABLE, SCHEMA_VERSION, RECORD_SCHEMA_VERSION)
 
 
@@ -123,14 +128,35 @@ class Program(Generic[T]):
     (``ledger.base``, "Durability of receipts")."""
     tenant_id: str | None = None
     """The tenant of the one operation it moves: named when a refusal is reported."""
+    reads_first: bool = False
+    """It may answer by reads alone, outside any write transaction, and yields
+    ``WRITE_LOCK`` before its first write (a dialect with ``read_first``): the
+    driver opens no transaction ahead and commits the one the program opened."""
 
 
 def _no_batch(rows: list[dict[str, Any]]) -> Any:
     raise AssertionError("this dialect runs batches row by row")
 
 
+# typeshed types make_scanner's argument as the scanner class itself, not a decoder.
+_scan = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[arg-type]
+
+
 def _load_json_text(value: Any) -> Any:
-    return None if value is None else json.loads(value)
+    """JSON text back as Python values (``json.loads``).
+
+    The text the ledger wrote starts with its value and ends with it: one scan
+    reads it, without ``json.loads``'s two passes for surrounding whitespace.
+    Any other text (whitespace around, trailing data, not JSON) goes to
+    ``json.loads``, which decides as always.
+    """
+    if value is None:
+        return None
+    try:
+        loaded, end = _scan(value, 0)
+    except (StopIteration, ValueError, TypeError):
+        return json.loads(value)
+    return loaded if end == len(value) else json.loads(value)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -170,10 +196,11 @@ class Dialect:
     """With ``batch``: statement name -> the same statement for a batch of one row,
     its values bound as plain parameters (cheaper than a one-element JSON array)."""
     read_first: bool = False
-    """The ledger's ``prepare`` reads before it writes (``recorded``): worth it where a
-    read is far cheaper than a write transaction (SQLite: no write lock, no commit)
-    and a miss costs no round trip; PostgreSQL's one-statement prepare already
-    replays in one round trip."""
+    """The ledger's ``prepare`` reads before it writes (``_prepare.prepare_many``), then
+    takes the write lock (``WRITE_LOCK``) only when the read did not answer: worth it
+    where a read is far cheaper than a write transaction (SQLite: no write lock, no
+    commit) and a miss costs no round trip; PostgreSQL's one-statement prepare
+    already replays in one round trip."""
     inserted_id: Mapping[str, str] = field(default_factory=dict)
     """SQL inserting at most one row into a table keyed by its rowid -> the column its
     driver returns that id as (SQLite's ``lastrowid``, where ``RETURNING`` costs about
@@ -185,7 +212,8 @@ class Dialect:
     filtered: frozenset[str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        missing = {*_SCHEMA_STATEMENTS, *self.required} - set(self.statements)
+        needed = {*_SCHEMA_STATEMENTS, *self.required, *((WRITE_LOCK,) if self.read_first else ())}
+        missing = needed - set(self.statements)
         if missing:
             raise TypeError(f"dialect lacks statements: {sorted(missing)}")
         chains = {
@@ -273,10 +301,12 @@ def _chain(sqls: tuple[str, ...], params: Mapping[str, Any], adhoc: bool) -> Raw
     if not rows or len(sqls) == 1:
         return rows
     merged = dict(rows[0])
+    values = {**params, **merged}  # each statement runs before the next is given values
     for sql in sqls[1:]:
-        more = yield sql, {**params, **merged}, adhoc
+        more = yield sql, values, adhoc
         if more:
             merged.update(more[0])
+            values.update(more[0])
     return [merged]
 
 

@@ -10,6 +10,9 @@ from langgraph_effects.errors import InvalidInput
 
 __all__ = ["json_text", "text", "who", "with_answer"]
 
+_ENCODER = json.JSONEncoder(allow_nan=False, separators=(",", ":"), ensure_ascii=False)
+"""What ``json.dumps(allow_nan=False, ...)`` builds on every call, built once."""
+
 
 def json_text(value: Any, *, what: str = "value") -> str | None:
     """Serialize a JSON value for storage; ``None`` stays SQL NULL.
@@ -21,7 +24,7 @@ def json_text(value: Any, *, what: str = "value") -> str | None:
     if value is None:
         return None
     try:
-        out = json.dumps(value, allow_nan=False, separators=(",", ":"), ensure_ascii=False)
+        out = _ENCODER.encode(value)
         if needs_escaping(out):
             out = json.dumps(storable(value), separators=(",", ":"), ensure_ascii=False)
     except (TypeError, ValueError, RecursionError) as exc:

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from langgraph_effects.errors import LedgerNotSetUp, LedgerUnavailable
+from langgraph_effects.errors import LedgerNotSetUp, LedgerUnavailable, PayloadMismatch
 from langgraph_effects.journal import (
     AsyncRunJournal,
     RunEvent,
@@ -35,6 +35,7 @@ from langgraph_effects.ledger.sqlite import SQLiteLedger
 from langgraph_effects.ledger.sqlite import _journal as sqlite_journal
 from langgraph_effects.ledger.sqlite import _outbox as sqlite_outbox
 from langgraph_effects.outbox import Delivery, Outbox, OutboxRelay, OutboxStatus, Receipt
+from langgraph_effects.testing.contract import OWNER, make_draft
 from langgraph_effects.testing.providers import FakeClock
 
 MACHINE = RunMachine(
@@ -214,7 +215,7 @@ def test_both_backends_name_the_same_statements() -> None:
         (sqlite_journal, pg_journal),
         (sqlite_ledger, pg_ledger),
     ):
-        optional = {"setup_lock", "feed_pending", "pause"}
+        optional = {"setup_lock", "write_lock", "feed_pending", "pause"}
         assert set(lite.DIALECT.statements) - optional == set(pg.DIALECT.statements) - optional
 
 
@@ -357,6 +358,45 @@ def test_a_sqlite_write_waits_for_another_connections_commit(tmp_path: Path) -> 
         finally:
             release.join()
             holder.close()
+
+
+def test_a_sqlite_prepare_reads_before_it_takes_the_write_lock(tmp_path: Path) -> None:
+    """A first-time prepare reads, then writes in one BEGIN IMMEDIATE ... COMMIT; a replay
+    (or a payload mismatch) is answered by the read alone and never takes the write lock."""
+    conn = sqlite3.connect(tmp_path / "l.db", check_same_thread=False, isolation_level=None)
+    ledger = SQLiteLedger(conn)
+    ledger.setup()
+    seen: list[str] = []
+    conn.set_trace_callback(lambda sql: seen.append(sql.split()[0]))
+    draft = make_draft("op-1")
+    assert ledger.prepare(draft, owner=OWNER).created
+    assert seen == ["SELECT", "BEGIN", "INSERT", "INSERT", "INSERT", "COMMIT"]
+    seen.clear()
+    assert not ledger.prepare(draft, owner=OWNER).created
+    assert not ledger.prepare_many([draft, draft])[0].created
+    with pytest.raises(PayloadMismatch):
+        ledger.prepare(draft.model_copy(update={"payload_digest": "f" * 64}))
+    assert seen == ["SELECT"] * 3
+    assert not conn.in_transaction
+    conn.set_trace_callback(None)
+    conn.close()
+
+
+def test_a_sqlite_prepare_waits_for_another_connections_commit(tmp_path: Path) -> None:
+    """The write lock a first-time prepare takes after its read is waited for, as any write's."""
+    path = tmp_path / "shared.db"
+    with SQLiteLedger.from_conn_string(str(path)) as ledger:
+        ledger.setup()
+        holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        holder.execute("BEGIN IMMEDIATE")  # the saver's transaction, say
+        release = threading.Timer(0.05, holder.commit)
+        release.start()
+        try:
+            assert ledger.prepare(make_draft("op-1"), owner=OWNER).created
+        finally:
+            release.join()
+            holder.close()
+        assert ledger.get("tenant-a", "op-1").fencing_token == 1
 
 
 @pytest.mark.postgres

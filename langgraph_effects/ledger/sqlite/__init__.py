@@ -109,53 +109,64 @@ class _Driver:
         )
         # One cursor for every program: they all run under the lock.
         self.cur = plain_cursor(conn)
-        self.execute = self._outside_transactions(executor(self.cur, DIALECT))
+        self.execute = executor(self.cur, DIALECT)
+        self.patient = self._outside_transactions(self.execute)
 
-    def _patiently(self, statement: Callable[[], T]) -> T:
-        """Run ``statement``; while the file is locked (SQLITE_BUSY), wait and run it again,
-        in short steps, up to ``busy_timeout`` (then the error is raised as before).
+    def _patiently(self, statement: Callable[[str], T], sql: str) -> T:
+        """Run ``statement(sql)``; while the file is locked (SQLITE_BUSY), wait and run it
+        again, in short steps, up to ``busy_timeout`` (then the error is raised as before).
 
         Only a statement outside a transaction is run again: ``BEGIN IMMEDIATE`` and
         a read in autocommit, which changed nothing when refused.
         """
-        if not self.busy_timeout:
-            return statement()
+        try:
+            return statement(sql)  # the usual case: no lock to wait for, no clock read
+        except sqlite3.OperationalError as exc:
+            if not self.busy_timeout or exc.sqlite_errorcode & 0xFF != _SQLITE_BUSY:
+                raise
         deadline, wait = time.monotonic() + self.busy_timeout, _FIRST_WAIT
         while True:
+            time.sleep(wait)
+            wait = min(wait * 2, _LONGEST_WAIT)
             try:
-                return statement()
+                return statement(sql)
             except sqlite3.OperationalError as exc:
                 if exc.sqlite_errorcode & 0xFF != _SQLITE_BUSY or time.monotonic() >= deadline:
                     raise
-            time.sleep(wait)
-            wait = min(wait * 2, _LONGEST_WAIT)
 
     def _outside_transactions(self, execute: Execute) -> Execute:
         def patient(sql: str, params: Mapping[str, Any], adhoc: bool) -> Rows:
             if self.conn.in_transaction:
                 return execute(sql, params, adhoc)
-            return self._patiently(lambda: execute(sql, params, adhoc))
+            return self._patiently(lambda sql: execute(sql, params, adhoc), sql)
 
         return patient
 
     def run(self, program: Program[T]) -> Result[T]:
         with self.lock, boundary(self.conn, DIALECT):
-            cur, execute = self.cur, self.execute
             if not program.writes:
-                return drive(execute, compile_statements(DIALECT, program.statements))
+                return drive(self.patient, compile_statements(DIALECT, program.statements))
+            cur = self.cur
             # synchronous applies at commit time, per connection: switch it for
             # this one receipt transaction only, and back before anything else.
             relaxed = program.relaxed and self.receipt_synchronous != self.synchronous
             if relaxed:
                 cur.execute(f"PRAGMA synchronous={self.receipt_synchronous}")
             try:
-                self._patiently(lambda: cur.execute("BEGIN IMMEDIATE"))
+                if program.reads_first:
+                    # It opens its transaction itself (``WRITE_LOCK``) if its reads do not
+                    # answer: statements outside it may wait for the lock (``patient``).
+                    execute = self.patient
+                else:
+                    self._patiently(cur.execute, "BEGIN IMMEDIATE")
+                    execute = self.execute  # inside the transaction: no lock to wait for
                 try:
                     result = drive(execute, compile_statements(DIALECT, program.statements))
                 except BaseException:
                     with contextlib.suppress(sqlite3.Error):
                         self.conn.rollback()
                     raise
+                # Rollback and commit do nothing without a transaction (a read answered).
                 self.conn.commit()
             finally:
                 if relaxed:

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
+from types import TracebackType
 from typing import Any, TypeVar
 
 from langgraph_effects.errors import InvalidInput, LedgerNotSetUp, LedgerUnavailable
@@ -64,23 +65,39 @@ def executor(cur: sqlite3.Cursor, dialect: Dialect) -> Execute:
     return execute
 
 
-@contextlib.contextmanager
-def boundary(conn: sqlite3.Connection, dialect: Dialect) -> Iterator[None]:
+class boundary:  # lower case: used as a function, ``with boundary(conn, dialect):``
     """Translate driver errors: a missing or older schema -> ``LedgerNotSetUp``, the rest
-    -> ``LedgerUnavailable``; a value SQLite cannot encode -> ``InvalidInput``."""
-    try:
-        yield
-    except sqlite3.OperationalError as exc:
-        missing = _missing_schema(conn, dialect)
-        if missing is not None:
-            raise missing from exc
-        raise LedgerUnavailable(f"SQLite failed: {exc}") from exc
-    except sqlite3.Error as exc:
-        raise LedgerUnavailable(f"SQLite failed: {exc}") from exc
-    except UnicodeEncodeError as exc:
-        # A lone surrogate UTF-8 cannot encode: bad input, not an outage. Results
-        # and evidence never get here: they are escaped first (core.storable).
-        raise InvalidInput(f"SQLite cannot store a value: {exc}") from exc
+    -> ``LedgerUnavailable``; a value SQLite cannot encode -> ``InvalidInput``.
+
+    A class, not a ``contextlib.contextmanager``: it wraps every program the
+    ledger runs, and a generator-based manager costs a generator per use.
+    """
+
+    __slots__ = ("conn", "dialect")
+
+    def __init__(self, conn: sqlite3.Connection, dialect: Dialect) -> None:
+        self.conn = conn
+        self.dialect = dialect
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if exc is None:
+            return
+        if isinstance(exc, sqlite3.OperationalError):
+            missing = _missing_schema(self.conn, self.dialect)
+            if missing is not None:
+                raise missing from exc
+            raise LedgerUnavailable(f"SQLite failed: {exc}") from exc
+        if isinstance(exc, sqlite3.Error):
+            raise LedgerUnavailable(f"SQLite failed: {exc}") from exc
+        if isinstance(exc, UnicodeEncodeError):
+            # A lone surrogate UTF-8 cannot encode: bad input, not an outage. Results
+            # and evidence never get here: they are escaped first (core.storable).
+            raise InvalidInput(f"SQLite cannot store a value: {exc}") from exc
 
 
 def _missing_schema(conn: sqlite3.Connection, dialect: Dialect) -> LedgerNotSetUp | None:
