@@ -182,13 +182,25 @@ def build_call(
 
 
 def unanswered_calls(state: Any, messages_key: str = "messages") -> list[ToolCall]:
-    """The tool calls of the state's last message, if an AIMessage, that no ToolMessage
-    answers yet: what ``route_tool_calls`` sends, one task each."""
+    """The tool calls of the latest AIMessage that no ToolMessage after it answers: what
+    ``route_tool_calls`` sends, one task each, and what an approval batch asks about.
+
+    The AIMessage is the state's last message, or the last one before a run of
+    ToolMessages (a reviewer's refusals answer some of its calls, as
+    ``HumanInTheLoopMiddleware`` writes them); after any other message no call is
+    open. Only a ToolMessage *after* the AIMessage answers one of its calls, as
+    ``create_agent``'s own router reads it: models that reuse ids (``call_0``
+    every turn) leave older ToolMessages carrying the id of a new call, and those
+    answered an earlier call.
+    """
     messages = messages_of(state, messages_key)
-    if not messages or not isinstance(messages[-1], AIMessage):
+    at = len(messages) - 1
+    while at >= 0 and isinstance(messages[at], ToolMessage):
+        at -= 1
+    if at < 0 or not isinstance(messages[at], AIMessage):
         return []
-    answered = {m.tool_call_id for m in messages if isinstance(m, ToolMessage)}
-    return [tc for tc in messages[-1].tool_calls if tc["id"] not in answered]
+    answered = {m.tool_call_id for m in messages[at + 1 :]}
+    return [tc for tc in messages[at].tool_calls if tc["id"] not in answered]
 
 
 def effect_calls(

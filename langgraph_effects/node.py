@@ -95,7 +95,9 @@ def route_tool_calls(
     node: str = "tools",
     messages_key: str = "messages",
 ) -> list[Send] | Literal["__end__"]:
-    """Route each unanswered tool call of the last AIMessage to its own task.
+    """Route each unanswered tool call of the latest AIMessage to its own task
+    (``unanswered_calls``: only a ToolMessage after the AIMessage answers a call, so
+    a model reusing ``call_0`` every turn still has its new call routed).
 
     Use instead of ``tools_condition``:
     ``builder.add_conditional_edges("agent", route_tool_calls, ["tools", END])``.
@@ -103,11 +105,7 @@ def route_tool_calls(
     pending write while a sibling interrupts or crashes, and an interrupt
     answer can only meet its own call.
     """
-    messages = messages_of(state, messages_key)
-    if not messages or not isinstance(messages[-1], AIMessage):
-        return "__end__"
-    answered = {m.tool_call_id for m in messages if isinstance(m, ToolMessage)}
-    sends = [Send(node, [tc]) for tc in messages[-1].tool_calls if tc["id"] not in answered]
+    sends = [Send(node, [tc]) for tc in unanswered_calls(state, messages_key)]
     return sends or "__end__"
 
 
