@@ -45,7 +45,13 @@ from langgraph_effects.decide.actions import (
 from langgraph_effects.decide.approvals import ask_approvals
 from langgraph_effects.decide.call import EffectCall, Execute
 from langgraph_effects.decide.deferred import DeferredReceipts, commit
-from langgraph_effects.decide.group import GroupCommit, InFlight, confirm_group, prepare_group
+from langgraph_effects.decide.group import (
+    GroupCommit,
+    InFlight,
+    confirm_group,
+    finish,
+    prepare_group,
+)
 from langgraph_effects.decide.loop import Decide, Loop
 from langgraph_effects.decide.messages import Trace
 from langgraph_effects.decide.policy import Policy
@@ -177,7 +183,8 @@ class EffectRunner:
 
     async def _aledger(self, action: LedgerAction[T], cancelled: list[bool]) -> T:
         if self._async is not None:
-            return await action.on(self._async)
+            # Shielded: a receipt being written is written, whoever cancels the caller.
+            return cast(T, await finish(asyncio.ensure_future(action.on(self._async)), cancelled))
         assert self._sync is not None
         return await _off_loop(action.on, self._sync, cancelled=cancelled)
 
@@ -501,16 +508,14 @@ class EffectRunner:
                 renewing = self._arenewing(op.key, op.fencing_token)
                 reset = _CURRENT.set(slot)
                 out = Dispatched(call=slot)
-                # A task of its own, shielded: when a sibling's interrupt cancels
-                # this one (asyncio.gather), the provider call already in flight
-                # (perhaps in a worker thread) finishes and is recorded first.
+                # A task of its own, shielded (``finish``): when a sibling's interrupt
+                # or failure cancels this one (asyncio.gather; LangGraph cancels a
+                # failed superstep's tasks, then again on its way out), the provider
+                # call already in flight (perhaps in a worker thread) finishes and its
+                # receipt is recorded (``_aledger`` shields that write too) first.
                 flight = asyncio.ensure_future(execute(args))
                 try:
-                    try:
-                        out.message = await asyncio.shield(flight)
-                    except asyncio.CancelledError:
-                        cancelled.append(True)
-                        out.message = await flight
+                    out.message = await finish(flight, cancelled)
                 except GraphBubbleUp as exc:
                     out.bubble = exc
                 except Exception as exc:
@@ -518,7 +523,7 @@ class EffectRunner:
                 finally:
                     _CURRENT.reset(reset)
                     renewing.cancel()
-                    await asyncio.wait([renewing])
+                    await finish(asyncio.ensure_future(asyncio.wait([renewing])), cancelled)
                 return out
         raise AssertionError(f"unknown action {action!r}")  # pragma: no cover
 
@@ -531,12 +536,7 @@ async def _off_loop(fn: Callable[..., T], *args: Any, cancelled: list[bool]) -> 
     result counts, and the cancellation is noted in ``cancelled`` for the driver to
     raise once the decision is recorded, as for a dispatch in flight.
     """
-    flight = asyncio.ensure_future(asyncio.to_thread(fn, *args))
-    try:
-        return await asyncio.shield(flight)
-    except asyncio.CancelledError:
-        cancelled.append(True)
-        return await flight
+    return cast(T, await finish(asyncio.ensure_future(asyncio.to_thread(fn, *args)), cancelled))
 
 
 def _no_dispatch(args: dict[str, Any]) -> Any:

@@ -61,7 +61,7 @@ from langgraph_effects.decide.actions import (
 )
 from langgraph_effects.ledger.base import Confirmation
 
-__all__ = ["GroupCommit", "InFlight", "confirm_group", "prepare_group"]
+__all__ = ["GroupCommit", "InFlight", "confirm_group", "finish", "prepare_group"]
 
 A = TypeVar("A", bound=LedgerAction[Any])
 L = TypeVar("L", bound=LedgerAction[Any])
@@ -173,21 +173,21 @@ class GroupCommit(Generic[A]):
             me = _Waiter(action, loop)
             if self._join(loop, me):
                 assert me.future is not None
-                await _finished(me.future, cancelled)
+                await finish(me.future, cancelled)
                 if me.outcome is not _LEAD:
                     return await _aresult(me.outcome, action, aperform, cancelled)
                 batch = self._take(loop, me)
         if not batch:
             try:
                 alone = asyncio.ensure_future(aperform(action, cancelled))
-                return await _finished(alone, cancelled)
+                return await finish(alone, cancelled)
             finally:
                 self._hand_over(loop)
         outcomes = [_ALONE] * len(batch)
         try:
             actions = [w.action for w in batch]
             many = aperform(self._many(actions), cancelled)
-            outcomes = self._split(actions, await _finished(asyncio.ensure_future(many), cancelled))
+            outcomes = self._split(actions, await finish(asyncio.ensure_future(many), cancelled))
         except Exception:
             pass
         finally:
@@ -293,12 +293,12 @@ class InFlight:
                 outcome: Any = _ALONE
                 try:
                     flight = asyncio.ensure_future(aperform(action, cancelled))
-                    outcome = await _finished(flight, cancelled)
+                    outcome = await finish(flight, cancelled)
                 finally:
                     self._land(loop, action, outcome)
                 return cast(T, outcome)
             assert me.future is not None
-            await _finished(me.future, cancelled)
+            await finish(me.future, cancelled)
             if me.outcome is not _ALONE:
                 return cast(T, me.outcome)
 
@@ -340,14 +340,19 @@ async def _aresult(
     outcome: Any, action: LedgerAction[Any], aperform: APerform, cancelled: list[bool]
 ) -> Any:
     if outcome is _ALONE:
-        return await _finished(asyncio.ensure_future(aperform(action, cancelled)), cancelled)
+        return await finish(asyncio.ensure_future(aperform(action, cancelled)), cancelled)
     if isinstance(outcome, BaseException):
         raise outcome
     return outcome
 
 
-async def _finished(flight: asyncio.Future[Any], cancelled: list[bool]) -> Any:
-    """``flight``'s result; a cancellation meanwhile is noted in ``cancelled``, not obeyed."""
+async def finish(flight: asyncio.Future[Any], cancelled: list[bool]) -> Any:
+    """``flight``'s result; a cancellation meanwhile is noted in ``cancelled``, not obeyed.
+
+    However often the caller is cancelled (LangGraph cancels a failed superstep's
+    other tasks, then cancels them again on its way out): only ``flight`` itself
+    being cancelled ends the wait early.
+    """
     while True:
         try:
             return await asyncio.shield(flight)
