@@ -137,7 +137,7 @@ class ResendRisk(StrEnum):
 
     The one rule behind the runner's safe retry (``retry_allowed``), the
     reviewer's ``retry_risk`` (``review.py``) and the operator's outlook
-    (``cli.py``), each worded for its reader.
+    (``cli/_outlook.py``), each worded for its reader.
     """
 
     NOT_SENT = "not_sent"

@@ -1,0 +1,354 @@
+"""The reading commands: ``list``, ``show``, ``stats``, ``events``."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from datetime import datetime, timedelta
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+from rich.text import Text
+
+from langgraph_effects.cli._app import (
+    DbOption,
+    JsonOption,
+    OperationArg,
+    TenantFilter,
+    TenantRequired,
+    app,
+)
+from langgraph_effects.cli._ledger import _abbreviations, _ledger, _require
+from langgraph_effects.cli._outlook import _COMMAND, _key_expiry, _outlook
+from langgraph_effects.cli._parse import _ORDER, _statuses, parse_duration
+from langgraph_effects.cli._report import _echo_json, _reporting
+from langgraph_effects.cli._text import (
+    _age,
+    _console,
+    _event_json,
+    _event_line,
+    _event_note,
+    _iso,
+    _lit,
+    _seconds,
+    _status,
+    _summary,
+)
+from langgraph_effects.core.model import (
+    EvidenceKind,
+    Operation,
+    OperationStatus,
+    utcnow,
+)
+from langgraph_effects.core.plan import (
+    receipt_conflict,
+)
+from langgraph_effects.errors import (
+    InvalidInput,
+)
+from langgraph_effects.ledger.base import LedgerStats
+
+S = OperationStatus
+
+
+@app.command("list")
+def list_operations(
+    ctx: typer.Context,
+    db: DbOption = None,
+    tenant: TenantFilter = None,
+    status: Annotated[
+        list[str] | None,
+        typer.Option("--status", "-s", metavar="STATUS", help="Only these statuses (repeatable)."),
+    ] = None,
+    action: Annotated[
+        str | None, typer.Option("--action", "-a", metavar="ACTION", help="Only this action.")
+    ] = None,
+    older_than: Annotated[
+        str | None,
+        typer.Option(
+            "--older-than",
+            metavar="DURATION",
+            help="Status unchanged for at least this long (10m, 2h, 1d).",
+        ),
+    ] = None,
+    include_terminal: Annotated[
+        bool, typer.Option("--all", help="Also confirmed and rejected operations.")
+    ] = False,
+    limit: Annotated[
+        int, typer.Option("--limit", min=1, metavar="N", help="At most this many rows.")
+    ] = 100,
+    full_ids: Annotated[
+        bool, typer.Option("--full-ids", help="Whole operation ids (default: unique prefixes).")
+    ] = False,
+    as_json: JsonOption = False,
+) -> None:
+    """List operations: by default the open ones, unknown first, oldest status first.
+
+    Age is the time in the current status (status_changed_at): recording
+    inconclusive evidence does not make an old unknown look young. Ids are
+    abbreviated to unique prefixes, which every command accepts.
+
+    JSON: {"operations": [{tenant_id, operation_id, workflow_id, action,
+    action_version, target, provider, status, attempts, idempotency_key,
+    created_at, updated_at, status_changed_at, first_dispatched_at, age_seconds,
+    error}], "count": N}
+    """
+    with _reporting(as_json), _ledger(ctx, db) as ledger:
+        now = utcnow()
+        before = None
+        if older_than:
+            try:
+                before = now - parse_duration(older_than)
+            except OverflowError:
+                raise InvalidInput(
+                    f"--older-than {older_than!r} reaches back before the year 1"
+                ) from None
+        rows: list[Operation] = []
+        for wanted in _statuses(status, include_terminal):
+            if len(rows) >= limit:
+                break
+            rows += ledger.list(
+                tenant_id=tenant,
+                status=wanted,
+                action=action,
+                updated_before=before,
+                limit=limit - len(rows),
+            )
+        if as_json:
+            _echo_json({"operations": [_summary(op, now) for op in rows], "count": len(rows)})
+            return
+        console = _console()
+        if not rows:
+            console.print("no operations match")
+            return
+        short = _abbreviations([op.operation_id for op in rows], full_ids)
+        # Fixed columns never wrap; tenant, action and target share the rest and
+        # fold, so 80 columns stay readable.
+        table = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
+        table.add_column("operation", no_wrap=True)
+        table.add_column("status", no_wrap=True)
+        table.add_column("age", no_wrap=True, justify="right")
+        table.add_column("tries", no_wrap=True, justify="right")
+        # One tenant asked for: its name on every row says nothing. A narrow
+        # terminal gets the free text in one column that wraps between words.
+        names = ("action", "target") if tenant else ("tenant", "action", "target")
+        narrow = console.width < 110
+        for name in [" ".join(names)] if narrow else names:
+            table.add_column(name, overflow="fold", min_width=len(name))
+        for op in rows:
+            free = {"tenant": op.tenant_id, "action": op.action, "target": op.target or "-"}
+            values = [_lit(free[name]) for name in names]
+            table.add_row(
+                Text(_lit(short[op.operation_id])),
+                _status(op.status),
+                Text(_age(now - op.status_changed_at)),
+                Text(str(op.attempts)),
+                *([Text(" ".join(values))] if narrow else [Text(v) for v in values]),
+            )
+        console.print(table)
+        if len(rows) == limit:
+            console.print(f"(first {limit}; raise --limit for more)")
+
+
+@app.command()
+def show(
+    ctx: typer.Context,
+    operation_id: OperationArg,
+    tenant: TenantRequired,
+    db: DbOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Show one operation: its record, events, evidence, what the next run does and what a
+    retry would risk.
+
+    JSON: {"operation": {every record field}, "events": [event...],
+    "conflict": the late receipt contradicting a rejected record, or null,
+    "outlook": {decisions, status_since, next_run, risk, attempts,
+    idempotency_key, first_dispatched_at, key_age_seconds, key_window_known,
+    key_retention_seconds, key_expires_at, key_window_open}}
+    """
+    with _reporting(as_json), _ledger(ctx, db) as ledger:
+        op = _require(ledger, tenant, operation_id)
+        events = ledger.events(op.tenant_id, op.operation_id)
+        now = utcnow()
+        outlook = _outlook(op, now)
+        conflict = receipt_conflict(op, events)
+        if as_json:
+            _echo_json(
+                {
+                    "operation": op.model_dump(mode="json"),
+                    "events": [_event_json(e) for e in events],
+                    "outlook": outlook.as_json(op, now),
+                    "conflict": None if conflict is None else conflict.model_dump(mode="json"),
+                }
+            )
+            return
+        console = _console()
+        record = Table.grid(padding=(0, 2))
+        record.add_column(style="bold", no_wrap=True)
+        record.add_column(overflow="fold")
+        fields: list[tuple[str, str | Text]] = [
+            ("operation", op.operation_id),
+            ("tenant", op.tenant_id),
+            ("workflow", op.workflow_id or "-"),
+            ("action", f"{op.action} v{op.action_version}"),
+            ("target", op.target or "-"),
+            ("provider", op.provider or "-"),
+            ("status", Text.assemble(_status(op.status), f" since {_iso(op.status_changed_at)}")),
+            ("attempts", str(op.attempts)),
+            ("idempotency key", op.idempotency_key or "- (none: the provider cannot deduplicate)"),
+            ("key expires", _key_expiry(op)),
+            ("provider request", op.provider_request_id or "-"),
+            ("provider result", op.provider_result_id or "-"),
+            ("payload digest", op.payload_digest),
+            ("payload", json.dumps(op.payload) if op.payload_stored else "(digest only)"),
+            ("authorization", op.authorization_ref or "-"),
+            ("created", f"{_iso(op.created_at)} ({_age(now - op.created_at)} ago)"),
+            ("first dispatched", _iso(op.first_dispatched_at) or "-"),
+            ("last dispatched", _iso(op.last_dispatched_at) or "-"),
+            ("evidence checked", _iso(op.evidence_checked_at) or "-"),
+        ]
+        if op.lease_owner:
+            fields.append(("lease", f"{op.lease_owner} until {_iso(op.lease_expires_at)}"))
+        if op.error:
+            fields.append(("error", op.error))
+        if conflict is not None:
+            fields.append(
+                (
+                    "CONFLICT",
+                    f"recorded rejected, but a receipt of {_iso(conflict.observed_at)} says the "
+                    "provider carried it out: review it with the provider",
+                )
+            )
+        if op.status is S.CONFIRMED:
+            fields.append(("result", json.dumps(op.result)))
+        for name, value in fields:
+            record.add_row(name, value if isinstance(value, Text) else Text(_lit(value)))
+        console.print(record)
+        console.print()
+        # One line per event (soft-wrapped), readable at any terminal width.
+        console.print(Text("events", style="bold"))
+        for e in events:
+            note = _event_note(e)
+            source = e.from_status.value if e.from_status else "-"
+            token = "-" if e.fencing_token is None else str(e.fencing_token)
+            line = (
+                f"{e.seq:>3}  {e.at:%Y-%m-%d %H:%M:%S}  {e.kind.value:<12} "
+                f"{source:>11} -> {e.to_status.value:<11} token {token:<3} by {e.actor}"
+            )
+            console.print(Text(_lit(f"{line}  {note}" if note else line)), soft_wrap=True)
+        console.print()
+        console.print(Text.assemble(("next run: ", "bold"), _lit(outlook.next_run)))
+        console.print(Text.assemble(("retry risk: ", "bold"), _lit(outlook.risk)))
+        if outlook.decisions:
+            commands = ", ".join(f"langgraph-effects {_COMMAND[d]}" for d in outlook.decisions)
+            console.print(Text.assemble(("you may: ", "bold"), commands))
+
+
+def _stats_json(stats: LedgerStats, now: datetime) -> dict[str, Any]:
+    oldest = stats.oldest_unknown_at
+    return {
+        "counts": {s.value: stats.counts.get(s, 0) for s in _ORDER},
+        "total": stats.total,
+        "oldest_unknown_at": _iso(oldest),
+        "oldest_unknown_age_seconds": _seconds(now - oldest) if oldest else None,
+        "oldest_dispatching_at": _iso(stats.oldest_dispatching_at),
+        "reconciliation": {k.value: stats.reconciliation.get(k.value, 0) for k in EvidenceKind},
+        "operator_resolutions": stats.operator_resolutions,
+    }
+
+
+@app.command()
+def stats(
+    ctx: typer.Context,
+    db: DbOption = None,
+    tenant: TenantFilter = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Counts per status, age of the oldest unknown, reconciliation outcomes, resolutions.
+
+    JSON: {counts: {status: n}, total, oldest_unknown_at, oldest_unknown_age_seconds,
+    oldest_dispatching_at, reconciliation: {confirmed, rejected, inconclusive},
+    operator_resolutions}. Duplicates prevented (replays) happen in the workers and are
+    not stored in the ledger: the metric ``lge.duplicates_prevented`` counts them.
+    """
+    with _reporting(as_json), _ledger(ctx, db) as ledger:
+        figures = _stats_json(ledger.stats(tenant_id=tenant), utcnow())
+        if as_json:
+            _echo_json(figures)
+            return
+        console = _console()
+        table = Table(show_header=False, show_edge=False, pad_edge=False)
+        table.add_column(style="bold")
+        table.add_column(justify="right")
+        for name, count in figures["counts"].items():
+            table.add_row(_status(S(name)), str(count))
+        table.add_row("total", str(figures["total"]))
+        console.print(table)
+        age = figures["oldest_unknown_age_seconds"]
+        console.print(
+            "oldest unknown: " + ("-" if age is None else f"{_age(timedelta(seconds=age))} ago")
+        )
+        outcomes = ", ".join(f"{k} {v}" for k, v in figures["reconciliation"].items())
+        console.print(f"reconciliation: {outcomes}")
+        console.print(f"operator resolutions: {figures['operator_resolutions']}")
+
+
+@app.command()
+def events(
+    ctx: typer.Context,
+    db: DbOption = None,
+    tenant: TenantFilter = None,
+    after: Annotated[
+        int, typer.Option("--after", min=0, metavar="EVENT_ID", help="Start after this event id.")
+    ] = 0,
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="Keep polling for new events.")
+    ] = False,
+    interval: Annotated[
+        float,
+        typer.Option("--interval", min=0.01, metavar="SECONDS", help="Seconds between polls."),
+    ] = 1.0,
+    count: Annotated[
+        int | None,
+        typer.Option("--count", min=1, metavar="N", help="Stop after this many events."),
+    ] = None,
+    limit: Annotated[
+        int,
+        typer.Option("--limit", min=1, metavar="N", help="Without --follow: at most this many."),
+    ] = 100,
+    as_json: JsonOption = False,
+) -> None:
+    """Print the event log after --after; with --follow, keep polling (Ctrl-C stops).
+
+    JSON: one object per line: {event_id, tenant_id, operation_id, seq, kind,
+    from_status, to_status, actor, fencing_token, at, evidence, detail}.
+    Resume later with --after <last event_id>.
+    """
+    with _reporting(as_json), _ledger(ctx, db) as ledger:
+        cursor, shown = after, 0
+        budget = count if follow else min(limit, count or limit)
+        console = None if as_json else _console()
+        try:
+            while True:
+                page = ledger.feed(after_id=cursor, tenant_id=tenant, limit=100)
+                for event in page:
+                    if as_json:
+                        typer.echo(json.dumps(_event_json(event)))
+                    else:
+                        assert console is not None
+                        # One line per event, whatever the width: grep-friendly.
+                        console.print(Text(_lit(_event_line(event))), soft_wrap=True)
+                    cursor = event.event_id or cursor
+                    shown += 1
+                    if budget is not None and shown >= budget:
+                        return
+                sys.stdout.flush()
+                if not page and not follow:
+                    return
+                if not page:
+                    time.sleep(interval)
+        except KeyboardInterrupt:
+            return

@@ -1,0 +1,161 @@
+"""``stuck``: operations left dispatching by a dead owner or a lapsed lease."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated
+
+import typer
+from rich.table import Table
+from rich.text import Text
+
+from langgraph_effects.cli._app import (
+    ByOption,
+    DbOption,
+    IdentityOption,
+    JsonOption,
+    TenantFilter,
+    app,
+)
+from langgraph_effects.cli._decide import _checked_reason
+from langgraph_effects.cli._identity import _identify
+from langgraph_effects.cli._ledger import _abbreviations, _ledger
+from langgraph_effects.cli._report import ExitCode, _echo_json, _Failure, _reporting
+from langgraph_effects.cli._text import _age, _console, _iso, _lit, _summary
+from langgraph_effects.core.model import (
+    utcnow,
+)
+from langgraph_effects.errors import (
+    ConcurrentUpdate,
+    IllegalTransition,
+    StaleFencingToken,
+)
+from langgraph_effects.ledger.sweep import DEFAULT_SCAN, Sweep, find_stuck
+
+
+@app.command()
+def stuck(
+    ctx: typer.Context,
+    db: DbOption = None,
+    tenant: TenantFilter = None,
+    scan: Annotated[
+        int,
+        typer.Option(
+            "--scan", min=1, metavar="N", help="Examine at most N dispatching operations."
+        ),
+    ] = DEFAULT_SCAN,
+    mark_unknown: Annotated[
+        bool,
+        typer.Option(
+            "--mark-unknown",
+            help="Mark each one unknown (with --reason), so resolve and retry can decide it.",
+        ),
+    ] = False,
+    reason: Annotated[
+        str | None,
+        typer.Option("--reason", metavar="TEXT", help="Why (with --mark-unknown)."),
+    ] = None,
+    by: ByOption = None,
+    identity: IdentityOption = None,
+    full_ids: Annotated[
+        bool, typer.Option("--full-ids", help="Whole operation ids (default: unique prefixes).")
+    ] = False,
+    as_json: JsonOption = False,
+) -> None:
+    """List operations stuck dispatching: owner process gone (on this host) or lease expired.
+
+    The next run of their thread would take them over; a thread nobody runs
+    again leaves them dispatching for ever. --mark-unknown moves each to
+    unknown (the event names you and the reason; the provider may have acted,
+    so nothing is sent and nothing is rejected), where resolve and retry apply.
+    Exit 4 when one could not be marked (its owner settled it meanwhile).
+
+    JSON: {"stuck": [{the list keys, lease_owner, lease_expires_at, owner_dead,
+    why, marked_unknown, refused}], "count": N, "scanned": N, "complete": bool}
+    """
+    with _reporting(as_json):
+        who = None
+        if mark_unknown:
+            if reason is None:
+                raise _Failure(ExitCode.USAGE, "usage", "--mark-unknown needs --reason")
+            _checked_reason(reason)
+            who = _identify(by, identity)
+        elif reason is not None:
+            raise _Failure(ExitCode.USAGE, "usage", "--reason goes with --mark-unknown")
+        with _ledger(ctx, db) as ledger:
+            now = utcnow()
+            sweep = find_stuck(ledger, tenant_id=tenant, now=now, scan=scan)
+            outcomes: dict[str, str | None] = {}
+            if who is not None and reason is not None:
+                verified = f"{who.source}:{who.verified}"
+                note = f"stuck: {reason} (claimed {who.claimed}, verified {verified})"
+                for found in sweep.stuck:
+                    op = found.operation
+                    try:
+                        ledger.mark_unknown(
+                            op.tenant_id,
+                            op.operation_id,
+                            token=op.fencing_token,
+                            reason=f"{found.why}; {note}"[:2000],
+                            actor=who.verified,
+                        )
+                        outcomes[op.operation_id] = None
+                    except (IllegalTransition, StaleFencingToken, ConcurrentUpdate) as exc:
+                        outcomes[op.operation_id] = f"{exc}; nothing was changed"
+            refused = [m for m in outcomes.values() if m is not None]
+            if as_json:
+                rows = [
+                    {
+                        **_summary(f.operation, now),
+                        "lease_owner": f.operation.lease_owner,
+                        "lease_expires_at": _iso(f.operation.lease_expires_at),
+                        "owner_dead": f.owner_dead,
+                        "why": f.why,
+                        "marked_unknown": f.operation.operation_id in outcomes
+                        and outcomes[f.operation.operation_id] is None,
+                        "refused": outcomes.get(f.operation.operation_id),
+                    }
+                    for f in sweep.stuck
+                ]
+                _echo_json(
+                    {
+                        "stuck": rows,
+                        "count": len(rows),
+                        "scanned": sweep.scanned,
+                        "complete": sweep.complete,
+                    }
+                )
+            else:
+                _print_stuck(sweep, outcomes, now, full_ids)
+            if refused:
+                raise typer.Exit(int(ExitCode.REFUSED))
+
+
+def _print_stuck(
+    sweep: Sweep, outcomes: dict[str, str | None], now: datetime, full_ids: bool
+) -> None:
+    console = _console()
+    if not sweep.stuck:
+        console.print(f"no stuck operations (examined {sweep.scanned} dispatching)")
+    else:
+        short = _abbreviations([f.operation.operation_id for f in sweep.stuck], full_ids)
+        table = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
+        table.add_column("operation", no_wrap=True)
+        table.add_column("since", no_wrap=True, justify="right")
+        table.add_column("tries", no_wrap=True, justify="right")
+        for name in ("tenant", "action", "target", "why"):
+            table.add_column(name, overflow="fold", min_width=len(name))
+        for f in sweep.stuck:
+            op = f.operation
+            table.add_row(
+                Text(_lit(short[op.operation_id])),
+                Text(_age(now - op.status_changed_at)),
+                Text(str(op.attempts)),
+                *(Text(_lit(v)) for v in (op.tenant_id, op.action, op.target or "-", f.why)),
+            )
+        console.print(table)
+    for op_id, refusal in outcomes.items():
+        line = f"{op_id}: refused: {refusal}" if refusal else f"{op_id} is now unknown"
+        console.print(Text(_lit(line)))
+    if not sweep.complete:
+        console.print(f"(examined the oldest {sweep.scanned} dispatching; raise --scan for more)")
