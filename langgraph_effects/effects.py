@@ -27,7 +27,7 @@ from langchain_core.tools.base import create_schema_from_function
 
 from langgraph_effects.core.digest import PAYLOAD_KEY_ENV, payload_digest, resolve_payload_key
 from langgraph_effects.core.model import Evidence, Operation, ProviderContract
-from langgraph_effects.errors import EffectsError, InvalidInput
+from langgraph_effects.errors import EffectsError, InvalidInput, MiddlewareOrderError
 
 __all__ = [
     "Authorizer",
@@ -114,20 +114,50 @@ class _Call:
     injects state, validates arguments and may turn exceptions into error
     messages); the tool body records here whether it started and what it
     returned or raised, so the core classifies the real outcome.
+
+    A body runs at most once per slot (one dispatch): a second entry (a wrapper
+    between the face and the tool calling it again, ``ToolRetryMiddleware``
+    listed after ``EffectMiddleware``) raises ``MiddlewareOrderError`` before the
+    provider is called again, and is kept in ``reentry`` for the core to raise
+    once the first entry's outcome is recorded, whatever the wrapper made of it.
     """
 
-    __slots__ = ("context", "error", "started", "value")
+    __slots__ = ("context", "error", "reentry", "started", "value")
 
     def __init__(self, context: EffectContext) -> None:
         self.context = context
         self.started = False
         self.value: Any = None
         self.error: BaseException | None = None
+        self.reentry: MiddlewareOrderError | None = None
 
 
 _CURRENT: contextvars.ContextVar[_Call | None] = contextvars.ContextVar(
     "langgraph_effects_call", default=None
 )
+
+_REENTERED = (
+    "effect {action!r} (operation {operation_id}) was entered a second time in one "
+    "dispatch: a wrapper between EffectMiddleware (or EffectToolNode) and the tool ran it "
+    "again, such as ToolRetryMiddleware listed after EffectMiddleware. The second entry was "
+    "refused before the provider was called again, and the first one's outcome is recorded. "
+    "List ToolRetryMiddleware before EffectMiddleware (middleware=[ToolRetryMiddleware(...), "
+    "EffectMiddleware(...)]) or leave effect tools out of it (its tools=[...]): "
+    "EffectMiddleware already resends only what is provably safe (a TransientProviderError, "
+    "a key the provider deduplicates), never an ambiguous failure."
+)
+
+
+def _start(call: _Call) -> _Call:
+    """Mark ``call``'s body started; refuse a second entry in the same dispatch."""
+    if call.started:
+        ctx = call.context
+        call.reentry = MiddlewareOrderError(
+            _REENTERED.format(action=ctx.action, operation_id=ctx.operation_id)
+        )
+        raise call.reentry
+    call.started = True
+    return call
 
 
 def _enter(action: str) -> _Call:
@@ -137,8 +167,14 @@ def _enter(action: str) -> _Call:
             f"effect tool {action!r} ran outside EffectToolNode / EffectMiddleware: "
             "refused, because nothing would record or deduplicate its side effect"
         )
-    call.started = True
-    return call
+    return _start(call)
+
+
+def _body_slot(name: str) -> _Call:
+    call = _CURRENT.get()
+    if call is None:
+        raise EffectsError(f"{name} runs inside the decision engine's dispatch only")
+    return _start(call)
 
 
 def run_body(body: Callable[[EffectContext], Any]) -> Any:
@@ -149,10 +185,7 @@ def run_body(body: Callable[[EffectContext], Any]) -> Any:
     records in the call's slot that the body started and what it returned or
     raised, as an ``@effect`` tool's body does.
     """
-    call = _CURRENT.get()
-    if call is None:
-        raise EffectsError("run_body runs inside the decision engine's dispatch only")
-    call.started = True
+    call = _body_slot("run_body")
     try:
         call.value = body(call.context)
     except BaseException as exc:
@@ -163,10 +196,7 @@ def run_body(body: Callable[[EffectContext], Any]) -> Any:
 
 async def arun_body(body: Callable[[EffectContext], Awaitable[Any]]) -> Any:
     """The async twin of ``run_body``."""
-    call = _CURRENT.get()
-    if call is None:
-        raise EffectsError("arun_body runs inside the decision engine's dispatch only")
-    call.started = True
+    call = _body_slot("arun_body")
     try:
         call.value = await body(call.context)
     except BaseException as exc:

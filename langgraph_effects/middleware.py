@@ -20,6 +20,16 @@ In HITL's ``per_call`` mode list HITL *before* ``EffectMiddleware`` (HITL then
 asks before the operation is claimed). Listed after it, an edit would be applied
 inside the dispatch, after the operation was bound to the model's arguments, so
 the first gated call raises ``MiddlewareOrderError`` before anything is sent.
+
+``EffectMiddleware`` is the retry layer for effect tools: it resends only what is
+provably safe (``TransientProviderError``, a key the provider deduplicates), never
+an ambiguous failure, and the model reads "could not confirm", never "please try
+again". Leave effect tools out of ``ToolRetryMiddleware`` or list it *before*
+``EffectMiddleware`` (a retry then re-runs the decision, answered from the record).
+Listed after it, its retry would re-enter the tool body inside one dispatch: the
+second entry raises ``MiddlewareOrderError`` before the provider is called again
+(``effects._Call``: a body runs at most once per dispatch). See
+``docs/middleware-order.md``.
 """
 
 from __future__ import annotations

@@ -415,13 +415,25 @@ class Loop:
     def _dispatch(
         self, p: _Pass, op: Operation, owner: LeaseOwner
     ) -> Generator[Action, Any, Operation]:
-        call = p.call
-        token = op.fencing_token
         crash_point(CrashPoint.AFTER_CLAIM)
         p.trace.via = Via.DISPATCHED
-        out: Dispatched = yield Dispatch(op, call.context(op), call.args)
+        out: Dispatched = yield Dispatch(op, p.call.context(op), p.call.args)
         crash_point(CrashPoint.AFTER_PROVIDER)
         p.claimed = False
+        new = yield from self._record(p, op, owner, out)
+        if out.call.reentry is not None:
+            # A wrapper entered the tool body again (ToolRetryMiddleware listed after
+            # EffectMiddleware) and was refused: the first entry's outcome is recorded,
+            # nothing is resent in this dispatch, and the order is named.
+            raise out.call.reentry
+        return new
+
+    def _record(
+        self, p: _Pass, op: Operation, owner: LeaseOwner, out: Dispatched
+    ) -> Generator[Action, Any, Operation]:
+        """Record what one dispatch of ``op`` came to; the record it ends in."""
+        call = p.call
+        token = op.fencing_token
         asked = isinstance(out.call.error, GraphInterrupt) or (
             out.error is not None and is_invalid_resume(out.error)
         )
@@ -537,7 +549,7 @@ class Loop:
                 assert isinstance(error, TransientProviderError)
                 delay = (
                     backoff(call.spec.contract, p.transient_retries, error.retry_after)
-                    if self.policy.retry_transient
+                    if self.policy.retry_transient and out.call.reentry is None
                     else None
                 )
                 if delay is None:
