@@ -48,9 +48,11 @@ T = TypeVar("T")
 
 
 class _Face:
-    """State both faces share: the dialect, the clock, the refusal counter."""
+    """State both faces share: the dialect, the clock, the refusal counter, what to close."""
 
     _dialect: Dialect
+    _owned: Callable[[], Any] | None = None
+    """Closes what the backend's ``open()`` opened for this ledger (None: nothing is ours)."""
 
     def __init__(self, *, clock: Callable[[], datetime] = utcnow) -> None:
         self._clock = clock
@@ -98,6 +100,16 @@ class SyncFace(_Face, Ledger):
             self._refused(program.tenant_id, refusal)
             raise
         return self._log(result)
+
+    def close(self) -> None:
+        """Close the connection or pool ``open()`` opened; idempotent.
+
+        A connection or pool given to the constructor stays the caller's, open. A closed
+        ledger raises ``LedgerUnavailable`` when used.
+        """
+        owned, self._owned = self._owned, None
+        if owned is not None:
+            owned()
 
     def setup(self) -> None:
         """Create or migrate the tables: idempotent, safe to call concurrently."""
@@ -365,6 +377,16 @@ class AsyncFace(_Face, AsyncLedger):
             self._refused(program.tenant_id, refusal)
             raise
         return self._log(result)
+
+    async def close(self) -> None:
+        """Close the connection or pool ``open()`` opened; idempotent.
+
+        A connection or pool given to the constructor stays the caller's, open. A closed
+        ledger raises ``LedgerUnavailable`` when used.
+        """
+        owned, self._owned = self._owned, None
+        if owned is not None:
+            await owned()
 
     async def setup(self) -> None:
         """Create or migrate the tables: idempotent, safe to call concurrently."""

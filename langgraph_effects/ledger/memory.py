@@ -79,6 +79,10 @@ class InMemoryLedger(Ledger):
         self._feed: list[OperationEvent] = []
         self._threads: dict[str, str] = {}
 
+    def close(self) -> None:
+        """Nothing to release (the operations live as long as this object): the same
+        call as the SQL ledgers' ``close()``, so code may close whichever it holds."""
+
     def setup(self) -> None:
         self._ready = True
 

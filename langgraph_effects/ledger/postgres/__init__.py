@@ -86,6 +86,12 @@ def _receipt_dialect(receipt_synchronous: Synchronous | None) -> Dialect:
 class PostgresLedger(SyncFace):
     """A ledger in PostgreSQL, synchronous.
 
+    Three ways to hold one: ``PostgresLedger(pool)`` on a pool you own (share it with
+    LangGraph's ``PostgresSaver``, never one connection); ``with
+    PostgresLedger.from_conn_string(url) as ledger:`` on a pool of its own for a block;
+    or ``ledger = PostgresLedger.open(url)`` for a module or a notebook, ``ledger.close()``
+    when done. Call ``setup()`` once.
+
     Args:
         conn: a ``ConnectionPool`` (preferred) or a ``Connection``, owned by the caller.
         receipt_synchronous: ``"NORMAL"`` (default): receipts commit without
@@ -110,6 +116,33 @@ class PostgresLedger(SyncFace):
         self._lock = threading.Lock()
 
     @classmethod
+    def open(
+        cls,
+        url: str,
+        *,
+        receipt_synchronous: Synchronous | None = None,
+        clock: Callable[[], datetime] = utcnow,
+        max_size: int = 10,
+        pool_timeout: float = 30.0,
+    ) -> Self:
+        """A ledger on a pool of its own, for a notebook or a module: ``close()`` it when
+        done. Call ``setup()`` once.
+
+        ``pool_timeout``: seconds to wait for a connection before ``LedgerUnavailable``.
+        """
+        pool: ConnectionPool[Any] = ConnectionPool(
+            url, min_size=1, max_size=max_size, kwargs=POOL_KWARGS, timeout=pool_timeout, open=False
+        )
+        pool.open()
+        try:
+            ledger = cls(pool, receipt_synchronous=receipt_synchronous, clock=clock)
+        except BaseException:
+            pool.close()
+            raise
+        ledger._owned = pool.close
+        return ledger
+
+    @classmethod
     @contextlib.contextmanager
     def from_conn_string(
         cls,
@@ -124,10 +157,17 @@ class PostgresLedger(SyncFace):
 
         ``pool_timeout``: seconds to wait for a connection before ``LedgerUnavailable``.
         """
-        with ConnectionPool(
-            url, min_size=1, max_size=max_size, kwargs=POOL_KWARGS, timeout=pool_timeout, open=False
-        ) as pool:
-            yield cls(pool, receipt_synchronous=receipt_synchronous, clock=clock)
+        ledger = cls.open(
+            url,
+            receipt_synchronous=receipt_synchronous,
+            clock=clock,
+            max_size=max_size,
+            pool_timeout=pool_timeout,
+        )
+        try:
+            yield ledger
+        finally:
+            ledger.close()
 
     @contextlib.contextmanager
     def _connection(self) -> Iterator[psycopg.Connection[Any]]:
@@ -178,6 +218,10 @@ class PostgresLedger(SyncFace):
 class AsyncPostgresLedger(AsyncFace):
     """A ledger in PostgreSQL, asynchronous: the same statements, awaited.
 
+    ``AsyncPostgresLedger(pool)`` on an ``AsyncConnectionPool`` you own, ``async with
+    AsyncPostgresLedger.from_conn_string(url) as ledger:``, or ``ledger = await
+    AsyncPostgresLedger.open(url)`` and ``await ledger.close()``.
+
     Args:
         conn: an ``AsyncConnectionPool`` (preferred) or an ``AsyncConnection``.
         receipt_synchronous: as ``PostgresLedger``'s.
@@ -199,6 +243,30 @@ class AsyncPostgresLedger(AsyncFace):
         self._lock = asyncio.Lock()
 
     @classmethod
+    async def open(
+        cls,
+        url: str,
+        *,
+        receipt_synchronous: Synchronous | None = None,
+        clock: Callable[[], datetime] = utcnow,
+        max_size: int = 10,
+        pool_timeout: float = 30.0,
+    ) -> Self:
+        """A ledger on a pool of its own: ``await ledger.close()`` when done. Await
+        ``setup()`` once."""
+        pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
+            url, min_size=1, max_size=max_size, kwargs=POOL_KWARGS, timeout=pool_timeout, open=False
+        )
+        await pool.open()
+        try:
+            ledger = cls(pool, receipt_synchronous=receipt_synchronous, clock=clock)
+        except BaseException:
+            await pool.close()
+            raise
+        ledger._owned = pool.close
+        return ledger
+
+    @classmethod
     @contextlib.asynccontextmanager
     async def from_conn_string(
         cls,
@@ -210,10 +278,17 @@ class AsyncPostgresLedger(AsyncFace):
         pool_timeout: float = 30.0,
     ) -> AsyncIterator[Self]:
         """Open a ledger on its own pool (closed on exit). Await ``setup()`` once."""
-        async with AsyncConnectionPool(
-            url, min_size=1, max_size=max_size, kwargs=POOL_KWARGS, timeout=pool_timeout, open=False
-        ) as pool:
-            yield cls(pool, receipt_synchronous=receipt_synchronous, clock=clock)
+        ledger = await cls.open(
+            url,
+            receipt_synchronous=receipt_synchronous,
+            clock=clock,
+            max_size=max_size,
+            pool_timeout=pool_timeout,
+        )
+        try:
+            yield ledger
+        finally:
+            await ledger.close()
 
     @contextlib.asynccontextmanager
     async def _connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import sqlite3
 import threading
 import time
@@ -184,6 +185,16 @@ def _connect(path: str) -> sqlite3.Connection:
 class SQLiteLedger(SyncFace):
     """A ledger in a SQLite file (or ``":memory:"``).
 
+    Three ways to hold one: ``with SQLiteLedger.from_conn_string(path) as ledger:``
+    for a block; ``ledger = SQLiteLedger.open(path)`` for a notebook or a module,
+    ``ledger.close()`` when done; or ``SQLiteLedger(conn)`` on a connection you own
+    (and close). Call ``setup()`` once in each case::
+
+        ledger = SQLiteLedger.open("app.db")
+        ledger.setup()
+        ...
+        ledger.close()
+
     Args:
         conn: a connection the caller owns and gives to the ledger alone; open
             it with ``check_same_thread=False`` so tool threads may use it. The
@@ -213,6 +224,28 @@ class SQLiteLedger(SyncFace):
         self._driver = _Driver(conn, synchronous, receipt_synchronous)
 
     @classmethod
+    def open(
+        cls,
+        path: str,
+        *,
+        synchronous: Synchronous = "FULL",
+        receipt_synchronous: Synchronous | None = None,
+        clock: Callable[[], datetime] = utcnow,
+    ) -> Self:
+        """A ledger on a file path (or ``":memory:"``) that owns its connection, for a
+        notebook or a module: ``close()`` it when done. Call ``setup()``."""
+        conn = _connect(path)
+        try:
+            ledger = cls(
+                conn, synchronous=synchronous, receipt_synchronous=receipt_synchronous, clock=clock
+            )
+        except BaseException:
+            conn.close()
+            raise
+        ledger._owned = conn.close
+        return ledger
+
+    @classmethod
     @contextlib.contextmanager
     def from_conn_string(
         cls,
@@ -223,23 +256,25 @@ class SQLiteLedger(SyncFace):
         clock: Callable[[], datetime] = utcnow,
     ) -> Iterator[Self]:
         """Open a ledger on a file path (or ``":memory:"``), closed on exit. Call ``setup()``."""
-        conn = _connect(path)
+        ledger = cls.open(
+            path, synchronous=synchronous, receipt_synchronous=receipt_synchronous, clock=clock
+        )
         try:
-            yield cls(
-                conn,
-                synchronous=synchronous,
-                receipt_synchronous=receipt_synchronous,
-                clock=clock,
-            )
+            yield ledger
         finally:
-            conn.close()
+            ledger.close()
 
     def _run(self, program: Program[T]) -> Result[T]:
         return self._driver.run(program)
 
 
 class AsyncSQLiteLedger(AsyncFace):
-    """The async twin of ``SQLiteLedger``: the same driver, run in a worker thread."""
+    """The async twin of ``SQLiteLedger``: the same driver, run in a worker thread.
+
+    ``async with AsyncSQLiteLedger.from_conn_string(path) as ledger:``, or
+    ``ledger = await AsyncSQLiteLedger.open(path)`` and ``await ledger.close()``, or
+    ``AsyncSQLiteLedger(conn)`` on a connection you own. Arguments as ``SQLiteLedger``'s.
+    """
 
     _dialect = DIALECT
 
@@ -255,6 +290,28 @@ class AsyncSQLiteLedger(AsyncFace):
         self._driver = _Driver(conn, synchronous, receipt_synchronous)
 
     @classmethod
+    async def open(
+        cls,
+        path: str,
+        *,
+        synchronous: Synchronous = "FULL",
+        receipt_synchronous: Synchronous | None = None,
+        clock: Callable[[], datetime] = utcnow,
+    ) -> Self:
+        """A ledger on a file path (or ``":memory:"``) that owns its connection:
+        ``await ledger.close()`` when done. Await ``setup()``."""
+        conn = await asyncio.to_thread(_connect, path)
+        try:
+            ledger = cls(
+                conn, synchronous=synchronous, receipt_synchronous=receipt_synchronous, clock=clock
+            )
+        except BaseException:
+            await asyncio.to_thread(conn.close)
+            raise
+        ledger._owned = functools.partial(asyncio.to_thread, conn.close)
+        return ledger
+
+    @classmethod
     @contextlib.asynccontextmanager
     async def from_conn_string(
         cls,
@@ -265,16 +322,13 @@ class AsyncSQLiteLedger(AsyncFace):
         clock: Callable[[], datetime] = utcnow,
     ) -> AsyncIterator[Self]:
         """Open a ledger on a file path (or ``":memory:"``), closed on exit. Await ``setup()``."""
-        conn = await asyncio.to_thread(_connect, path)
+        ledger = await cls.open(
+            path, synchronous=synchronous, receipt_synchronous=receipt_synchronous, clock=clock
+        )
         try:
-            yield cls(
-                conn,
-                synchronous=synchronous,
-                receipt_synchronous=receipt_synchronous,
-                clock=clock,
-            )
+            yield ledger
         finally:
-            await asyncio.to_thread(conn.close)
+            await ledger.close()
 
     async def _arun(self, program: Program[T]) -> Result[T]:
         return await asyncio.to_thread(self._driver.run, program)
