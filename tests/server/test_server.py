@@ -541,14 +541,14 @@ def test_no_duplicate_after_the_server_is_killed_after_the_provider_acted(
 
 
 def test_the_readme_sdk_block_runs_against_the_server(server: Server) -> None:
-    """The README's LangGraph Server block, run as written against this server: case-1 is
+    """The SDK block of docs/server.md, run as written against this server: case-1 is
     closed once, case-2 never."""
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    text = (ROOT / "docs" / "server.md").read_text(encoding="utf-8")
     section = text[text.index("Answer approvals with the SDK") :]
     match = re.search(r"```python\n(.*?)```", section, re.DOTALL)
     assert match is not None
     block = match.group(1)
     assert "http://127.0.0.1:2024" in block
-    exec(compile(block.replace("http://127.0.0.1:2024", server.url), "README.md", "exec"), {})
+    exec(compile(block.replace("http://127.0.0.1:2024", server.url), "server.md", "exec"), {})
     crm = server.crm()
     assert (crm.effects_for("case-1"), crm.effects_for("case-2")) == (1, 0)
