@@ -38,7 +38,8 @@ def test_readme_quickstart_runs_as_pasted(tmp_path: Path) -> None:
     """The quickstart, pasted into a file and run twice in an empty directory, closes the case once.
 
     A fresh interpreter and nothing but the block itself: every name it uses it
-    defines or imports. The second run meets the same operation and replays it.
+    defines or imports. The second run finds the thread and only resumes it, as a process
+    does after a crash: the operation stays confirmed and nothing is sent again.
     """
     script = tmp_path / "quickstart.py"
     script.write_text(python_block("## Quickstart\n"), encoding="utf-8")
