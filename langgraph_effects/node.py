@@ -46,7 +46,7 @@ from langgraph_effects._faces import (
     unanswered_calls,
 )
 from langgraph_effects._owners import current_owner
-from langgraph_effects.core.model import OperationDraft, Prepared, utcnow
+from langgraph_effects.core.model import OperationDraft, OperationStatus, Prepared, utcnow
 from langgraph_effects.decide import (
     APPROVAL_MODES,
     OPERATIONS_KEY,
@@ -55,6 +55,7 @@ from langgraph_effects.decide import (
     EffectCall,
     EffectRunner,
     PrepareMany,
+    Release,
     Trace,
     authenticated_user,
     warn_durability,
@@ -73,6 +74,8 @@ __all__ = [
     "effect_result",
     "route_tool_calls",
 ]
+
+S = OperationStatus
 
 _TOOLNODE_DEFAULT: Any = object()
 """``handle_tool_errors`` not given: ToolNode's own default applies."""
@@ -287,6 +290,36 @@ def _failing(task_error: BaseException) -> Iterator[None]:
         )
 
 
+_UNSENT = "answered by the node's wrap_tool_call without calling execute: nothing was sent"
+
+
+def _unsent(task: _Task | None, request: ToolCallRequest) -> Release | None:
+    """The release of the record the task's batch claimed for ``request``'s call, when the
+    user's wrapper answered (or failed) without deciding it: nothing was sent, so the
+    record goes back to ``prepared`` (a later call sends it), never left ``dispatching``."""
+    known = None if task is None else task.calls.get(request.tool_call["id"] or "")
+    handoff = None if task is None or known is None else task.take(known)
+    if handoff is None or not handoff.created or handoff.operation.status is not S.DISPATCHING:
+        return None
+    op = handoff.operation
+    return Release(op.key, token=op.fencing_token, reason=_UNSENT)
+
+
+@contextmanager
+def _logged(release: Release) -> Iterator[None]:
+    """A release that fails is logged, not raised over the wrapper's own answer or error:
+    the record then stays ``dispatching`` under this process's lease (``stuck`` lists it
+    once the lease lapses, and a takeover settles it)."""
+    try:
+        yield
+    except Exception as exc:
+        logger.warning(
+            "operation %s: the claim of a call its wrapper never sent could not be given back (%r)",
+            release.key.operation_id,
+            exc,
+        )
+
+
 class EffectToolNode(ToolNode):
     """A drop-in ``ToolNode`` that runs effect tools through the ledger.
 
@@ -323,7 +356,8 @@ class EffectToolNode(ToolNode):
             behave exactly as there.
         wrap_tool_call, awrap_tool_call: as for ``ToolNode``; for an effect tool they run
             outside the ledger's decision, so the arguments they pass to ``execute`` are
-            what the operation binds to.
+            what the operation binds to. A call they answer without calling ``execute``
+            is not sent: a claim the node's batch took for it is given back (``prepared``).
     """
 
     def __init__(
@@ -606,7 +640,15 @@ class EffectToolNode(ToolNode):
         if self._user_wrap is None:
             return self._decide(request, execute, carry=True)
         task = self._task()
-        return self._user_wrap(request, lambda r: self._decide(r, execute, carry=False, task=task))
+        try:
+            return self._user_wrap(
+                request, lambda r: self._decide(r, execute, carry=False, task=task)
+            )
+        finally:
+            release = _unsent(task, request)
+            if release is not None:
+                with _logged(release):
+                    self.runner.perform(release)
 
     async def _awrap(
         self, request: ToolCallRequest, execute: Callable[[ToolCallRequest], Any]
@@ -618,7 +660,13 @@ class EffectToolNode(ToolNode):
         async def inner(r: ToolCallRequest) -> ToolMessage | Command[Any]:
             return await self._adecide(r, execute, carry=False, task=task)
 
-        return await self._user_awrap(request, inner)
+        try:
+            return await self._user_awrap(request, inner)
+        finally:
+            release = _unsent(task, request)
+            if release is not None:
+                with _logged(release):
+                    await self.runner.aperform(release)
 
     @staticmethod
     def _config(request: ToolCallRequest) -> RunnableConfig | None:

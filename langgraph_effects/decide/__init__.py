@@ -27,7 +27,7 @@ Imports run one way: ``call`` / ``actions`` / ``messages`` / ``answers`` ->
 ``EffectMiddleware``, ``OutboxRelay``) import from this package only.
 """
 
-from langgraph_effects.decide.actions import ConfirmMany, LedgerAction, PrepareMany
+from langgraph_effects.decide.actions import ConfirmMany, LedgerAction, PrepareMany, Release
 from langgraph_effects.decide.answers import ANONYMOUS, authenticated_user
 from langgraph_effects.decide.approvals import APPROVAL_MODES, ApprovalMode
 from langgraph_effects.decide.call import EffectCall, Execute, ProviderResult
@@ -63,6 +63,7 @@ __all__ = [
     "Policy",
     "PrepareMany",
     "ProviderResult",
+    "Release",
     "Trace",
     "Via",
     "authenticated_user",

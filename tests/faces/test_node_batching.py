@@ -467,7 +467,8 @@ def test_a_failing_sibling_leaves_the_receipts_recorded(sqlite_path: Path, mode:
 
 def test_a_call_its_wrapper_answers_holds_no_receipt_back(sqlite_path: Path) -> None:
     """A user wrapper answers one effect call without running it: its siblings' receipts
-    commit without waiting for a receipt that will never come."""
+    commit without waiting for a receipt that will never come, and its claim is given back
+    (``prepared``: nothing was sent)."""
     provider = Tickets()
 
     def skip_t1(request: Any, execute: Any) -> Any:
@@ -493,8 +494,10 @@ def test_a_call_its_wrapper_answers_holds_no_receipt_back(sqlite_path: Path) -> 
     conn.set_trace_callback(None)
     assert sorted(provider.created) == ["t0", "t2"]
     assert "skipped" in [m.content for m in tool_messages(result)]
-    # binding, prepare_many, and the receipts of t0 and t2 in one confirm_many
-    assert len(commits) == 3
+    # binding, prepare_many, t1's claim given back, the receipts of t0 and t2 in one confirm_many
+    assert len(commits) == 4
+    statuses = {op.payload["title"]: op.status for op in ledger.list(tenant_id="default")}
+    assert statuses == {"t0": S.CONFIRMED, "t1": S.PREPARED, "t2": S.CONFIRMED}
     conn.close()
 
 
