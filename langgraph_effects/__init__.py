@@ -5,11 +5,13 @@ package keeps a durable ledger of every side-effecting tool call, so a resumed,
 retried, replayed or forked graph replays confirmed results, reconciles or
 safely retries uncertain ones, and asks a person about the rest.
 
-Every public name is imported here explicitly, so type checkers see its real
-type. The faces of the optional extras load on first use: the PostgreSQL
-ledgers (``[postgres]``: psycopg) and ``EffectMiddleware`` with its
-``EffectAgentState`` (``[agents]``: langchain). ``import langgraph_effects``
-never imports psycopg or langchain. The parts and their import rule:
+Every public name loads on first use (``_FROM`` maps it to its module), and
+type checkers read the ``TYPE_CHECKING`` imports that name its real type.
+``import langgraph_effects`` therefore costs nothing; ``effect`` or
+``EffectToolNode`` bring langgraph and langchain_core, ``PostgresLedger`` brings
+psycopg (``[postgres]``), ``EffectMiddleware`` langchain (``[agents]``), and a
+program that needs only the ledger (the operator CLI) loads none of them.
+The parts and their import rule:
 ARCHITECTURE.md at the repository root.
 """
 
@@ -18,93 +20,92 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from langgraph_effects.core.digest import payload_digest
-from langgraph_effects.core.model import (
-    Decision,
-    EventKind,
-    Evidence,
-    EvidenceKind,
-    LeaseOwner,
-    Operation,
-    OperationDraft,
-    OperationEvent,
-    OperationKey,
-    OperationStatus,
-    Prepared,
-    ProviderContract,
-    Resolution,
-)
-from langgraph_effects.decide import DurabilityWarning
-from langgraph_effects.effects import (
-    Authorizer,
-    EffectContext,
-    EffectSpec,
-    EffectTool,
-    Reconciler,
-    effect,
-)
-from langgraph_effects.errors import (
-    ConcurrentUpdate,
-    EffectRejected,
-    EffectsError,
-    IllegalTransition,
-    InvalidAnswer,
-    InvalidInput,
-    LeaseHeld,
-    LedgerError,
-    LedgerNotSetUp,
-    LedgerUnavailable,
-    MiddlewareOrderError,
-    OperationNotFound,
-    PayloadMismatch,
-    ProviderError,
-    StaleFencingToken,
-    StaleVersion,
-    TenantMismatch,
-    TransientProviderError,
-)
-from langgraph_effects.journal import (
-    AsyncRunJournal,
-    JournalStats,
-    RunEvent,
-    RunJournal,
-    RunMachine,
-    RunMetrics,
-    RunSnapshot,
-    RunState,
-    Transition,
-)
-from langgraph_effects.ledger.base import (
-    AsyncLedger,
-    Confirmation,
-    Ledger,
-    LedgerStats,
-    OpenOperations,
-)
-from langgraph_effects.ledger.connect import (
-    LazyLedger,
-    LedgerLocation,
-    ledger_from_env,
-    ledger_from_url,
-)
-from langgraph_effects.ledger.memory import InMemoryLedger
-from langgraph_effects.ledger.sqlite import AsyncSQLiteLedger, SQLiteLedger
-from langgraph_effects.ledger.sweep import StuckOperation, Sweep, afind_stuck, find_stuck
-from langgraph_effects.node import EffectState, EffectToolNode, route_tool_calls
-from langgraph_effects.outbox import (
-    Delivery,
-    Outbox,
-    OutboxEntry,
-    OutboxEvent,
-    OutboxRelay,
-    OutboxStatus,
-    Receipt,
-    RelayReport,
-)
-
 if TYPE_CHECKING:
+    from langgraph_effects.core.digest import payload_digest
+    from langgraph_effects.core.model import (
+        Decision,
+        EventKind,
+        Evidence,
+        EvidenceKind,
+        LeaseOwner,
+        Operation,
+        OperationDraft,
+        OperationEvent,
+        OperationKey,
+        OperationStatus,
+        Prepared,
+        ProviderContract,
+        Resolution,
+    )
+    from langgraph_effects.decide import DurabilityWarning
+    from langgraph_effects.effects import (
+        Authorizer,
+        EffectContext,
+        EffectSpec,
+        EffectTool,
+        Reconciler,
+        effect,
+    )
+    from langgraph_effects.errors import (
+        ConcurrentUpdate,
+        EffectRejected,
+        EffectsError,
+        IllegalTransition,
+        InvalidAnswer,
+        InvalidInput,
+        LeaseHeld,
+        LedgerError,
+        LedgerNotSetUp,
+        LedgerUnavailable,
+        MiddlewareOrderError,
+        OperationNotFound,
+        PayloadMismatch,
+        ProviderError,
+        StaleFencingToken,
+        StaleVersion,
+        TenantMismatch,
+        TransientProviderError,
+    )
+    from langgraph_effects.journal import (
+        AsyncRunJournal,
+        JournalStats,
+        RunEvent,
+        RunJournal,
+        RunMachine,
+        RunMetrics,
+        RunSnapshot,
+        RunState,
+        Transition,
+    )
+    from langgraph_effects.ledger.base import (
+        AsyncLedger,
+        Confirmation,
+        Ledger,
+        LedgerStats,
+        OpenOperations,
+    )
+    from langgraph_effects.ledger.connect import (
+        LazyLedger,
+        LedgerLocation,
+        ledger_from_env,
+        ledger_from_url,
+    )
+    from langgraph_effects.ledger.memory import InMemoryLedger
     from langgraph_effects.ledger.postgres import AsyncPostgresLedger, PostgresLedger
+    from langgraph_effects.ledger.sqlite import AsyncSQLiteLedger, SQLiteLedger
+    from langgraph_effects.ledger.sweep import StuckOperation, Sweep, afind_stuck, find_stuck
     from langgraph_effects.middleware import EffectAgentState, EffectMiddleware
+    from langgraph_effects.node import EffectState, EffectToolNode, route_tool_calls
+    from langgraph_effects.outbox import (
+        Delivery,
+        Outbox,
+        OutboxEntry,
+        OutboxEvent,
+        OutboxRelay,
+        OutboxStatus,
+        Receipt,
+        RelayReport,
+    )
 
 __version__ = "0.1.0"  # keep equal to pyproject's version (tests/docs/test_readme.py checks)
 
@@ -190,13 +191,115 @@ __all__ = [
     "route_tool_calls",
 ]
 
-# The optional extras' faces: public name -> defining module, imported on first use.
-_LAZY: dict[str, str] = {
-    "AsyncPostgresLedger": "langgraph_effects.ledger.postgres",
-    "PostgresLedger": "langgraph_effects.ledger.postgres",
-    "EffectAgentState": "langgraph_effects.middleware",
-    "EffectMiddleware": "langgraph_effects.middleware",
+# Public name -> defining module, imported on first use: ``import langgraph_effects``
+# costs nothing, and a program that needs only the ledger (the operator CLI) never
+# loads langgraph, langchain or psycopg. Type checkers read the imports above.
+_FROM: dict[str, tuple[str, ...]] = {
+    "langgraph_effects.core.digest": ("payload_digest",),
+    "langgraph_effects.core.model": (
+        "Decision",
+        "EventKind",
+        "Evidence",
+        "EvidenceKind",
+        "LeaseOwner",
+        "Operation",
+        "OperationDraft",
+        "OperationEvent",
+        "OperationKey",
+        "OperationStatus",
+        "Prepared",
+        "ProviderContract",
+        "Resolution",
+    ),
+    "langgraph_effects.decide": ("DurabilityWarning",),
+    "langgraph_effects.effects": (
+        "Authorizer",
+        "EffectContext",
+        "EffectSpec",
+        "EffectTool",
+        "Reconciler",
+        "effect",
+    ),
+    "langgraph_effects.errors": (
+        "ConcurrentUpdate",
+        "EffectRejected",
+        "EffectsError",
+        "IllegalTransition",
+        "InvalidAnswer",
+        "InvalidInput",
+        "LeaseHeld",
+        "LedgerError",
+        "LedgerNotSetUp",
+        "LedgerUnavailable",
+        "MiddlewareOrderError",
+        "OperationNotFound",
+        "PayloadMismatch",
+        "ProviderError",
+        "StaleFencingToken",
+        "StaleVersion",
+        "TenantMismatch",
+        "TransientProviderError",
+    ),
+    "langgraph_effects.journal": (
+        "AsyncRunJournal",
+        "JournalStats",
+        "RunEvent",
+        "RunJournal",
+        "RunMachine",
+        "RunMetrics",
+        "RunSnapshot",
+        "RunState",
+        "Transition",
+    ),
+    "langgraph_effects.ledger.base": (
+        "AsyncLedger",
+        "Confirmation",
+        "Ledger",
+        "LedgerStats",
+        "OpenOperations",
+    ),
+    "langgraph_effects.ledger.connect": (
+        "LazyLedger",
+        "LedgerLocation",
+        "ledger_from_env",
+        "ledger_from_url",
+    ),
+    "langgraph_effects.ledger.memory": ("InMemoryLedger",),
+    "langgraph_effects.ledger.postgres": (
+        "AsyncPostgresLedger",
+        "PostgresLedger",
+    ),
+    "langgraph_effects.ledger.sqlite": (
+        "AsyncSQLiteLedger",
+        "SQLiteLedger",
+    ),
+    "langgraph_effects.ledger.sweep": (
+        "StuckOperation",
+        "Sweep",
+        "afind_stuck",
+        "find_stuck",
+    ),
+    "langgraph_effects.middleware": (
+        "EffectAgentState",
+        "EffectMiddleware",
+    ),
+    "langgraph_effects.node": (
+        "EffectState",
+        "EffectToolNode",
+        "route_tool_calls",
+    ),
+    "langgraph_effects.outbox": (
+        "Delivery",
+        "Outbox",
+        "OutboxEntry",
+        "OutboxEvent",
+        "OutboxRelay",
+        "OutboxStatus",
+        "Receipt",
+        "RelayReport",
+    ),
 }
+_LAZY: dict[str, str] = {name: module for module, names in _FROM.items() for name in names}
 
 if not TYPE_CHECKING:  # type checkers see the imports above, not a catch-all ``Any``
 

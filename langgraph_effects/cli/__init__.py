@@ -54,14 +54,33 @@ the keys documented on each command; errors go to stderr (a JSON object
 
 from __future__ import annotations
 
-# The commands register themselves on ``app`` when their modules are imported.
-from langgraph_effects.cli import _decide as _decide
-from langgraph_effects.cli import _inspect as _inspect
-from langgraph_effects.cli import _stuck as _stuck
-from langgraph_effects.cli._app import app, main
-from langgraph_effects.cli._identity import ResolvePolicy
-from langgraph_effects.cli._ledger import open_ledger
-from langgraph_effects.cli._parse import parse_duration
-from langgraph_effects.cli._report import ExitCode
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# Declaring the commands registers them on ``app``; their bodies load when they run.
+from langgraph_effects.cli import _commands as _commands
+from langgraph_effects.cli._app import ExitCode, app, main
+
+if TYPE_CHECKING:
+    from langgraph_effects.cli._identity import ResolvePolicy
+    from langgraph_effects.cli._ledger import open_ledger
+    from langgraph_effects.cli._parse import parse_duration
 
 __all__ = ["ExitCode", "ResolvePolicy", "app", "main", "open_ledger", "parse_duration"]
+
+# Public name -> defining module, imported on first use (they need pydantic and the ledger).
+_LAZY = {
+    "ResolvePolicy": "langgraph_effects.cli._identity",
+    "open_ledger": "langgraph_effects.cli._ledger",
+    "parse_duration": "langgraph_effects.cli._parse",
+}
+
+if not TYPE_CHECKING:  # type checkers see the imports above
+
+    def __getattr__(name: str) -> Any:
+        module = _LAZY.get(name)
+        if module is None:
+            raise AttributeError(f"module 'langgraph_effects.cli' has no attribute {name!r}")
+        value = getattr(importlib.import_module(module), name)
+        globals()[name] = value
+        return value

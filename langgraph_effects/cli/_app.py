@@ -1,14 +1,35 @@
-"""The ``typer`` application, the options every command shares, and the entry point."""
+"""The ``typer`` application, the exit codes, and the entry point.
+
+Importing this module, or ``_commands`` which declares the commands on ``app``,
+costs little: ``--help`` and ``--version`` load neither pydantic nor the ledger.
+Each command's body lives in the module of its concern (``_inspect``,
+``_decide``, ``_stuck``) and is imported when the command runs (``deferred``).
+"""
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.metadata
-from typing import Annotated
+from collections.abc import Callable
+from enum import IntEnum
+from typing import Annotated, Any, TypeVar
 
 import typer
 
-from langgraph_effects.ledger.connect import LEDGER_URL_ENV
+__all__ = ["ExitCode", "app", "deferred", "main"]
+
+
+class ExitCode(IntEnum):
+    """The process exit codes of every command (see the module docstring)."""
+
+    OK = 0
+    FAILURE = 1
+    USAGE = 2
+    NOT_FOUND = 3
+    REFUSED = 4
+    FORBIDDEN = 5
+
 
 app = typer.Typer(
     name="langgraph-effects",
@@ -21,63 +42,28 @@ app = typer.Typer(
     rich_markup_mode=None,
 )
 
-DbOption = Annotated[
-    str | None,
-    typer.Option(
-        "--db",
-        envvar=list(LEDGER_URL_ENV),
-        metavar="URL",
-        help="Ledger URL: sqlite:///file.db, sqlite:////abs/file.db or postgresql://...",
-        show_default=False,
-    ),
-]
-JsonOption = Annotated[bool, typer.Option("--json", help="Machine-readable output (stable keys).")]
-OperationArg = Annotated[
-    str,
-    typer.Argument(metavar="OPERATION_ID", help="The operation id, or a unique prefix of it."),
-]
-TenantRequired = Annotated[
-    str,
-    typer.Option(
-        "--tenant", "-t", envvar="LGE_TENANT", metavar="TENANT", help="The operation's tenant."
-    ),
-]
-TenantFilter = Annotated[
-    str | None,
-    typer.Option("--tenant", "-t", envvar="LGE_TENANT", metavar="TENANT", help="Only this tenant."),
-]
-ByOption = Annotated[
-    str | None,
-    typer.Option(
-        "--by",
-        envvar="LGE_OPERATOR",
-        metavar="NAME",
-        help="Your name as you give it; recorded beside the verified identity "
-        "(default: the verified identity).",
-    ),
-]
-IdentityOption = Annotated[
-    str | None,
-    typer.Option(
-        "--identity",
-        envvar="LGE_IDENTITY",
-        metavar="MODULE:FUNCTION",
-        help="A hook returning your verified identity (default: the OS user).",
-    ),
-]
-ReasonOption = Annotated[
-    str,
-    typer.Option("--reason", metavar="TEXT", help="Why: recorded in the event log (required)."),
-]
-PolicyOption = Annotated[
-    str | None,
-    typer.Option(
-        "--policy",
-        envvar="LGE_RESOLVE_POLICY",
-        metavar="MODULE:FUNCTION",
-        help="A hook deciding who may decide what.",
-    ),
-]
+Command = TypeVar("Command", bound=Callable[..., None])
+
+
+def deferred(module: str) -> Callable[[Command], Command]:
+    """Run the declared command with the function of the same name in ``module``.
+
+    The declaration (its options and help) stays here, cheap to import; the body
+    and what it needs (pydantic, the ledger, rich tables) load only when the
+    command runs. ``functools.wraps`` keeps the declared signature for typer.
+    """
+
+    def wrap(declared: Command) -> Command:
+        @functools.wraps(declared)
+        def run(*args: Any, **kwargs: Any) -> None:
+            body = getattr(
+                importlib.import_module(f"langgraph_effects.cli.{module}"), declared.__name__
+            )
+            body(*args, **kwargs)
+
+        return run  # type: ignore[return-value]
+
+    return wrap
 
 
 def _version(value: bool) -> None:

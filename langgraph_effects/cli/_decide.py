@@ -2,27 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Annotated
-
 import typer
 from rich.text import Text
 
-from langgraph_effects.cli._app import (
-    ByOption,
-    DbOption,
-    IdentityOption,
-    JsonOption,
-    OperationArg,
-    PolicyOption,
-    ReasonOption,
-    TenantRequired,
-    app,
-)
+from langgraph_effects.cli._app import ExitCode
 from langgraph_effects.cli._identity import _check_policy, _identify, _load_hook
 from langgraph_effects.cli._ledger import _ledger, _require
 from langgraph_effects.cli._outlook import _approver, _outlook, _resend_risk
 from langgraph_effects.cli._parse import _parse_json
-from langgraph_effects.cli._report import ExitCode, _echo_json, _Failure, _reporting
+from langgraph_effects.cli._report import _echo_json, _Failure, _reporting
 from langgraph_effects.cli._text import _console, _lit, _status
 from langgraph_effects.core.model import (
     Decision,
@@ -74,42 +62,22 @@ def _checked_reason(reason: str) -> str:
     return reason
 
 
-@app.command()
 def resolve(
     ctx: typer.Context,
-    operation_id: OperationArg,
-    tenant: TenantRequired,
-    reason: ReasonOption,
-    confirm: Annotated[
-        bool, typer.Option("--confirm", help="The effect happened: record it as confirmed.")
-    ] = False,
-    reject: Annotated[
-        bool, typer.Option("--reject", help="The effect did not happen and never will.")
-    ] = False,
-    by: ByOption = None,
-    identity: IdentityOption = None,
-    evidence: Annotated[
-        str | None,
-        typer.Option(
-            "--evidence",
-            metavar="JSON",
-            help='What you saw, e.g. {"summary": "...", "provider_result_id": "..."}.',
-        ),
-    ] = None,
-    result: Annotated[
-        str | None,
-        typer.Option(
-            "--result", metavar="JSON", help="The result to replay to the model (with --confirm)."
-        ),
-    ] = None,
-    policy: PolicyOption = None,
-    db: DbOption = None,
-    as_json: JsonOption = False,
+    operation_id: str,
+    tenant: str,
+    reason: str,
+    confirm: bool,
+    reject: bool,
+    by: str | None,
+    identity: str | None,
+    evidence: str | None,
+    result: str | None,
+    policy: str | None,
+    db: str | None,
+    as_json: bool,
 ) -> None:
-    """Decide an unknown operation: --confirm (it happened) or --reject (it did not).
-
-    JSON: {"operation": {every record field, after the decision}}
-    """
+    """The body of ``resolve`` (declared in ``_commands``)."""
     with _reporting(as_json):
         if confirm == reject:
             raise _Failure(ExitCode.USAGE, "usage", "give exactly one of --confirm or --reject")
@@ -151,36 +119,19 @@ def resolve(
             _report_decision(ledger.resolve(op.tenant_id, op.operation_id, resolution), as_json)
 
 
-@app.command()
 def retry(
     ctx: typer.Context,
-    operation_id: OperationArg,
-    tenant: TenantRequired,
-    reason: ReasonOption,
-    by: ByOption = None,
-    identity: IdentityOption = None,
-    accept_duplicate_risk: Annotated[
-        bool,
-        typer.Option(
-            "--accept-duplicate-risk",
-            help="Retry even though the record does not prove the provider deduplicates the "
-            "resend: no idempotency key, no recorded key window, or the window has passed "
-            "(you checked that the first attempt did not apply).",
-        ),
-    ] = False,
-    policy: PolicyOption = None,
-    db: DbOption = None,
-    as_json: JsonOption = False,
+    operation_id: str,
+    tenant: str,
+    reason: str,
+    by: str | None,
+    identity: str | None,
+    accept_duplicate_risk: bool,
+    policy: str | None,
+    db: str | None,
+    as_json: bool,
 ) -> None:
-    """Authorize a retry of an unknown operation: the next run dispatches it again.
-
-    The resend reuses the operation's idempotency key and pinned payload. It
-    is refused (exit 4) unless the record proves the provider still
-    deduplicates it (a key, a recorded retention, first sent less than that
-    ago), or --accept-duplicate-risk says you checked the provider.
-
-    JSON: {"operation": {every record field, after the decision}}
-    """
+    """The body of ``retry`` (declared in ``_commands``)."""
     with _reporting(as_json):
         _checked_reason(reason)
         who = _identify(by, identity)
@@ -204,23 +155,18 @@ def retry(
             _report_decision(ledger.resolve(op.tenant_id, op.operation_id, order), as_json)
 
 
-@app.command()
 def approve(
     ctx: typer.Context,
-    operation_id: OperationArg,
-    tenant: TenantRequired,
-    reason: ReasonOption,
-    by: ByOption = None,
-    identity: IdentityOption = None,
-    policy: PolicyOption = None,
-    db: DbOption = None,
-    as_json: JsonOption = False,
+    operation_id: str,
+    tenant: str,
+    reason: str,
+    by: str | None,
+    identity: str | None,
+    policy: str | None,
+    db: str | None,
+    as_json: bool,
 ) -> None:
-    """Approve a prepared operation waiting for approval: the next run dispatches it
-    without asking (the pinned payload, after the effect's authorize check).
-
-    JSON: {"operation": {every record field, after the decision}}
-    """
+    """The body of ``approve`` (declared in ``_commands``)."""
     with _reporting(as_json):
         _checked_reason(reason)
         who = _identify(by, identity)
@@ -242,23 +188,18 @@ def approve(
             _report_decision(decided, as_json)
 
 
-@app.command("reject")
 def reject_operation(
     ctx: typer.Context,
-    operation_id: OperationArg,
-    tenant: TenantRequired,
-    reason: ReasonOption,
-    by: ByOption = None,
-    identity: IdentityOption = None,
-    policy: PolicyOption = None,
-    db: DbOption = None,
-    as_json: JsonOption = False,
+    operation_id: str,
+    tenant: str,
+    reason: str,
+    by: str | None,
+    identity: str | None,
+    policy: str | None,
+    db: str | None,
+    as_json: bool,
 ) -> None:
-    """Reject a prepared operation (refuse its approval) or an unknown one (it did not
-    happen): the next run returns the rejection to the model and never sends it.
-
-    JSON: {"operation": {every record field, after the decision}}
-    """
+    """The body of ``reject_operation`` (declared in ``_commands``)."""
     with _reporting(as_json):
         _checked_reason(reason)
         who = _identify(by, identity)

@@ -10,7 +10,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from langgraph_effects.cli._report import ExitCode, _Failure
+from langgraph_effects.cli._app import ExitCode
+from langgraph_effects.cli._report import _Failure
 from langgraph_effects.cli._text import _CONTROL, _lit
 from langgraph_effects.core.model import (
     Decision,

@@ -6,20 +6,12 @@ import json
 import sys
 import time
 from datetime import datetime, timedelta
-from typing import Annotated, Any
+from typing import Any
 
 import typer
 from rich.table import Table
 from rich.text import Text
 
-from langgraph_effects.cli._app import (
-    DbOption,
-    JsonOption,
-    OperationArg,
-    TenantFilter,
-    TenantRequired,
-    app,
-)
 from langgraph_effects.cli._ledger import _abbreviations, _ledger, _require
 from langgraph_effects.cli._outlook import _COMMAND, _key_expiry, _outlook
 from langgraph_effects.cli._parse import _ORDER, _statuses, parse_duration
@@ -53,48 +45,19 @@ from langgraph_effects.ledger.base import LedgerStats
 S = OperationStatus
 
 
-@app.command("list")
 def list_operations(
     ctx: typer.Context,
-    db: DbOption = None,
-    tenant: TenantFilter = None,
-    status: Annotated[
-        list[str] | None,
-        typer.Option("--status", "-s", metavar="STATUS", help="Only these statuses (repeatable)."),
-    ] = None,
-    action: Annotated[
-        str | None, typer.Option("--action", "-a", metavar="ACTION", help="Only this action.")
-    ] = None,
-    older_than: Annotated[
-        str | None,
-        typer.Option(
-            "--older-than",
-            metavar="DURATION",
-            help="Status unchanged for at least this long (10m, 2h, 1d).",
-        ),
-    ] = None,
-    include_terminal: Annotated[
-        bool, typer.Option("--all", help="Also confirmed and rejected operations.")
-    ] = False,
-    limit: Annotated[
-        int, typer.Option("--limit", min=1, metavar="N", help="At most this many rows.")
-    ] = 100,
-    full_ids: Annotated[
-        bool, typer.Option("--full-ids", help="Whole operation ids (default: unique prefixes).")
-    ] = False,
-    as_json: JsonOption = False,
+    db: str | None,
+    tenant: str | None,
+    status: list[str] | None,
+    action: str | None,
+    older_than: str | None,
+    include_terminal: bool,
+    limit: int,
+    full_ids: bool,
+    as_json: bool,
 ) -> None:
-    """List operations: by default the open ones, unknown first, oldest status first.
-
-    Age is the time in the current status (status_changed_at): recording
-    inconclusive evidence does not make an old unknown look young. Ids are
-    abbreviated to unique prefixes, which every command accepts.
-
-    JSON: {"operations": [{tenant_id, operation_id, workflow_id, action,
-    action_version, target, provider, status, attempts, idempotency_key,
-    created_at, updated_at, status_changed_at, first_dispatched_at, age_seconds,
-    error}], "count": N}
-    """
+    """The body of ``list_operations`` (declared in ``_commands``)."""
     with _reporting(as_json), _ledger(ctx, db) as ledger:
         now = utcnow()
         before = None
@@ -152,23 +115,14 @@ def list_operations(
             console.print(f"(first {limit}; raise --limit for more)")
 
 
-@app.command()
 def show(
     ctx: typer.Context,
-    operation_id: OperationArg,
-    tenant: TenantRequired,
-    db: DbOption = None,
-    as_json: JsonOption = False,
+    operation_id: str,
+    tenant: str,
+    db: str | None,
+    as_json: bool,
 ) -> None:
-    """Show one operation: its record, events, evidence, what the next run does and what a
-    retry would risk.
-
-    JSON: {"operation": {every record field}, "events": [event...],
-    "conflict": the late receipt contradicting a rejected record, or null,
-    "outlook": {decisions, status_since, next_run, risk, attempts,
-    idempotency_key, first_dispatched_at, key_age_seconds, key_window_known,
-    key_retention_seconds, key_expires_at, key_window_open}}
-    """
+    """The body of ``show`` (declared in ``_commands``)."""
     with _reporting(as_json), _ledger(ctx, db) as ledger:
         op = _require(ledger, tenant, operation_id)
         events = ledger.events(op.tenant_id, op.operation_id)
@@ -260,20 +214,13 @@ def _stats_json(stats: LedgerStats, now: datetime) -> dict[str, Any]:
     }
 
 
-@app.command()
 def stats(
     ctx: typer.Context,
-    db: DbOption = None,
-    tenant: TenantFilter = None,
-    as_json: JsonOption = False,
+    db: str | None,
+    tenant: str | None,
+    as_json: bool,
 ) -> None:
-    """Counts per status, age of the oldest unknown, reconciliation outcomes, resolutions.
-
-    JSON: {counts: {status: n}, total, oldest_unknown_at, oldest_unknown_age_seconds,
-    oldest_dispatching_at, reconciliation: {confirmed, rejected, inconclusive},
-    operator_resolutions}. Duplicates prevented (replays) happen in the workers and are
-    not stored in the ledger: the metric ``lge.duplicates_prevented`` counts them.
-    """
+    """The body of ``stats`` (declared in ``_commands``)."""
     with _reporting(as_json), _ledger(ctx, db) as ledger:
         figures = _stats_json(ledger.stats(tenant_id=tenant), utcnow())
         if as_json:
@@ -296,37 +243,18 @@ def stats(
         console.print(f"operator resolutions: {figures['operator_resolutions']}")
 
 
-@app.command()
 def events(
     ctx: typer.Context,
-    db: DbOption = None,
-    tenant: TenantFilter = None,
-    after: Annotated[
-        int, typer.Option("--after", min=0, metavar="EVENT_ID", help="Start after this event id.")
-    ] = 0,
-    follow: Annotated[
-        bool, typer.Option("--follow", "-f", help="Keep polling for new events.")
-    ] = False,
-    interval: Annotated[
-        float,
-        typer.Option("--interval", min=0.01, metavar="SECONDS", help="Seconds between polls."),
-    ] = 1.0,
-    count: Annotated[
-        int | None,
-        typer.Option("--count", min=1, metavar="N", help="Stop after this many events."),
-    ] = None,
-    limit: Annotated[
-        int,
-        typer.Option("--limit", min=1, metavar="N", help="Without --follow: at most this many."),
-    ] = 100,
-    as_json: JsonOption = False,
+    db: str | None,
+    tenant: str | None,
+    after: int,
+    follow: bool,
+    interval: float,
+    count: int | None,
+    limit: int,
+    as_json: bool,
 ) -> None:
-    """Print the event log after --after; with --follow, keep polling (Ctrl-C stops).
-
-    JSON: one object per line: {event_id, tenant_id, operation_id, seq, kind,
-    from_status, to_status, actor, fencing_token, at, evidence, detail}.
-    Resume later with --after <last event_id>.
-    """
+    """The body of ``events`` (declared in ``_commands``)."""
     with _reporting(as_json), _ledger(ctx, db) as ledger:
         cursor, shown = after, 0
         budget = count if follow else min(limit, count or limit)

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import typer
 
-from langgraph_effects.cli._report import _SECRETS, ExitCode, _Failure, _passwords, _redact
+from langgraph_effects.cli._app import ExitCode
+from langgraph_effects.cli._report import _SECRETS, _Failure, _passwords, _redact
 from langgraph_effects.core.model import (
     Operation,
 )

@@ -6,13 +6,13 @@ import contextlib
 import json
 import re
 from collections.abc import Iterator
-from enum import IntEnum
 from typing import Any, NoReturn
 
 import pydantic
 import typer
 from rich.text import Text
 
+from langgraph_effects.cli._app import ExitCode
 from langgraph_effects.cli._text import _console, _lit
 from langgraph_effects.errors import (
     ConcurrentUpdate,
@@ -24,17 +24,6 @@ from langgraph_effects.errors import (
     StaleFencingToken,
 )
 from langgraph_effects.ledger.connect import _authority
-
-
-class ExitCode(IntEnum):
-    """The process exit codes of every command (see the module docstring)."""
-
-    OK = 0
-    FAILURE = 1
-    USAGE = 2
-    NOT_FOUND = 3
-    REFUSED = 4
-    FORBIDDEN = 5
 
 
 class _Failure(Exception):

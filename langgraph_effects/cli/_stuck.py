@@ -3,24 +3,16 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated
 
 import typer
 from rich.table import Table
 from rich.text import Text
 
-from langgraph_effects.cli._app import (
-    ByOption,
-    DbOption,
-    IdentityOption,
-    JsonOption,
-    TenantFilter,
-    app,
-)
+from langgraph_effects.cli._app import ExitCode
 from langgraph_effects.cli._decide import _checked_reason
 from langgraph_effects.cli._identity import _identify
 from langgraph_effects.cli._ledger import _abbreviations, _ledger
-from langgraph_effects.cli._report import ExitCode, _echo_json, _Failure, _reporting
+from langgraph_effects.cli._report import _echo_json, _Failure, _reporting
 from langgraph_effects.cli._text import _age, _console, _iso, _lit, _summary
 from langgraph_effects.core.model import (
     utcnow,
@@ -30,49 +22,22 @@ from langgraph_effects.errors import (
     IllegalTransition,
     StaleFencingToken,
 )
-from langgraph_effects.ledger.sweep import DEFAULT_SCAN, Sweep, find_stuck
+from langgraph_effects.ledger.sweep import Sweep, find_stuck
 
 
-@app.command()
 def stuck(
     ctx: typer.Context,
-    db: DbOption = None,
-    tenant: TenantFilter = None,
-    scan: Annotated[
-        int,
-        typer.Option(
-            "--scan", min=1, metavar="N", help="Examine at most N dispatching operations."
-        ),
-    ] = DEFAULT_SCAN,
-    mark_unknown: Annotated[
-        bool,
-        typer.Option(
-            "--mark-unknown",
-            help="Mark each one unknown (with --reason), so resolve and retry can decide it.",
-        ),
-    ] = False,
-    reason: Annotated[
-        str | None,
-        typer.Option("--reason", metavar="TEXT", help="Why (with --mark-unknown)."),
-    ] = None,
-    by: ByOption = None,
-    identity: IdentityOption = None,
-    full_ids: Annotated[
-        bool, typer.Option("--full-ids", help="Whole operation ids (default: unique prefixes).")
-    ] = False,
-    as_json: JsonOption = False,
+    db: str | None,
+    tenant: str | None,
+    scan: int,
+    mark_unknown: bool,
+    reason: str | None,
+    by: str | None,
+    identity: str | None,
+    full_ids: bool,
+    as_json: bool,
 ) -> None:
-    """List operations stuck dispatching: owner process gone (on this host) or lease expired.
-
-    The next run of their thread would take them over; a thread nobody runs
-    again leaves them dispatching for ever. --mark-unknown moves each to
-    unknown (the event names you and the reason; the provider may have acted,
-    so nothing is sent and nothing is rejected), where resolve and retry apply.
-    Exit 4 when one could not be marked (its owner settled it meanwhile).
-
-    JSON: {"stuck": [{the list keys, lease_owner, lease_expires_at, owner_dead,
-    why, marked_unknown, refused}], "count": N, "scanned": N, "complete": bool}
-    """
+    """The body of ``stuck`` (declared in ``_commands``)."""
     with _reporting(as_json):
         who = None
         if mark_unknown:

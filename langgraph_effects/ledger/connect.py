@@ -41,6 +41,7 @@ from urllib.parse import urlsplit
 
 from langgraph_effects.core.model import utcnow
 from langgraph_effects.errors import InvalidInput
+from langgraph_effects.ledger._defaults import LEDGER_URL_ENV
 
 __all__ = [
     "DEFAULT_LEDGER_URL",
@@ -51,9 +52,6 @@ __all__ = [
     "ledger_from_url",
     "parse_ledger_url",
 ]
-
-LEDGER_URL_ENV = ("LGE_LEDGER_URL", "LGE_DB")
-"""The environment variables naming the ledger, first set wins (``LGE_DB`` is the old name)."""
 
 DEFAULT_LEDGER_URL = "sqlite:///effects.db"
 """``ledger_from_env``'s ledger when no variable is set: ``effects.db`` in the working dir."""

@@ -30,12 +30,10 @@ from datetime import datetime
 
 from langgraph_effects._owners import holder_provably_dead
 from langgraph_effects.core.model import Operation, OperationStatus, utcnow
+from langgraph_effects.ledger._defaults import DEFAULT_SCAN
 from langgraph_effects.ledger.base import AsyncLedger, Ledger
 
 __all__ = ["DEFAULT_SCAN", "StuckOperation", "Sweep", "afind_stuck", "find_stuck"]
-
-DEFAULT_SCAN = 1000
-"""How many ``dispatching`` operations one sweep examines, oldest first."""
 
 
 @dataclass(frozen=True)
