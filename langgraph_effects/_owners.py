@@ -18,7 +18,7 @@ import psutil
 
 from langgraph_effects.core.model import LeaseOwner, Operation
 
-__all__ = ["current_owner", "holder_provably_dead", "provably_dead"]
+__all__ = ["current_owner", "holder_dead", "holder_provably_dead", "owner_dead", "provably_dead"]
 
 _START_TOLERANCE = 0.05
 """Seconds two readings of one process's start time may differ (both rounded to 0.01 s)."""
@@ -71,37 +71,50 @@ def current_owner() -> LeaseOwner:
     return LeaseOwner(host=host, pid=pid, started_at=started_at, nonce=_nonce(pid))
 
 
-def provably_dead(owner: LeaseOwner) -> bool:
-    """True only when ``owner`` ran on this host and its process is gone.
+def owner_dead(owner: LeaseOwner) -> bool | None:
+    """Whether ``owner``'s process is gone: True or False only when this host can tell.
 
-    The process start time excludes PID reuse: a new process with the same pid
-    has another start time, and a zombie counts as gone. Another host can
-    never be proven dead from here: its lease must expire.
+    True: it ran on this host and its process is gone (the process start time
+    excludes PID reuse: a new process with the same pid has another start time,
+    and a zombie counts as gone). False: it ran on this host and that very
+    process still runs. None: another host (never proven either way from here:
+    its lease must expire), or the process table could not be read.
     """
     if owner.host != _current_identity()[1]:
-        return False
+        return None
     try:
-        started = round(psutil.Process(owner.pid).create_time(), 2)
+        process = psutil.Process(owner.pid)
+        started = round(process.create_time(), 2)
     except psutil.NoSuchProcess:
         return True
     except psutil.Error:
-        return False
+        return None
     if abs(started - owner.started_at) > _START_TOLERANCE:
         return True  # the pid was reused by another process
     try:
-        return bool(psutil.Process(owner.pid).status() == psutil.STATUS_ZOMBIE)
+        return bool(process.status() == psutil.STATUS_ZOMBIE)
     except psutil.Error:
-        return True
+        return True  # it went away between the two readings
 
 
-def holder_provably_dead(op: Operation) -> bool:
-    """``provably_dead`` for the record's lease holder; False when there is none.
+def provably_dead(owner: LeaseOwner) -> bool:
+    """True only when ``owner`` ran on this host and its process is gone (``owner_dead``)."""
+    return owner_dead(owner) is True
+
+
+def holder_dead(op: Operation) -> bool | None:
+    """``owner_dead`` for the record's lease holder; None when there is none.
 
     An owner written by another tool (one ``LeaseOwner.decode`` cannot read)
-    proves nothing either way, so it is never taken for dead.
+    proves nothing either way.
     """
     try:
         owner = op.owner
     except (ValueError, TypeError):
-        return False
-    return owner is not None and provably_dead(owner)
+        return None
+    return None if owner is None else owner_dead(owner)
+
+
+def holder_provably_dead(op: Operation) -> bool:
+    """``provably_dead`` for the record's lease holder (``holder_dead``); False with none."""
+    return holder_dead(op) is True

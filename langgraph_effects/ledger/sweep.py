@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from langgraph_effects._owners import holder_provably_dead
+from langgraph_effects._owners import holder_dead
 from langgraph_effects.core.model import Operation, OperationStatus, utcnow
 from langgraph_effects.ledger._defaults import DEFAULT_SCAN
 from langgraph_effects.ledger.base import AsyncLedger, Ledger
@@ -41,8 +41,10 @@ class StuckOperation:
     """One ``dispatching`` operation that its owner will not settle, and why."""
 
     operation: Operation
-    owner_dead: bool
-    """True: the owner's process is provably gone; False: its lease expired."""
+    owner_dead: bool | None
+    """True: the owner's process is provably gone; False: it provably still runs (this
+    host, same process: its lease expired, yet it may still settle the call); None:
+    this host cannot tell (the owner ran on another host, or is unreadable)."""
     why: str
     """For a person: ``the lease owner's process is gone`` or ``the lease expired ...``."""
 
@@ -97,12 +99,15 @@ def _judge(rows: Sequence[Operation], now: datetime, scan: int) -> Sweep:
     for op in rows[:scan]:
         if op.status is not OperationStatus.DISPATCHING:
             continue
+        dead = holder_dead(op)
         if not op.lease_alive(now):
             end = op.lease_expires_at
             expired = end.isoformat(timespec="seconds") if end else "-"
             why = f"the lease expired at {expired} without a receipt"
-            stuck.append(StuckOperation(op, owner_dead=False, why=why))
-        elif holder_provably_dead(op):
+            if dead:
+                why += "; the lease owner's process is gone"
+            stuck.append(StuckOperation(op, owner_dead=dead, why=why))
+        elif dead:
             why = "the lease owner's process is gone"
             stuck.append(StuckOperation(op, owner_dead=True, why=why))
     return Sweep(stuck=stuck, scanned=min(len(rows), scan), complete=len(rows) <= scan)

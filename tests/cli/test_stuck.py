@@ -6,11 +6,14 @@ import asyncio
 import json
 import os
 import socket
+import subprocess
+import sys
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 from typer.testing import CliRunner, Result
 
@@ -88,13 +91,23 @@ def test_the_sweep_lists_dead_owners_and_expired_leases_only(db: Any, clock: Clo
     assert set(found) == {"op-dead", "op-live", "op-far", "op-far-old", "op-other"}
     assert sweep.scanned == 5
     assert sweep.complete
+    # An expired lease does not hide what this host can tell about its owner: gone, still
+    # running (this process), or unknowable (another host).
+    assert {name: f.owner_dead for name, f in found.items()} == {
+        "op-dead": True,
+        "op-other": True,
+        "op-live": False,
+        "op-far": None,
+        "op-far-old": None,
+    }
+    assert found["op-dead"].why.endswith("; the lease owner's process is gone")
 
     sweep = find_stuck(ledger, now=_later(clock))
     found = {f.operation.operation_id: f for f in sweep.stuck}
     assert set(found) == {"op-dead", "op-far-old", "op-other"}
     assert found["op-dead"].owner_dead
     assert found["op-dead"].why == "the lease owner's process is gone"
-    assert not found["op-far-old"].owner_dead
+    assert found["op-far-old"].owner_dead is None
     assert found["op-far-old"].why.startswith("the lease expired at ")
     only_a = find_stuck(ledger, tenant_id=TENANT, now=_later(clock))
     assert {f.operation.operation_id for f in only_a.stuck} == {"op-dead", "op-far-old"}
@@ -155,6 +168,27 @@ def test_cli_stuck_lists_them_with_the_reason(db: Any) -> None:
     assert "op-dead" in text.stdout
     assert "the lease owner's process is gone" in text.stdout
     assert "op-other" not in text.stdout
+
+
+def test_cli_stuck_says_a_killed_owner_is_dead_after_its_lease_expired(tmp_path: Path) -> None:
+    """A real process, killed while it held a lease that has since expired: ``stuck --json``
+    says ``owner_dead: true`` (not false because the lease also expired)."""
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        started = round(psutil.Process(child.pid).create_time(), 2)
+    finally:
+        child.kill()
+        child.wait(timeout=60)
+    owner = LeaseOwner(host=current_owner().host, pid=child.pid, started_at=started, nonce="k")
+    path = tmp_path / "effects.db"
+    with SQLiteLedger.from_conn_string(str(path)) as ledger:
+        ledger.setup()
+        ledger.prepare(make_draft("op-killed"), owner=owner, lease_for=timedelta(milliseconds=1))
+    result = cli(f"sqlite:///{path}", "stuck", "--json")
+    assert result.exit_code == 0, result.output
+    [row] = json.loads(result.stdout)["stuck"]
+    assert (row["operation_id"], row["owner_dead"]) == ("op-killed", True)
+    assert row["why"].startswith("the lease expired at ")
 
 
 def test_cli_stuck_mark_unknown_hands_them_to_resolve(db: Any) -> None:
