@@ -18,14 +18,19 @@ import contextvars
 import inspect
 import os
 import typing
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias, overload
 
 from langchain_core.tools import BaseTool, StructuredTool
 from langchain_core.tools.base import create_schema_from_function
 
-from langgraph_effects.core.digest import PAYLOAD_KEY_ENV, payload_digest, resolve_payload_key
+from langgraph_effects.core.digest import (
+    PAYLOAD_KEY_ENV,
+    PAYLOAD_OLD_KEYS_ENV,
+    payload_digest,
+    resolve_payload_keys,
+)
 from langgraph_effects.core.model import Evidence, Operation, ProviderContract
 from langgraph_effects.errors import EffectsError, InvalidInput, MiddlewareOrderError
 
@@ -84,6 +89,9 @@ class EffectSpec:
     store_payload: bool = True
     payload_key: bytes | None = field(default=None, repr=False)
     """The secret keying the payload digest; set exactly when ``store_payload`` is False."""
+    older_payload_keys: tuple[bytes, ...] = field(default=(), repr=False)
+    """Keys rotated out, newest first: they digest no new record, they recognise the
+    records they digested (``decide.loop.recognised``, docs/payload-keys.md)."""
 
     def digest_of(
         self, target: str | None, args: dict[str, Any], *, canonical: bytes | None = None
@@ -94,6 +102,13 @@ class EffectSpec:
         """
         return payload_digest(
             self.action, self.version, target, args, key=self.payload_key, canonical=canonical
+        )
+
+    def older_digests(self, target: str | None, args: dict[str, Any]) -> tuple[str, ...]:
+        """The call's payload digest under each key rotated out, newest first."""
+        return tuple(
+            payload_digest(self.action, self.version, target, args, key=key)
+            for key in self.older_payload_keys
         )
 
     def target_of(self, args: dict[str, Any]) -> str | None:
@@ -424,7 +439,7 @@ def effect(
     authorize: Authorizer | None = ...,
     intent_key: str | Callable[[dict[str, Any]], str] | None = ...,
     store_payload: bool = ...,
-    payload_key: bytes | str | None = ...,
+    payload_key: bytes | str | Sequence[bytes | str] | None = ...,
     name: str | None = ...,
     description: str | None = ...,
 ) -> Callable[[Callable[..., Any] | BaseTool], EffectTool]: ...
@@ -445,7 +460,7 @@ def effect(
     authorize: Authorizer | None = None,
     intent_key: str | Callable[[dict[str, Any]], str] | None = None,
     store_payload: bool = True,
-    payload_key: bytes | str | None = None,
+    payload_key: bytes | str | Sequence[bytes | str] | None = None,
     name: str | None = None,
     description: str | None = None,
 ) -> Callable[[Callable[..., Any] | BaseTool], EffectTool] | EffectTool:
@@ -479,12 +494,18 @@ def effect(
             digest is then an HMAC-SHA256 under a secret key (``payload_key``, else
             the ``LGE_PAYLOAD_KEY`` environment variable read when the effect is
             declared; refused without one), so a low-entropy payload (a PIN)
-            cannot be recovered from the record by trying every value. Keep the
-            key stable: it is part of each call's identity, and another key makes
-            an unfinished call a new operation.
+            cannot be recovered from the record by trying every value. The key
+            is part of each call's identity: rotate it by listing the old key
+            after the new one until the records it digested are settled.
         payload_key: the secret for ``store_payload=False`` (at least 16 bytes;
-            text is read as UTF-8). Refused with ``store_payload=True``, where the
-            payload is stored anyway and the digest is a plain SHA-256.
+            text is read as UTF-8), or a list of them: the current key first,
+            then keys rotated out (``LGE_PAYLOAD_OLD_KEYS``, comma-separated,
+            when the key comes from ``LGE_PAYLOAD_KEY``). New records are
+            digested under the first; the others recognise the records they
+            digested, so an operation prepared before the rotation is met again
+            (its approval answered, its outcome settled), never sent anew
+            (docs/payload-keys.md). Refused with ``store_payload=True``, where
+            the payload is stored anyway and the digest is a plain SHA-256.
         name, description: override the tool's name and description.
 
     Returns:
@@ -501,14 +522,15 @@ def effect(
             f"effect {action!r}: payload_key is for store_payload=False "
             "(a stored payload is digested with plain SHA-256)"
         )
-    key = (
-        None
-        if store_payload
-        else resolve_payload_key(
-            payload_key if payload_key is not None else os.environ.get(PAYLOAD_KEY_ENV),
-            what=f"effect {action!r}",
-        )
-    )
+    key: bytes | None = None
+    older: tuple[bytes, ...] = ()
+    if not store_payload:
+        given: Any = payload_key
+        if given is None:  # the deployment's keys: current, then rotated out
+            rotated = os.environ.get(PAYLOAD_OLD_KEYS_ENV) or ""
+            given = [os.environ.get(PAYLOAD_KEY_ENV), *filter(None, rotated.split(","))]
+        key, *rest = resolve_payload_keys(given, what=f"effect {action!r}")
+        older = tuple(rest)
     spec = EffectSpec(
         action=action,
         version=version,
@@ -520,6 +542,7 @@ def effect(
         intent_key=intent_key,
         store_payload=store_payload,
         payload_key=key,
+        older_payload_keys=older,
     )
 
     def decorate(obj: Callable[..., Any] | BaseTool) -> EffectTool:

@@ -67,7 +67,8 @@ class PayloadMismatch(InvalidInput):
         self.operation_id = operation_id
         self.expected = expected
         self.actual = actual
-        hint = _KEYED_HINT if expected.startswith("hmac:") != actual.startswith("hmac:") else ""
+        keyed = expected.startswith("hmac:"), actual.startswith("hmac:")
+        hint = _KEYED_HINT if keyed[0] != keyed[1] else _ROTATED_HINT if all(keyed) else ""
         super().__init__(
             f"operation {operation_id!r} was prepared with payload digest {expected[:12]}…, "
             f"this call has {actual[:12]}…: the same intent key cannot carry another payload{hint}"
@@ -77,6 +78,13 @@ class PayloadMismatch(InvalidInput):
 _KEYED_HINT = (
     " (one digest is keyed, 'hmac:', the other plain SHA-256: the effect's store_payload "
     "policy changed since the record was written, or it predates keyed digests)"
+)
+
+_ROTATED_HINT = (
+    " (both digests are keyed: the payload differs, or payload_key changed since the "
+    "record was written; after a rotation list the old key after the new one, "
+    "payload_key=[new, old] or LGE_PAYLOAD_OLD_KEYS, until its records are settled: "
+    "docs/payload-keys.md)"
 )
 
 

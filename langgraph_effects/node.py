@@ -559,11 +559,13 @@ class EffectToolNode(ToolNode):
 
     @staticmethod
     def _batch(calls: list[EffectCall]) -> list[EffectCall]:
-        """The calls prepared together: parallel, no approval or authorization to ask."""
+        """The calls prepared together: parallel, no approval or authorization to ask, no
+        payload key rotated out (such a call first looks for its record: ``recognised``)."""
         batch = [
             c
             for c in calls
-            if not c.spec.require_approval and c.spec.authorize is None and not c.single
+            if not (c.spec.require_approval or c.spec.authorize or c.spec.older_payload_keys)
+            and not c.single
         ]
         ids = [c.tool_call_id for c in batch]
         return batch if len(batch) > 1 and len(set(ids)) == len(ids) else []

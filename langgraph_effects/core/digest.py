@@ -7,8 +7,9 @@ Two formats, told apart by their prefix:
 * ``hmac:<64 hex>``: HMAC-SHA256 under a secret the deployment provides.
   Required when only the digest is kept (``store_payload=False``): a plain hash
   of a low-entropy payload (a 6-digit PIN) is reversed by trying every value;
-  without the key that search is impossible. The key must stay the same while
-  operations may be resumed: the digest is part of the operation's identity.
+  without the key that search is impossible. The digest is part of the
+  operation's identity: a rotated key stays listed after the new one until the
+  records it digested are settled (``resolve_payload_keys``, docs/payload-keys.md).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+from collections.abc import Sequence
 from typing import Any
 
 import rfc8785
@@ -27,9 +29,11 @@ __all__ = [
     "MAX_PAYLOAD_BYTES",
     "MIN_PAYLOAD_KEY_BYTES",
     "PAYLOAD_KEY_ENV",
+    "PAYLOAD_OLD_KEYS_ENV",
     "canonical_json",
     "payload_digest",
     "resolve_payload_key",
+    "resolve_payload_keys",
 ]
 
 MAX_PAYLOAD_BYTES = 1 << 20
@@ -37,6 +41,9 @@ MAX_PAYLOAD_BYTES = 1 << 20
 
 PAYLOAD_KEY_ENV = "LGE_PAYLOAD_KEY"
 """Environment variable holding the deployment's payload digest key."""
+
+PAYLOAD_OLD_KEYS_ENV = "LGE_PAYLOAD_OLD_KEYS"
+"""Environment variable holding the keys rotated out, comma-separated, newest first."""
 
 MIN_PAYLOAD_KEY_BYTES = 16
 """Shortest key accepted: a guessable key would make the keyed digest guessable too."""
@@ -151,6 +158,24 @@ def resolve_payload_key(key: bytes | str | None, *, what: str) -> bytes:
             f"{MIN_PAYLOAD_KEY_BYTES} random bytes (e.g. secrets.token_hex(32))"
         )
     return raw
+
+
+def resolve_payload_keys(
+    keys: bytes | str | Sequence[bytes | str] | None, *, what: str
+) -> tuple[bytes, ...]:
+    """The digest keys as bytes, the current one first, then the keys rotated out.
+
+    New records are digested under the first key; the others only recognise the
+    records they digested (an operation prepared before a rotation is met again,
+    never sent as a new one). Each key is checked as ``resolve_payload_key``
+    checks one; repeats are dropped.
+    """
+    if keys is None or isinstance(keys, bytes | str):
+        return (resolve_payload_key(keys, what=what),)
+    listed = tuple(dict.fromkeys(resolve_payload_key(key, what=what) for key in keys))
+    if not listed:
+        return (resolve_payload_key(None, what=what),)  # an empty list: no key at all
+    return listed
 
 
 def payload_digest(

@@ -43,7 +43,7 @@ from langgraph_effects.decide.answers import (
     outdated,
 )
 from langgraph_effects.decide.call import EffectCall
-from langgraph_effects.decide.loop import Loop
+from langgraph_effects.decide.loop import Loop, recognised
 from langgraph_effects.errors import EffectsError
 from langgraph_effects.review import (
     Answer,
@@ -151,6 +151,8 @@ def ask_approvals(loop: Loop, calls: Sequence[EffectCall]) -> Generator[Action, 
     for call in calls:
         if not call.spec.require_approval or call.preapproved_by is not None:
             continue
+        if call.spec.older_payload_keys:
+            call = yield from recognised(call)  # asked before a key rotation: the same
         if call.operation_id in ops:
             continue  # the same operation twice (an intent key): asked once
         try:

@@ -98,8 +98,10 @@ class EffectCall:
         task_id: str | None = None,
         user: str | None = None,
         canonical: bytes | None = None,
+        digest: str | None = None,
     ) -> EffectCall:
-        """Derive target, digest and ids (``canonical``: ``args`` already canonicalised).
+        """Derive target, digest and ids (``canonical``: ``args`` already canonicalised;
+        ``digest``: the payload digest when it is known, one under a key rotated out).
 
         The operation id, in order of preference: the application's intent key;
         else tenant, thread, action, digest and the call's ``occurrence`` in the
@@ -108,7 +110,8 @@ class EffectCall:
         args = dict(args)
         target = spec.target_of(args)
         payload_json = canonical if canonical is not None else canonical_json(args)
-        digest = spec.digest_of(target, args, canonical=payload_json)
+        if digest is None:
+            digest = spec.digest_of(target, args, canonical=payload_json)
         intent = spec.intent_of(args)
         if intent is not None:
             op_id = intent_operation_id(tenant_id=tenant_id, action=spec.action, intent_key=intent)
@@ -193,6 +196,13 @@ class EffectCall:
 
     def with_args(self, args: Mapping[str, Any]) -> EffectCall:
         """The same tool call with other arguments: another digest, another operation."""
+        return self._rebuilt(args=args)
+
+    def with_digest(self, digest: str) -> EffectCall:
+        """The same call as a key rotated out digested it: its identity under that key."""
+        return self._rebuilt(args=self.args, digest=digest)
+
+    def _rebuilt(self, *, args: Mapping[str, Any], digest: str | None = None) -> EffectCall:
         return EffectCall.build(
             self.spec,
             tool_name=self.tool_name,
@@ -206,6 +216,7 @@ class EffectCall:
             occurrence=self.occurrence,
             task_id=self.task_id,
             user=self.user,
+            digest=digest,
         )
 
     def draft(self) -> OperationDraft:

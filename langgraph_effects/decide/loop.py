@@ -119,7 +119,7 @@ from langgraph_effects.review import (
     review_request,
 )
 
-__all__ = ["Decide", "Loop"]
+__all__ = ["Decide", "Loop", "recognised"]
 
 S = OperationStatus
 _MAX_STEPS = 64
@@ -135,6 +135,25 @@ def late_receipt(value: Any, result_id: str | None) -> Evidence:
     return Evidence.confirmed(
         _LATE_RECEIPT, result=value, provider_result_id=result_id, source="receipt"
     )
+
+
+def recognised(call: EffectCall) -> Generator[Action, Any, EffectCall]:
+    """``call`` as a key rotated out wrote it, if its record is there; else ``call``.
+
+    A ``payload_key`` rotation changes the keyed digest, and with it the operation
+    id a call derives (and, under an intent key, what its record's digest must
+    equal). Each key rotated out (``EffectSpec.older_payload_keys``) gives the
+    call's identity under that key: the first whose record holds that digest is
+    the call's operation, met again as before the rotation (an approval still
+    answered, a lost receipt still settled, never a second dispatch). One read
+    per key rotated out, and only for an effect that lists some.
+    """
+    for digest in call.spec.older_digests(call.target, call.args):
+        old = call.with_digest(digest)
+        op = yield from ledger(Get(old.key))
+        if op is not None and op.payload_digest == digest:
+            return old
+    return call
 
 
 _SETTLING = frozenset({Step.DISPATCH_CLAIMED, Step.RECONCILE, Step.REVIEW})
@@ -219,6 +238,8 @@ class Loop:
                 ``replayed``.
         """
         spec = call.spec
+        if spec.older_payload_keys and handoff is None:
+            call = yield from recognised(call)
         p = _Pass(call=call, trace=trace if trace is not None else Trace())
         if handoff is not None and handoff.operation.operation_id == call.operation_id:
             op = handoff.operation

@@ -1,0 +1,159 @@
+"""A ``payload_key`` rotation never re-sends and orphans no record (issue 22, row 8).
+
+``store_payload=False`` keeps a keyed digest, and the digest is part of a call's
+identity. Rotated with the old key listed after the new one
+(``payload_key=[new, old]``, ``LGE_PAYLOAD_OLD_KEYS``), a call prepared before the
+rotation meets its record again (``decide.loop.recognised``): a receipt lost in a
+real kill is settled, not sent again; a pending approval is still answered; an
+intent key is no ``PayloadMismatch``. SMS counted at a file-backed fake.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from _graphs import Env
+from _rotation_child import PHONE, pin_tool, run
+
+from langgraph_effects.core.digest import payload_digest
+from langgraph_effects.effects import effect_spec
+from langgraph_effects.errors import InvalidInput
+from langgraph_effects.testing.faults import run_in_child
+from langgraph_effects.testing.providers import FakeMail, Fault
+
+OLD, NEW = "old-" + "3f9a" * 8, "new-" + "77c1" * 8
+MODES = [("sqlite", "sync"), ("sqlite", "async"), ("postgres", "sync"), ("postgres", "async")]
+
+
+@pytest.fixture(params=MODES, ids=lambda p: f"{p[0]}-{p[1]}")
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, str, str]:
+    kind, mode = request.param
+    where = request.getfixturevalue("pg_url") if kind == "postgres" else str(tmp_path / "app.db")
+    return kind, mode, where
+
+
+def sent(mail_path: Path) -> int:
+    with FakeMail(mail_path) as mail:
+        return mail.effects
+
+
+# Each backend with the default identity; an intent key on one sync and one async backend
+# (two spawned processes a case: the kills are what costs).
+KILLED = [(*m, "lost") for m in MODES] + [
+    ("sqlite", "sync", "intent"),
+    ("postgres", "async", "intent"),
+]
+
+
+@pytest.mark.parametrize("case", KILLED, ids=lambda c: "-".join(c))
+def test_a_receipt_lost_before_the_rotation_is_settled_after_it(
+    case: tuple[str, str, str], request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """Killed between the provider and the receipt under the old key; a new process with
+    ``[new, old]`` meets the old record, reconciles it confirmed and sends nothing: one
+    SMS, one record, settled (with an intent key too: no ``PayloadMismatch``)."""
+    kind, mode, flavour = case
+    where = request.getfixturevalue("pg_url") if kind == "postgres" else str(tmp_path / "app.db")
+    mail_path = tmp_path / "mail.db"
+    with FakeMail(mail_path) as mail:
+        mail.faults.push(Fault.CRASH)  # applies, then kills the calling process
+    died = run_in_child(run, kind, mode, where, str(mail_path), [OLD], flavour, True)
+    assert died.crashed, died.error
+    resumed = run_in_child(run, kind, mode, where, str(mail_path), [NEW, OLD], flavour, False)
+    assert resumed.ok, resumed.error
+    assert "error" not in resumed.value, resumed.value["error"]
+    [(_, status)] = resumed.value["ops"]
+    assert status == "confirmed"
+    assert sent(mail_path) == 1
+
+
+def test_an_approval_asked_before_the_rotation_is_answered_after_it(
+    backend: tuple[str, str, str], tmp_path: Path
+) -> None:
+    """Asked under the old key, answered after the rotation: the answer meets the operation
+    it was asked for, which is sent once; no second record, nothing asked again."""
+    kind, mode, where = backend
+    mail_path = str(tmp_path / "mail.db")
+    FakeMail(mail_path).close()
+    first = run(kind, mode, where, mail_path, [OLD], "approval", True)
+    [asked] = first["interrupts"]
+    [(op_id, status)] = first["ops"]
+    assert (asked["operation_id"], status) == (op_id, "prepared")
+    answered = run(kind, mode, where, mail_path, [NEW, OLD], "approval", False)
+    assert answered.get("error") is None, answered
+    assert answered["ops"] == [(op_id, "confirmed")]
+    assert answered["interrupts"] == []
+    assert sent(Path(mail_path)) == 1
+
+
+def test_a_new_call_after_the_rotation_is_digested_under_the_new_key(tmp_path: Path) -> None:
+    """The old key only recognises: a call of another thread after the rotation is written
+    under the new key, and a record from before it is not told the new key's digest."""
+    kind, mode, where = "sqlite", "sync", str(tmp_path / "app.db")
+    mail_path = str(tmp_path / "mail.db")
+    FakeMail(mail_path).close()
+    run(kind, mode, where, mail_path, [OLD], "lost", True)
+    run(kind, mode, where, mail_path, [NEW, OLD], "intent", True)
+    env = Env(kind, mode, path=Path(where))
+    try:
+        digests = {op.workflow_id: op.payload_digest for op in env.ops()}
+    finally:
+        env.close()
+    payload = {"phone": PHONE, "attempt_id": "login-7", "pin": "482913"}
+
+    def under(key: str) -> str:
+        return payload_digest("sms.send_pin", 1, PHONE, payload, key=key.encode())
+
+    assert digests == {"lost": under(OLD), "intent": under(NEW)}
+    assert sent(Path(mail_path)) == 2
+
+
+def test_without_the_old_key_an_intent_is_refused_naming_the_fix(tmp_path: Path) -> None:
+    """The old key dropped too early: the intent's record is met by its key and its digest
+    differs, so the call is refused (``PayloadMismatch`` naming the rotation fix), and
+    nothing is sent; listing the old key again lets it replay, and only its own payload."""
+    mail_path = str(tmp_path / "mail.db")
+    where = str(tmp_path / "app.db")
+    FakeMail(mail_path).close()
+    run("sqlite", "sync", where, mail_path, [OLD], "intent", True)
+    rotated = ("sqlite", "sync", where, mail_path, [NEW, OLD], "intent")
+    refused = run("sqlite", "sync", where, mail_path, [NEW], "intent", True, thread="t2")
+    assert "PayloadMismatch" in refused["error"]
+    assert "payload_key=[new, old]" in refused["error"]
+    other_pin = run(*rotated, True, "000000", "t3")
+    assert "PayloadMismatch" in other_pin["error"]  # the old key recognises only its payload
+    again = run(*rotated, True, thread="t4")
+    assert again.get("error") is None, again
+    assert [s for _, s in again["ops"]] == ["confirmed"]
+    assert sent(Path(mail_path)) == 1
+
+
+def _spec(keys: Any) -> Any:
+    with FakeMail() as mail:
+        return effect_spec(pin_tool(mail, keys, "intent"))
+
+
+def test_a_list_of_keys_is_checked_like_one_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each key of the list is checked (length), an empty list is no key, repeats are dropped,
+    keys never show in a repr; without a key in code the deployment's keys are read:
+    ``LGE_PAYLOAD_KEY`` first, then ``LGE_PAYLOAD_OLD_KEYS`` (comma-separated)."""
+    spec = _spec([NEW, OLD, NEW])
+    assert (spec.payload_key, spec.older_payload_keys) == (NEW.encode(), (OLD.encode(),))
+    assert OLD not in repr(spec)
+    assert NEW not in repr(spec)
+    with pytest.raises(InvalidInput, match="is 5 bytes"):
+        _spec([NEW, "short"])
+    with pytest.raises(InvalidInput, match="needs a secret key"):
+        _spec([])
+    monkeypatch.setenv("LGE_PAYLOAD_KEY", NEW)
+    monkeypatch.setenv("LGE_PAYLOAD_OLD_KEYS", f"{OLD},{OLD[::-1]}")
+    spec = _spec(None)
+    assert (spec.payload_key, spec.older_payload_keys) == (
+        NEW.encode(),
+        (OLD.encode(), OLD[::-1].encode()),
+    )
+    monkeypatch.delenv("LGE_PAYLOAD_KEY")
+    with pytest.raises(InvalidInput, match="LGE_PAYLOAD_KEY"):
+        _spec(None)  # old keys alone are no current key
