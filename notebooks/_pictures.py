@@ -8,8 +8,8 @@ Not part of the library. Three drawings, each returned as a small PNG
 - ``state_picture()``: the operation state machine, drawn from the library's
   transition table (``langgraph_effects.core.transitions.TRANSITIONS``), so the
   picture cannot drift from the code;
-- ``timeline_picture(steps)``: one crash-and-resume, step by step, one lane per
-  process (and one for the provider).
+- ``timeline_picture(steps)``: one operation's story (a crash and a resume, a
+  review), step by step, one lane per process or person (and one for the provider).
 """
 
 from __future__ import annotations
@@ -167,6 +167,9 @@ STATE_POSITIONS = {
 }
 # The two diagonals of the square cross: their labels sit near their sources.
 LABEL_AT = {(S.DISPATCHING, S.REJECTED): 0.3, (S.UNKNOWN, S.PREPARED): 0.3}
+# An arrow whose event kind does not say what moves it: unknown -> prepared is logged as a
+# ``resolve`` event, but it is the retry an operator orders (``langgraph-effects retry``).
+LABELS = {(S.UNKNOWN, S.PREPARED): "operator retry"}
 
 
 def state_picture() -> Image:
@@ -179,7 +182,8 @@ def state_picture() -> Image:
     for (source, target), kind in TRANSITIONS.items():
         start, end = STATE_POSITIONS[source], STATE_POSITIONS[target]
         pair = (target, source) in TRANSITIONS  # both ways: bend the two apart
-        _arrow(ax, start, end, rad=0.2 if pair else 0.0, label=kind.value,
+        label = LABELS.get((source, target), kind.value)
+        _arrow(ax, start, end, rad=0.2 if pair else 0.0, label=label,
                label_at=LABEL_AT.get((source, target), 0.5), shrink=22)  # fmt: skip
     _frame(ax, STATE_POSITIONS.values())
     return _png(fig)

@@ -187,9 +187,18 @@ def test_committed_with_outputs(path: Path) -> None:
                 assert len(base64.b64decode(png)) <= MAX_PICTURE_BYTES, cell.source[:60]
 
 
-def test_notebook_one_shows_the_three_pictures() -> None:
-    """Notebook 1 shows the graph, the operation state diagram and a crash-and-resume timeline."""
-    nb = nbformat.read(NOTEBOOKS / "01_the_problem_and_the_fix.ipynb", as_version=4)
+PICTURES = {
+    "01_the_problem_and_the_fix": {"graph_picture", "state_picture", "timeline_picture"},
+    "02_approval_and_review": {"timeline_picture"},
+    "03_postgres_in_production": {"timeline_picture"},
+}
+
+
+@pytest.mark.parametrize("path", notebooks(), ids=lambda p: p.stem)
+def test_each_notebook_shows_its_pictures(path: Path) -> None:
+    """Notebook 1 shows the graph, the operation state diagram and a crash-and-resume timeline;
+    notebook 2 the review of a lost response, notebook 3 two workers resuming one crash."""
+    nb = nbformat.read(path, as_version=4)
     pictures = {
         name
         for cell in nb.cells
@@ -198,16 +207,19 @@ def test_notebook_one_shows_the_three_pictures() -> None:
         if "image/png" in out.get("data", {})
         for name in re.findall(r"\b(\w+_picture)\(", cell.source)
     }
-    assert pictures == {"graph_picture", "state_picture", "timeline_picture"}
+    assert pictures == PICTURES[path.stem]
 
 
 @pytest.mark.parametrize("path", notebooks(), ids=lambda p: p.stem)
-def test_notebook_runs_and_its_committed_outputs_are_current(path: Path, kernel_name: str) -> None:
+def test_notebook_runs_and_its_committed_outputs_are_current(
+    path: Path, kernel_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Every cell runs (so every assert holds) and shows what the committed notebook shows."""
     if path.stem in POSTGRES:
-        from conftest import require_postgres  # here: `python tests/docs/...` runs without it
+        from conftest import POSTGRES_URL, require_postgres  # here: `python tests/docs/...` too
 
         require_postgres()
+        monkeypatch.setenv("LGE_LEDGER_URL", POSTGRES_URL)  # the variable the notebook reads
     fresh = execute(path, kernel_name)
     code = [c for c in fresh.cells if c.cell_type == "code"]
     assert code
