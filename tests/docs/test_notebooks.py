@@ -3,10 +3,10 @@
 Each notebook is run top to bottom with nbclient (its cells assert what they
 claim), and its fresh outputs are compared with the committed ones after
 normalization: temp paths, timestamps, ids, process ids, the OS user, memory
-addresses and durations are masked, and split writes to one stream joined; a
-picture is compared by its size in pixels; a cell tagged ``output-varies`` (its
-figures depend on a race it shows) is compared by the kinds of its outputs
-only. When a change to the library changes what a notebook shows, refresh
+addresses and durations are masked, blanks at line ends dropped, and split
+writes to one stream joined; a picture is compared by its size in pixels; a
+cell tagged ``output-varies`` (its figures depend on a race it shows) is
+compared by the kinds of its outputs only. When a change to the library changes what a notebook shows, refresh
 them with::
 
     python tests/docs/test_notebooks.py            # re-executes and rewrites notebooks/*.ipynb
@@ -65,6 +65,9 @@ def _os_user() -> str:
 def normalize(text: str) -> str:
     for pattern, mask in _VOLATILE:
         text = pattern.sub(mask, text)
+    # A table pads its cells to the widest value, and a duration's width varies ("3 s", "12 s"):
+    # trailing blanks are layout, not content.
+    text = re.sub(r"[ \t]+$", "", text, flags=re.M)
     # The CLI records the OS account as the verified operator: whoever runs the notebook.
     user = re.escape(_os_user())
     return re.sub(rf"(?<=')({user})(?=')|(?<=os:)({user})\b", "<os-user>", text)
