@@ -6,8 +6,8 @@ normalization: temp paths, timestamps, ids, process ids, the OS user, memory
 addresses and durations are masked, blanks at line ends dropped, and split
 writes to one stream joined; a picture is compared by its size in pixels; a
 cell tagged ``output-varies`` (its figures depend on a race it shows) is
-compared by the kinds of its outputs only. When a change to the library changes what a notebook shows, refresh
-them with::
+compared by the kinds of its outputs only. When a change to the library
+changes what a notebook shows, refresh them with::
 
     python tests/docs/test_notebooks.py            # re-executes and rewrites notebooks/*.ipynb
 
