@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     )
     from langgraph_effects.decide import DurabilityWarning
     from langgraph_effects.effects import (
+        Answerer,
         Authorizer,
         EffectContext,
         EffectSpec,
@@ -110,6 +111,7 @@ if TYPE_CHECKING:
 __version__ = "0.1.0"  # keep equal to pyproject's version (tests/docs/test_readme.py checks)
 
 __all__ = [
+    "Answerer",
     "AsyncLedger",
     "AsyncPostgresLedger",
     "AsyncRunJournal",
@@ -213,6 +215,7 @@ _FROM: dict[str, tuple[str, ...]] = {
     ),
     "langgraph_effects.decide": ("DurabilityWarning",),
     "langgraph_effects.effects": (
+        "Answerer",
         "Authorizer",
         "EffectContext",
         "EffectSpec",

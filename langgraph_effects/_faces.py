@@ -34,6 +34,7 @@ from langgraph_effects.decide import (
     EffectCall,
     Via,
     recorded_command,
+    settled_answer,
     tool_message,
     traced,
 )
@@ -280,6 +281,10 @@ def effect_result(
     answer: Any = produced
     if answer is None:
         answer = recorded_command(op, tool_call_id=tool_call_id)
+    if answer is None:
+        answer = settled_answer(
+            op, call.spec.answer, tool_name=call.tool_name, tool_call_id=tool_call_id
+        )
     if answer is None:
         # Made here: the message carries the metadata from the start (no copy).
         answer = tool_message(op, tool_name=call.tool_name, tool_call_id=tool_call_id, via=via)

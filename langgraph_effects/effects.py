@@ -35,6 +35,7 @@ from langgraph_effects.core.model import Evidence, Operation, ProviderContract
 from langgraph_effects.errors import EffectsError, InvalidInput, MiddlewareOrderError
 
 __all__ = [
+    "Answerer",
     "Authorizer",
     "EffectContext",
     "EffectSpec",
@@ -51,6 +52,10 @@ Reconciler: TypeAlias = Callable[[Operation], "Evidence | Awaitable[Evidence]"]
 
 Authorizer: TypeAlias = Callable[["EffectContext"], "bool | Awaitable[bool]"]
 """Asked before every new dispatch; False (or raising ``EffectRejected``) refuses."""
+
+Answerer: TypeAlias = Callable[[Operation, Any], Any]
+"""Given a confirmed operation and its recorded result, return the call's answer as the
+tool would have: a ``Command`` (its update and ``goto``), a ToolMessage or a value."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -87,6 +92,7 @@ class EffectSpec:
     authorize: Authorizer | None = None
     intent_key: str | Callable[[dict[str, Any]], str] | None = None
     store_payload: bool = True
+    answer: Answerer | None = None
     payload_key: bytes | None = field(default=None, repr=False)
     """The secret keying the payload digest; set exactly when ``store_payload`` is False."""
     older_payload_keys: tuple[bytes, ...] = field(default=(), repr=False)
@@ -440,6 +446,7 @@ def effect(
     intent_key: str | Callable[[dict[str, Any]], str] | None = ...,
     store_payload: bool = ...,
     payload_key: bytes | str | Sequence[bytes | str] | None = ...,
+    answer: Answerer | None = ...,
     name: str | None = ...,
     description: str | None = ...,
 ) -> Callable[[Callable[..., Any] | BaseTool], EffectTool]: ...
@@ -461,6 +468,7 @@ def effect(
     intent_key: str | Callable[[dict[str, Any]], str] | None = None,
     store_payload: bool = True,
     payload_key: bytes | str | Sequence[bytes | str] | None = None,
+    answer: Answerer | None = None,
     name: str | None = None,
     description: str | None = None,
 ) -> Callable[[Callable[..., Any] | BaseTool], EffectTool] | EffectTool:
@@ -506,6 +514,17 @@ def effect(
             (its approval answered, its outcome settled), never sent anew
             (docs/payload-keys.md). Refused with ``store_payload=True``, where
             the payload is stored anyway and the digest is a plain SHA-256.
+        answer: rebuilds the call's answer from a confirmed record whose result is not
+            the tool's own recorded answer, i.e. one settled without it: reconciled after a
+            crash, confirmed by a person or an operator. Called ``answer(operation,
+            result)`` with ``operation.result``; it returns what the tool would have
+            returned: a ``Command`` (its update and ``goto`` then apply, so the graph
+            takes the route the tool would have taken), a ToolMessage or a value (the
+            ToolMessage's content). A ToolMessage in it answering ``operation.tool_call_id``
+            answers the call. It also answers a confirmed plain return, so a first run
+            and every replay answer alike. Without it, such a record answers with the
+            default ToolMessage (the result as content, or "... was carried out"), and a
+            ``Command`` tool's update and ``goto`` are lost (``docs/middleware-order.md``).
         name, description: override the tool's name and description.
 
     Returns:
@@ -521,6 +540,11 @@ def effect(
         raise InvalidInput(
             f"effect {action!r}: payload_key is for store_payload=False "
             "(a stored payload is digested with plain SHA-256)"
+        )
+    if answer is not None and not callable(answer):
+        raise InvalidInput(
+            f"effect {action!r}: answer must be a callable (operation, result) -> answer, "
+            f"got {type(answer).__name__}"
         )
     key: bytes | None = None
     older: tuple[bytes, ...] = ()
@@ -541,6 +565,7 @@ def effect(
         authorize=authorize,
         intent_key=intent_key,
         store_payload=store_payload,
+        answer=answer,
         payload_key=key,
         older_payload_keys=older,
     )

@@ -34,7 +34,14 @@ from langgraph_effects.decide.call import EffectCall, Execute, ProviderResult
 from langgraph_effects.decide.deferred import DeferredReceipts
 from langgraph_effects.decide.drive import AsyncExecute, EffectRunner
 from langgraph_effects.decide.group import GroupCommit
-from langgraph_effects.decide.messages import Trace, Via, recorded_command, tool_message, traced
+from langgraph_effects.decide.messages import (
+    Trace,
+    Via,
+    recorded_command,
+    settled_answer,
+    tool_message,
+    traced,
+)
 from langgraph_effects.decide.policy import Policy
 from langgraph_effects.decide.thread import (
     DEFAULT_TENANT,
@@ -68,6 +75,7 @@ __all__ = [
     "Via",
     "authenticated_user",
     "recorded_command",
+    "settled_answer",
     "tool_message",
     "traced",
     "warn_durability",

@@ -33,6 +33,7 @@ from langgraph.types import Command, Send
 from langgraph_effects.core.digest import canonical_json
 from langgraph_effects.core.model import Evidence, Operation, OperationStatus
 from langgraph_effects.core.storable import storable
+from langgraph_effects.effects import Answerer
 from langgraph_effects.errors import EffectsError
 
 __all__ = [
@@ -44,6 +45,7 @@ __all__ = [
     "message_text",
     "recordable",
     "recorded_command",
+    "settled_answer",
     "tool_message",
     "trace_metadata",
     "traced",
@@ -293,6 +295,43 @@ def recorded_command(op: Operation, *, tool_call_id: str) -> Command[Any] | None
         goto=_decode(body.get("goto"), ids) or (),
         resume=_decode(body.get("resume"), ids),
     )
+
+
+def settled_answer(
+    op: Operation, answer: Answerer | None, *, tool_name: str, tool_call_id: str
+) -> ToolMessage | Command[Any] | None:
+    """The answer an effect's ``answer=`` rebuilds for a confirmed record that does not
+    hold the tool's own ``Command`` (settled by a reconciler, a person or an operator, or
+    a plain return); None when it does not apply.
+
+    A ``Command`` or a ToolMessage is returned with its ToolMessage answering
+    ``tool_call_id`` (an intent key may map a re-proposed call to the record); any other
+    value becomes the content of a success ToolMessage.
+
+    Raises:
+        EffectsError: ``answer`` raised; the record stays confirmed, nothing is resent.
+    """
+    holds_command = isinstance(op.result, dict) and set(op.result) == {_COMMAND}
+    if answer is None or op.status is not S.CONFIRMED or holds_command:
+        return None
+    try:
+        value = answer(op, op.result)
+    except Exception as exc:
+        raise EffectsError(
+            f"effect {op.action!r}: its answer= raised {type(exc).__name__}: {exc}. Operation "
+            f"{op.operation_id} is confirmed and will not be sent again: fix answer= and run "
+            "the step again"
+        ) from exc
+    ids = {op.tool_call_id: tool_call_id} if op.tool_call_id else {}
+    if isinstance(value, Command):
+        update, goto = _decode(_encode(value.update), ids), _decode(_encode(value.goto), ids)
+        return dataclasses.replace(value, update=update, goto=goto)
+    if isinstance(value, ToolMessage):
+        return value.model_copy(
+            update={"tool_call_id": ids.get(value.tool_call_id, value.tool_call_id)}
+        )
+    content: str | list[Any] = msg_content_output(value)
+    return ToolMessage(content=content, name=tool_name, tool_call_id=tool_call_id)
 
 
 def message_text(message: Any) -> str:
