@@ -175,3 +175,13 @@ def test_links_of_the_top_level_documents_resolve(name: str) -> None:
             assert (ROOT / path).exists(), f"{name} links to a missing {path}"
         else:
             assert anchor in anchors, f"{name} links to #{anchor}, no such heading"
+
+
+def test_every_page_of_docs_is_in_the_site_nav() -> None:
+    """A page written into docs/ is in mkdocs.yml's nav, so the site shows it (the strict
+    build in .ci/run refuses a page left out; this says so before it runs)."""
+    text = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+    nav = set(re.findall(r"^\s*- (?:.*: )?([\w./-]+\.md)$", text, re.M))
+    pages = {p.name for p in (ROOT / "docs").glob("*.md")}
+    assert pages - nav == set(), f"add to mkdocs.yml's nav: {sorted(pages - nav)}"
+    assert nav - pages == set(), f"mkdocs.yml's nav names missing pages: {sorted(nav - pages)}"
