@@ -25,6 +25,7 @@ from benchmarks import (
     hot_path,
     lifecycle,
     memory,
+    plots,
     recovery,
     tool_call,
 )
@@ -183,6 +184,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     path = write_json("latest.json", summary)
     (path.parent / "latest.md").write_text(markdown(summary))
     print(f"\nwrote {path} (and latest.md) in {summary['seconds']:.0f} s")
+    if mode == "full" and not args.only:  # the pictures of docs/benchmarks.md follow the run
+        print("drew", ", ".join(p.name for p in plots.draw(path)))
     return summary
 
 

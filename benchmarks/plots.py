@@ -4,7 +4,8 @@
 ``RESULTS``, a full run's JSON) and writes three small PNGs into ``docs/img/benchmarks/``,
 with ``SOURCE`` beside them: the date of the run and the SHA-256 of the JSON they were drawn
 from, so ``tests/docs/test_benchmark_plots.py`` can tell committed pictures that no longer
-match the committed results. Drawn with matplotlib alone (the ``dev`` extra), no network.
+match the committed results. A full ``python -m benchmarks`` run draws them itself.
+Drawn with matplotlib alone (the ``dev`` extra), no network.
 
 - ``overhead.png``: each face's time per invoke divided by a plain ``ToolNode``'s, 1 and 10
   calls, SQLite and PostgreSQL, beside the targets (1.10 and 1.15);
