@@ -95,6 +95,7 @@ from langgraph_effects.core.model import (
     OperationStatus,
     ProviderContract,
 )
+from langgraph_effects.decide.answers import answer_digest
 from langgraph_effects.effects import EffectContext, EffectTool, effect
 from langgraph_effects.errors import InvalidInput
 from langgraph_effects.ledger.base import DEFAULT_LEASE, AsyncLedger, Ledger
@@ -934,8 +935,6 @@ class _Tally:
     repeated: Counter[str] = field(default_factory=Counter)
     """Targets of calls repeated on purpose: each needs an operation of its own."""
     violations: list[str] = field(default_factory=list)
-    reasons: set[str] = field(default_factory=set)
-    """The reasons of the good answers given (a bad answer applied shows another)."""
     edits: dict[str, str] = field(default_factory=dict)
     """Edited target -> original target, for every edit sent."""
 
@@ -1014,7 +1013,6 @@ def _story(sc: Scenario, tally: _Tally) -> Generator[_Request, Any, ScenarioRepo
                 command: Command[Any] = Command(resume=answer)
             else:
                 command = Command(resume={i: a for i, (_, a) in answers.items()})
-            tally.reasons.update(_reason(a) for _, a in answers.values())
             (outcome,) = yield from run(command)
             if isinstance(outcome, InvalidInput):
                 tally.violations.append(f"a valid answer was refused: {outcome}")
@@ -1026,16 +1024,15 @@ def _story(sc: Scenario, tally: _Tally) -> Generator[_Request, Any, ScenarioRepo
         request = next(p.value for p in state.interrupts if p.id == interrupt_id)
         bad = bad_answer(request, rng)
         by_position = lone and rng.random() < sc.by_position
-        decided = yield from _operator_events(request)
         (outcome,) = yield from run(Command(resume=bad if by_position else {interrupt_id: bad}))
         if isinstance(outcome, InjectedCrash):
             return
         if outcome is None:
-            # Not refused: harmless only if it was not applied (the run may have
-            # settled the operation otherwise, or applied a good answer saved
-            # before a crash: its reason is one the story gave).
-            new = (yield from _operator_events(request))[len(decided) :]
-            if any(reason not in tally.reasons for reason in new):
+            # Not refused: harmless only if it was not applied. LangGraph may never
+            # hand it to a task (its interrupt id went stale) while the run applies a
+            # good answer saved before a crash; the ledger logs every answer it applies
+            # with its value's digest, so only the bad value's own digest convicts it.
+            if (yield from _answer_applied(sc, bad)):
                 tally.violations.append(f"a bad answer was applied: {bad!r}")
             return
         after = yield _GetState()
@@ -1098,15 +1095,16 @@ def _events(key: OperationKey, ledger: Ledger | AsyncLedger) -> Any:
     return ledger.events(key.tenant_id, key.operation_id)
 
 
-def _operator_events(request: Mapping[str, Any]) -> Generator[_Request, Any, list[str]]:
-    """The reasons of the decisions a person has recorded on the request's operation."""
-    tenant, operation = str(request.get("tenant_id")), str(request["operation_id"])
-    events = yield _LedgerCall(lambda ledger: ledger.events(tenant, operation))
-    return [
-        e.evidence.summary
-        for e in events
-        if e.evidence is not None and e.evidence.source == "operator"
-    ]
+def _answer_applied(sc: Scenario, value: Any) -> Generator[_Request, Any, bool]:
+    """Whether the ledger applied ``value`` as an answer to any operation of the thread
+    (``decide.answers.answer_mark``: every applied answer is logged with its digest)."""
+    digest = answer_digest(value)
+    for op in (yield from _thread_ops(sc)):
+        events = yield _LedgerCall(functools.partial(_events, op.key))
+        marks = (e.detail.get("answer") for e in events if isinstance(e.detail, dict))
+        if any(isinstance(mark, str) and digest in mark for mark in marks):
+            return True
+    return False
 
 
 def _thread_ops(sc: Scenario) -> Generator[_Request, Any, list[Operation]]:
@@ -1146,15 +1144,6 @@ def _note_repeats(sc: Scenario, tally: _Tally, messages: Sequence[AnyMessage]) -
             tally.repeated[target] += 1
 
 
-def _reason(answer: Any) -> str:
-    if not isinstance(answer, Mapping):
-        return ""
-    decisions = answer.get("decisions")
-    if decisions:
-        return str(decisions[0].get("message") or "")
-    return str(answer.get("reason") or "")
-
-
 def _note_edit(tally: _Tally, request: Mapping[str, Any], answer: Any) -> None:
     """Remember an edit that moves the call to another target (it may or may not take)."""
     decisions = answer.get("decisions") if isinstance(answer, Mapping) else None
@@ -1178,11 +1167,17 @@ def _apply_edits(tally: _Tally, ops: Sequence[Operation]) -> None:
 
 def _excess_by_target(sc: Scenario, tally: _Tally) -> tuple[int, list[str]]:
     """Effects per target beyond the intended ones (two twins, a repeat, an edit are intended)."""
-    applied: Counter[str] = Counter(
-        e.target for provider in sc.providers for e in provider.effect_log()
-    )
+    log = [e for provider in sc.providers for e in provider.effect_log()]
+    applied: Counter[str] = Counter(e.target for e in log)
+    # Each line says under which keys the effects landed (one key twice: the provider
+    # applied a resend; two keys: two operations) and whether a late request landed.
+    keys = {
+        t: [(e.idempotency_key, "late" if e.late else "now") for e in log if e.target == t]
+        for t in applied
+    }
     lines = [
-        f"{sc.name}: target {target!r}: {n} effects for {tally.intended[target]} intended"
+        f"{sc.name}: target {target!r}: {n} effects for {tally.intended[target]} intended "
+        f"(keys {keys[target]})"
         for target, n in sorted(applied.items())
         if n > tally.intended[target]
     ]

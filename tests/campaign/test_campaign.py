@@ -86,21 +86,6 @@ def _problems(result: CampaignResult) -> str:
     return "\n".join(line for row in result.node_rows for line in row.problems)
 
 
-_KNOWN_OPEN = {
-    # Open findings, under investigation (see the issue notes); any other fails.
-    1331: "a stale approval's interrupt id: the harness counts a later decision as the "
-    "bad answer's, which LangGraph never handed to the task",
-    1460: "update_state fork of three mail sends: more sends to one target than the "
-    "harness intended; none is a duplicate at the provider",
-}
-
-
-def _known_open(line: str) -> bool:
-    return any(line.startswith(f"schedule {seed} ") for seed in _KNOWN_OPEN) or any(
-        f"--seed {seed} " in line for seed in _KNOWN_OPEN
-    )
-
-
 _REPLAYED: dict[int, list[str]] = {}
 
 
@@ -157,8 +142,7 @@ def test_randomized_schedules_leave_no_mislabelled_unknown(randomized: CampaignR
 def test_randomized_schedules_keep_every_promise(randomized: CampaignResult) -> None:
     """Bad answers are refused, valid ones applied, foreign tenants refused, repeats kept apart."""
     if randomized.violations:
-        open_ = [line for line in _reproduced(randomized) if not _known_open(line)]
-        assert open_ == [], _problems(randomized)
+        assert _reproduced(randomized) == [], _problems(randomized)
 
 
 def test_every_scenario_kind_is_drawn_and_reported(randomized: CampaignResult) -> None:

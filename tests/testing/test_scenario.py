@@ -15,6 +15,7 @@ import pytest
 from langgraph_effects._owners import current_owner
 from langgraph_effects.core.model import Evidence, OperationDraft, Resolution
 from langgraph_effects.core.model import OperationStatus as S
+from langgraph_effects.decide.answers import answer_digest
 from langgraph_effects.ledger.memory import InMemoryLedger
 from langgraph_effects.ledger.sqlite import AsyncSQLiteLedger, SQLiteLedger
 from langgraph_effects.testing import CrashPoint, Fault
@@ -31,6 +32,7 @@ from langgraph_effects.testing.scenario import (
     Providers,
     Scenario,
     Schedule,
+    _answer_applied,
     bad_answer,
     builtin_call,
     confirm_if_seen,
@@ -299,3 +301,39 @@ def test_a_bad_answer_is_drawn_for_both_kinds_of_request() -> None:
     approval = {"kind": "effect_approval", "operation_id": "op-1", "tool": "t", "args": {}}
     assert len({repr(bad_answer(review, rng)) for _ in range(60)}) >= 5
     assert len({repr(bad_answer(approval, rng)) for _ in range(60)}) >= 5
+
+
+def test_a_bad_answer_counts_as_applied_only_when_its_own_digest_is_logged(
+    providers: Providers,
+) -> None:
+    """Seed 1331's finding: a bad answer LangGraph never handed to a task (its interrupt id
+    was stale) ran beside a good edit saved before a crash; the good edit's record ("edited
+    by the reviewer", a reason the story never gave) was taken for the bad answer's. Only
+    an answer mark with the bad value's own digest now convicts it."""
+    ledger = _ledger(providers)
+    sc = _scenario(providers, ProviderKind.CRM)
+    good = {"decisions": [{"type": "edit", "edited_action": {"name": "x", "args": {}}}]}
+    bad = {"decisions": [{"type": "maybe"}], "request_id": "op-1@1"}
+    draft = OperationDraft(
+        tenant_id=sc.thread_id, operation_id="op-1", action="a", payload_digest="0" * 64
+    )
+    ledger.prepare(draft)
+    ledger.approve(
+        sc.thread_id,
+        "op-1",
+        payload_digest="0" * 64,
+        by="ana",
+        answer=f"task:{answer_digest(good)}",
+    )
+
+    def applied(value: object) -> bool:
+        story = _answer_applied(sc, value)
+        reply = None
+        try:
+            while True:
+                reply = story.send(reply).read(ledger)
+        except StopIteration as done:
+            return bool(done.value)
+
+    assert applied(good)
+    assert not applied(bad)
