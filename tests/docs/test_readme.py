@@ -102,6 +102,18 @@ def test_readme_create_agent_with_hitl_asks_once(tmp_path: Path, with_hitl: bool
     assert "anonymous" in actors  # no server authenticated the approver
 
 
+def test_readme_reads_in_ten_minutes() -> None:
+    """At most 300 lines and 2,500 words (the rest is in docs/), its contents before the
+    commands, every section it starts with there."""
+    text = README.read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= 300, "move the detail into a page of docs/"
+    assert len(text.split()) <= 2500, "move the detail into a page of docs/"
+    assert text.index("**Contents:**") < text.index("## Two commands")
+    headings = re.findall(r"^## (.+)$", text, re.M)
+    assert headings[:3] == ["Install", "Two commands", "Quickstart"]
+    assert headings[-1] == "Documentation"
+
+
 def test_version_matches_pyproject() -> None:
     """``langgraph_effects.__version__`` is the version pyproject.toml builds."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
