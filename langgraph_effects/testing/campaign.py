@@ -12,7 +12,8 @@ Five parts, each a row group of the printed table:
   time travel from a history snapshot's own config, ``update_state`` forks,
   resumes without a tenant or under another, calls re-issued with new ids
   under the default durability (the AIMessage lost, or the request sent
-  again), ``EffectMiddleware`` in ``create_agent``, subgraphs, a node
+  again), ``EffectMiddleware`` in ``create_agent`` (with LangChain's
+  ``ToolRetryMiddleware`` absent, listed before it or after it), subgraphs, a node
   ``RetryPolicy``. People answer by position or by interrupt id, sometimes
   with a bad answer first. Schedule ``i`` has seed ``--seed + i``: a failing
   one prints its seed and replays alone with ``--seed SEED --schedules 1``.

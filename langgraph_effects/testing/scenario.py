@@ -596,6 +596,10 @@ def bad_answer(request: Mapping[str, Any], rng: random.Random) -> Any:
 # --------------------------------------------------------------------------- the graph
 
 
+ToolRetryOrder = Literal["none", "before", "after"]
+"""Where ``ToolRetryMiddleware`` sits relative to ``EffectMiddleware`` (``none``: absent)."""
+
+
 class _State(MessagesState, EffectState):
     pass
 
@@ -675,13 +679,24 @@ def build_agent(
     checkpointer: Any = None,
     control: bool = False,
     node_kwargs: Mapping[str, Any] | None = None,
+    tool_retry: ToolRetryOrder = "none",
 ) -> Any:
-    """The same script as a ``create_agent`` agent: ``EffectMiddleware`` (none for a control)."""
+    """The same script as a ``create_agent`` agent: ``EffectMiddleware`` (none for a control).
+
+    ``tool_retry``: LangChain's ``ToolRetryMiddleware`` (its defaults, without the
+    delay) listed ``before`` or ``after`` ``EffectMiddleware`` (a control has it alone).
+    """
     from langchain.agents import create_agent
+    from langchain.agents.middleware import ToolRetryMiddleware
 
     from langgraph_effects.middleware import EffectMiddleware
 
-    middleware = [] if control else [EffectMiddleware(ledger=ledger, **dict(node_kwargs or {}))]
+    middleware: list[Any] = (
+        [] if control else [EffectMiddleware(ledger=ledger, **dict(node_kwargs or {}))]
+    )
+    if tool_retry != "none":
+        retry = ToolRetryMiddleware(initial_delay=0.0, jitter=False)
+        middleware.insert(0 if tool_retry == "before" else len(middleware), retry)
     return create_agent(
         ScriptedChatModel(script=_Script([dict(tc) for tc in tool_calls]).reply),
         tools=list(tools),
@@ -845,6 +860,10 @@ class Scenario:
             ``resend`` (the person sends the request again in a new turn).
         face: ``node`` (``EffectToolNode`` in a hand-built graph) or
             ``middleware`` (``EffectMiddleware`` in ``create_agent``).
+        tool_retry: ``middleware`` face: ``ToolRetryMiddleware`` listed ``before``
+            ``EffectMiddleware`` (a retry re-runs the decision) or ``after`` it (a retry
+            would re-enter the tool inside its dispatch: refused with
+            ``MiddlewareOrderError`` before the provider acts again, and the run resumed).
         subgraph: run agent and tools as a subgraph (``node`` face).
         flakes: a read-only sibling call fails that many times; a node
             ``RetryPolicy`` re-runs the whole node (``node`` face).
@@ -882,6 +901,7 @@ class Scenario:
     travel: Literal["none", "history", "fork"] = "none"
     reissue: Literal["none", "lost", "resend"] = "none"
     face: Literal["node", "middleware"] = "node"
+    tool_retry: ToolRetryOrder = "none"
     subgraph: bool = False
     flakes: int = 0
     by_position: float = 0.0
@@ -1396,7 +1416,7 @@ def _start(
         "node_kwargs": node_kwargs,
     }
     if sc.face == "middleware":
-        graph = build_agent(sc.tools, sc.tool_calls, **common)
+        graph = build_agent(sc.tools, sc.tool_calls, tool_retry=sc.tool_retry, **common)
     else:
         graph = build_graph(
             sc.tools,
@@ -1540,6 +1560,7 @@ class Kind(StrEnum):
 
 
 _POINTS = tuple(CrashPoint)
+_TOOL_RETRY: tuple[ToolRetryOrder, ...] = ("none", "before", "after")
 _FAULTS = (
     None,
     None,
@@ -1589,6 +1610,8 @@ class Schedule:
     flakes: int = 0
     by_position: float = 0.0
     bad_answers: float = 0.0
+    tool_retry: ToolRetryOrder = "none"
+    """``middleware`` kind: where ``ToolRetryMiddleware`` sits (``Scenario.tool_retry``)."""
 
     @classmethod
     def generate(cls, seed: int) -> Schedule:
@@ -1618,6 +1641,10 @@ class Schedule:
             policy="operator" if operator_answers else base.policy,
             by_position=rng.choice((0.0, 0.5, 1.0)),
             bad_answers=rng.choice((0.0, 0.0, 0.3, 0.6)),
+            # Its own stream: every other draw of every seed stays as it was.
+            tool_retry=random.Random(f"tool-retry-{seed}").choice(_TOOL_RETRY)
+            if kind is Kind.MIDDLEWARE
+            else "none",
         )
 
     @classmethod
@@ -1713,12 +1740,15 @@ class Schedule:
             # Short in real time: a resumer meeting a lease left by a cancelled
             # sibling waits at most this long before it reports LeaseHeld.
             lease_for=timedelta(seconds=0.5),
-            name=f"schedule {self.seed} ({story.value})",
+            name=f"schedule {self.seed} ({story.value}"
+            + (f", ToolRetryMiddleware {self.tool_retry}" if self.tool_retry != "none" else "")
+            + ")",
             tenant_from_config=story is not Kind.BASE,
             resume_tenant=_RESUME_TENANT.get(story, "same"),
             travel=_TRAVEL.get(story, "none"),
             reissue=_REISSUE.get(story, "none"),
             face="middleware" if story is Kind.MIDDLEWARE else "node",
+            tool_retry=self.tool_retry,
             subgraph=story is Kind.SUBGRAPH,
             flakes=self.flakes,
             by_position=self.by_position,

@@ -165,7 +165,8 @@ def test_the_control_toolnode_duplicates_under_every_kind(randomized: CampaignRe
 
 def test_schedules_draw_every_human_and_graph_dimension() -> None:
     """Across 2,000 seeds: answers by position and by id, bad answers first, approvals, edits
-    are possible (approval kind), twins, retried nodes, all three providers and both modes."""
+    are possible (approval kind), twins, retried nodes, all three providers and both modes,
+    and ToolRetryMiddleware absent, before and after EffectMiddleware."""
     schedules = [Schedule.generate(seed) for seed in range(SCHEDULES)]
     human = [s for s in schedules if s.policy == "operator"]
     assert len(human) > SCHEDULES // 3
@@ -177,6 +178,8 @@ def test_schedules_draw_every_human_and_graph_dimension() -> None:
     assert sum(s.key_window_zero for s in schedules) > SCHEDULES // 10
     assert {k for s in schedules for k in s.calls} == set(ProviderKind)
     assert {s.asynchronous for s in schedules} == {False, True}
+    retried = [s.tool_retry for s in schedules if s.kind is Kind.MIDDLEWARE]
+    assert min(retried.count(order) for order in ("none", "before", "after")) > len(retried) // 6
 
 
 def test_the_command_prints_the_table_and_its_status_says_pass_or_fail(

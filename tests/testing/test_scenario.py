@@ -337,3 +337,54 @@ def test_a_bad_answer_counts_as_applied_only_when_its_own_digest_is_logged(
 
     assert applied(good)
     assert not applied(bad)
+
+
+@pytest.mark.filterwarnings("ignore::langgraph_effects.DurabilityWarning")  # as the campaign
+@pytest.mark.parametrize("order", ["before", "after"])
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_tool_retry_middleware_in_either_order_applies_nothing_twice(
+    providers: Providers, order: str, mode: str
+) -> None:
+    """A ``middleware`` schedule with ToolRetryMiddleware before or after EffectMiddleware, a
+    lost response at a provider without idempotency keys: 0 duplicates, 0 lost receipts
+    (after: the retry is refused inside the dispatch, the run resumed and settled); the
+    create_agent control with ToolRetryMiddleware alone applies it more than once."""
+    schedule = Schedule.generate(0).with_(
+        kind=Kind.MIDDLEWARE,
+        calls=(ProviderKind.TICKETING,),
+        faults=(Fault.LOSE_RESPONSE,),
+        refaults=(),
+        crash_at=None,
+        revoke="none",
+        asynchronous=mode == "async",
+        resumers=1,
+        policy="operator",
+        bad_answers=0.0,
+        tool_retry=order,
+    )
+    sc = schedule.scenario(providers)
+    assert (sc.face, sc.tool_retry) == ("middleware", order)
+    conn = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
+    try:
+        if sc.asynchronous:
+            aledger = AsyncSQLiteLedger(conn, clock=providers.clock.now)
+            asyncio.run(aledger.setup())
+            report = run_scenario(sc, ledger=aledger)
+        else:
+            ledger = SQLiteLedger(conn, clock=providers.clock.now)
+            ledger.setup()
+            report = run_scenario(sc, ledger=ledger)
+    finally:
+        conn.close()
+    assert providers.ticketing.effects == 1
+    assert (report.duplicates, report.lost_receipts, report.mislabelled) == (0, 0, 0)
+    assert report.violations == 0, report.problems
+    assert report.errors == (1 if order == "after" else 0)  # MiddlewareOrderError, then resumed
+
+    control = Providers.open(None)
+    try:
+        report = run_scenario(schedule.scenario(control, control=True))
+        assert control.ticketing.effects > 1
+        assert report.duplicates > 0
+    finally:
+        control.close()
