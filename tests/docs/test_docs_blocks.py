@@ -185,3 +185,16 @@ def test_every_page_of_docs_is_in_the_site_nav() -> None:
     pages = {p.name for p in (ROOT / "docs").glob("*.md")}
     assert pages - nav == set(), f"add to mkdocs.yml's nav: {sorted(pages - nav)}"
     assert nav - pages == set(), f"mkdocs.yml's nav names missing pages: {sorted(nav - pages)}"
+
+
+def test_every_included_section_exists() -> None:
+    """A page that includes a file (``--8<-- "FILE"``) or a section of one
+    (``--8<-- "FILE:name"``) finds it: the section's start and end markers are in FILE."""
+    for page in sorted((ROOT / "docs").glob("*.md")):
+        for target in re.findall(r'^--8<-- "([^"]+)"$', page.read_text(encoding="utf-8"), re.M):
+            path, _, section = target.partition(":")
+            assert (ROOT / path).is_file(), f"{page.name} includes a missing {path}"
+            if section:
+                text = (ROOT / path).read_text(encoding="utf-8")
+                for end in ("start", "end"):
+                    assert f"--8<-- [{end}:{section}]" in text, f"{path} lost [{end}:{section}]"
