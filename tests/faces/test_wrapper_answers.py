@@ -56,17 +56,19 @@ def close_tool(crm: FakeCRM) -> Any:
 
 
 class Guard:
-    """A user's wrapper: answers the calls on ``blocked`` targets itself, runs the others."""
+    """A user's wrapper: answers itself the calls whose ``key`` (an argument, or ``"id"``: the
+    tool-call id) is ``blocked``, and runs the others."""
 
-    def __init__(self, *blocked: str) -> None:
+    def __init__(self, key: str, *blocked: str) -> None:
+        self.key = key
         self.blocked = set(blocked)
 
     def refusal(self, request: Any) -> ToolMessage | None:
-        if request.tool_call["args"]["case_id"] not in self.blocked:
+        tool_call = request.tool_call
+        value = tool_call["id"] if self.key == "id" else tool_call["args"][self.key]
+        if value not in self.blocked:
             return None
-        return ToolMessage(
-            "blocked by policy", tool_call_id=request.tool_call["id"], status="error"
-        )
+        return ToolMessage("blocked by policy", tool_call_id=tool_call["id"], status="error")
 
     def wrap(self, request: Any, execute: Any) -> Any:
         return self.refusal(request) or execute(request)
@@ -89,7 +91,7 @@ def test_a_call_the_node_wrapper_answers_is_given_back_and_sent_later(env: Env) 
     """Two calls prepared together; the wrapper answers A itself: A's claim is given back
     (``prepared``, never ``stuck``), B acts; replaying the step with A allowed sends A once."""
     crm = FakeCRM()
-    guard = Guard("A")
+    guard = Guard("case_id", "A")
     graph = build_graph(
         [close_tool(crm)],
         CALLS,
@@ -126,20 +128,13 @@ class Blocker(AgentMiddleware[Any, Any, Any]):
 
     def __init__(self, *blocked: str) -> None:
         super().__init__()
-        self.blocked_ids = set(blocked)
-
-    def _answer(self, request: Any) -> ToolMessage | None:
-        if request.tool_call["id"] not in self.blocked_ids:
-            return None
-        return ToolMessage(
-            "blocked by policy", tool_call_id=request.tool_call["id"], status="error"
-        )
+        self.guard = Guard("id", *blocked)
 
     def wrap_tool_call(self, request: Any, handler: Any) -> Any:
-        return self._answer(request) or handler(request)
+        return self.guard.wrap(request, handler)
 
     async def awrap_tool_call(self, request: Any, handler: Any) -> Any:
-        return self._answer(request) or await handler(request)
+        return await self.guard.awrap(request, handler)
 
 
 @pytest.mark.parametrize("blocker_first", [True, False])
