@@ -38,6 +38,16 @@ TenantFilter = Annotated[
     str | None,
     typer.Option("--tenant", "-t", envvar="LGE_TENANT", metavar="TENANT", help="Only this tenant."),
 ]
+TenantFound = Annotated[
+    str | None,
+    typer.Option(
+        "--tenant",
+        "-t",
+        envvar="LGE_TENANT",
+        metavar="TENANT",
+        help="The operation's tenant (default: the one tenant that holds this id).",
+    ),
+]
 ByOption = Annotated[
     str | None,
     typer.Option(
@@ -122,7 +132,7 @@ def list_operations(
 def show(
     ctx: typer.Context,
     operation_id: OperationArg,
-    tenant: TenantRequired,
+    tenant: TenantFound = None,
     db: DbOption = None,
     as_json: JsonOption = False,
 ) -> None:

@@ -8,52 +8,79 @@ from rich.text import Text
 from langgraph_effects.cli._app import ExitCode
 from langgraph_effects.cli._identity import _check_policy, _identify, _load_hook
 from langgraph_effects.cli._ledger import _ledger, _require
-from langgraph_effects.cli._outlook import _approver, _outlook, _resend_risk
+from langgraph_effects.cli._outlook import _outlook, _resend_risk
 from langgraph_effects.cli._parse import _parse_json
 from langgraph_effects.cli._report import _echo_json, _Failure, _reporting
-from langgraph_effects.cli._text import _console, _lit, _status
+from langgraph_effects.cli._text import _console, _lit
 from langgraph_effects.core.model import (
     Decision,
     Evidence,
     EvidenceKind,
     Operation,
     OperationStatus,
+    Resolution,
     utcnow,
 )
 from langgraph_effects.errors import (
-    IllegalTransition,
     InvalidInput,
 )
+from langgraph_effects.ledger.base import Ledger
 
 S = OperationStatus
 
 
-def _report_decision(op: Operation, as_json: bool) -> None:
-    if as_json:
-        _echo_json({"operation": op.model_dump(mode="json")})
-        return
-    _console().print(
-        Text.assemble(
-            _lit(op.operation_id), " is now ", _status(op.status), f" (record v{op.record_version})"
+_DONE = {
+    Decision.APPROVE: "approved",
+    Decision.REJECT: "rejected",
+    Decision.CONFIRM: "confirmed",
+    Decision.RETRY: "retry ordered",
+}
+"""What each decision did, in the words that report it."""
+
+
+def _already(op: Operation, decision: Decision) -> str | None:
+    """What the record says when ``decision`` was already taken (a repeated command)."""
+    if decision is Decision.APPROVE and op.status is S.PREPARED and op.approved_by:
+        return f"already approved by {op.approved_by}"
+    if decision is Decision.RETRY and op.status is S.PREPARED and op.attempts > 0:
+        return "already ordered to retry"
+    if decision is Decision.REJECT and op.status is S.REJECTED:
+        return "already rejected"
+    if decision is Decision.CONFIRM and op.status is S.CONFIRMED:
+        return "already confirmed"
+    return None
+
+
+def _settle(
+    ledger: Ledger, op: Operation, order: Resolution, refusal: str | None, as_json: bool
+) -> None:
+    """Take the decision and say what happened: done, already done (nothing changes, exit
+    0), or refused with ``refusal`` (exit 4)."""
+    already = _already(op, order.decision)
+    if already is None and refusal is not None:
+        raise _Failure(
+            ExitCode.REFUSED,
+            "refused",
+            f"{op.operation_id} cannot be {_DONE[order.decision]}: it is {op.status.value}, and "
+            f"{refusal}; on its next run the graph {_outlook(op, utcnow()).next_run}; "
+            "nothing was changed",
         )
-    )
-    if op.status is S.PREPARED:
-        _console().print(Text(_lit(f"next run: {_outlook(op, utcnow()).next_run}")))
+    decided = op if already else ledger.resolve(op.tenant_id, op.operation_id, order)
+    if as_json:
+        _echo_json({"operation": decided.model_dump(mode="json"), "changed": not already})
+        return
+    what = f"is {already}" if already else f"{_DONE[order.decision]} by {order.by}"
+    after = _outlook(decided, utcnow()).next_run
+    line = f"{decided.operation_id} {what}; the next run {after}"
+    _console().print(Text(_lit(line + ("; nothing was changed" if already else ""))))
 
 
-def _not_unknown(op: Operation, decision: Decision) -> IllegalTransition:
-    """Why ``resolve`` / ``retry`` refuse a record that is not unknown, and what to do."""
-    hint = ""
+def _not_unknown(op: Operation) -> str:
+    """Why ``resolve`` / ``retry`` refuse a record that is not unknown."""
+    why = "only an unknown operation is resolved or retried"
     if op.status is S.PREPARED:
-        hint = "; a prepared operation is decided with approve or reject"
-    return IllegalTransition(
-        op.operation_id,
-        status=op.status.value,
-        target=decision.value,
-        why="only an unknown operation is resolved or retried; on its next run the graph "
-        + _outlook(op, utcnow()).next_run
-        + hint,
-    )
+        why += " (a prepared one is decided with approve or reject)"
+    return why
 
 
 def _checked_reason(reason: str) -> str:
@@ -114,9 +141,8 @@ def resolve(
         with _ledger(ctx, db) as ledger:
             op = _require(ledger, tenant, operation_id)
             _check_policy(loaded, who.verified, op, decision)
-            if op.status is not S.UNKNOWN:
-                raise _not_unknown(op, decision)
-            _report_decision(ledger.resolve(op.tenant_id, op.operation_id, resolution), as_json)
+            refusal = None if op.status is S.UNKNOWN else _not_unknown(op)
+            _settle(ledger, op, resolution, refusal, as_json)
 
 
 def retry(
@@ -139,20 +165,15 @@ def retry(
         with _ledger(ctx, db) as ledger:
             op = _require(ledger, tenant, operation_id)
             _check_policy(loaded, who.verified, op, Decision.RETRY)
-            if op.status is not S.UNKNOWN:
-                raise _not_unknown(op, Decision.RETRY)
-            problem = _resend_risk(op, utcnow())
+            refusal = None if op.status is S.UNKNOWN else _not_unknown(op)
+            problem = _resend_risk(op, utcnow()) if refusal is None else None
             if problem is not None and not accept_duplicate_risk:
-                raise IllegalTransition(
-                    op.operation_id,
-                    status=op.status.value,
-                    target="retry",
-                    why=f"{problem}: if the first attempt applied, a retry applies it twice. "
+                refusal = (
+                    f"{problem}: if the first attempt applied, a retry applies it twice. "
                     "Check the provider and resolve --confirm/--reject, or pass "
-                    "--accept-duplicate-risk",
+                    "--accept-duplicate-risk"
                 )
-            order = who.resolution(Decision.RETRY, reason)
-            _report_decision(ledger.resolve(op.tenant_id, op.operation_id, order), as_json)
+            _settle(ledger, op, who.resolution(Decision.RETRY, reason), refusal, as_json)
 
 
 def approve(
@@ -174,18 +195,9 @@ def approve(
         with _ledger(ctx, db) as ledger:
             op = _require(ledger, tenant, operation_id)
             _check_policy(loaded, who.verified, op, Decision.APPROVE)
-            if op.status is not S.PREPARED or op.attempts > 0 or _approver(op) is not None:
-                raise IllegalTransition(
-                    op.operation_id,
-                    status=op.status.value,
-                    target="approved",
-                    why="only a prepared operation that was never sent nor approved awaits "
-                    "approval; on its next run the graph " + _outlook(op, utcnow()).next_run,
-                )
-            decided = ledger.resolve(
-                op.tenant_id, op.operation_id, who.resolution(Decision.APPROVE, reason)
-            )
-            _report_decision(decided, as_json)
+            awaits = op.status is S.PREPARED and op.attempts == 0 and op.approved_by is None
+            refusal = None if awaits else "only a prepared operation never sent awaits approval"
+            _settle(ledger, op, who.resolution(Decision.APPROVE, reason), refusal, as_json)
 
 
 def reject_operation(
@@ -207,15 +219,6 @@ def reject_operation(
         with _ledger(ctx, db) as ledger:
             op = _require(ledger, tenant, operation_id)
             _check_policy(loaded, who.verified, op, Decision.REJECT)
-            if op.status not in (S.PREPARED, S.UNKNOWN):
-                raise IllegalTransition(
-                    op.operation_id,
-                    status=op.status.value,
-                    target="rejected",
-                    why="only a prepared or unknown operation is rejected; on its next run the "
-                    "graph " + _outlook(op, utcnow()).next_run,
-                )
-            decided = ledger.resolve(
-                op.tenant_id, op.operation_id, who.resolution(Decision.REJECT, reason)
-            )
-            _report_decision(decided, as_json)
+            open_ = op.status in (S.PREPARED, S.UNKNOWN)
+            refusal = None if open_ else "only a prepared or unknown operation is rejected"
+            _settle(ledger, op, who.resolution(Decision.REJECT, reason), refusal, as_json)

@@ -14,6 +14,8 @@ from langgraph_effects.cli._app import ExitCode
 from langgraph_effects.cli._report import _Failure
 from langgraph_effects.cli._text import _CONTROL, _lit
 from langgraph_effects.core.model import (
+    APPROVED_BY_PREFIX,
+    TAKEOVER_PREFIX,
     Decision,
     Operation,
     Resolution,
@@ -99,7 +101,7 @@ def _refuse_reserved(name: str, what: str) -> str:
         why = "it is empty"
     elif _CONTROL.search(name):
         why = "it holds control characters"
-    elif lowered in RESERVED_ACTORS or lowered.startswith(("takeover:", "approved-by:")):
+    elif lowered in RESERVED_ACTORS or lowered.startswith((TAKEOVER_PREFIX, APPROVED_BY_PREFIX)):
         reserved = ", ".join(sorted(RESERVED_ACTORS))
         why = f"it names a system actor (reserved: {reserved}, takeover:...)"
     elif "|" in name:

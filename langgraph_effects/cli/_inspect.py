@@ -27,11 +27,15 @@ from langgraph_effects.cli._text import (
     _seconds,
     _status,
     _summary,
+    _table,
+    _width,
+    _wrapped,
 )
 from langgraph_effects.core.model import (
     EvidenceKind,
     Operation,
     OperationStatus,
+    describe_actor,
     utcnow,
 )
 from langgraph_effects.core.plan import (
@@ -87,30 +91,27 @@ def list_operations(
             console.print("no operations match")
             return
         short = _abbreviations([op.operation_id for op in rows], full_ids)
-        # Fixed columns never wrap; tenant, action and target share the rest and
-        # fold, so 80 columns stay readable.
-        table = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
-        table.add_column("operation", no_wrap=True)
-        table.add_column("status", no_wrap=True)
-        table.add_column("age", no_wrap=True, justify="right")
-        table.add_column("tries", no_wrap=True, justify="right")
-        # One tenant asked for: its name on every row says nothing. A narrow
-        # terminal gets the free text in one column that wraps between words.
-        names = ("action", "target") if tenant else ("tenant", "action", "target")
-        narrow = console.width < 110
-        for name in [" ".join(names)] if narrow else names:
-            table.add_column(name, overflow="fold", min_width=len(name))
+        # One tenant asked for: its name on every row says nothing.
+        names = ["action", "target"] if tenant else ["tenant", "action", "target"]
+        table: list[list[Text]] = []
         for op in rows:
             free = {"tenant": op.tenant_id, "action": op.action, "target": op.target or "-"}
-            values = [_lit(free[name]) for name in names]
-            table.add_row(
-                Text(_lit(short[op.operation_id])),
-                _status(op.status),
-                Text(_age(now - op.status_changed_at)),
-                Text(str(op.attempts)),
-                *([Text(" ".join(values))] if narrow else [Text(v) for v in values]),
+            table.append(
+                [
+                    Text(_lit(short[op.operation_id])),
+                    _status(op.status),
+                    Text(_age(now - op.status_changed_at)),
+                    Text(str(op.attempts)),
+                    *(Text(_lit(free[name])) for name in names),
+                ]
             )
-        console.print(table)
+        _table(
+            console,
+            ["operation", "status", "age", "tries", *names],
+            table,
+            right=frozenset({2, 3}),
+            flexible=frozenset(range(4, 4 + len(names))),
+        )
         if len(rows) == limit:
             console.print(f"(first {limit}; raise --limit for more)")
 
@@ -118,7 +119,7 @@ def list_operations(
 def show(
     ctx: typer.Context,
     operation_id: str,
-    tenant: str,
+    tenant: str | None,
     db: str | None,
     as_json: bool,
 ) -> None:
@@ -142,7 +143,9 @@ def show(
         console = _console()
         record = Table.grid(padding=(0, 2))
         record.add_column(style="bold", no_wrap=True)
-        record.add_column(overflow="fold")
+        # Values wrap between words; a word wider than the terminal (a digest) is cut with
+        # an ellipsis (the whole value: --json).
+        record.add_column(overflow="ellipsis")
         fields: list[tuple[str, str | Text]] = [
             ("operation", op.operation_id),
             ("tenant", op.tenant_id),
@@ -158,14 +161,18 @@ def show(
             ("provider result", op.provider_result_id or "-"),
             ("payload digest", op.payload_digest),
             ("payload", json.dumps(op.payload) if op.payload_stored else "(digest only)"),
-            ("authorization", op.authorization_ref or "-"),
+            (
+                "authorization",
+                f"approved by {op.approved_by}" if op.approved_by else op.authorization_ref or "-",
+            ),
             ("created", f"{_iso(op.created_at)} ({_age(now - op.created_at)} ago)"),
             ("first dispatched", _iso(op.first_dispatched_at) or "-"),
             ("last dispatched", _iso(op.last_dispatched_at) or "-"),
             ("evidence checked", _iso(op.evidence_checked_at) or "-"),
         ]
         if op.lease_owner:
-            fields.append(("lease", f"{op.lease_owner} until {_iso(op.lease_expires_at)}"))
+            owner = describe_actor(op.lease_owner)
+            fields.append(("lease", f"{owner} until {_iso(op.lease_expires_at)}"))
         if op.error:
             fields.append(("error", op.error))
         if conflict is not None:
@@ -182,17 +189,19 @@ def show(
             record.add_row(name, value if isinstance(value, Text) else Text(_lit(value)))
         console.print(record)
         console.print()
-        # One line per event (soft-wrapped), readable at any terminal width.
+        # One event per paragraph, wrapped between words under its sequence number.
         console.print(Text("events", style="bold"))
+        width = _width(console)
         for e in events:
             note = _event_note(e)
             source = e.from_status.value if e.from_status else "-"
             token = "-" if e.fencing_token is None else str(e.fencing_token)
             line = (
-                f"{e.seq:>3}  {e.at:%Y-%m-%d %H:%M:%S}  {e.kind.value:<12} "
-                f"{source:>11} -> {e.to_status.value:<11} token {token:<3} by {e.actor}"
+                f"{e.seq:>3}  {e.at:%Y-%m-%d %H:%M:%S}  {e.kind.value:<12}  "
+                f"{source} -> {e.to_status.value}  by {describe_actor(e.actor)}  (token {token})"
             )
-            console.print(Text(_lit(f"{line}  {note}" if note else line)), soft_wrap=True)
+            text = _lit(f"{line}  {note}" if note else line)
+            console.print(Text(_wrapped(text, width, indent=5)), soft_wrap=True)
         console.print()
         console.print(Text.assemble(("next run: ", "bold"), _lit(outlook.next_run)))
         console.print(Text.assemble(("retry risk: ", "bold"), _lit(outlook.risk)))

@@ -85,23 +85,37 @@ _MIN_ABBREV = 11
 """``op-`` and 8 base32 characters (40 bits): shown abbreviated, an id rarely collides."""
 
 
-def _require(ledger: Ledger, tenant: str, operation_id: str) -> Operation:
-    """The operation ``operation_id`` names: the whole id, or a unique prefix of one."""
-    op = ledger.get(tenant, operation_id)
-    if op is not None:
-        return op
-    if operation_id.strip():
-        found = ledger.list(tenant_id=tenant, id_prefix=operation_id, limit=6)
-        if len(found) == 1:
-            return found[0]
-        if found:
-            shown = ", ".join(o.operation_id for o in found[:5]) + (
-                ", ..." if len(found) > 5 else ""
-            )
-            raise InvalidInput(
-                f"operation id prefix {operation_id!r} is ambiguous in tenant {tenant!r}: it "
-                f"starts {shown}; give more characters"
-            )
+def _require(ledger: Ledger, tenant: str | None, operation_id: str) -> Operation:
+    """The operation ``operation_id`` names: the whole id, or a unique prefix of one.
+
+    Without a tenant every tenant is searched (``show``): the id, or prefix, must
+    then name one operation of one tenant.
+    """
+    if tenant is not None:
+        op = ledger.get(tenant, operation_id)
+        if op is not None:
+            return op
+    found = ledger.list(tenant_id=tenant, id_prefix=operation_id, limit=6) if operation_id else []
+    exact = [o for o in found if o.operation_id == operation_id]
+    if len(exact) == 1 or len(found) == 1:
+        return exact[0] if exact else found[0]
+    where = f"in tenant {tenant!r}" if tenant is not None else "across tenants"
+    if len({o.tenant_id for o in exact}) > 1:
+        tenants = ", ".join(sorted(o.tenant_id for o in exact))
+        raise InvalidInput(
+            f"operation id {operation_id!r} exists in tenants {tenants}: pass --tenant"
+        )
+    if found:
+        named = [o.operation_id + (f" ({o.tenant_id})" if tenant is None else "") for o in found]
+        shown = ", ".join(named[:5]) + (", ..." if len(found) > 5 else "")
+        raise InvalidInput(
+            f"operation id prefix {operation_id!r} is ambiguous {where}: it starts "
+            f"{shown}; give more characters"
+        )
+    if tenant is None:
+        raise _Failure(
+            ExitCode.NOT_FOUND, "not_found", f"no operation {operation_id!r} in any tenant"
+        )
     raise OperationNotFound(tenant, operation_id)
 
 

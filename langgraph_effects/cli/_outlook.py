@@ -11,6 +11,7 @@ from langgraph_effects.core.model import (
     Decision,
     Operation,
     OperationStatus,
+    describe_actor,
 )
 from langgraph_effects.core.plan import (
     ResendRisk,
@@ -58,12 +59,6 @@ _COMMAND = {
     Decision.APPROVE: "approve",
 }
 """The command that takes each decision (``show`` lists those open to the operator)."""
-
-
-def _approver(op: Operation) -> str | None:
-    """Who approved a prepared operation's first dispatch (``Ledger.approve``), if anyone."""
-    ref = op.authorization_ref or ""
-    return ref.removeprefix("approved-by:") if ref.startswith("approved-by:") else None
 
 
 def _recorded_expiry(op: Operation) -> datetime | None:
@@ -128,7 +123,8 @@ def _outlook(op: Operation, now: datetime) -> _Outlook:
         if op.lease_alive(now):
             return _Outlook(
                 [],
-                f"waits: {op.lease_owner} holds the lease until {_iso(op.lease_expires_at)}",
+                f"waits: {describe_actor(op.lease_owner or '-')} holds the lease until "
+                f"{_iso(op.lease_expires_at)}",
                 "a call is in flight; wait for its receipt or for the lease to lapse.",
             )
         return _Outlook(
@@ -145,12 +141,12 @@ def _outlook(op: Operation, now: datetime) -> _Outlook:
                 "it was sent before; the resend reuses the same key, so the provider can "
                 "deduplicate it only while it remembers the key.",
             )
-        approver = _approver(op)
-        if approver is not None:
+        if op.approved_by is not None:
+            # Who approved is the record's authorization (show prints it beside).
             return _Outlook(
                 [Decision.REJECT],
-                f"dispatches it for the first time without asking again: approved by {approver} "
-                "(after the effect's authorize check, if it has one)",
+                "dispatches it for the first time without asking again, after the effect's "
+                "authorize check if it has one",
                 "none yet: never sent.",
             )
         return _Outlook(

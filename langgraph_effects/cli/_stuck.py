@@ -5,7 +5,6 @@ from __future__ import annotations
 from datetime import datetime
 
 import typer
-from rich.table import Table
 from rich.text import Text
 
 from langgraph_effects.cli._app import ExitCode
@@ -13,7 +12,7 @@ from langgraph_effects.cli._decide import _checked_reason
 from langgraph_effects.cli._identity import _identify
 from langgraph_effects.cli._ledger import _abbreviations, _ledger
 from langgraph_effects.cli._report import _echo_json, _Failure, _reporting
-from langgraph_effects.cli._text import _age, _console, _iso, _lit, _summary
+from langgraph_effects.cli._text import _age, _console, _iso, _lit, _summary, _table
 from langgraph_effects.core.model import (
     utcnow,
 )
@@ -104,21 +103,26 @@ def _print_stuck(
         console.print(f"no stuck operations (examined {sweep.scanned} dispatching)")
     else:
         short = _abbreviations([f.operation.operation_id for f in sweep.stuck], full_ids)
-        table = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
-        table.add_column("operation", no_wrap=True)
-        table.add_column("since", no_wrap=True, justify="right")
-        table.add_column("tries", no_wrap=True, justify="right")
-        for name in ("tenant", "action", "target", "why"):
-            table.add_column(name, overflow="fold", min_width=len(name))
-        for f in sweep.stuck:
-            op = f.operation
-            table.add_row(
-                Text(_lit(short[op.operation_id])),
-                Text(_age(now - op.status_changed_at)),
-                Text(str(op.attempts)),
-                *(Text(_lit(v)) for v in (op.tenant_id, op.action, op.target or "-", f.why)),
-            )
-        console.print(table)
+        rows = [
+            [
+                Text(_lit(short[f.operation.operation_id])),
+                Text(_age(now - f.operation.status_changed_at)),
+                Text(str(f.operation.attempts)),
+                *(
+                    Text(_lit(v))
+                    for v in (f.operation.tenant_id, f.operation.action, f.operation.target or "-")
+                ),
+                Text(_lit(f.why)),
+            ]
+            for f in sweep.stuck
+        ]
+        _table(
+            console,
+            ["operation", "since", "tries", "tenant", "action", "target", "why"],
+            rows,
+            right=frozenset({1, 2}),
+            flexible=frozenset({3, 4, 5, 6}),
+        )
     for op_id, refusal in outcomes.items():
         line = f"{op_id}: refused: {refusal}" if refusal else f"{op_id} is now unknown"
         console.print(Text(_lit(line)))

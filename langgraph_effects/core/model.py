@@ -27,6 +27,8 @@ from langgraph_effects.core.storable import (
 )
 
 __all__ = [
+    "APPROVED_BY_PREFIX",
+    "TAKEOVER_PREFIX",
     "Decision",
     "EventKind",
     "Evidence",
@@ -40,6 +42,7 @@ __all__ = [
     "Prepared",
     "ProviderContract",
     "Resolution",
+    "describe_actor",
     "key_retention_seconds",
     "reconciled_evidence",
     "unvalidated",
@@ -312,6 +315,36 @@ class LeaseOwner(_Frozen):
         host, pid, started, nonce = value.rsplit("|", 3)
         return cls(host=host, pid=int(pid), started_at=float(started), nonce=nonce)
 
+    def describe(self) -> str:
+        """The owner for a person: ``process 23379 on vm``."""
+        return f"process {self.pid} on {self.host}"
+
+
+APPROVED_BY_PREFIX = "approved-by:"
+"""The ``authorization_ref`` of an approved operation: ``approved-by:`` + who approved it."""
+
+TAKEOVER_PREFIX = "takeover:"
+"""How the event log names a process that took over a lapsed lease: ``takeover:`` + owner."""
+
+
+def describe_actor(actor: str) -> str:
+    """An event's actor, or a record's lease owner, as a person reads it.
+
+    A process (a lease owner, stored ``host|pid|started_at|nonce``) reads as
+    ``process 23379 on vm``, one taking over a lapsed lease as ``process 23379
+    on vm, taking over``; a person's or the system's name (``ana``, ``ledger``,
+    ``reconciler``) stays as it is. The stored form is for machines (``--json``).
+    """
+    taking_over = actor.startswith(TAKEOVER_PREFIX)
+    owner = actor.removeprefix(TAKEOVER_PREFIX)
+    if owner.count("|") < 3:
+        return actor
+    try:
+        described = LeaseOwner.decode(owner).describe()
+    except (ValueError, TypeError):  # another tool's owner: shown as written
+        return actor
+    return f"{described}, taking over" if taking_over else described
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class OperationKey:
@@ -442,6 +475,13 @@ class Operation(_Frozen):
             and self.lease_expires_at is not None
             and now < self.lease_expires_at
         )
+
+    @property
+    def approved_by(self) -> str | None:
+        """Who approved the first dispatch out of band (``Ledger.approve``, an operator's
+        ``approve``): ``authorization_ref`` is then ``approved-by:NAME``. None: nobody."""
+        ref = self.authorization_ref or ""
+        return ref.removeprefix(APPROVED_BY_PREFIX) if ref.startswith(APPROVED_BY_PREFIX) else None
 
     @property
     def owner(self) -> LeaseOwner | None:

@@ -43,6 +43,7 @@ from pydantic import AfterValidator
 from langgraph_effects._faults import CrashPoint, crash_point
 from langgraph_effects._owners import holder_provably_dead
 from langgraph_effects.core.model import (
+    TAKEOVER_PREFIX,
     Decision,
     Evidence,
     EvidenceKind,
@@ -339,7 +340,7 @@ class Loop:
                             op.key,
                             token=op.fencing_token,
                             reason=reason,
-                            actor=f"takeover:{owner.encode()}",
+                            actor=f"{TAKEOVER_PREFIX}{owner.encode()}",
                         ),
                     )
                 case Step.RECONCILE:

@@ -28,6 +28,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from langgraph_effects.core.model import (
+    APPROVED_BY_PREFIX,
     EventKind,
     Evidence,
     LeaseOwner,
@@ -388,7 +389,7 @@ def approve(
         operation_id,
         {
             "payload_digest": payload_digest,
-            "authorization_ref": f"approved-by:{by}",
+            "authorization_ref": f"{APPROVED_BY_PREFIX}{by}",
             "from_status": S.PREPARED.value,
         },
         kind=EventKind.APPROVE,

@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from langgraph_effects.core.model import (
+    APPROVED_BY_PREFIX,
     Decision,
     EventKind,
     Evidence,
@@ -207,7 +208,7 @@ def _approve_prepared(
         operation_id,
         {
             "payload_digest": None,
-            "authorization_ref": f"approved-by:{resolution.by}",
+            "authorization_ref": f"{APPROVED_BY_PREFIX}{resolution.by}",
             "from_status": S.PREPARED.value,
         },
         kind=EventKind.APPROVE,

@@ -42,6 +42,7 @@ REFRESH = "python tests/docs/test_notebooks.py"
 # What differs from one run to the next, masked before comparing (most specific first).
 _VOLATILE = [
     (re.compile(r"[\w.-]+\|\d+\|[\d.]+\|\w+"), "<lease-owner>"),  # host|pid|started|nonce
+    (re.compile(r"\bprocess \d+ on [\w.-]+"), "<lease-owner>"),  # the same, as the CLI says it
     (re.compile(re.escape(tempfile.gettempdir()) + r"/[^\s'\"),]*"), "<tmp>"),
     (re.compile(r"/tmp/[^\s'\"),]*"), "<tmp>"),
     (re.compile(r"lge_nb\w*"), "<schema>"),
