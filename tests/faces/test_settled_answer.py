@@ -7,14 +7,27 @@ The crash paths (a ``Command`` effect reconciled or reviewed after a real kill) 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, NotRequired
 
 import pytest
 from _graphs import Env, build_graph, call, tool_messages
+from langchain.agents import create_agent
+from langchain.agents.middleware import AgentMiddleware, AgentState
+from langchain_core.messages import ToolMessage
+from langchain_core.tools import InjectedToolCallId
+from langgraph.types import Command
 
-from langgraph_effects import EffectContext, EffectsError, InvalidInput, effect
+from langgraph_effects import (
+    EffectContext,
+    EffectMiddleware,
+    EffectsError,
+    Evidence,
+    InvalidInput,
+    effect,
+)
 from langgraph_effects.core.model import OperationStatus
-from langgraph_effects.testing.providers import FakeCRM
+from langgraph_effects.testing import ScriptedChatModel
+from langgraph_effects.testing.providers import FakeCRM, Fault
 
 S = OperationStatus
 CFG = {"configurable": {"thread_id": "answer"}}
@@ -97,3 +110,69 @@ def test_an_answer_that_raises_fails_the_step_and_sends_nothing_again(env: Env) 
 
 async def _alist(items: Any) -> list[Any]:
     return [item async for item in items]
+
+
+class NoteState(AgentState[Any]):
+    note: NotRequired[str]
+
+
+class Notes(AgentMiddleware[NoteState, Any, Any]):
+    """Adds the ``note`` key a Command effect writes to the agent's state."""
+
+    state_schema = NoteState
+
+
+def command_tool(crm: FakeCRM, *, answer: bool) -> Any:
+    def noted(case_id: str, version: Any, tool_call_id: str) -> Command[Any]:
+        return Command(
+            update={
+                "note": f"closed {case_id} v{version}",
+                "messages": [ToolMessage(f"closed {case_id}", tool_call_id=tool_call_id)],
+            }
+        )
+
+    def find(op: Any) -> Evidence:
+        case = crm.get_case(op.target)
+        return Evidence.confirmed("closed under our key", result={"version": case["version"]})
+
+    def settled(op: Any, result: Any) -> Command[Any]:
+        return noted(op.target, result["version"], op.tool_call_id)
+
+    @effect(
+        "crm.close_case",
+        target=lambda a: a["case_id"],
+        reconcile=find,
+        answer=settled if answer else None,
+    )
+    def close_case(
+        case_id: str, ctx: EffectContext, tool_call_id: Annotated[str, InjectedToolCallId]
+    ) -> Command[Any]:
+        """Close a CRM case and note it."""
+        case = crm.close_case(case_id, "fixed", idempotency_key=ctx.idempotency_key)
+        return noted(case_id, case["version"], tool_call_id)
+
+    return close_case
+
+
+@pytest.mark.parametrize("answer", [True, False])
+def test_create_agent_a_reconciled_command_effect_keeps_its_update(env: Env, answer: bool) -> None:
+    """EffectMiddleware: a Command effect whose response was lost is reconciled in the same
+    run; with ``answer=`` its update lands as on an uncrashed run, without it the documented
+    plain ToolMessage (the recorded result) answers and the update is lost. One act."""
+    crm = FakeCRM()
+    crm.faults.push(Fault.LOSE_RESPONSE)
+    agent = create_agent(
+        ScriptedChatModel(plan=[[call("close_case", "c1", case_id="A")]]),
+        tools=[command_tool(crm, answer=answer)],
+        middleware=[Notes(), EffectMiddleware(ledger=env.ledger)],
+        checkpointer=env.checkpointer,
+    )
+    out = env.invoke(agent, {"messages": [("user", "close A")]}, CFG)
+    assert crm.effects == 1
+    [message] = tool_messages(out)
+    if answer:
+        assert out["note"] == "closed A v1"
+        assert message.content == "closed A"
+    else:
+        assert "note" not in out
+        assert message.content == '{"version": 1}'
