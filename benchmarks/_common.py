@@ -27,6 +27,7 @@ from typing import Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
 __all__ = [
+    "COMMITTED_RESULTS",
     "POSTGRES_URL",
     "PgTrace",
     "Report",
@@ -40,6 +41,7 @@ __all__ = [
     "results_dir",
     "sqlite_dir",
     "timed",
+    "use_results_dir",
     "write_json",
 ]
 
@@ -49,10 +51,33 @@ POSTGRES_URL = os.environ.get(
 )
 
 
+COMMITTED_RESULTS = Path(__file__).resolve().parent / "results"
+"""The results kept in the repository (``latest.json``, the docs' pictures): replaced only
+when a run asks (``python -m benchmarks --save``)."""
+
+_chosen: list[Path] = []
+
+
 def results_dir() -> Path:
-    """Where JSON results go: ``benchmarks/results`` or ``$LGE_BENCH_RESULTS_DIR``."""
-    default = Path(__file__).resolve().parent / "results"
-    return Path(os.environ.get("LGE_BENCH_RESULTS_DIR", default))
+    """Where JSON results go: the directory a run chose (``use_results_dir``), else
+    ``$LGE_BENCH_RESULTS_DIR``, else a temporary directory of this process: never the
+    committed ``benchmarks/results`` unless asked."""
+    if _chosen:
+        return _chosen[-1]
+    if os.environ.get("LGE_BENCH_RESULTS_DIR"):
+        return Path(os.environ["LGE_BENCH_RESULTS_DIR"])
+    _chosen.append(Path(tempfile.mkdtemp(prefix="lge-bench-results-")))
+    return _chosen[-1]
+
+
+@contextmanager
+def use_results_dir(path: Path) -> Iterator[Path]:
+    """Write the results of the benchmarks run inside the block into ``path``."""
+    _chosen.append(path)
+    try:
+        yield path
+    finally:
+        _chosen.remove(path)
 
 
 def pool_kwargs() -> dict[str, Any]:

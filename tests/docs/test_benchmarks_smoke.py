@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import sys
 from pathlib import Path
 
@@ -79,7 +80,7 @@ def test_sqlite_counts_write_transactions() -> None:
 def test_every_benchmark_writes_its_results(
     pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A tiny run of all eight benchmarks writes latest.json with positive ratios and each table."""
+    """A tiny run of all nine benchmarks writes latest.json with positive ratios and each table."""
     pytest.importorskip("dbos", reason="dbos is an optional benchmark dependency")
     from benchmarks.__main__ import main
 
@@ -101,6 +102,7 @@ def test_every_benchmark_writes_its_results(
         "recovery",
         "memory",
         "hot_path",
+        "cli",
     }
     for name, report in latest["reports"].items():
         assert report["rows"], f"{name} produced no table rows"
@@ -132,3 +134,36 @@ def test_every_benchmark_writes_its_results(
     hot = latest["reports"]["hot_path"]["data"]
     assert 0 < hot["package_own_ms"] < hot["invoke_ms"]
     assert len(hot["top"]) == 15
+
+
+def test_a_run_never_overwrites_the_committed_results_unless_asked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without --save a run writes into a fresh temporary directory and says the committed
+    results are unchanged; with --save it writes into benchmarks/results (here a stand-in).
+    Nothing printed names an internal issue number."""
+    import benchmarks.__main__ as runner
+    from benchmarks import _common
+
+    committed = tmp_path / "committed"
+    committed.mkdir()
+    (committed / "latest.json").write_text("{}")
+    monkeypatch.setattr(runner, "COMMITTED_RESULTS", committed)
+    monkeypatch.setattr(_common, "_chosen", [])
+    monkeypatch.delenv("LGE_BENCH_RESULTS_DIR", raising=False)
+
+    runner.main(["--smoke", "--only", "cli"])
+    out = capsys.readouterr().out
+    assert (committed / "latest.json").read_text() == "{}"
+    wrote = re.search(r"^wrote (\S+latest\.json)", out, flags=re.M)
+    assert wrote is not None, out
+    written = Path(wrote.group(1))
+    assert written.parent != committed
+    assert json.loads(written.read_text())["reports"].keys() == {"cli"}
+    assert "are unchanged: --save replaces them" in out
+    assert not re.search(r"\bissues? \d", out)
+
+    runner.main(["--smoke", "--only", "cli", "--save"])
+    out = capsys.readouterr().out
+    assert json.loads((committed / "latest.json").read_text())["reports"].keys() == {"cli"}
+    assert not re.search(r"\bissues? \d", out)
