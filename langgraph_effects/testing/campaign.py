@@ -47,6 +47,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import io
 import logging
 import os
 import random
@@ -62,7 +63,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from langchain_core.messages import HumanMessage, ToolMessage
 from langgraph.types import Command
@@ -71,6 +72,7 @@ from langgraph_effects.core.model import Operation, OperationStatus, utcnow
 from langgraph_effects.core.plan import receipt_conflict
 from langgraph_effects.decide import DurabilityWarning
 from langgraph_effects.ledger.base import DEFAULT_LEASE
+from langgraph_effects.testing._progress import Advance, Progress
 from langgraph_effects.testing.assertions import mislabelled_operations
 from langgraph_effects.testing.faults import CrashPlan, CrashPoint, InjectedCrash
 from langgraph_effects.testing.providers import Fault
@@ -167,6 +169,27 @@ def _merge(a: dict[str, ScenarioReport], b: dict[str, ScenarioReport]) -> dict[s
         k: replace(a.get(k, ScenarioReport.empty()) + b.get(k, ScenarioReport.empty()), scenario=k)
         for k in sorted(a.keys() | b.keys())
     }
+
+
+Case = TypeVar("Case")
+
+
+def _ignore(n: int = 1) -> None:
+    """An ``advance`` that reports nothing."""
+
+
+def _counted(
+    run: Callable[[Case], ScenarioReport], advance: Advance
+) -> Callable[[Case], ScenarioReport]:
+    """``run``, then ``advance(1)``: a case that ended counts as done."""
+
+    def counted(case: Case) -> ScenarioReport:
+        try:
+            return run(case)
+        finally:
+            advance(1)
+
+    return counted
 
 
 def _quiet_langgraph() -> None:
@@ -388,10 +411,13 @@ def _one_kill(case: KillCase) -> ScenarioReport:
     return replace(second.value, scenario=case.group, crashes=second.value.crashes + 1)
 
 
-def kill_matrix(cases: Sequence[KillCase], *, workers: int = 2) -> dict[str, ScenarioReport]:
-    """Run every case (killed child, then resumed child); sum the reports per group."""
+def kill_matrix(
+    cases: Sequence[KillCase], *, workers: int = 2, advance: Advance = _ignore
+) -> dict[str, ScenarioReport]:
+    """Run every case (killed child, then resumed child); sum the reports per group.
+    ``advance(1)`` is called as each case ends."""
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        reports = list(pool.map(_one_kill, cases))
+        reports = list(pool.map(_counted(_one_kill, advance), cases))
     groups: dict[str, ScenarioReport] = {}
     for report in reports:
         groups[report.scenario] = groups.get(report.scenario, ScenarioReport.empty()) + report
@@ -760,10 +786,13 @@ def _terminate_backends(case: StaleCase) -> None:
         )
 
 
-def stale_matrix(cases: Sequence[StaleCase], *, workers: int = 4) -> dict[str, ScenarioReport]:
-    """Run every case (mostly waiting, so several at once); sum the reports per group."""
+def stale_matrix(
+    cases: Sequence[StaleCase], *, workers: int = 4, advance: Advance = _ignore
+) -> dict[str, ScenarioReport]:
+    """Run every case (mostly waiting, so several at once); sum the reports per group.
+    ``advance(1)`` is called as each case ends."""
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        reports = list(pool.map(_one_stale, cases))
+        reports = list(pool.map(_counted(_one_stale, advance), cases))
     groups: dict[str, ScenarioReport] = {}
     for report in reports:
         groups[report.scenario] = groups.get(report.scenario, ScenarioReport.empty()) + report
@@ -925,6 +954,29 @@ def concurrency(
 # --------------------------------------------------------------------------- the command
 
 
+COLUMNS: dict[str, str] = {
+    "scenario": "what ran: a part of the campaign, or one group of its cases",
+    "runs": "scenarios run (schedules, kill cases, stale cases, resumer runs)",
+    "intents": "tool calls the model proposed: each is one effect, intended once",
+    "effects": "effects the fake providers applied (counted at the providers)",
+    "duplicates": "effects beyond the first per intent: 0 for EffectToolNode; the control's "
+    "count is what a plain ToolNode does",
+    "unknown": "operations left unknown at the end: the provider may have acted, so the "
+    "ledger says so instead of guessing",
+    "human-resolved": "operations a person decided (a review answer, an operator)",
+    "completion": "share of runs whose thread finished with every operation settled; the "
+    "rest end waiting for a person, as they should",
+    "mislabelled": "operations whose record contradicts what the provider did (must be 0)",
+    "lost-receipts": "effects a provider applied that the ledger does not own up to, or "
+    "that the model was told were not carried out (must be 0)",
+    "violations": "other broken promises: a bad answer accepted, a valid one refused, a "
+    "resume under another tenant not refused, ... (must be 0)",
+    "stale-token": "writes of a late worker the ledger refused (its fencing token was "
+    "stale): the fence working, not a failure",
+}
+"""What each column of the campaign's table counts, printed under it."""
+
+
 @dataclass(frozen=True, slots=True)
 class CampaignResult:
     """The rows of the table, in order, the per-kind breakdown, and whether the campaign passed."""
@@ -971,10 +1023,7 @@ class CampaignResult:
 
     def table(self) -> str:
         """The result as an aligned text table, one row per scenario (the control marked)."""
-        head: tuple[str, ...] = ("scenario", "runs", "intents", "effects", "duplicates")
-        head += ("unknown", "human-resolved", "completion", "mislabelled", "lost-receipts")
-        head += ("violations", "stale-token")
-        lines: list[tuple[str, ...]] = [head]
+        lines: list[tuple[str, ...]] = [tuple(COLUMNS)]
         for r in self.rows:
             control = r is self.control
             lines.append(
@@ -1041,12 +1090,16 @@ def run_campaign(
     postgres_url: str | None = DEFAULT_POSTGRES_URL,
     workdir: Path | None = None,
     control_every: int = 1,
+    progress: Progress | None = None,
 ) -> CampaignResult:
     """Run the selected parts; see the module docstring. ``workers`` run schedules in parallel.
 
     ``control_every``: the control runs every n-th schedule only (it is there
     to show the failures, which a share of the schedules shows plainly).
+    ``progress``: where each part reports what it has done and its ETA (default:
+    nothing is reported; the command passes one writing to stderr).
     """
+    progress = progress or Progress("campaign", stream=io.StringIO(), bar=False)
     _quiet_langgraph()
     rows: list[ScenarioReport] = []
     control: ScenarioReport | None = None
@@ -1061,29 +1114,37 @@ def run_campaign(
             if part in ("randomized", "control"):
                 control_part = part == "control"
                 batch = seeds[:: max(1, control_every)] if control_part else seeds
-                kinds[part] = _parallel_schedules(batch, control=control_part, workers=workers)
+                with progress.part(part, len(batch), "schedules") as advance:
+                    kinds[part] = _parallel_schedules(
+                        batch, control=control_part, workers=workers, advance=advance
+                    )
                 report = _total(kinds[part], control=part == "control")
                 rows.append(report)
                 if part == "control":
                     control = report
             elif part == "kills":
                 cases = kill_cases(backends, workdir / "kills", postgres_url=postgres_url)
-                rows.extend(kill_matrix(cases, workers=workers).values())
+                with progress.part(part, len(cases), "kill cases") as advance:
+                    rows.extend(kill_matrix(cases, workers=workers, advance=advance).values())
             elif part == "stale":
                 stale = stale_cases(backends, workdir / "stale", postgres_url=postgres_url)
-                rows.extend(stale_matrix(stale, workers=2 * workers).values())
+                with progress.part(part, len(stale), "stale cases") as advance:
+                    found = stale_matrix(stale, workers=2 * workers, advance=advance)
+                rows.extend(found.values())
             elif part == "concurrency" and "postgres" in backends:
                 if postgres_url is None:
                     raise ValueError("the concurrency part needs --postgres-url")
-                rows.append(
-                    concurrency(
-                        postgres_url,
-                        workdir / "concurrency",
-                        processes=processes,
-                        threads=threads,
-                        seed=seed,
+                with progress.part(part, 1, "runs") as advance:
+                    rows.append(
+                        concurrency(
+                            postgres_url,
+                            workdir / "concurrency",
+                            processes=processes,
+                            threads=threads,
+                            seed=seed,
+                        )
                     )
-                )
+                    advance(1)
             seconds[part] = time.perf_counter() - started
     return CampaignResult(
         rows=tuple(rows),
@@ -1107,16 +1168,28 @@ def _total(kinds: dict[str, ScenarioReport], *, control: bool) -> ScenarioReport
 
 
 def _parallel_schedules(
-    seeds: Sequence[int], *, control: bool, workers: int
+    seeds: Sequence[int], *, control: bool, workers: int, advance: Advance = _ignore
 ) -> dict[str, ScenarioReport]:
+    """Run the schedules in chunks (in ``workers`` forked children at once, or here when
+    there are few); ``advance`` counts each chunk's schedules as it ends."""
+    size = max(1, min(50, len(seeds) // max(1, 4 * workers)))
+    chunks = [seeds[i : i + size] for i in range(0, len(seeds), size)]
     if workers <= 1 or len(seeds) < 50:
-        return randomized_by_kind(seeds, control=control)
-    chunks = [seeds[i::workers] for i in range(workers)]
+        kinds: dict[str, ScenarioReport] = {}
+        for chunk in chunks:
+            kinds = _merge(kinds, randomized_by_kind(chunk, control=control))
+            advance(len(chunk))
+        return kinds
+
+    def forked(chunk: Sequence[int]) -> Any:
+        try:
+            return run_in_forked_child(_chunk, chunk, control, timeout=3600)
+        finally:
+            advance(len(chunk))
+
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        exits = list(
-            pool.map(lambda c: run_in_forked_child(_chunk, c, control, timeout=3600), chunks)
-        )
-    kinds: dict[str, ScenarioReport] = {}
+        exits = list(pool.map(forked, chunks))
+    kinds = {}
     for e in exits:
         if not isinstance(e.value, dict):
             raise RuntimeError(f"a schedule worker failed: {e.error or e.exitcode}")
@@ -1170,6 +1243,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
     schedules = max(args.schedules, 20_000) if args.large else args.schedules
     result = run_campaign(
+        progress=Progress("campaign"),
         schedules=schedules,
         seed=args.seed,
         backends=backends,
@@ -1181,6 +1255,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         control_every=args.control_every,
     )
     print(result.table())
+    print("\ncolumns:")
+    for name, meaning in COLUMNS.items():
+        print(f"  {name}: {meaning}")
     if result.kinds:
         print("\nrandomized schedules per kind:")
         print(result.breakdown())

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from langgraph_effects.testing.campaign import (
+    COLUMNS,
     CampaignResult,
     concurrency,
     kill_cases,
@@ -185,9 +186,17 @@ def test_schedules_draw_every_human_and_graph_dimension() -> None:
 def test_the_command_prints_the_table_and_its_status_says_pass_or_fail(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """The command prints one row per part and the per-kind breakdown; it exits 0 only clean."""
+    """The command prints one row per part, what each column counts and the per-kind
+    breakdown; its progress goes to stderr; it exits 0 only clean."""
     status = main(["--parts", "randomized,control", "--schedules", "30", "--backends", "sqlite"])
-    out = capsys.readouterr().out
+    printed = capsys.readouterr()
+    out = printed.out
+    header = out.splitlines()[0].split()
+    assert header == list(COLUMNS)
+    for name, meaning in COLUMNS.items():
+        assert f"  {name}: {meaning}" in out
+    assert "campaign: randomized 0/30 schedules (0%)" in printed.err
+    assert "campaign: control 30/30 schedules (100%)" in printed.err
     assert "randomized EffectToolNode" in out
     assert "randomized ToolNode (control)" in out
     assert "control-duplicates" in out
