@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import shutil
 import sqlite3
+import sys
 import tempfile
 import uuid
 from collections.abc import Iterator, Sequence
@@ -58,13 +59,23 @@ MARKER = ".langgraph-effects-example"
 
 
 def work_dir(name: str, given: str | None, *, fresh: bool) -> Path:
-    """The example's directory (``--dir`` or one under the system temp dir).
+    """The example's directory: ``--dir``, or for a new run a fresh one of its own under
+    the system temp dir (``lge-NAME-...``), so two runs never share one; it is kept (a
+    crash's ``--resume --dir`` and the CLI read it) and the run says where.
 
-    ``fresh`` empties it first (a new run); a resume keeps what the crash left.
-    Only a directory an example created (it holds a marker file) or an empty
-    one is ever emptied: a ``--dir`` pointing at anything else is refused.
+    ``fresh`` empties a given ``--dir`` first (a new run); a resume keeps what the
+    crash left. Only a directory an example created (it holds a marker file) or an
+    empty one is ever emptied: a ``--dir`` pointing at anything else is refused.
     """
-    path = Path(given) if given else Path(tempfile.gettempdir()) / "langgraph-effects" / name
+    if given is None:
+        if not fresh:
+            print("--resume needs --dir DIR (the directory the crash printed)", file=sys.stderr)
+            raise SystemExit(2)
+        path = Path(tempfile.mkdtemp(prefix=f"lge-{name}-"))
+        (path / MARKER).touch()
+        print(f"files in {path} (kept after the run: remove it when done)")
+        return path
+    path = Path(given)
     if fresh and path.exists() and any(path.iterdir()):
         if not (path / MARKER).exists():
             raise SystemExit(f"refusing to empty {path}: not a directory an example created")
@@ -98,8 +109,8 @@ def postgres_url(base: str | None, directory: Path, *, fresh: bool) -> str | Non
 
     A fresh run creates a new schema (``lge_example_<hex>``) and writes its name
     to ``directory``; ``--resume`` reads it back, so crash and resume meet the
-    same tables and two runs never see each other's threads or operations. Old
-    schemas stay until you drop them (``DROP SCHEMA lge_example_... CASCADE``).
+    same tables and two runs never see each other's threads or operations. The
+    schema stays (a resume needs it) and the run says so, with the statement that drops it.
     """
     marker = directory / SCHEMA_FILE
     if base is None:
@@ -116,6 +127,8 @@ def postgres_url(base: str | None, directory: Path, *, fresh: bool) -> str | Non
         with psycopg.connect(base, autocommit=True) as conn:
             conn.execute(f'CREATE SCHEMA "{schema}"')
         marker.write_text(schema)
+        drop = f'DROP SCHEMA "{schema}" CASCADE'
+        print(f"PostgreSQL schema {schema} (kept for --resume: {drop} when done)")
     elif marker.exists():
         schema = marker.read_text().strip()
     else:

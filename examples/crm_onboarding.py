@@ -12,7 +12,7 @@ Run it::
 
     python examples/crm_onboarding.py                            # the whole flow
     python examples/crm_onboarding.py --crash-at after_provider  # the CRM acted, the process dies
-    python examples/crm_onboarding.py --resume                   # a fresh process finishes it
+    python examples/crm_onboarding.py --resume --dir DIR         # a fresh process finishes it
     python examples/crm_onboarding.py --crash-at relay_after_send  # the mail was accepted,
                                                                  # the relay died before the receipt
     python examples/crm_onboarding.py --model openai:gpt-4o-mini # a real model (optional)
@@ -32,8 +32,9 @@ or ``relay_after_send`` (a fault at the fake mail provider: it accepts the
 message, then the relay's process is killed). ``during_review_resume`` is not
 offered: the CRM's status lookup always settles the question, so no person is
 ever asked here (see ``support_ticket.py``). The process really exits (code
-137); ``--resume`` continues from the files in ``--dir`` (default: a directory
-under the system temp dir), and can itself take ``--crash-at`` (e.g.
+137) and prints ``--resume --dir DIR``: a new run's files are in a fresh directory of
+its own under the system temp dir, kept and named, unless ``--dir`` says where. The
+resume can itself take ``--crash-at`` (e.g.
 ``during_reconcile`` after an ``after_provider`` crash). ``--postgres URL``
 keeps the ledger, LangGraph's checkpoints and the application's tables (the
 outbox) in PostgreSQL, in a schema of the run's own; the fake providers stay

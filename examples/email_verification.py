@@ -360,7 +360,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument(
         "--dir", type=Path, help="where the SQLite files live (default: a temp dir)"
     )
-    parser.add_argument("--crash-at", choices=CRASH_POINTS)
+    parser.add_argument(
+        "--crash-at",
+        choices=CRASH_POINTS,
+        help="kill this process after the request was sent, while it waits for the answer, "
+        "or just after the answer arrived",
+    )
     parser.add_argument("--resume", action="store_true", help="resume the run found in --dir")
     add_postgres_argument(parser)
     args = parser.parse_args(argv)

@@ -107,9 +107,17 @@ def reconciler(mail: FakeMail) -> Callable[[Operation], Evidence]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dir", type=Path)
-    parser.add_argument("--crash-at", choices=CRASH_POINTS)
-    parser.add_argument("--resume", action="store_true")
+    parser.add_argument(
+        "--dir", type=Path, help="where the SQLite files live (default: a new temp dir)"
+    )
+    parser.add_argument(
+        "--crash-at",
+        choices=CRASH_POINTS,
+        help="kill this process before the relay runs, or just after the provider sent",
+    )
+    parser.add_argument(
+        "--resume", action="store_true", help="let a new relay finish the run found in --dir"
+    )
     add_postgres_argument(parser)
     args = parser.parse_args(argv)
     if args.resume and args.dir is None:

@@ -258,6 +258,23 @@ class RelayReport:
         for name in self.__slots__:
             setattr(self, name, getattr(self, name) + getattr(other, name))
 
+    def __str__(self) -> str:
+        """For a person: the counts that are not zero, ``1 claimed, 1 sent``."""
+        said = [f"{getattr(self, name)} {words}" for name, words in _REPORTED.items()]
+        return ", ".join(s for s in said if not s.startswith("0 ")) or "nothing to relay"
+
+
+_REPORTED = {
+    "claimed": "claimed",
+    "sent": "sent",
+    "review": "left for review",
+    "dead": "given up (dead)",
+    "deferred": "deferred",
+    "lost_lease": "taken over by another relay",
+    "delivered": "delivery confirmed",
+}
+"""``RelayReport``'s counts in the words its ``str`` uses."""
+
 
 # --------------------------------------------------------------------------- statements
 # Programs of the statement engine (``ledger._statements``); the SQL of each

@@ -45,8 +45,10 @@ What the server supplies and what this module does:
 
 The CRM is ``langgraph_effects.testing.FakeCRM`` on a SQLite file (``LGE_EXAMPLE_CRM``,
 default ``crm.db``), so a test can count its closures from another process; the chat
-model is the examples' scripted one: it proposes ``close_case`` for every ``case-N`` the
-user names, then summarises. Put your CRM client and your LLM in their places.
+model is ``langgraph_effects.testing.ScriptedChatModel``: it proposes ``close_case`` for
+every ``case-N`` the user names, then summarises. The directory needs nothing else from
+the repository: copy it as the start of your own server, and put your CRM client and your
+LLM in their places.
 """
 
 from __future__ import annotations
@@ -55,9 +57,7 @@ import asyncio
 import functools
 import os
 import re
-import sys
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 from langchain_core.messages import HumanMessage
@@ -74,10 +74,9 @@ from langgraph_effects import (
     ledger_from_env,
     route_tool_calls,
 )
-from langgraph_effects.testing import FakeCRM
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from _common import ScriptedChatModel  # the examples' chat model: your LLM goes here
+# The scripted chat model and the fake CRM: your LLM and your CRM client go here.
+from langgraph_effects.testing import FakeCRM, ScriptedChatModel
 
 ledger = ledger_from_env()
 

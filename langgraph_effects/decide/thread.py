@@ -9,8 +9,13 @@ are here.
 
 from __future__ import annotations
 
+import contextlib
+import sys
+import threading
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextvars import ContextVar
+from types import FrameType
 from typing import Any
 
 from langgraph_effects.errors import InvalidInput, TenantMismatch
@@ -21,6 +26,7 @@ __all__ = [
     "OPERATIONS_KEY",
     "DurabilityWarning",
     "checked_tenant",
+    "durability_chosen",
     "tenant_request",
     "warn_durability",
 ]
@@ -38,12 +44,62 @@ class DurabilityWarning(UserWarning):
 
 
 _durability_warned = False
+_durability_deliberate: ContextVar[bool] = ContextVar("lge_durability_deliberate", default=False)
+
+
+@contextlib.contextmanager
+def durability_chosen() -> Iterator[None]:
+    """Graphs run inside the block use a durability other than ``"sync"`` on purpose
+    (``testing.run_scenario`` draws it): they warn nothing, and the one warning a
+    process gets is kept for the user's own graphs. A context variable, so it holds
+    in the threads and tasks LangGraph runs the block's nodes in."""
+    token = _durability_deliberate.set(True)
+    try:
+        yield
+    finally:
+        _durability_deliberate.reset(token)
+
+
+_INTERNAL = frozenset(
+    {"langgraph_effects", "langgraph", "langchain", "langchain_core", "langsmith", "pydantic"}
+    | {"concurrent", "threading", "asyncio", "contextvars", "contextlib", "functools"}
+)
+"""Top-level packages whose frames sit between the user's ``invoke`` and the warning."""
+
+
+def _internal(frame: FrameType) -> bool:
+    return str(frame.f_globals.get("__name__", "")).split(".")[0] in _INTERNAL
+
+
+def _user_frame() -> FrameType | None:
+    """The user's line that ran the graph: the first frame outside this package, LangGraph,
+    LangChain and the machinery between them. LangGraph runs tool calls in worker
+    threads; then it is the frame that called into LangGraph in the one other thread
+    waiting inside it. None when that is not one frame (several graphs at once)."""
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None and _internal(frame):
+        frame = frame.f_back
+    if frame is not None:
+        return frame
+    me = threading.get_ident()
+    found = []
+    for ident, inner in sys._current_frames().items():
+        seen_langgraph = False
+        walk: FrameType | None = inner
+        while walk is not None and _internal(walk):
+            name = str(walk.f_globals.get("__name__", ""))
+            seen_langgraph = seen_langgraph or name.startswith("langgraph.")
+            walk = walk.f_back
+        if ident != me and walk is not None and seen_langgraph:
+            found.append(walk)
+    return found[0] if len(found) == 1 else None
 
 
 def warn_durability(config: Mapping[str, Any] | None) -> None:
-    """Warn once per process when the graph's durability lets tool-call ids change."""
+    """Warn once per process when the graph's durability lets tool-call ids change; the
+    warning names the user's line that ran the graph (``_user_frame``)."""
     global _durability_warned
-    if _durability_warned or config is None:
+    if _durability_warned or config is None or _durability_deliberate.get():
         return
     # LangGraph leaves the key out when ``durability`` is not passed, and then
     # runs with its default, "async" (so does LangGraph Server).
@@ -51,14 +107,25 @@ def warn_durability(config: Mapping[str, Any] | None) -> None:
     if mode == "sync":
         return
     _durability_warned = True
-    warnings.warn(
+    message = (
         f"langgraph-effects: this graph runs with durability={mode!r}. A crash before the "
         "AIMessage is checkpointed makes the model propose the call again: the same call "
         "(same tool, same arguments) maps to the same operation, but a call re-proposed "
         "with other arguments is a new one. Use durability='sync', or give effects an "
-        "intent_key, which maps every re-proposal to the same operation.",
+        "intent_key, which maps every re-proposal to the same operation."
+    )
+    user = _user_frame()
+    if user is None:
+        warnings.warn(message, DurabilityWarning, stacklevel=3)
+        return
+    warnings.warn_explicit(
+        message,
         DurabilityWarning,
-        stacklevel=3,
+        user.f_code.co_filename,
+        user.f_lineno,
+        module=str(user.f_globals.get("__name__", "")),
+        registry=user.f_globals.setdefault("__warningregistry__", {}),
+        module_globals=user.f_globals,
     )
 
 

@@ -96,6 +96,7 @@ from langgraph_effects.core.model import (
     ProviderContract,
 )
 from langgraph_effects.decide.answers import answer_digest
+from langgraph_effects.decide.thread import durability_chosen
 from langgraph_effects.effects import EffectContext, EffectTool, effect
 from langgraph_effects.errors import InvalidInput
 from langgraph_effects.ledger.base import DEFAULT_LEASE, AsyncLedger, Ledger
@@ -1386,7 +1387,9 @@ def run_scenario(sc: Scenario, *, ledger: Any = None, checkpointer: Any = None) 
     if sc.asynchronous:
         return asyncio.run(arun_scenario(sc, ledger=ledger, checkpointer=checkpointer))
     graph, config, story = _start(sc, ledger, checkpointer)
-    with _armed(sc):
+    # The scenario draws the default durability on purpose: no DurabilityWarning in the
+    # user's test, and the user's own graphs still get theirs.
+    with durability_chosen(), _armed(sc):
         return _drive_sync(story, graph, config, ledger)
 
 
@@ -1395,7 +1398,7 @@ async def arun_scenario(
 ) -> ScenarioReport:
     """:func:`run_scenario` inside a running event loop (``ainvoke``; sync or async ledger)."""
     graph, config, story = _start(sc, ledger, checkpointer)
-    with _armed(sc):
+    with durability_chosen(), _armed(sc):
         return await _drive_async(story, graph, config, ledger)
 
 

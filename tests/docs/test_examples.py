@@ -10,8 +10,10 @@ example also runs on PostgreSQL (``--postgres``).
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -48,7 +50,7 @@ DEFAULT_RUN: dict[str, list[str]] = {
         r"resolve\s+unknown -> confirmed\s+by on-call policy",
         r"tickets created: 1\n",
     ],
-    "outbox_notify": [r"messages the provider sent: 1 "],
+    "outbox_notify": [r"messages the provider sent: 1 ", r"relay: 1 claimed, 1 sent\n"],
     "email_verification": [r"final_state: verified", r"verification_requests_received: 1\n"],
 }
 
@@ -286,3 +288,67 @@ def test_support_ticket_via_cli(tmp_path: Path) -> None:
     assert_lines(
         out, [r"\$ langgraph-effects resolve op-", r"is now confirmed", r"tickets created: 1\n"]
     )
+
+
+_FLAGS_PROBE = """
+import argparse, json, runpy, sys
+def report(self, *args, **kwargs):
+    print(json.dumps([a.option_strings for a in self._actions if not a.help]))
+    raise SystemExit(0)
+argparse.ArgumentParser.parse_args = report
+script = sys.argv[1]
+sys.argv = [script]
+sys.path.insert(0, script.rsplit("/", 1)[0])  # as `python examples/x.py` has it
+runpy.run_path(script, run_name="__main__")
+"""
+
+
+@pytest.mark.parametrize("name", sorted(DEFAULT_RUN))
+def test_every_flag_of_every_example_says_what_it_does(name: str) -> None:
+    """``--help`` of each example explains each of its flags."""
+    done = subprocess.run(
+        [sys.executable, "-c", _FLAGS_PROBE, str(present(name))],
+        capture_output=True, text=True, timeout=180, check=True,
+    )  # fmt: skip
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == [], name
+
+
+def test_a_run_without_dir_gets_a_directory_of_its_own_and_says_so() -> None:
+    """Two runs without --dir never share a directory; each names the one it keeps; a
+    --resume without --dir is a usage error saying what to pass."""
+    seen = []
+    try:
+        for _ in range(2):
+            out = run("outbox_notify")
+            found = re.search(r"^files in (\S+) \(kept after the run: remove it", out, re.M)
+            assert found is not None, out
+            seen.append(Path(found.group(1)))
+            assert seen[-1].is_dir()
+            assert re.search(r"relay: 1 claimed, 1 sent\n", out)
+            assert "RelayReport(" not in out
+        assert seen[0] != seen[1]
+    finally:
+        for path in seen:
+            shutil.rmtree(path, ignore_errors=True)
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLES / "crm_onboarding.py"), "--resume"],
+        capture_output=True, text=True, timeout=180, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert "--resume needs --dir DIR" in done.stderr
+
+
+def test_the_server_example_is_a_template_that_stands_alone(tmp_path: Path) -> None:
+    """examples/server copied anywhere imports its graph: it needs nothing else from the
+    repository (no path into examples/)."""
+    copy = tmp_path / "my-server"
+    shutil.copytree(EXAMPLES / "server", copy)
+    for source in copy.glob("*.py"):
+        assert "sys.path" not in source.read_text(encoding="utf-8"), source.name
+    env = {**os.environ, "LGE_LEDGER_URL": f"sqlite:///{tmp_path / 'effects.db'}"}
+    done = subprocess.run(
+        [sys.executable, "-c", "import graph; print(type(graph.graph).__name__)"],
+        cwd=copy, capture_output=True, text=True, timeout=180, check=False, env=env,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "CompiledStateGraph"
