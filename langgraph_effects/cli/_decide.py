@@ -21,6 +21,7 @@ from langgraph_effects.core.model import (
     Resolution,
     utcnow,
 )
+from langgraph_effects.core.plan import operator_decisions
 from langgraph_effects.errors import (
     InvalidInput,
 )
@@ -141,7 +142,7 @@ def resolve(
         with _ledger(ctx, db) as ledger:
             op = _require(ledger, tenant, operation_id)
             _check_policy(loaded, who.verified, op, decision)
-            refusal = None if op.status is S.UNKNOWN else _not_unknown(op)
+            refusal = None if decision in operator_decisions(op) else _not_unknown(op)
             _settle(ledger, op, resolution, refusal, as_json)
 
 
@@ -165,7 +166,7 @@ def retry(
         with _ledger(ctx, db) as ledger:
             op = _require(ledger, tenant, operation_id)
             _check_policy(loaded, who.verified, op, Decision.RETRY)
-            refusal = None if op.status is S.UNKNOWN else _not_unknown(op)
+            refusal = None if Decision.RETRY in operator_decisions(op) else _not_unknown(op)
             problem = _resend_risk(op, utcnow()) if refusal is None else None
             if problem is not None and not accept_duplicate_risk:
                 refusal = (
@@ -195,8 +196,11 @@ def approve(
         with _ledger(ctx, db) as ledger:
             op = _require(ledger, tenant, operation_id)
             _check_policy(loaded, who.verified, op, Decision.APPROVE)
-            awaits = op.status is S.PREPARED and op.attempts == 0 and op.approved_by is None
-            refusal = None if awaits else "only a prepared operation never sent awaits approval"
+            refusal = (
+                None
+                if Decision.APPROVE in operator_decisions(op)
+                else "only a prepared operation never sent nor approved awaits approval"
+            )
             _settle(ledger, op, who.resolution(Decision.APPROVE, reason), refusal, as_json)
 
 
@@ -219,6 +223,9 @@ def reject_operation(
         with _ledger(ctx, db) as ledger:
             op = _require(ledger, tenant, operation_id)
             _check_policy(loaded, who.verified, op, Decision.REJECT)
-            open_ = op.status in (S.PREPARED, S.UNKNOWN)
-            refusal = None if open_ else "only a prepared or unknown operation is rejected"
+            refusal = (
+                None
+                if Decision.REJECT in operator_decisions(op)
+                else "only a prepared or unknown operation is rejected"
+            )
             _settle(ledger, op, who.resolution(Decision.REJECT, reason), refusal, as_json)

@@ -38,9 +38,7 @@ from langgraph_effects.core.model import (
     describe_actor,
     utcnow,
 )
-from langgraph_effects.core.plan import (
-    receipt_conflict,
-)
+from langgraph_effects.core.plan import operator_decisions, receipt_conflict
 from langgraph_effects.errors import (
     InvalidInput,
 )
@@ -205,8 +203,8 @@ def show(
         console.print()
         console.print(Text.assemble(("next run: ", "bold"), _lit(outlook.next_run)))
         console.print(Text.assemble(("retry risk: ", "bold"), _lit(outlook.risk)))
-        if outlook.decisions:
-            commands = ", ".join(f"langgraph-effects {_COMMAND[d]}" for d in outlook.decisions)
+        if decisions := operator_decisions(op):
+            commands = ", ".join(f"langgraph-effects {_COMMAND[d]}" for d in decisions)
             console.print(Text.assemble(("you may: ", "bold"), commands))
 
 

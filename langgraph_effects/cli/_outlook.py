@@ -16,6 +16,7 @@ from langgraph_effects.core.model import (
 from langgraph_effects.core.plan import (
     ResendRisk,
     key_expires_at,
+    operator_decisions,
     recorded_contract,
     resend_risk,
 )
@@ -25,15 +26,15 @@ S = OperationStatus
 
 @dataclass(frozen=True)
 class _Outlook:
-    """What an operator may decide now, and what a resend would risk."""
+    """What the next run does with an operation, and what a resend would risk, worded for
+    an operator (what they may decide is ``core.plan.operator_decisions``)."""
 
-    decisions: list[Decision]
     next_run: str
     risk: str
 
     def as_json(self, op: Operation, now: datetime) -> dict[str, Any]:
         return {
-            "decisions": [d.value for d in self.decisions],
+            "decisions": [d.value for d in operator_decisions(op)],
             "status_since": _iso(op.status_changed_at),
             "next_run": self.next_run,
             "risk": self.risk,
@@ -108,13 +109,11 @@ def _outlook(op: Operation, now: datetime) -> _Outlook:
     """Say, from the record alone, what can be decided and what a retry would risk."""
     if op.status is S.CONFIRMED:
         return _Outlook(
-            [],
             "replays the recorded result; the provider is not called",
             "none: confirmed is final. A retry would be a second effect, so none is offered.",
         )
     if op.status is S.REJECTED:
         return _Outlook(
-            [],
             "returns the recorded rejection to the model",
             "none: rejected is final. Doing it anyway is a new operation with its own "
             "authorization.",
@@ -122,20 +121,17 @@ def _outlook(op: Operation, now: datetime) -> _Outlook:
     if op.status is S.DISPATCHING:
         if op.lease_alive(now):
             return _Outlook(
-                [],
                 f"waits: {describe_actor(op.lease_owner or '-')} holds the lease until "
                 f"{_iso(op.lease_expires_at)}",
                 "a call is in flight; wait for its receipt or for the lease to lapse.",
             )
         return _Outlook(
-            [],
             "marks it unknown (the lease lapsed), then reconciles",
             "the last attempt may have reached the provider; wait for reconciliation.",
         )
     if op.status is S.PREPARED:
         if op.attempts > 0:
             return _Outlook(
-                [Decision.REJECT],
                 "dispatches it again under the same key and pinned payload (a retry was "
                 "ordered, or the provider refused it transiently); no approval is asked",
                 "it was sent before; the resend reuses the same key, so the provider can "
@@ -144,13 +140,11 @@ def _outlook(op: Operation, now: datetime) -> _Outlook:
         if op.approved_by is not None:
             # Who approved is the record's authorization (show prints it beside).
             return _Outlook(
-                [Decision.REJECT],
                 "dispatches it for the first time without asking again, after the effect's "
                 "authorize check if it has one",
                 "none yet: never sent.",
             )
         return _Outlook(
-            [Decision.APPROVE, Decision.REJECT],
             "asks a person for approval (an interrupt) before the first dispatch if its effect "
             "requires approval, as a record left unclaimed suggests; otherwise runs its "
             "authorize check and dispatches it. After approve it dispatches without asking; "
@@ -181,7 +175,6 @@ def _outlook(op: Operation, now: datetime) -> _Outlook:
             "effect twice. Check the provider first; confirm or reject if you can tell."
         )
     return _Outlook(
-        [Decision.CONFIRM, Decision.REJECT, Decision.RETRY],
         "asks the provider through the effect's reconciler, if it has one; if that is "
         "inconclusive, "
         + (

@@ -32,6 +32,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 
 from langgraph_effects.core.model import (
+    Decision,
     EventKind,
     Evidence,
     EvidenceKind,
@@ -50,6 +51,7 @@ __all__ = [
     "classify",
     "earlier_attempt_ambiguous",
     "key_expires_at",
+    "operator_decisions",
     "plan",
     "receipt_conflict",
     "recorded_contract",
@@ -172,6 +174,25 @@ def retry_allowed(op: Operation, contract: ProviderContract | None, now: datetim
     if contract is None or not contract.honours_key:
         return False
     return resend_risk(op, contract, now) in (ResendRisk.NOT_SENT, ResendRisk.DEDUPLICATED)
+
+
+def operator_decisions(op: Operation) -> tuple[Decision, ...]:
+    """What an operator may decide about ``op`` out of band, from the record alone.
+
+    ``unknown``: confirm (it happened), reject (it did not) or order a retry.
+    ``prepared`` and never sent nor approved (it waits for approval): approve or
+    reject; ``prepared`` after an approval or an ordered retry: reject only (the
+    next run dispatches it; approving it again decides nothing). In flight or
+    final: nothing (a final record never moves; an in-flight one is its owner's).
+    The ledger's ``resolve`` enforces the same; the CLI offers and checks these.
+    """
+    if op.status is S.UNKNOWN:
+        return (Decision.CONFIRM, Decision.REJECT, Decision.RETRY)
+    if op.status is S.PREPARED:
+        if op.attempts == 0 and op.approved_by is None:
+            return (Decision.APPROVE, Decision.REJECT)
+        return (Decision.REJECT,)
+    return ()
 
 
 def plan(

@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from langgraph_effects.core.model import (
+    Decision,
     Operation,
     OperationStatus,
     ProviderContract,
@@ -22,6 +23,7 @@ from langgraph_effects.core.plan import (
     backoff,
     classify,
     key_expires_at,
+    operator_decisions,
     plan,
     recorded_contract,
     resend_risk,
@@ -265,3 +267,16 @@ def test_backoff_honours_retry_after_and_is_bounded(retry_after: float | None) -
 def test_backoff_gives_up_on_long_retry_after() -> None:
     """A retry_after longer than the backoff cap releases the worker instead of sleeping."""
     assert backoff(ProviderContract(backoff_max=2.0), 0, 60.0) is None
+
+
+def test_what_an_operator_may_decide_follows_the_record() -> None:
+    """Unknown: confirm, reject, retry. Prepared and waiting for approval: approve or reject;
+    prepared after an approval or an ordered retry: reject only. In flight or final: nothing."""
+    D = Decision
+    assert operator_decisions(op(S.UNKNOWN)) == (D.CONFIRM, D.REJECT, D.RETRY)
+    assert operator_decisions(op(S.PREPARED)) == (D.APPROVE, D.REJECT)
+    approved = op(S.PREPARED, authorization_ref="approved-by:ana")
+    assert operator_decisions(approved) == (D.REJECT,)
+    assert operator_decisions(op(S.PREPARED, attempts=1)) == (D.REJECT,)
+    for status in (S.DISPATCHING, S.CONFIRMED, S.REJECTED):
+        assert operator_decisions(op(status)) == ()
