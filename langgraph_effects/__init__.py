@@ -17,8 +17,9 @@ ARCHITECTURE.md at the repository root.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from langgraph_effects._lazy import lazy_getattr
 
 if TYPE_CHECKING:
     from langgraph_effects.core.digest import payload_digest
@@ -305,14 +306,7 @@ _FROM: dict[str, tuple[str, ...]] = {
 _LAZY: dict[str, str] = {name: module for module, names in _FROM.items() for name in names}
 
 if not TYPE_CHECKING:  # type checkers see the imports above, not a catch-all ``Any``
-
-    def __getattr__(name: str) -> Any:
-        module = _LAZY.get(name)
-        if module is None:
-            raise AttributeError(f"module 'langgraph_effects' has no attribute {name!r}")
-        value = getattr(importlib.import_module(module), name)
-        globals()[name] = value
-        return value
+    __getattr__ = lazy_getattr(__name__, _LAZY, globals())
 
 
 def __dir__() -> list[str]:

@@ -54,8 +54,9 @@ the keys documented on each command; errors go to stderr (a JSON object
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from langgraph_effects._lazy import lazy_getattr
 
 # Declaring the commands registers them on ``app``; their bodies load when they run.
 from langgraph_effects.cli import _commands as _commands
@@ -75,12 +76,5 @@ _LAZY = {
     "parse_duration": "langgraph_effects.cli._parse",
 }
 
-if not TYPE_CHECKING:  # type checkers see the imports above
-
-    def __getattr__(name: str) -> Any:
-        module = _LAZY.get(name)
-        if module is None:
-            raise AttributeError(f"module 'langgraph_effects.cli' has no attribute {name!r}")
-        value = getattr(importlib.import_module(module), name)
-        globals()[name] = value
-        return value
+if not TYPE_CHECKING:  # type checkers see the imports above, not a catch-all ``Any``
+    __getattr__ = lazy_getattr(__name__, _LAZY, globals())

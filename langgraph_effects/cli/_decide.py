@@ -189,19 +189,7 @@ def approve(
     as_json: bool,
 ) -> None:
     """The body of ``approve`` (declared in ``_commands``)."""
-    with _reporting(as_json):
-        _checked_reason(reason)
-        who = _identify(by, identity)
-        loaded = _load_hook("--policy", policy)
-        with _ledger(ctx, db) as ledger:
-            op = _require(ledger, tenant, operation_id)
-            _check_policy(loaded, who.verified, op, Decision.APPROVE)
-            refusal = (
-                None
-                if Decision.APPROVE in operator_decisions(op)
-                else "only a prepared operation never sent nor approved awaits approval"
-            )
-            _settle(ledger, op, who.resolution(Decision.APPROVE, reason), refusal, as_json)
+    _decide(Decision.APPROVE, ctx, operation_id, tenant, reason, by, identity, policy, db, as_json)
 
 
 def reject_operation(
@@ -216,16 +204,34 @@ def reject_operation(
     as_json: bool,
 ) -> None:
     """The body of ``reject_operation`` (declared in ``_commands``)."""
+    _decide(Decision.REJECT, ctx, operation_id, tenant, reason, by, identity, policy, db, as_json)
+
+
+_REFUSED = {
+    Decision.APPROVE: "only a prepared operation never sent nor approved awaits approval",
+    Decision.REJECT: "only a prepared or unknown operation is rejected",
+}
+
+
+def _decide(
+    decision: Decision,
+    ctx: typer.Context,
+    operation_id: str,
+    tenant: str,
+    reason: str,
+    by: str | None,
+    identity: str | None,
+    policy: str | None,
+    db: str | None,
+    as_json: bool,
+) -> None:
+    """``approve`` or ``reject``: the decision as ``operator_decisions`` allows it."""
     with _reporting(as_json):
         _checked_reason(reason)
         who = _identify(by, identity)
         loaded = _load_hook("--policy", policy)
         with _ledger(ctx, db) as ledger:
             op = _require(ledger, tenant, operation_id)
-            _check_policy(loaded, who.verified, op, Decision.REJECT)
-            refusal = (
-                None
-                if Decision.REJECT in operator_decisions(op)
-                else "only a prepared or unknown operation is rejected"
-            )
-            _settle(ledger, op, who.resolution(Decision.REJECT, reason), refusal, as_json)
+            _check_policy(loaded, who.verified, op, decision)
+            refusal = None if decision in operator_decisions(op) else _REFUSED[decision]
+            _settle(ledger, op, who.resolution(decision, reason), refusal, as_json)

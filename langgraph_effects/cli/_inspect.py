@@ -141,9 +141,9 @@ def show(
         console = _console()
         record = Table.grid(padding=(0, 2))
         record.add_column(style="bold", no_wrap=True)
-        # Values wrap between words; a word wider than the terminal (a digest) is cut with
-        # an ellipsis (the whole value: --json).
-        record.add_column(overflow="ellipsis")
+        # Values wrap between words; on a terminal a word wider than the line (a digest) is
+        # cut with an ellipsis (the whole value: --json); in a pipe nothing is cut.
+        record.add_column(overflow="ellipsis" if _width(console) else "fold")
         fields: list[tuple[str, str | Text]] = [
             ("operation", op.operation_id),
             ("tenant", op.tenant_id),

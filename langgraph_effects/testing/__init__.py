@@ -30,8 +30,9 @@ contract suite. Type checkers see the real types through the
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from langgraph_effects._lazy import lazy_getattr
 
 if TYPE_CHECKING:
     from langgraph_effects.testing.assertions import (
@@ -192,14 +193,7 @@ __all__ = [
 
 
 if not TYPE_CHECKING:  # type checkers see the imports above, not a catch-all ``Any``
-
-    def __getattr__(name: str) -> Any:
-        module = _EXPORTS.get(name)
-        if module is None:
-            raise AttributeError(f"module 'langgraph_effects.testing' has no attribute {name!r}")
-        value = getattr(importlib.import_module(module), name)
-        globals()[name] = value
-        return value
+    __getattr__ = lazy_getattr(__name__, _EXPORTS, globals())
 
 
 def __dir__() -> list[str]:

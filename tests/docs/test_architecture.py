@@ -12,7 +12,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "langgraph_effects"
 # imports run one way. A ``TYPE_CHECKING`` import is a type annotation, not a dependency,
 # and is not counted (``observe.observe_ledger`` names ``Ledger`` that way).
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("errors",),
+    ("errors", "_lazy"),
     ("core",),
     ("observe", "_owners", "_faults"),
     ("ledger",),
