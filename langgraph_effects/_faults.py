@@ -55,6 +55,9 @@ class CrashPoint(StrEnum):
     """The reconciler has asked the provider; its evidence is not recorded."""
     DURING_REVIEW_RESUME = "during_review_resume"
     """A person's answer has arrived; the resolution is not recorded."""
+    AFTER_ANSWER = "after_answer"
+    """A person's answer is recorded in the ledger; LangGraph has not saved it (the
+    request is shown again on resume)."""
 
 
 class CrashMode(StrEnum):

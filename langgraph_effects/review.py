@@ -65,6 +65,7 @@ __all__ = [
     "hitl_decisions",
     "parse_answer",
     "review_request",
+    "with_notice",
 ]
 
 REVIEW_KIND = "effect_review"
@@ -368,6 +369,23 @@ def approvals_request(
             "by": "<who decides>",
             "request_id": request_id,
         },
+    }
+
+
+def with_notice(request: Mapping[str, Any], notice: str) -> dict[str, Any]:
+    """``request`` asked again with why the person's last answer did not apply.
+
+    The text goes into ``notice`` and, for UIs built for LangChain's
+    ``HumanInTheLoopMiddleware`` (which show only the action requests), in
+    front of every action request's description.
+    """
+    return {
+        **request,
+        "notice": notice,
+        "action_requests": [
+            {**a, "description": f"{notice}\n\n{a.get('description', '')}"}
+            for a in request.get("action_requests", [])
+        ],
     }
 
 

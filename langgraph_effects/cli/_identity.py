@@ -12,10 +12,9 @@ from typing import Any
 
 from langgraph_effects.cli._app import ExitCode
 from langgraph_effects.cli._report import _Failure
-from langgraph_effects.cli._text import _CONTROL, _lit
+from langgraph_effects.cli._text import _lit
+from langgraph_effects.core.actors import person_refusal
 from langgraph_effects.core.model import (
-    APPROVED_BY_PREFIX,
-    TAKEOVER_PREFIX,
     Decision,
     Operation,
     Resolution,
@@ -66,12 +65,6 @@ def _check_policy(
         )
 
 
-RESERVED_ACTORS = frozenset(
-    {"authorize", "ledger", "lge", "operator", "provider", "receipt", "reconciler", "runner"}
-)
-"""Actors the system itself writes into the event log: never a person's name."""
-
-
 @dataclass(frozen=True)
 class _Identity:
     """Who is deciding: the verified name (the event's actor) and the name given."""
@@ -92,23 +85,14 @@ class _Identity:
         )
 
 
-def _refuse_reserved(name: str, what: str) -> str:
-    """``name`` stripped, if a person may carry it in the event log; else a usage error."""
-    name = name.strip()
-    lowered = name.lower()
-    why = None
-    if not name:
-        why = "it is empty"
-    elif _CONTROL.search(name):
-        why = "it holds control characters"
-    elif lowered in RESERVED_ACTORS or lowered.startswith((TAKEOVER_PREFIX, APPROVED_BY_PREFIX)):
-        reserved = ", ".join(sorted(RESERVED_ACTORS))
-        why = f"it names a system actor (reserved: {reserved}, takeover:...)"
-    elif "|" in name:
-        why = "it has the form of a lease owner (host|pid|...), a system actor"
+def _refuse_reserved(name: object, what: str) -> str:
+    """``name`` stripped, if a person may carry it in the event log (the one rule for
+    every path, ``core.actors.person_refusal``); else a usage error."""
+    why = person_refusal(name)
     if why is not None:
         raise _Failure(ExitCode.USAGE, "usage", f"{what} {_lit(name)!r} cannot decide: {why}")
-    return name
+    assert isinstance(name, str)
+    return name.strip()
 
 
 def _os_user() -> tuple[str, str]:
@@ -136,12 +120,19 @@ def _identify(by: str | None, hook_spec: str | None) -> _Identity:
         verified, source = _os_user()
     else:
         try:
-            verified, source = str(hook(claimed)), "hook"
+            verified, source = hook(claimed), "hook"
         except Exception as exc:  # fail closed: an identity not verified decides nothing
             raise _Failure(
                 ExitCode.FORBIDDEN,
                 "forbidden",
                 f"the identity hook {hook_spec!r} did not verify you: {exc or type(exc).__name__}",
             ) from exc
+        if not isinstance(verified, str):
+            raise _Failure(
+                ExitCode.FORBIDDEN,
+                "forbidden",
+                f"the identity hook {hook_spec!r} returned {verified!r:.60}, not a name: "
+                "it verified nobody",
+            )
     verified = _refuse_reserved(verified, f"the verified identity ({source})")
     return _Identity(verified=verified, source=source, claimed=claimed or verified)

@@ -16,6 +16,7 @@ from pydantic import (
     model_validator,
 )
 
+from langgraph_effects.core.actors import APPROVED_BY_PREFIX, TAKEOVER_PREFIX, reconciler_source
 from langgraph_effects.core.digest import DIGEST_PATTERN, canonical_json
 from langgraph_effects.core.storable import (
     MAX_SOURCE,
@@ -203,9 +204,12 @@ def reconciled_evidence(answer: Any) -> Evidence:
     A reconciler that returns ``None`` or anything else is a broken lookup, not
     evidence either way: inconclusive evidence naming what came back, so the
     operation goes to review instead of failing every pass (runner and relay).
+    A reconciler cannot speak for an operator: evidence it gives with source
+    ``operator`` is recorded as the reconciler's (``core.actors.reconciler_source``).
     """
     if isinstance(answer, Evidence):
-        return answer
+        source = reconciler_source(answer.source)
+        return answer if source == answer.source else answer.model_copy(update={"source": source})
     return Evidence.inconclusive(
         f"the reconciler returned {type(answer).__name__}, not Evidence: {answer!r:.200}"
     )
@@ -318,13 +322,6 @@ class LeaseOwner(_Frozen):
     def describe(self) -> str:
         """The owner for a person: ``process 23379 on vm``."""
         return f"process {self.pid} on {self.host}"
-
-
-APPROVED_BY_PREFIX = "approved-by:"
-"""The ``authorization_ref`` of an approved operation: ``approved-by:`` + who approved it."""
-
-TAKEOVER_PREFIX = "takeover:"
-"""How the event log names a process that took over a lapsed lease: ``takeover:`` + owner."""
 
 
 def describe_actor(actor: str) -> str:

@@ -12,21 +12,31 @@ Who decided (``identify``): the server's authenticated user when there is one
 answer's ``by``; with neither the answer is refused, unless the face accepts
 anonymous answers (recorded as ``anonymous``). When the answer's ``by`` names
 someone else than the authenticated user, the user is recorded and the name
-given is kept beside it (``claimed_by``).
+given is kept beside it (``claimed_by``). Either name must pass the one rule
+for people in the event log (``core.actors.person_refusal``: no system actor,
+no reserved form, no control characters).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any
 
 from pydantic import AfterValidator
 
+from langgraph_effects.core.actors import person_refusal
 from langgraph_effects.core.digest import canonical_json
-from langgraph_effects.core.model import Decision, Operation, OperationStatus
+from langgraph_effects.core.model import (
+    Decision,
+    EventKind,
+    Operation,
+    OperationEvent,
+    OperationStatus,
+)
 from langgraph_effects.decide.call import EffectCall
 from langgraph_effects.errors import EffectsError
 from langgraph_effects.review import Answer, InvalidAnswer, RequestKind, parse_answer
@@ -41,8 +51,11 @@ __all__ = [
     "authenticated_user",
     "check_applicable",
     "check_decision",
+    "decided_note",
+    "earlier_round",
     "identify",
-    "outdated",
+    "named_round",
+    "round_id",
     "verified_as",
 ]
 
@@ -95,12 +108,15 @@ def identify(answer: Answer, *, user: str | None, anonymous: bool) -> Answer:
             nothing is recorded and the request can be answered again.
     """
     if user is not None:
-        claimed = answer.by if answer.by is not None and answer.by != user else None
+        user = _person(user, "the authenticated user", answer.operation_id)
+    given = None if answer.by is None else _person(answer.by, "'by'", answer.operation_id)
+    if user is not None:
+        claimed = given if given is not None and given != user else None
         return dataclasses.replace(
             answer, by=user, claimed_by=claimed, verified_by=verified_as(user)
         )
-    if answer.by is not None:
-        return answer
+    if given is not None:
+        return dataclasses.replace(answer, by=given)
     if anonymous:
         return dataclasses.replace(answer, by=ANONYMOUS)
     raise InvalidAnswer(
@@ -109,6 +125,14 @@ def identify(answer: Answer, *, user: str | None, anonymous: bool) -> Answer:
         "refuses anonymous answers (anonymous_answers=False)",
         operation_id=answer.operation_id,
     )
+
+
+def _person(name: str, what: str, operation_id: str | None) -> str:
+    """``name`` as the actor of a decision, by the one rule (``core.actors``)."""
+    why = person_refusal(name)
+    if why is not None:
+        raise InvalidAnswer(f"{what} {name!r:.80} cannot decide: {why}", operation_id=operation_id)
+    return name.strip()
 
 
 @dataclass(slots=True)
@@ -135,10 +159,78 @@ class Answers:
         )
 
 
-def outdated(value: Any, request: Mapping[str, Any]) -> bool:
-    """The answer names the request it answers (``request_id``), and it is not this one."""
+def round_id(op: Operation) -> str:
+    """The request id of one question about ``op``: bound to what a person decides.
+
+    The operation, its status, its attempts and its fencing token: a new
+    dispatch, a takeover or a decision makes a new question. Evidence that
+    changes nothing a person decides (an inconclusive reconciliation, which moves
+    the record's version) asks the same question again, under the same id, so an
+    answer that echoes it still applies.
+    """
+    return f"{op.operation_id}@{op.status.value}.{op.attempts}.{op.fencing_token}"
+
+
+_ROUND_ID = re.compile(r"[^@]+@[a-z]+\.\d+\.\d+")
+
+
+def named_round(value: Any, operation_id: str) -> str | None:
+    """The request id an answer about ``operation_id`` echoes; None: it echoes none.
+
+    Raises:
+        InvalidAnswer: the ``request_id`` is not a string, or not the id of a
+            request about ``operation_id`` (a request of another operation, another
+            thread, or no request of ours): the client is told, nothing is saved.
+    """
     named = value.get("request_id") if isinstance(value, Mapping) else None
-    return named is not None and named != request.get("request_id")
+    if named is None:
+        return None
+    if not isinstance(named, str):
+        raise InvalidAnswer(
+            f"'request_id' must be the string a request carries, not {type(named).__name__}",
+            operation_id=operation_id,
+        )
+    if not _ROUND_ID.fullmatch(named) or not named.startswith(f"{operation_id}@"):
+        raise InvalidAnswer(
+            f"'request_id' {named!r:.120} names no request about operation {operation_id!r}: "
+            "echo the request_id of the request you answer, or leave it out",
+            operation_id=operation_id,
+        )
+    return named
+
+
+def earlier_round(named: str, op: Operation) -> str:
+    """What a person is told when their answer names an earlier question about ``op``."""
+    return (
+        f"Your answer to request {named} was not applied: it answers an earlier question "
+        f"about operation {op.operation_id}, which is now {op.status.value} after "
+        f"{op.attempts} attempt(s). Answer this request instead."
+    )
+
+
+_DECIDING = frozenset({EventKind.APPROVE, EventKind.REJECT, EventKind.RESOLVE, EventKind.CLAIM})
+
+
+def decided_note(op: Operation, events: Sequence[OperationEvent], answer: Answer) -> str:
+    """Why ``answer`` came too late for ``op``: who decided what, and when.
+
+    The last decision the log holds (an approval, a rejection, a resolution,
+    or the claim of a dispatch) names its actor and instant.
+    """
+    last = next((e for e in reversed(events) if e.kind in _DECIDING), None)
+    if last is None:
+        since = f"it is {op.status.value}"
+    elif last.kind is EventKind.CLAIM:
+        since = f"it was dispatched at {last.at:%Y-%m-%d %H:%M:%S} UTC"
+    else:
+        since = (
+            f"{last.actor} decided {last.kind.value} at {last.at:%Y-%m-%d %H:%M:%S} UTC "
+            f"(now {op.status.value})"
+        )
+    return (
+        f"Your {answer.decision.value} of operation {op.operation_id} was not applied: "
+        f"{since}. Nothing you answered changed it."
+    )
 
 
 def answer_mark(call: EffectCall, value: Any) -> str | None:
@@ -190,8 +282,11 @@ def answer_schema(
                 f"the answer names operation {answer.operation_id!r}, which this step does "
                 f"not own (this request is about {op.operation_id!r})"
             )
-        if stale(value) or outdated(value, {"request_id": request_id}):
+        if stale(value):
             return value
+        named = answer.operation_id or op.operation_id
+        if named_round(value, named) not in (None, request_id) and named == op.operation_id:
+            return value  # an earlier question about this operation: told and asked again
         answer = identify(answer, user=call.user, anonymous=anonymous)
         if answer.operation_id in (None, op.operation_id):
             answer = parse_answer(value, tool_name=call.tool_name, kind=kind, offered=offered)
@@ -204,8 +299,6 @@ def answer_schema(
 
 def check_applicable(answer: Answer) -> None:
     """Refuse what the ledger would refuse when the answer is applied."""
-    if answer.by is not None and len(answer.by) > 200:
-        raise InvalidAnswer("'by' is longer than 200 characters")
     if len(answer.reason) > 4000:
         raise InvalidAnswer("'reason' is longer than 4000 characters")
     for what, value in (("result", answer.result), ("edited arguments", answer.edited_args)):

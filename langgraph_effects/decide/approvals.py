@@ -33,14 +33,15 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator
 
 from langgraph_effects._faults import CrashPoint, crash_point
-from langgraph_effects.core.model import Operation, OperationStatus
+from langgraph_effects.core.model import Decision, Operation, OperationStatus
 from langgraph_effects.decide.actions import Action, Ask, Events, Prepare, ledger
 from langgraph_effects.decide.answers import (
     answer_digest,
     check_applicable,
     check_decision,
+    decided_note,
     identify,
-    outdated,
+    round_id,
 )
 from langgraph_effects.decide.call import EffectCall
 from langgraph_effects.decide.loop import Loop, recognised
@@ -51,6 +52,7 @@ from langgraph_effects.review import (
     approvals_request,
     hitl_decisions,
     parse_answer,
+    with_notice,
 )
 
 __all__ = ["APPROVAL_MODES", "ApprovalMode", "ask_approvals", "decisions_of", "read_decisions"]
@@ -69,10 +71,20 @@ def _awaiting(op: Operation) -> bool:
     )
 
 
-def _round(waiting: Sequence[Operation]) -> str:
-    """The request id of one round: the operations asked and their record versions."""
-    names = "|".join(f"{op.operation_id}@{op.record_version}" for op in waiting)
-    return f"approvals:{hashlib.sha256(names.encode()).hexdigest()[:24]}"
+def _undispatched(op: Operation) -> bool:
+    """Prepared and never dispatched: a person's last word still decides it."""
+    return op.status is OperationStatus.PREPARED and not op.attempts
+
+
+def _round(asked: Sequence[Operation]) -> str:
+    """The request id of one round: each operation's question (``answers.round_id``),
+    which an approval given meanwhile does not change."""
+    names = "|".join(round_id(op) for op in asked)
+    return f"{_ROUND}{hashlib.sha256(names.encode()).hexdigest()[:24]}"
+
+
+_ROUND = "approvals:"
+_ROUND_ID = re.compile(rf"{_ROUND}[0-9a-f]{{24}}")
 
 
 def decisions_of(value: Any) -> tuple[list[Mapping[str, Any]], Any]:
@@ -108,6 +120,10 @@ def read_decisions(
     author of each decision that names none; a decision naming an
     ``operation_id`` must name the one at its position.
 
+    A decision about an operation that is no longer prepared (decided and
+    dispatched meanwhile) is read, not checked against it: ``ask_approvals``
+    tells the person who decided it, and when.
+
     Raises:
         InvalidAnswer: the wrong number of decisions, a decision not offered or
             not fitting its operation.
@@ -132,7 +148,8 @@ def read_decisions(
             user=call.user,
             anonymous=anonymous,
         )
-        check_decision(op, answer, retry_forbidden=False)
+        if _undispatched(op):
+            check_decision(op, answer, retry_forbidden=False)
         check_applicable(answer)
         answers.append(answer)
     return answers
@@ -179,69 +196,131 @@ def ask_approvals(loop: Loop, calls: Sequence[EffectCall]) -> Generator[Action, 
                     done, _ = logged.setdefault(found["digest"], (set(), int(found["count"])))
                     done.add(int(found["index"]))
     decided: set[str] = set()
+    notices: list[str] = []
     while True:
         waiting = [
             c for c in gated if c.operation_id not in decided and _awaiting(ops[c.operation_id])
         ]
         if not waiting and not logged:
             return
+        # What the answer's positions may mean: this request, or the one asked before an
+        # operator decided some of its operations out of band (every gated call).
+        frames = [waiting] if len(waiting) == len(gated) else [waiting, gated]
         asked = [ops[c.operation_id] for c in waiting]
         others = []
         for op in asked:
             others.append((yield from loop.open_on_target(op)))
-        request = approvals_request(
+        request: dict[str, Any] = approvals_request(
             [(op, c.tool_name, c.args) for op, c in zip(asked, waiting, strict=True)],
             request_id=_round(asked),
             open_on_target=others,
         )
-        offered = [rc["allowed_decisions"] for rc in request["review_configs"]]
+        if notices:
+            request = with_notice(request, " ".join(notices))
 
-        def check(
-            value: Any,
-            waiting: list[EffectCall] = waiting,
-            request: Any = request,
-            offered: list[Any] = offered,
-        ) -> Any:
+        def frame_of(
+            value: Any, frames: list[list[EffectCall]] = frames, request: Any = request
+        ) -> list[EffectCall] | None:
+            """The calls the answer's positions decide; None: an earlier round's answer."""
+            echoed = value.get("request_id") if isinstance(value, Mapping) else None
+            if echoed is not None:
+                if not isinstance(echoed, str) or not _ROUND_ID.fullmatch(echoed):
+                    raise InvalidAnswer(
+                        f"'request_id' {echoed!r:.120} names no request of these approvals: "
+                        f"echo the request's id ({request['request_id']!r}), or leave it out"
+                    )
+                for frame in frames:
+                    if echoed == _round([ops[c.operation_id] for c in frame]):
+                        return frame
+                return None
+            decisions, _ = decisions_of(value)
+            for frame in frames:
+                if len(decisions) == len(frame):
+                    return frame
+            sizes = " or ".join(str(len(f)) for f in frames)
+            raise InvalidAnswer(
+                f"{len(decisions)} decision(s) for {sizes} action request(s): answer each "
+                "action request of the request shown, in order"
+            )
+
+        def check(value: Any, frame_of: Any = frame_of, request: Any = request) -> Any:
             if answer_digest(value) in logged:
                 return value  # handed back by LangGraph: applied already (see below)
-            if outdated(value, request):
-                raise InvalidAnswer(
-                    f"this answer names request {value.get('request_id')!r}; the current "
-                    f"request is {request['request_id']!r}"
-                )
+            frame = frame_of(value)
+            if frame is None:
+                return value  # an earlier round: told why and asked again (below)
             decisions, by = decisions_of(value)
             read_decisions(
                 decisions,
                 by,
-                waiting,
-                [ops[c.operation_id] for c in waiting],
-                offered,
+                frame,
+                [ops[c.operation_id] for c in frame],
+                [_offered(request, c) for c in frame],
                 anonymous=loop.anonymous_answers,
             )
             return value
 
         value = yield Ask(request, Annotated[Any, AfterValidator(check)])
         digest = answer_digest(value)
-        positions = list(range(len(waiting)))
-        count = len(waiting)
+        applied: set[int] = set()
+        frame: list[EffectCall]
         if digest in logged:
-            done, count = logged.pop(digest)
-            positions = [i for i in range(count) if i not in done]
-            if len(positions) != len(waiting):
+            applied, count = logged.pop(digest)
+            same = [f for f in frames if len(f) == count]
+            if not same:
                 continue  # the rest was decided elsewhere meanwhile: nothing more to apply
-        elif not waiting:
-            return  # not a value of ours: the batch's values are the task's first ones
+            frame = same[0]
+        else:
+            # A new answer where a logged one was expected: LangGraph lost that one with a
+            # crash and showed the batch again, so this answers it (the batch's values are
+            # its task's first ones); the lost value will not be handed back.
+            logged.clear()
+            chosen = frame_of(value)
+            if chosen is None:
+                notices = [
+                    f"Your answer to request {value.get('request_id')} was not applied: it "
+                    "answers an earlier round of these approvals. Answer this request."
+                ]
+                continue
+            frame = chosen
         decisions, by = decisions_of(value)
+        positions = [i for i in range(len(frame)) if i not in applied]
         answers = read_decisions(
             [decisions[i] for i in positions],
             by,
-            waiting,
-            asked,
-            offered,
+            [frame[i] for i in positions],
+            [ops[frame[i].operation_id] for i in positions],
+            [_offered(request, frame[i]) for i in positions],
             anonymous=loop.anonymous_answers,
         )
-        for index, call, op, answer in zip(positions, waiting, asked, answers, strict=True):
-            mark = None if task is None else f"{task}#approvals:{digest}:{index}/{count}"
+        notices = []
+        for index, answer in zip(positions, answers, strict=True):
+            call = frame[index]
+            op = ops[call.operation_id]
+            decided.add(call.operation_id)
+            if _agrees(op, answer):
+                continue  # decided so already (out of band): nothing to change
+            if not _undispatched(op):
+                # Dispatched or rejected meanwhile: too late to change; the person is told.
+                events = yield from ledger(Events(op.key))
+                notices.append(decided_note(op, events, answer))
+                continue
+            mark = None if task is None else f"{task}#approvals:{digest}:{index}/{len(frame)}"
             crash_point(CrashPoint.DURING_REVIEW_RESUME)
             ops[call.operation_id] = yield from loop.answer(call, op, answer, mark)
-            decided.add(call.operation_id)
+
+
+def _offered(request: Mapping[str, Any], call: EffectCall) -> Sequence[str]:
+    """The decisions offered for ``call``: those of an approval (the same for every call)."""
+    configs = request["review_configs"]
+    return configs[0]["allowed_decisions"] if configs else ["approve", "edit", "reject"]
+
+
+def _agrees(op: Operation, answer: Answer) -> bool:
+    """``op`` already stands as ``answer`` decides: approved (or dispatched) for an
+    approval, rejected for a rejection."""
+    if op.status is OperationStatus.REJECTED:
+        return answer.decision is Decision.REJECT
+    if _awaiting(op):
+        return False
+    return answer.decision is Decision.APPROVE and answer.edited_args is None

@@ -91,9 +91,13 @@ from langgraph_effects.decide.answers import (
     Answers,
     answer_mark,
     answer_schema,
+    check_applicable,
     check_decision,
+    decided_note,
+    earlier_round,
     identify,
-    outdated,
+    named_round,
+    round_id,
     verified_as,
 )
 from langgraph_effects.decide.call import EffectCall, ProviderResult
@@ -118,6 +122,7 @@ from langgraph_effects.review import (
     approval_request,
     parse_answer,
     review_request,
+    with_notice,
 )
 
 __all__ = ["Decide", "Loop", "recognised"]
@@ -293,6 +298,8 @@ class Loop:
                         if nxt is not None:
                             op = nxt
                             continue
+                    if last is None and op.attempts == 0 and (yield from self._batch_rejected(op)):
+                        p.trace.via = Via.REVIEWED  # as when its own interrupt was answered
                     return (yield from self._receipt_conflict(op))
                 case Step.ASK_APPROVAL if p.call.preapproved_by is not None:
                     op = yield from self._guarded(
@@ -317,7 +324,10 @@ class Loop:
                     # may order another one (the review offers no retry).
                     p.retry_forbidden = True
                 case Step.AUTHORIZE_AND_CLAIM | Step.RETRY_SAFE:
-                    yield from self._drain(p, op)
+                    changed = yield from self._last_word(p, op)
+                    if changed is not None:
+                        op = changed  # a person's later answer decided it again
+                        continue
                     op = yield from self._authorize_and_claim(p, op, owner, step)
                 case Step.DISPATCH_CLAIMED:
                     op = yield from self._dispatch(p, op, owner)
@@ -360,7 +370,15 @@ class Loop:
     ) -> Generator[Action, Any, Operation]:
         """Apply a person's answer to ``op``, asked outside the call's own loop (the
         batched approvals of ``decide.approvals``); ``mark`` is what the ledger logs."""
-        return (yield from self._apply(_Pass(call=call), op, answer, mark))
+        return (yield from self._answered(_Pass(call=call), op, answer, mark))
+
+    def _answered(
+        self, p: _Pass, op: Operation, answer: Answer, mark: str | None
+    ) -> Generator[Action, Any, Operation]:
+        """``_apply``, then the crash window until LangGraph saves the answer."""
+        new = yield from self._apply(p, op, answer, mark)
+        crash_point(CrashPoint.AFTER_ANSWER)
+        return new
 
     def _guarded(
         self, p: _Pass, op: Operation, action: LedgerAction[Operation]
@@ -656,6 +674,18 @@ class Loop:
         p.reconciled = False
         return fresh
 
+    def _batch_rejected(self, op: Operation) -> Generator[Action, Any, bool]:
+        """A person rejected ``op`` answering the batched approvals of its AIMessage
+        (``decide.approvals``), before this call's own loop ran."""
+        events = yield from ledger(Events(op.key))
+        last = events[-1] if events else None
+        mark = (
+            last.detail.get("answer")
+            if last is not None and isinstance(last.detail, dict)
+            else None
+        )
+        return isinstance(mark, str) and "#approvals:" in mark
+
     def _receipt_conflict(self, op: Operation) -> Generator[Action, Any, Operation]:
         """A rejected record, marked when a late receipt says the provider applied it."""
         if op.attempts == 0:
@@ -761,9 +791,11 @@ class Loop:
     def _ask(self, p: _Pass, op: Operation, *, kind: str) -> Generator[Action, Any, Operation]:
         """Interrupt for a person and apply the answer to the operation it names.
 
-        Each request is one round (``request_id``: the operation and its record
-        version). Values LangGraph hands back from earlier rounds of this task
-        are recognised through the ledger's log and consumed, never re-applied.
+        Each request is one round (``request_id``: ``answers.round_id``, bound to
+        what the person decides). Values LangGraph hands back from earlier rounds
+        of this task are recognised through the ledger's log and consumed, never
+        re-applied. An answer to an earlier question about this operation is not
+        applied: the current request is asked again, saying why (``notice``).
         """
         call = p.call
         others = yield from self.open_on_target(op)
@@ -781,7 +813,7 @@ class Loop:
                 allow_retry=not p.retry_forbidden,
                 open_on_target=others,
             )
-        request["request_id"] = f"{op.operation_id}@{op.record_version}"
+        request["request_id"] = round_id(op)
         asked: RequestKind = "approval" if kind == "approval" else "review"
         offered = request["review_configs"][0]["allowed_decisions"]
         mine = yield from self._answers(p, op.operation_id)
@@ -795,6 +827,7 @@ class Loop:
             offered=offered,
             anonymous=self.anonymous_answers,
         )
+        base = request
         while True:
             value = yield Ask(request, schema)
             crash_point(CrashPoint.DURING_REVIEW_RESUME)
@@ -805,9 +838,11 @@ class Loop:
             if answers.next_is(mark):
                 answers.consumed += 1  # an earlier round's answer, applied already
                 continue
-            if outdated(value, request):
-                # It answers an earlier request (shown by LangGraph after a crash, or sent
-                # late): it decides nothing now; the current request is asked.
+            echoed = named_round(value, named)
+            if named == op.operation_id and echoed not in (None, request["request_id"]):
+                # It answers an earlier question (shown by LangGraph after a crash, or sent
+                # late): not applied; the current request is asked, saying why.
+                request = with_notice(base, earlier_round(echoed, op))
                 continue
             # Who decided: the run's authenticated user, else the answer's by (or refused).
             answer = identify(answer, user=call.user, anonymous=self.anonymous_answers)
@@ -817,7 +852,10 @@ class Loop:
             if named != op.operation_id:
                 # Answers are matched by position within a task, and position is not
                 # identity: apply it to the operation it names, then ask again for ours.
-                yield from self._apply_elsewhere(p, named, answer, mark)
+                notice = yield from self._apply_elsewhere(p, named, answer, mark, echoed)
+                if notice is not None:
+                    request = with_notice(base, notice)
+                    continue
                 fresh = yield from ledger(Get(op.key))
                 assert fresh is not None
                 return fresh
@@ -828,7 +866,7 @@ class Loop:
                 user=call.user,
                 anonymous=self.anonymous_answers,
             )
-            return (yield from self._apply(p, op, answer, mark))
+            return (yield from self._answered(p, op, answer, mark))
 
     def open_on_target(self, op: Operation) -> Generator[Action, Any, OpenOnTarget]:
         """The other unresolved operations on ``op``'s action and target, for the person
@@ -849,28 +887,76 @@ class Loop:
             operations=others[:OPEN_SHOWN], total=max(found.total - counted_self, len(others))
         )
 
-    def _drain(self, p: _Pass, op: Operation) -> Generator[Action, Any, None]:
-        """Before a dispatch that follows a person's answer in an earlier run of this task,
-        take back the values LangGraph hands out for that answer: a tool that calls
-        ``interrupt()`` itself must meet its own answers, not ours.
+    def _last_word(self, p: _Pass, op: Operation) -> Generator[Action, Any, Operation | None]:
+        """Before a dispatch that follows a person's answer in an earlier run of this task:
+        the last word before dispatch wins. Returns the record when an answer changed it.
+
+        LangGraph hands the values of this task back by position. The one logged
+        is consumed (a tool that calls ``interrupt()`` itself must meet its own
+        answers, not ours). Another value there is the person's answer to the
+        request LangGraph showed again because it lost the logged one with a
+        crash (killed after the ledger applied ``approve`` and before LangGraph
+        saved the value)::
+
+            approve (applied) ─▶ ✗ ─▶ request shown again ─▶ reject ─▶ rejected, not sent
+
+        It applies: a reject stops the call, an edit replaces it; an approval (or
+        a review's retry) agrees with what is recorded. A decision that cannot
+        apply to a call not yet dispatched (a confirm) is refused before LangGraph
+        saves it, saying what the record holds, and the request can be answered again.
 
         Read only on that rare path (approved or retried, nothing asked in this pass).
         """
         human = op.authorization_ref is not None or op.attempts > 0
         if p.call.task_id is None or op.operation_id in p.answers or not human:
-            return
+            return None
         mine = yield from self._answers(p, op.operation_id)
-        request = approval_request(op, tool_name=p.call.tool_name, args=p.call.args)
-        request["request_id"] = f"{op.operation_id}@{op.record_version}"
-        passthrough = Annotated[Any, AfterValidator(lambda value: value)]
+        if mine.consumed >= len(mine.logged):
+            return None
+        call = p.call
+        kind: RequestKind = "approval" if op.attempts == 0 else "review"
+        request = approval_request(op, tool_name=call.tool_name, args=call.args)
+        request["request_id"] = round_id(op)
+
+        def answer_of(value: Any) -> Answer | None:
+            """The value as a new answer about ``op``; None: logged, or about another call."""
+            if mine.next_is(answer_mark(call, value)):
+                return None
+            named = parse_answer(value, tool_name=call.tool_name).operation_id
+            if named not in (None, op.operation_id):
+                return None
+            answer = identify(
+                parse_answer(value, tool_name=call.tool_name, kind=kind),
+                user=call.user,
+                anonymous=self.anonymous_answers,
+            )
+            if answer.decision not in (Decision.APPROVE, Decision.RETRY, Decision.REJECT):
+                raise InvalidAnswer(
+                    f"operation {op.operation_id!r} is about to be sent again (a retry was "
+                    f"ordered); {answer.decision.value!r} cannot apply before it is: answer "
+                    "reject to stop it, or retry to let it go",
+                    operation_id=op.operation_id,
+                )
+            check_applicable(answer)
+            return answer
+
+        def check(value: Any) -> Any:
+            answer_of(value)
+            return value
+
+        schema = Annotated[Any, AfterValidator(check)]
         while mine.consumed < len(mine.logged):
-            value = yield Ask(request, passthrough)
-            matched = mine.next_is(answer_mark(p.call, value))
+            value = yield Ask(request, schema)
+            answer = answer_of(value)
             mine.consumed += 1
-            if not matched:
-                # Not the value we logged (one lost with a crash): nothing to apply, and
-                # the rest of the task's values belong to whoever asked for them.
-                break
+            if answer is None:
+                if mine.logged[mine.consumed - 1] == answer_mark(call, value):
+                    continue  # the answer applied before, handed back
+                break  # another call's value: the rest of the task's values are theirs
+            if answer.decision in (Decision.APPROVE, Decision.RETRY) and not answer.edited_args:
+                return None  # the same word again: what is recorded stands
+            return (yield from self._answered(p, op, answer, answer_mark(call, value)))
+        return None
 
     def _answers(self, p: _Pass, operation_id: str) -> Generator[Action, Any, Answers]:
         """The answers applied to ``operation_id`` in this task, read once per pass."""
@@ -1002,8 +1088,10 @@ class Loop:
         return new_op
 
     def _apply_elsewhere(
-        self, p: _Pass, named: str, answer: Answer, mark: str | None
-    ) -> Generator[Action, Any, None]:
+        self, p: _Pass, named: str, answer: Answer, mark: str | None, echoed: str | None
+    ) -> Generator[Action, Any, str | None]:
+        """Apply an answer to the sibling operation it names; what the person must be
+        told instead when it cannot apply (None: applied)."""
         other = yield from ledger(Get(OperationKey(tenant_id=p.call.tenant_id, operation_id=named)))
         if other is None and named in p.call.siblings:
             # A sibling call of this task that has not written its record yet.
@@ -1018,7 +1106,10 @@ class Loop:
             other.status is S.UNKNOWN
         )
         if not awaiting:
-            return None  # already decided (by its own call or out of band)
+            # Decided already (by its own call or out of band): say by whom, and when.
+            return decided_note(other, (yield from ledger(Events(other.key))), answer)
+        if echoed not in (None, round_id(other)):
+            return earlier_round(echoed, other)
         if answer.edited_args is not None:
             raise InvalidAnswer(
                 f"an edit for operation {named!r} reached another call; answer each "

@@ -242,7 +242,7 @@ class KillCase:
         authorize hook); DURING_REVIEW_RESUME needs a review, which a keyed
         provider reaches when its declared key window is closed.
         """
-        review = self.point is CrashPoint.DURING_REVIEW_RESUME
+        review = self.point in (CrashPoint.DURING_REVIEW_RESUME, CrashPoint.AFTER_ANSWER)
         tools = effect_tools(
             providers,
             authorize=self.point is CrashPoint.AFTER_PREPARE,
@@ -265,7 +265,7 @@ class KillCase:
         """Provider faults that make the crash point reachable."""
         if self.point is CrashPoint.DURING_RECONCILE:
             providers[self.kind].faults.push(Fault.LOSE_RESPONSE)
-        elif self.point is CrashPoint.DURING_REVIEW_RESUME:
+        elif self.point in (CrashPoint.DURING_REVIEW_RESUME, CrashPoint.AFTER_ANSWER):
             fault = (
                 Fault.LOSE_RESPONSE if self.kind is ProviderKind.TICKETING else Fault.LOSE_REQUEST
             )

@@ -148,8 +148,8 @@ def test_an_approval_then_an_unknown_outcome_can_be_reviewed(env: Env, crm: Fake
 
 def test_an_answer_naming_an_earlier_request_decides_nothing(env: Env, crm: FakeCRM) -> None:
     """An answer that echoes an outdated ``request_id`` (a UI showing an old request, as
-    LangGraph does after a crash) is consumed without effect and the current request is
-    asked; an answer naming the current request applies."""
+    LangGraph does after a crash) is not applied: the current request is asked again and
+    says why (``notice``); an answer naming the current request applies."""
     crm.faults.script([Fault.LOSE_RESPONSE, Fault.LOSE_RESPONSE])
     config = {"configurable": {"thread_id": "t1"}}
     graph = build_graph(
@@ -168,6 +168,8 @@ def test_an_answer_naming_an_earlier_request_decides_nothing(env: Env, crm: Fake
     env.invoke(graph, Command(resume=late), config)
     [again] = pending(env, graph, config)
     assert again.value["request_id"] == r2
+    assert f"Your answer to request {r1} was not applied" in again.value["notice"]
+    assert again.value["notice"] in again.value["action_requests"][0]["description"]
     assert env.ledger_call("get", "default", op_id).status is S.UNKNOWN
 
     reject = {"operation_id": op_id, "decision": "reject", "by": "ana", "request_id": r2}

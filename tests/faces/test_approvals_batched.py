@@ -341,3 +341,74 @@ def test_the_batch_names_the_operations_left_open_on_each_target(env: Env, where
     assert first_action["args"]["case_id"] == "A"
     assert "1 other unresolved operation(s) on this target" in first_action["description"]
     assert crm.effects == 0
+
+
+@pytest.mark.parametrize("env", [("sqlite", "sync"), ("postgres", "async")], indirect=True)
+@pytest.mark.parametrize("where", ["tools_condition", "agent"])
+def test_an_operator_decision_meanwhile_never_wedges_the_batch(
+    env: Env, where: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """While the 3-action batch is pending, an operator approves B and rejects C with the
+    CLI. The HITL UI's 3 decisions for the request it shows (approve, reject, approve)
+    still apply, with no interrupt id: A is sent, B is rejected (the last word before
+    dispatch wins over the operator's approval), C stays rejected by the operator."""
+    from typer.testing import CliRunner
+
+    from langgraph_effects.cli import app
+
+    crm = FakeCRM()
+    g = graph(env, [close_tool(crm)], CALLS, where=where)
+    first = env.invoke(g, {"messages": [("user", "close A, B, C")]}, CFG)
+    a, b, c = first["__interrupt__"][0].value["operation_ids"]
+    pg = env.kind == "postgres"
+    url = request.getfixturevalue("pg_url") if pg else f"sqlite:///{tmp_path / 'app.db'}"
+    cli = {
+        "LGE_LEDGER_URL": url,
+        "LGE_TENANT": "default",
+        "LGE_IDENTITY": "_answer_child:signed_in",
+    }
+    for verb, op_id in (("approve", b), ("reject", c)):
+        result = CliRunner().invoke(app, [verb, op_id, "--reason", "by hand"], env=cli)
+        assert result.exit_code == 0, result.output
+
+    ui = {"decisions": [{"type": "approve"}, {"type": "reject"}, {"type": "approve"}]}
+    out = env.invoke(g, Command(resume=ui), CFG)
+    assert "__interrupt__" not in out
+    status = {op.operation_id: op.status for op in env.ops()}
+    assert [status[a], status[b], status[c]] == [S.CONFIRMED, S.REJECTED, S.REJECTED]
+    assert crm.effects == 1
+    rejecters = {
+        op_id: [
+            e.actor for e in env.ledger_call("events", "default", op_id) if e.kind.value == "reject"
+        ]
+        for op_id in (b, c)
+    }
+    assert rejecters == {b: ["ana"], c: ["olga"]}
+    assert [m.status for m in tool_messages(out)] == ["success", "error", "error"]
+
+
+@pytest.mark.parametrize("env", [("memory", "sync"), ("postgres", "async")], indirect=True)
+@WHERE
+def test_a_reject_after_a_crash_before_the_batch_was_saved_stops_that_call(
+    env: Env, where: str
+) -> None:
+    """Crashed after the ledger applied all three approvals and before LangGraph saved the
+    answer: the batch is shown again, and the UI's new decisions are the last word before
+    dispatch: B, rejected now, is never sent; A and C are sent once each."""
+    crm = FakeCRM()
+    g = graph(env, [close_tool(crm)], CALLS, where=where)
+    env.invoke(g, {"messages": [("user", "close A, B, C")]}, CFG)
+    approve = {"decisions": [{"type": "approve"}] * 3}
+    with CrashPlan.arm(CrashPoint.AFTER_ANSWER, hit=3), pytest.raises(InjectedCrash):
+        env.invoke(g, Command(resume=approve), CFG)
+    assert crm.effects == 0
+    assert all(op.authorization_ref is not None for op in env.ops())  # all approved
+
+    ui = {"decisions": [{"type": "approve"}, {"type": "reject"}, {"type": "approve"}]}
+    out = env.invoke(g, Command(resume=ui), CFG)
+    assert "__interrupt__" not in out
+    assert (crm.effects_for("A"), crm.effects_for("B"), crm.effects_for("C")) == (1, 0, 1)
+    assert [m.status for m in tool_messages(out)] == ["success", "error", "success"]
+    # a batched rejection is labelled as a per-call one is: a person's answer settled it
+    vias = [m.response_metadata["langgraph_effects"]["via"] for m in tool_messages(out)]
+    assert vias == ["dispatched", "reviewed", "dispatched"]

@@ -1,0 +1,57 @@
+"""What a child process runs in the answer tests: answer thread t1's pending approval, and die.
+
+Module-level and picklable, so ``run_in_child`` can spawn it: the child answers
+``approve`` and is killed at ``AFTER_ANSWER`` (the ledger applied it, LangGraph
+has not saved it); the test process, a fresh process for the ledger, goes on.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from _graphs import Env, build_graph, call
+from langgraph.types import Command
+
+from langgraph_effects import EffectContext, effect
+from langgraph_effects.testing.providers import FakeCRM
+
+CFG = {"configurable": {"thread_id": "t1"}}
+APPROVE = {"decisions": [{"type": "approve"}], "by": "ana"}
+
+
+def gated_graph(env: Env, crm: FakeCRM) -> Any:
+    """agent -> tools with one call that needs a person's approval first."""
+
+    @effect("crm.close_case", target=lambda a: a["case_id"], require_approval=True)
+    def close_case(case_id: str, resolution: str, ctx: EffectContext) -> dict[str, Any]:
+        """Close a CRM case (a person approves first)."""
+        return crm.close_case(case_id, resolution)  # no key: every send is an effect
+
+    return build_graph(
+        [close_case],
+        [call("close_case", "call-a", case_id="A", resolution="fixed")],
+        ledger=env.ledger,
+        checkpointer=env.checkpointer,
+    )
+
+
+def answer(kind: str, mode: str, where: str, crm_path: str, durability: str | None) -> None:
+    """Answer t1's pending approval with ``approve`` (the test arms the crash)."""
+    env = Env(kind, mode, path=Path(where), url=where)
+    crm = FakeCRM(crm_path)
+    try:
+        env.invoke(gated_graph(env, crm), Command(resume=APPROVE), CFG, durability=durability)
+    finally:
+        crm.close()
+        env.close()
+
+
+def nobody(claimed: str | None) -> None:
+    """An identity hook that verified nobody (returns None instead of raising)."""
+    return None
+
+
+def signed_in(claimed: str | None) -> str:
+    """An identity hook: the signed-in operator, whatever name is given."""
+    return "olga"

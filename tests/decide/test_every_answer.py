@@ -1,0 +1,299 @@
+"""Every answer applies, or the person is told why and asked again (issue 23, findings 1-4).
+
+Real graphs on SQLite and PostgreSQL, sync and async; effects counted at a
+file-backed fake CRM that honours no idempotency key, so every dispatch that
+reaches it is an effect. The crash between the ledger applying an answer and
+LangGraph saving it is a real process kill (``_answer_child``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from _answer_child import APPROVE, CFG, gated_graph
+from _answer_child import answer as answer_in_child
+from _graphs import Env, build_graph, call, tool_messages
+from langgraph.types import Command
+from pydantic import ValidationError
+
+from langgraph_effects import EffectContext, Evidence, effect
+from langgraph_effects.core.actors import person_refusal
+from langgraph_effects.core.model import EventKind, OperationStatus
+from langgraph_effects.errors import InvalidAnswer
+from langgraph_effects.testing.faults import CrashPoint
+from langgraph_effects.testing.scenario import run_in_forked_child as run_in_child
+from langgraph_effects.testing.providers import FakeCRM, Fault
+
+S = OperationStatus
+BACKENDS = [(k, m) for k in ("sqlite", "postgres") for m in ("sync", "async")]
+REFUSED = (ValidationError, InvalidAnswer)
+
+
+@pytest.fixture(params=BACKENDS, ids=[f"{k}-{m}" for k, m in BACKENDS])
+def env(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
+    kind, mode = request.param
+    url = request.getfixturevalue("pg_url") if kind == "postgres" else None
+    e = Env(kind, mode, path=tmp_path / "app.db", url=url)
+    e.where = url or str(tmp_path / "app.db")  # type: ignore[attr-defined]
+    yield e
+    e.close()
+
+
+@pytest.fixture
+def crm(tmp_path: Path) -> Any:
+    with FakeCRM(path=tmp_path / "crm.db") as fake:
+        yield fake
+
+
+def pending(env: Env, graph: Any) -> list[Any]:
+    state = graph.get_state(CFG) if not env.is_async else env.run(graph.aget_state(CFG))
+    return [i.value for task in state.tasks for i in task.interrupts]
+
+
+def review_graph(env: Env, crm: FakeCRM, looked: list[str]) -> Any:
+    """One call whose response is lost; its reconciler never sees anything either way."""
+
+    def look(op: Any) -> Evidence:
+        looked.append(op.operation_id)
+        return Evidence.inconclusive("the CRM's search shows nothing yet")
+
+    @effect("crm.close_case", target=lambda a: a["case_id"], reconcile=look)
+    def close_case(case_id: str, resolution: str, ctx: EffectContext) -> dict[str, Any]:
+        """Close a CRM case."""
+        return crm.close_case(case_id, resolution)
+
+    crm.faults.script([Fault.LOSE_RESPONSE])
+    return build_graph(
+        [close_case],
+        [call("close_case", "call-a", case_id="A", resolution="fixed")],
+        ledger=env.ledger,
+        checkpointer=env.checkpointer,
+    )
+
+
+# -- finding 1: an inconclusive reconciliation does not open a new round ---------------
+
+
+@pytest.mark.parametrize(
+    ("env", "echo"),
+    [((k, m), True) for k, m in BACKENDS] + [(("sqlite", "sync"), False)],
+    indirect=["env"],
+    ids=[f"{k}-{m}-echoed" for k, m in BACKENDS] + ["sqlite-sync-not-echoed"],
+)
+def test_a_review_answer_applies_whatever_was_reconciled_since(
+    env: Env, crm: FakeCRM, echo: bool
+) -> None:
+    """Each resume reconciles again and records the inconclusive evidence (the record's
+    version moves), and the answer still applies the first time, with its request_id
+    echoed or not: the round is bound to what the person decides."""
+    looked: list[str] = []
+    graph = review_graph(env, crm, looked)
+    env.invoke(graph, {"messages": [("user", "close A")]}, CFG)
+    [review] = pending(env, graph)
+    op_id = review["operation_id"]
+    version = env.ledger_call("get", "default", op_id).record_version
+    answer = {"operation_id": op_id, "decision": "confirm", "by": "ana", "reason": "seen it"}
+    if echo:
+        answer["request_id"] = review["request_id"]
+    out = env.invoke(graph, Command(resume=answer), CFG)
+    op = env.ledger_call("get", "default", op_id)
+    assert pending(env, graph) == []
+    assert (op.status, crm.effects, len(looked)) == (S.CONFIRMED, 1, 2)
+    assert op.record_version > version + 1  # the second reconciliation moved it, then confirm
+    assert [m.status for m in tool_messages(out)] == ["success"]
+
+
+LEAN = pytest.mark.parametrize(
+    "env", [("sqlite", "sync"), ("postgres", "async")], indirect=True, ids=["sqlite", "pg-async"]
+)
+
+
+@LEAN
+def test_a_request_id_of_no_request_of_ours_is_refused(env: Env, crm: FakeCRM) -> None:
+    """A non-string, garbage or foreign request_id is refused with words naming it, nothing
+    is recorded, and the next right answer applies."""
+    looked: list[str] = []
+    graph = review_graph(env, crm, looked)
+    env.invoke(graph, {"messages": [("user", "close A")]}, CFG)
+    [review] = pending(env, graph)
+    op_id = review["operation_id"]
+    for request_id in (
+        7,
+        "nonsense",
+        f"{op_id}@garbage",
+        "op-someone-else@unknown.1.1",
+        "approvals:0123456789abcdef01234567",
+    ):
+        bad = {"operation_id": op_id, "decision": "reject", "by": "ana", "request_id": request_id}
+        with pytest.raises(REFUSED, match="request_id"):
+            env.invoke(graph, Command(resume=bad), CFG)
+    assert env.ledger_call("get", "default", op_id).status is S.UNKNOWN
+    good = {"operation_id": op_id, "decision": "reject", "by": "ana", "reason": "not there"}
+    env.invoke(graph, Command(resume=good), CFG)
+    assert env.ledger_call("get", "default", op_id).status is S.REJECTED
+    assert crm.effects == 1
+
+
+# -- finding 2: the last word before dispatch wins -------------------------------------
+
+
+@pytest.mark.filterwarnings("ignore::langgraph_effects.DurabilityWarning")
+def test_a_reject_after_a_crash_between_the_ledger_and_the_checkpoint_stops_the_call(
+    env: Env, crm: FakeCRM, tmp_path: Path
+) -> None:
+    """Killed after the ledger applied ``approve`` and before LangGraph saved the value
+    (durability "sync" on two backends, LangGraph's default on the others): the approval
+    is shown again, a reject given now stops the call, and the log says who decided what."""
+    durability = "sync" if (env.kind == "sqlite") == (env.mode == "sync") else None
+    graph = gated_graph(env, crm)
+    env.invoke(graph, {"messages": [("user", "close A")]}, CFG, durability=durability)
+    died = run_in_child(
+        answer_in_child,
+        env.kind,
+        env.mode,
+        env.where,  # type: ignore[attr-defined]
+        str(crm.path),
+        durability,
+        crash_at=CrashPoint.AFTER_ANSWER,
+    )
+    assert died.crashed_at is CrashPoint.AFTER_ANSWER, died.error
+    [op] = env.ops()
+    assert (op.status, op.authorization_ref is not None) == (S.PREPARED, True)  # approved
+    [shown] = pending(env, graph)  # LangGraph lost the answer: it shows the approval again
+    assert shown["kind"] == "effect_approval"
+
+    reject = {"decisions": [{"type": "reject", "message": "wrong case"}], "by": "bob"}
+    out = env.invoke(graph, Command(resume=reject), CFG, durability=durability)
+    assert crm.effects == 0  # the last word before dispatch won
+    [op] = env.ops()
+    assert op.status is S.REJECTED
+    assert pending(env, graph) == []
+    assert [m.status for m in tool_messages(out)] == ["error"]
+    events = env.ledger_call("events", "default", op.operation_id)
+    assert [(e.kind, e.actor) for e in events if e.kind is not EventKind.PREPARE] == [
+        (EventKind.APPROVE, "ana"),
+        (EventKind.REJECT, "bob"),
+    ]
+
+
+@pytest.mark.parametrize("env", [("sqlite", "async")], indirect=True)
+def test_the_same_approval_given_again_after_that_crash_sends_once(env: Env, crm: FakeCRM) -> None:
+    """The other way round: the approval given again after the crash is the same word, and
+    the call is sent exactly once."""
+    graph = gated_graph(env, crm)
+    env.invoke(graph, {"messages": [("user", "close A")]}, CFG)
+    died = run_in_child(
+        answer_in_child,
+        env.kind,
+        env.mode,
+        env.where,  # type: ignore[attr-defined]
+        str(crm.path),
+        "sync",
+        crash_at=CrashPoint.AFTER_ANSWER,
+    )
+    assert died.crashed_at is CrashPoint.AFTER_ANSWER, died.error
+    env.invoke(graph, Command(resume={**APPROVE, "by": "bob"}), CFG)
+    [op] = env.ops()
+    assert (op.status, crm.effects, pending(env, graph)) == (S.CONFIRMED, 1, [])
+
+
+# -- finding 4: one rule for who answered ----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "receipt",
+        "Reconciler",
+        "takeover:host|1|2",
+        "host|123|abc",
+        "langgraph-auth:admin",
+        "anonymous",
+        "operator",
+        "\x1b[31mana\x1b[0m",
+        " ",
+        None,
+        42,
+    ],
+)
+def test_system_names_are_no_person(name: Any) -> None:
+    """The one rule refuses system actors, reserved forms, control characters, non-strings."""
+    assert person_refusal(name) is not None
+
+
+def test_a_person_is_a_person() -> None:
+    """Plain names pass, including ones that merely contain a reserved word."""
+    assert [person_refusal(n) for n in ("ana", "Ana Lopez", "receipt-team", "ops@acme")] == [
+        None
+    ] * 4
+
+
+@LEAN
+def test_a_graph_answer_in_a_system_name_is_refused(env: Env, crm: FakeCRM) -> None:
+    """A graph answer whose ``by`` is a system actor is refused before it is saved; the
+    same answer from a person applies."""
+    graph = gated_graph(env, crm)
+    env.invoke(graph, {"messages": [("user", "close A")]}, CFG)
+    for by in ("receipt", "takeover:x", "langgraph-auth:admin", "anonymous", "\x1b[2Jana"):
+        with pytest.raises(REFUSED, match="cannot decide"):
+            env.invoke(graph, Command(resume={**APPROVE, "by": by}), CFG)
+    assert crm.effects == 0
+    env.invoke(graph, Command(resume=APPROVE), CFG)
+    assert crm.effects == 1
+
+
+@LEAN
+def test_reconciler_evidence_cannot_speak_as_an_operator(env: Env, crm: FakeCRM) -> None:
+    """A reconciler's evidence with ``source="operator"`` resolves as the reconciler's,
+    never logged as actor ``operator``."""
+
+    def look(op: Any) -> Evidence:
+        return Evidence.confirmed("found it", result={"closed": "A"}, source="operator")
+
+    @effect("crm.close_case", target=lambda a: a["case_id"], reconcile=look)
+    def close_case(case_id: str, resolution: str, ctx: EffectContext) -> dict[str, Any]:
+        """Close a CRM case."""
+        return crm.close_case(case_id, resolution)
+
+    crm.faults.script([Fault.LOSE_RESPONSE])
+    graph = build_graph(
+        [close_case],
+        [call("close_case", "call-a", case_id="A", resolution="fixed")],
+        ledger=env.ledger,
+        checkpointer=env.checkpointer,
+    )
+    env.invoke(graph, {"messages": [("user", "close A")]}, CFG)
+    [op] = env.ops()
+    assert (op.status, crm.effects) == (S.CONFIRMED, 1)
+    [resolved] = [e for e in env.ledger_call("events", "default", op.operation_id) if e.evidence]
+    assert resolved.actor == "reconciler"
+    assert resolved.evidence is not None and resolved.evidence.source == "reconciler"
+
+
+def test_a_cli_identity_hook_returning_none_verifies_nobody(tmp_path: Path) -> None:
+    """An identity hook that returns None is refused (forbidden), never operator "None"."""
+    from typer.testing import CliRunner
+
+    from langgraph_effects.cli import ExitCode, app
+
+    env = Env("sqlite", "sync", path=tmp_path / "app.db")
+    with FakeCRM(path=tmp_path / "crm.db") as crm:
+        graph = gated_graph(env, crm)
+        env.invoke(graph, {"messages": [("user", "close A")]}, CFG)
+        [op] = env.ops()
+        url = {"LGE_LEDGER_URL": f"sqlite:///{tmp_path / 'app.db'}", "LGE_TENANT": "default"}
+        outputs = []
+        for hook, code in (("nobody", ExitCode.FORBIDDEN), ("signed_in", 0)):
+            result = CliRunner().invoke(
+                app,
+                ["approve", op.operation_id, "--reason", "checked"],
+                env={**url, "LGE_IDENTITY": f"_answer_child:{hook}"},
+            )
+            assert result.exit_code == code, result.output
+            outputs.append(" ".join(result.output.split()))
+        assert "returned None, not a name: it verified nobody" in outputs[0]
+        events = env.ledger_call("events", "default", op.operation_id)
+        assert [e.actor for e in events if e.kind is EventKind.APPROVE] == ["olga"]
+    env.close()
