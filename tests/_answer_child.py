@@ -47,7 +47,7 @@ def answer(kind: str, mode: str, where: str, crm_path: str, durability: str | No
         env.close()
 
 
-def nobody(claimed: str | None) -> None:
+def nobody(claimed: str | None) -> Any:
     """An identity hook that verified nobody (returns None instead of raising)."""
     return None
 

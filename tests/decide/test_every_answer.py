@@ -23,8 +23,8 @@ from langgraph_effects.core.actors import person_refusal
 from langgraph_effects.core.model import EventKind, OperationStatus
 from langgraph_effects.errors import InvalidAnswer
 from langgraph_effects.testing.faults import CrashPoint
-from langgraph_effects.testing.scenario import run_in_forked_child as run_in_child
 from langgraph_effects.testing.providers import FakeCRM, Fault
+from langgraph_effects.testing.scenario import run_in_forked_child as run_in_child
 
 S = OperationStatus
 BACKENDS = [(k, m) for k in ("sqlite", "postgres") for m in ("sync", "async")]
@@ -269,7 +269,8 @@ def test_reconciler_evidence_cannot_speak_as_an_operator(env: Env, crm: FakeCRM)
     assert (op.status, crm.effects) == (S.CONFIRMED, 1)
     [resolved] = [e for e in env.ledger_call("events", "default", op.operation_id) if e.evidence]
     assert resolved.actor == "reconciler"
-    assert resolved.evidence is not None and resolved.evidence.source == "reconciler"
+    assert resolved.evidence is not None
+    assert resolved.evidence.source == "reconciler"
 
 
 def test_a_cli_identity_hook_returning_none_verifies_nobody(tmp_path: Path) -> None:
