@@ -32,9 +32,10 @@ other unresolved operations on its tenant, action and target
 LangGraph matches resume values by position within a task, so position is
 never identity: ``parse_answer`` keeps the named operation and the runner
 applies an answer only to that operation. Every request also carries a
-``request_id`` (the operation and its record version: one round); an answer
-may echo it (``"request_id": ...``, beside either shape), and one that names an
-earlier round decides nothing: the current request is asked instead. An invalid answer raises
+``request_id`` (one round: what the person decides, ``decide.answers.round_id``); an
+answer may echo it (``"request_id": ...``, beside either shape). One that names an
+earlier round is not applied: the current request is asked again with a ``notice``
+saying why (``with_notice``); one that names no request of ours is refused. An invalid answer raises
 ``InvalidAnswer``, marked so LangGraph fails the run without saving it: the
 interrupt can be answered again and nothing is lost.
 """

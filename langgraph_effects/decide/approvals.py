@@ -20,7 +20,14 @@ hands a re-run task its earlier resume values again, by position; a value
 whose digest is logged is recognised and consumed, and only the positions a
 crash left unapplied are applied. The batch always asks first in its task, so
 its values are the task's first ones. An answer may echo the round's
-``request_id``; one naming an earlier round is refused before LangGraph saves it.
+``request_id``; one naming an earlier round is asked again, saying why.
+
+The positions of an answer are those of the request the person saw: this
+round's, or, when an operator decided some of its operations out of band since,
+the first round's (every gated call). The last word before dispatch wins: a
+decision applies to an operation still prepared and never dispatched, even one
+approved meanwhile; one that would change an operation already dispatched or
+rejected is not applied, and the request asked next says who decided it, and when.
 """
 
 from __future__ import annotations
