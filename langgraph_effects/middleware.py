@@ -64,6 +64,7 @@ from langgraph_effects.decide import (
     EffectRunner,
     Trace,
     authenticated_user,
+    record_refusals,
     warn_durability,
 )
 from langgraph_effects.effects import effect_spec
@@ -121,7 +122,11 @@ class EffectMiddleware(AgentMiddleware[EffectAgentState, Any, Any]):
             asks), in its shape (``{"decisions": [...]}`` in order, no interrupt id
             needed: Agent Chat UI), before any call dispatches.
         tools: the agent's effect tools; needed for ``"batched"`` (``after_model``
-            sees tool names only). They are not registered with the agent.
+            sees tool names only), and with ``hitl`` for its refusals to be recorded:
+            a call HITL rejects (or answers in the tool's place) never runs, so
+            ``before_model`` records it on its operation, rejected by the run's
+            authenticated user (else ``anonymous``), with the reviewer's message.
+            They are not registered with the agent.
     """
 
     state_schema = EffectAgentState
@@ -129,8 +134,14 @@ class EffectMiddleware(AgentMiddleware[EffectAgentState, Any, Any]):
     def __new__(cls, *args: Any, approvals: ApprovalMode = "per_call", **kwargs: Any) -> Any:
         # create_agent adds an after_model node only for a class that defines the hook:
         # an agent asking per call keeps its graph as it was.
-        if approvals == "batched" and cls is EffectMiddleware:
-            cls = _BatchedEffectMiddleware
+        if cls is EffectMiddleware:
+            refusals = kwargs.get("hitl") is not None and bool(kwargs.get("tools"))
+            cls = {
+                (False, False): EffectMiddleware,
+                (True, False): _BatchedEffectMiddleware,
+                (False, True): _HitlEffectMiddleware,
+                (True, True): _BatchedHitlEffectMiddleware,
+            }[(approvals == "batched", refusals)]
         return super().__new__(cls)
 
     def __init__(
@@ -330,3 +341,74 @@ class _BatchedEffectMiddleware(EffectMiddleware):
             thread = await self.runner.atenant_for(get_config(), self.tenant_id)
             await self.runner.aask_approvals(self._gated(state, runtime, thread))
         return None
+
+
+_HITL_DECISION = "hitl_interrupt_decision"
+"""``lc_source`` of the ToolMessage HumanInTheLoopMiddleware writes for a reject or respond."""
+
+
+class _HitlRefusals(EffectMiddleware):
+    """With ``hitl=`` and ``tools=``: HITL's refusals recorded in ``before_model``."""
+
+    @property
+    def name(self) -> str:
+        return EffectMiddleware.__name__
+
+    def _refused(self, state: Any, thread: tuple[str, str]) -> list[tuple[EffectCall, str]]:
+        """The effect calls of the latest AIMessage that HITL refused, with its message."""
+        messages = (state.get("messages") or []) if isinstance(state, dict) else []
+        refusals: dict[str, str] = {}
+        ai = None
+        for message in reversed(messages):
+            if not isinstance(message, ToolMessage):
+                ai = message  # the AIMessage whose calls these ToolMessages answer
+                break
+            if message.additional_kwargs.get("lc_source") == _HITL_DECISION:
+                refusals[message.tool_call_id] = str(message.content)
+        if not refusals:
+            return []
+        tool_calls = [tc for tc in getattr(ai, "tool_calls", None) or [] if tc["id"] in refusals]
+        calls = effect_calls(
+            self._effect_tools,
+            tool_calls,
+            thread=thread,
+            state=state,
+            user=authenticated_user(_run_config()),
+        )
+        return [(c, refusals[c.tool_call_id]) for c in calls]
+
+    def before_model(self, state: Any, runtime: Any) -> dict[str, Any] | None:
+        """Record the calls HITL refused since the last model call (see ``tools``)."""
+        if any(isinstance(m, ToolMessage) for m in (state.get("messages") or [])[-1:]):
+            thread = self.runner.tenant_for(get_config(), self.tenant_id)
+            refused = self._refused(state, thread)
+            if refused:
+                self.runner.drive(record_refusals(self.runner.loop, refused), _sends_nothing)
+        return None
+
+    async def abefore_model(self, state: Any, runtime: Any) -> dict[str, Any] | None:
+        """The async twin of ``before_model``."""
+        if any(isinstance(m, ToolMessage) for m in (state.get("messages") or [])[-1:]):
+            thread = await self.runner.atenant_for(get_config(), self.tenant_id)
+            refused = self._refused(state, thread)
+            if refused:
+                await self.runner.adrive(
+                    record_refusals(self.runner.loop, refused), _asends_nothing
+                )
+        return None
+
+
+class _HitlEffectMiddleware(_HitlRefusals):
+    """``EffectMiddleware(hitl=..., tools=[...])``."""
+
+
+class _BatchedHitlEffectMiddleware(_BatchedEffectMiddleware, _HitlRefusals):
+    """``EffectMiddleware(approvals="batched", hitl=..., tools=[...])``."""
+
+
+def _sends_nothing(args: dict[str, Any]) -> Any:
+    raise AssertionError("recording refusals dispatches nothing")  # pragma: no cover
+
+
+async def _asends_nothing(args: dict[str, Any]) -> Any:
+    raise AssertionError("recording refusals dispatches nothing")  # pragma: no cover

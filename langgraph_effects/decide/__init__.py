@@ -29,7 +29,7 @@ Imports run one way: ``call`` / ``actions`` / ``messages`` / ``answers`` ->
 
 from langgraph_effects.decide.actions import ConfirmMany, LedgerAction, PrepareMany, Release
 from langgraph_effects.decide.answers import ANONYMOUS, authenticated_user
-from langgraph_effects.decide.approvals import APPROVAL_MODES, ApprovalMode
+from langgraph_effects.decide.approvals import APPROVAL_MODES, ApprovalMode, record_refusals
 from langgraph_effects.decide.call import EffectCall, Execute, ProviderResult
 from langgraph_effects.decide.deferred import DeferredReceipts
 from langgraph_effects.decide.drive import AsyncExecute, EffectRunner
@@ -74,6 +74,7 @@ __all__ = [
     "Trace",
     "Via",
     "authenticated_user",
+    "record_refusals",
     "recorded_command",
     "settled_answer",
     "tool_message",

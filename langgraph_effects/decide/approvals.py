@@ -62,7 +62,14 @@ from langgraph_effects.review import (
     with_notice,
 )
 
-__all__ = ["APPROVAL_MODES", "ApprovalMode", "ask_approvals", "decisions_of", "read_decisions"]
+__all__ = [
+    "APPROVAL_MODES",
+    "ApprovalMode",
+    "ask_approvals",
+    "decisions_of",
+    "read_decisions",
+    "record_refusals",
+]
 
 ApprovalMode = Literal["per_call", "batched"]
 """How a face asks approvals: one interrupt per call, or one per AIMessage."""
@@ -331,3 +338,31 @@ def _agrees(op: Operation, answer: Answer) -> bool:
     if _awaiting(op):
         return False
     return answer.decision is Decision.APPROVE and answer.edited_args is None
+
+
+def record_refusals(
+    loop: Loop, refused: Sequence[tuple[EffectCall, str]]
+) -> Generator[Action, Any, None]:
+    """Record refusals a reviewer gave upstream, on each call's operation.
+
+    ``HumanInTheLoopMiddleware`` answers a call it was told to reject (or to
+    answer in the tool's place) without running it, so the call never reaches
+    its decision loop; its operation is prepared here (never claimed) and
+    rejected with the reviewer's message, under who refused: the run's
+    authenticated user, else ``anonymous`` (HITL's answers name nobody). A call
+    decided already (a re-run of this step, an operator) is left as it is.
+    """
+    for call, reason in refused:
+        try:
+            prepared = yield from ledger(Prepare(call.draft(), lease_for=loop.lease_for))
+        except EffectsError:
+            continue  # a payload mismatch: the call meets it on its own
+        op = prepared.operation
+        if not _undispatched(op):
+            continue
+        answer = identify(
+            Answer(operation_id=op.operation_id, decision=Decision.REJECT, by=None, reason=reason),
+            user=call.user,
+            anonymous=True,
+        )
+        yield from loop.answer(call, op, answer, None)

@@ -175,3 +175,35 @@ def test_per_call_hitl_inside_effect_middleware_is_refused(env: Env) -> None:
         env.invoke(agent, {"messages": [("user", "close A")]}, CFG)
     assert (crm.effects, other.effects) == (0, 0)
     assert [op.status for op in env.ops()] in ([], [S.PREPARED])
+
+
+@pytest.mark.parametrize("env", [("sqlite", "sync"), ("postgres", "async")], indirect=True)
+@pytest.mark.parametrize("mode", ["batched", "per_call"])
+def test_a_hitl_reject_is_recorded_with_who_refused(env: Env, mode: str) -> None:
+    """HITL answers a rejected call without running it; with ``hitl=`` and ``tools=`` its
+    operation is recorded rejected, by the run's authenticated user, with the reviewer's
+    message; nothing is sent."""
+    crm, other = FakeCRM(), FakeCRM()
+    effect_tools = tools(crm, other)
+    hitl = HumanInTheLoopMiddleware(interrupt_on={"close_case": True}, interrupt_mode=mode)  # type: ignore[arg-type]
+    agent = create_agent(
+        ScriptedChatModel(plan=[[CLOSE]]),
+        tools=effect_tools,
+        middleware=[hitl, EffectMiddleware(ledger=env.ledger, hitl=hitl, tools=effect_tools)],
+        checkpointer=env.checkpointer,
+    )
+    config = {"configurable": {"thread_id": "hitl", "langgraph_auth_user": {"identity": "ana"}}}
+    first = env.invoke(agent, {"messages": [("user", "close A")]}, config)
+    [asked] = first["__interrupt__"]
+    reject = DECISIONS["reject"]
+    env.invoke(
+        agent, Command(resume={"decisions": [reject]} if mode == "batched" else reject), config
+    )
+    assert (crm.effects, other.effects) == (0, 0)
+    [op] = env.ops()
+    assert op.status is S.REJECTED
+    [event] = [
+        e for e in env.ledger_call("events", "default", op.operation_id) if e.kind.value == "reject"
+    ]
+    assert event.actor == "ana"
+    assert "not this one" in (op.error or "")
