@@ -189,6 +189,8 @@ class _Pass:
     answers: dict[str, Answers] = field(default_factory=dict)
     """By operation id: the answers applied to it in this task, and how many of them
     LangGraph has handed back to this run so far (see ``Answers``)."""
+    notice: str | None = None
+    """Why the person's last answer did not decide the operation, for the next request."""
 
 
 class Loop:
@@ -828,6 +830,8 @@ class Loop:
             anonymous=self.anonymous_answers,
         )
         base = request
+        if p.notice is not None:
+            request, p.notice = with_notice(base, p.notice), None
         while True:
             value = yield Ask(request, schema)
             crash_point(CrashPoint.DURING_REVIEW_RESUME)
@@ -1022,6 +1026,10 @@ class Loop:
                 p.retry_forbidden = True
                 evidence = Evidence.inconclusive(
                     f"the retry ordered by {answer.by} was refused: {refusal}", source="authorize"
+                )
+                p.notice = (
+                    f"Your retry of operation {op.operation_id} was not sent: {refusal}. "
+                    "Confirm or reject it."
                 )
                 p.evidence.append(evidence)
                 return (yield from self._guarded(p, op, RecordEvidence(key, evidence, answer=mark)))

@@ -34,7 +34,9 @@ Five parts, each a row group of the printed table:
 
 Counted at the fake providers: **duplicates** (effects beyond the intended
 ones), **lost receipts** (an applied effect the ledger does not own up to, or
-that the model was told was not carried out), **mislabelled** operations and
+that the model was told was not carried out), **lost answers** (a person's
+answer consumed silently: the same question asked again, unexplained),
+**mislabelled** operations and
 **violations** (a bad answer accepted, a valid one refused, another tenant's
 resume not refused...; see :class:`~.scenario.ScenarioReport`).
 
@@ -969,6 +971,8 @@ COLUMNS: dict[str, str] = {
     "mislabelled": "operations whose record contradicts what the provider did (must be 0)",
     "lost-receipts": "effects a provider applied that the ledger does not own up to, or "
     "that the model was told were not carried out (must be 0)",
+    "lost-answers": "answers a person gave that were consumed silently: the same question "
+    "asked again, neither applied nor refused, with no notice saying why (must be 0)",
     "violations": "other broken promises: a bad answer accepted, a valid one refused, a "
     "resume under another tenant not refused, ... (must be 0)",
     "stale-token": "writes of a late worker the ledger refused (its fencing token was "
@@ -1010,6 +1014,11 @@ class CampaignResult:
         return sum(r.lost_receipts for r in self.node_rows)
 
     @property
+    def lost_answers(self) -> int:
+        """Answers consumed silently: not applied, not refused, not re-asked saying why (0)."""
+        return sum(r.lost_answers for r in self.node_rows)
+
+    @property
     def violations(self) -> int:
         """Broken invariants found by the assertions, over the effect-aware runs (must be 0)."""
         return sum(r.violations for r in self.node_rows)
@@ -1018,7 +1027,14 @@ class CampaignResult:
     def ok(self) -> bool:
         """True when every count above is zero and the control shows its duplicates."""
         control_shows = self.control is None or self.control.duplicates > 0
-        clean = self.duplicates == self.mislabelled == self.lost_receipts == self.violations == 0
+        clean = (
+            self.duplicates
+            == self.mislabelled
+            == self.lost_receipts
+            == self.lost_answers
+            == self.violations
+            == 0
+        )
         return clean and control_shows
 
     def table(self) -> str:
@@ -1038,6 +1054,7 @@ class CampaignResult:
                     f"{100 * r.completion_rate:.1f}%",
                     "-" if control else str(r.mislabelled),
                     "-" if control else str(r.lost_receipts),
+                    "-" if control else str(r.lost_answers),
                     "-" if control else str(r.violations),
                     str(r.stale_token_refusals),
                 )
@@ -1271,6 +1288,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("PROBLEM the control shows no duplicates: the schedules prove nothing")
     print(
         f"\nEffectToolNode: {result.duplicates} duplicates, {result.lost_receipts} lost receipts, "
+        f"{result.lost_answers} lost answers, "
         f"{result.mislabelled} mislabelled, {result.violations} violations"
         + ("" if result.control is None else f"; control: {result.control.duplicates} duplicates")
     )

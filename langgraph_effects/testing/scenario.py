@@ -511,9 +511,11 @@ def operator(providers: Providers, rng: random.Random, *, by: str = OPERATOR) ->
 
     def policy(request: dict[str, Any]) -> dict[str, Any] | None:
         answer = decide(request)
-        if answer is not None and "request_id" in request:
-            # A careful UI names the request it answers: an answer to a request that is
-            # no longer current (shown after a crash) then decides nothing.
+        if answer is not None and "request_id" in request and rng.random() < 0.5:
+            # A careful UI names the request it answers (half of them do): an answer to
+            # a request that is no longer current (shown after a crash) is then asked
+            # again, saying why; one to the current request applies, whatever was
+            # reconciled since it was asked.
             answer = {**answer, "request_id": request["request_id"]}
         return answer
 
@@ -774,6 +776,9 @@ class ScenarioReport:
         lost_receipts: effects a provider applied that the ledger does not record
             (not confirmed, not an evidenced or pending unknown) or that the model was
             told were not carried out; a person's own decision excepted.
+        lost_answers: answers a person gave that were consumed silently: not
+            applied, not refused, and the same question (same operation, status and
+            attempts) asked again without a ``notice`` saying why.
         violations: broken promises that are neither: a bad answer accepted, a
             valid answer refused, a resume under another tenant not refused, an
             operation recorded under a tenant the thread was not bound to, a call
@@ -794,6 +799,7 @@ class ScenarioReport:
     stale_token_refusals: int = 0
     mislabelled: int = 0
     lost_receipts: int = 0
+    lost_answers: int = 0
     violations: int = 0
     crashes: int = 0
     errors: int = 0
@@ -958,6 +964,8 @@ class _Tally:
     violations: list[str] = field(default_factory=list)
     edits: dict[str, str] = field(default_factory=dict)
     """Edited target -> original target, for every edit sent."""
+    lost_answers: list[str] = field(default_factory=list)
+    """Answers neither applied, nor refused, nor asked again with a notice saying why."""
 
 
 def _thread_config(sc: Scenario, tenant: str | None) -> dict[str, Any]:
@@ -1039,6 +1047,9 @@ def _story(sc: Scenario, tally: _Tally) -> Generator[_Request, Any, ScenarioRepo
                 tally.violations.append(f"a valid answer was refused: {outcome}")
             for request, answer in answers.values():
                 _note_edit(tally, request, answer)  # whether it took shows in the ledger
+            if outcome is None:
+                after = yield _GetState()
+                tally.lost_answers += _lost_answers(answers.values(), after.interrupts)
         return False
 
     def refuse_bad(state: Any, interrupt_id: str, lone: bool) -> Generator[_Request, Any, None]:
@@ -1126,6 +1137,31 @@ def _answer_applied(sc: Scenario, value: Any) -> Generator[_Request, Any, bool]:
         if any(isinstance(mark, str) and digest in mark for mark in marks):
             return True
     return False
+
+
+def _lost_answers(answered: Any, interrupts: Sequence[Any]) -> list[str]:
+    """The answers the next state asks again, unchanged and unexplained: consumed silently.
+
+    An answer applies (the operation moves on: another status or attempt, or no
+    question at all), is refused (the run fails), or the question is asked again
+    with a ``notice`` saying why. The same question asked again without one is a
+    lost answer.
+    """
+    asked = {
+        (str(i.value.get("operation_id")), i.value.get("status"), i.value.get("attempts")): i.value
+        for i in interrupts
+        if isinstance(i.value, dict)
+    }
+    lost = []
+    for request, answer in answered:
+        key = (str(request.get("operation_id")), request.get("status"), request.get("attempts"))
+        again = asked.get(key)
+        if again is not None and "notice" not in again:
+            lost.append(
+                f"the answer {answer!r:.160} to {request.get('request_id')} was neither applied "
+                "nor refused: the same question was asked again without a word"
+            )
+    return lost
 
 
 def _thread_ops(sc: Scenario) -> Generator[_Request, Any, list[Operation]]:
@@ -1342,6 +1378,7 @@ def _count(
                 f"operation of its own ({made} operation(s) for {tally.intended[target]} intents)"
             )
     problems.extend(f"{sc.name}: {line}" for line in violations)
+    problems.extend(f"{sc.name}: {line}" for line in tally.lost_answers)
     stats = yield _LedgerCall(lambda ledger: ledger.stats(tenant_id=sc.thread_id))
     human = sum(
         1
@@ -1363,6 +1400,7 @@ def _count(
         stale_token_refusals=stats.stale_token_refusals,
         mislabelled=len(wrong),
         lost_receipts=len(lost),
+        lost_answers=len(tally.lost_answers),
         violations=len(violations),
         crashes=tally.crashes,
         errors=tally.errors,

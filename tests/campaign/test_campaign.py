@@ -134,6 +134,14 @@ def test_randomized_schedules_lose_no_receipt(randomized: CampaignResult) -> Non
         assert _reproduced(randomized) == [], _problems(randomized)
 
 
+def test_randomized_schedules_lose_no_answer(randomized: CampaignResult) -> None:
+    """Every answer a person gives (with or without its request_id, under reconcilers that
+    see nothing, across a crash between the ledger's answer and LangGraph's save) applies,
+    is refused, or is asked again saying why: none is consumed silently."""
+    if randomized.lost_answers:
+        assert _reproduced(randomized) == [], _problems(randomized)
+
+
 def test_randomized_schedules_leave_no_mislabelled_unknown(randomized: CampaignResult) -> None:
     """No operation is confirmed without an effect, rejected with one, or rejected unevidenced."""
     if randomized.mislabelled:

@@ -194,7 +194,7 @@ def test_a_hitl_reject_is_recorded_with_who_refused(env: Env, mode: str) -> None
     )
     config = {"configurable": {"thread_id": "hitl", "langgraph_auth_user": {"identity": "ana"}}}
     first = env.invoke(agent, {"messages": [("user", "close A")]}, config)
-    [asked] = first["__interrupt__"]
+    assert len(first["__interrupt__"]) == 1
     reject = DECISIONS["reject"]
     env.invoke(
         agent, Command(resume={"decisions": [reject]} if mode == "batched" else reject), config
