@@ -208,7 +208,10 @@ def test_the_command_prints_the_table_and_its_status_says_pass_or_fail(
     assert "randomized EffectToolNode" in out
     assert "randomized ToolNode (control)" in out
     assert "control-duplicates" in out
-    clean = "EffectToolNode: 0 duplicates, 0 lost receipts, 0 mislabelled, 0 violations" in out
+    clean = (
+        "EffectToolNode: 0 duplicates, 0 lost receipts, 0 lost answers, 0 mislabelled, "
+        "0 violations" in out
+    )
     assert status == (0 if clean else 1)
     assert main(["--parts", "nonsense"]) == 2
 
