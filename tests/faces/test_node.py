@@ -467,6 +467,7 @@ def test_authorization_revoked_before_recovery_retry(env: Env) -> None:
     assert (refusal.source, refusal.kind.value) == ("authorize", "inconclusive")
     [review] = pending_interrupts(env, graph, CFG)
     assert "retry" not in review.value["allowed_decisions"]
+    assert "Your retry of operation" in review.value["notice"]  # told why, not just re-asked
     env.invoke(graph, Command(resume={"decision": "reject", "by": "bob"}), CFG)
     assert env.ops()[0].status is S.REJECTED
     assert crm.effects == 1
