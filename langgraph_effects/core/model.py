@@ -29,6 +29,7 @@ from langgraph_effects.core.storable import (
 
 __all__ = [
     "APPROVED_BY_PREFIX",
+    "CONVERGENT_WINDOW",
     "TAKEOVER_PREFIX",
     "Decision",
     "EventKind",
@@ -248,6 +249,10 @@ class Resolution(_Frozen):
         return out
 
 
+CONVERGENT_WINDOW = timedelta(days=36525)
+"""The key window of ``ProviderContract.convergent()``: a century, i.e. no expiry."""
+
+
 class ProviderContract(_Frozen):
     """What the provider promises about retries.
 
@@ -281,6 +286,17 @@ class ProviderContract(_Frozen):
         if self.idempotency_window is None:
             return None
         return max(self.idempotency_window - self.safety_margin, timedelta(0))
+
+    @classmethod
+    def convergent(cls) -> Self:
+        """A provider where the same payload sent again changes nothing more, ever.
+
+        An upsert by a natural key (Salesforce's external id, HubSpot's unique
+        property), an MCP tool with ``idempotentHint``: the payload itself is the
+        key, so an unclear outcome is resent with the same pinned payload at any
+        time. Modelled as a key window of a century with no safety margin.
+        """
+        return cls(idempotency_window=CONVERGENT_WINDOW, safety_margin=timedelta(0))
 
 
 def key_retention_seconds(contract: ProviderContract | None) -> float | None:

@@ -16,7 +16,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("core",),
     ("observe", "_owners", "_faults"),
     ("ledger",),
-    ("effects", "review", "journal"),
+    ("effects", "review", "journal", "mcp"),
     ("decide",),
     ("node", "middleware", "outbox", "_faces"),
     ("cli", "testing"),

@@ -1,0 +1,64 @@
+"""What a child process runs in the MCP crash tests: an agent over a real MCP server.
+
+Module-level and picklable, so ``run_in_child`` can spawn it in a fresh process.
+The server (``_server.py``) runs over stdio as this process's own child, so its
+kill of "the client" kills this process, after the server acted.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from _graphs import Env, tool_messages
+
+SERVER = str(Path(__file__).with_name("_server.py"))
+CFG = {"configurable": {"thread_id": "t1"}}
+
+
+def connection(effects: Path, kill_marker: Path | None = None) -> dict[str, Any]:
+    """How langchain-mcp-adapters starts the test server over stdio."""
+    env = {"LGE_MCP_EFFECTS": str(effects)}
+    if kill_marker is not None:
+        env["LGE_MCP_KILL_CLIENT"] = str(kill_marker)
+    return {"transport": "stdio", "command": sys.executable, "args": [SERVER], "env": env}
+
+
+def run(
+    kind: str, where: str, effects: str, marker: str, call: dict[str, Any], plain: bool, start: bool
+) -> dict[str, Any]:
+    """Run (``start``) or resume thread t1 of a create_agent over the server's tools."""
+    from langchain.agents import create_agent
+    from langchain_mcp_adapters.client import MultiServerMCPClient
+    from langchain_mcp_adapters.tools import load_mcp_tools
+
+    from langgraph_effects import EffectMiddleware
+    from langgraph_effects.mcp import mcp_effects
+    from langgraph_effects.testing import ScriptedChatModel
+
+    env = Env(kind, "async", path=Path(where), url=where)
+
+    async def main() -> dict[str, Any]:
+        client = MultiServerMCPClient({"tickets": connection(Path(effects), Path(marker))})
+        async with client.session("tickets") as session:
+            tools = await load_mcp_tools(session)
+            agent = create_agent(
+                ScriptedChatModel(plan=[[call]]),
+                tools=tools if plain else mcp_effects(tools, trusted=True, server="tickets"),
+                middleware=[] if plain else [EffectMiddleware(ledger=env.ledger)],
+                checkpointer=env.checkpointer,
+            )
+            value = {"messages": [("user", "go")]} if start else None
+            out = await agent.ainvoke(value, CFG, durability="sync")
+        ops = [] if plain else await env.ledger.list(tenant_id="default")
+        return {
+            "statuses": [op.status.value for op in ops],
+            "interrupts": len(out.get("__interrupt__", [])),
+            "answers": [m.text for m in tool_messages(out)],
+        }
+
+    try:
+        return env.run(main())  # type: ignore[no-any-return]
+    finally:
+        env.close()
