@@ -3,6 +3,12 @@
 PostgreSQL: ``LGE_TEST_POSTGRES_URL`` (default
 ``postgresql://postgres@127.0.0.1:5432/test``). Unreachable -> the tests skip
 with the reason, unless ``LGE_REQUIRE_POSTGRES=1`` (CI), where they fail.
+
+Timeouts are hang guards, not budgets: each test's ``pytest-timeout`` (the ini
+value or its ``timeout`` marker) and every wait a test starts (a subprocess, a
+child process, a thread) is multiplied by ``langgraph_effects.testing.faults.
+timeout_scale()``: ``LGE_TEST_TIMEOUT_SCALE`` when set, else the machine's load
+per core. A loaded machine runs the suite slower, never red.
 """
 
 from __future__ import annotations
@@ -14,6 +20,8 @@ from pathlib import Path
 from urllib.parse import quote
 
 import pytest
+
+from langgraph_effects.testing.faults import timeout_scale
 
 POSTGRES_URL = os.environ.get("LGE_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 REQUIRE_POSTGRES = os.environ.get("LGE_REQUIRE_POSTGRES") == "1"
@@ -34,6 +42,20 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
     chosen = option.numprocesses is not None or option.dist != "no" or option.tx
     if not (chosen or option.usepdb or option.collectonly):
         option.numprocesses = DEFAULT_WORKERS
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)  # before pytest-timeout reads the item
+def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
+    """The test's timeout (marker, else ini), multiplied by the machine's ``timeout_scale()``."""
+    marker = item.get_closest_marker("timeout")
+    kwargs = dict(marker.kwargs) if marker is not None else {}
+    seconds = marker.args[0] if marker is not None and marker.args else kwargs.pop("timeout", None)
+    if marker is None:
+        seconds = item.config.getoption("timeout", None) or item.config.getini("timeout")
+    if seconds and float(seconds) > 0:
+        scaled = pytest.mark.timeout(float(seconds) * timeout_scale(), **kwargs)
+        item.add_marker(scaled, append=False)
+    yield
 
 
 _pg_error: str | None = None

@@ -76,7 +76,7 @@ from langgraph_effects.decide import DurabilityWarning
 from langgraph_effects.ledger.base import DEFAULT_LEASE
 from langgraph_effects.testing._progress import Advance, Progress
 from langgraph_effects.testing.assertions import mislabelled_operations
-from langgraph_effects.testing.faults import CrashPlan, CrashPoint, InjectedCrash
+from langgraph_effects.testing.faults import CrashPlan, CrashPoint, InjectedCrash, scaled
 from langgraph_effects.testing.providers import Fault
 from langgraph_effects.testing.scenario import (
     ForkedChild,
@@ -635,7 +635,7 @@ def _stopped(pid: int) -> bool:
 
 
 def _until(condition: Callable[[], bool], timeout: float = 60.0) -> bool:
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + scaled(timeout)
     while not condition():
         if time.monotonic() > deadline:
             return False

@@ -20,12 +20,17 @@ Arm in-process with ``CrashPlan.arm(CrashPoint.AFTER_CLAIM, mode="exit")``
 :func:`run_in_child` arm a fresh spawned process: run to the crash there,
 then resume in another fresh process and count effects at the fake provider.
 
+Every wait for a child is a hang guard, never a budget: its timeout is
+multiplied by :func:`timeout_scale` (``LGE_TEST_TIMEOUT_SCALE``, else the
+machine's load per core), so a loaded machine runs slower but still green.
+
 This module imports nothing heavy (no LangGraph), so the runner can import it
 unconditionally.
 """
 
 from __future__ import annotations
 
+import os
 import signal
 import time
 import traceback
@@ -56,10 +61,50 @@ __all__ = [
     "CrashPlan",
     "CrashPoint",
     "InjectedCrash",
+    "TIMEOUT_SCALE_VAR",
     "crash_env",
     "crash_point",
     "run_in_child",
+    "scaled",
+    "timeout_scale",
 ]
+
+
+# --------------------------------------------------------------------------- waits
+
+TIMEOUT_SCALE_VAR = "LGE_TEST_TIMEOUT_SCALE"
+"""The environment variable that multiplies every test wait (a number > 0)."""
+
+
+def timeout_scale() -> float:
+    """The factor every test wait is multiplied by: ``LGE_TEST_TIMEOUT_SCALE`` when set,
+    else the machine's load per core (the larger of the 1- and 5-minute averages), at least 1.
+
+    Read at each call, so a wait started while the machine is busy is given the room
+    the load leaves it.
+
+    Raises:
+        ValueError: ``LGE_TEST_TIMEOUT_SCALE`` is not a number > 0.
+    """
+    raw = os.environ.get(TIMEOUT_SCALE_VAR, "").strip()
+    if raw:
+        try:
+            factor = float(raw)
+        except ValueError:
+            factor = 0.0
+        if not factor > 0:
+            raise ValueError(f"{TIMEOUT_SCALE_VAR} must be a number > 0, got {raw!r}")
+        return factor
+    try:
+        load = max(os.getloadavg()[:2])
+    except OSError:  # no load average on this platform
+        return 1.0
+    return max(1.0, load / (os.cpu_count() or 1))
+
+
+def scaled(seconds: float) -> float:
+    """``seconds`` of a hang guard, as long as this machine needs now (``timeout_scale``)."""
+    return seconds * timeout_scale()
 
 
 # --------------------------------------------------------------------------- child processes
@@ -137,7 +182,8 @@ def run_in_child(
         mode: ``exit`` or ``kill`` to die for real; ``raise`` makes the crash
             an exception reported in ``error``.
         hit: crash on the ``hit``-th reach of the point.
-        timeout: seconds before the child is killed and ``TimeoutError`` raised.
+        timeout: seconds before the child is killed and ``TimeoutError`` raised
+            (multiplied by ``timeout_scale()``: a hang guard, not a budget).
 
     Returns:
         How the child ended; ``crashed_at`` names the point that killed it.
@@ -150,6 +196,7 @@ def run_in_child(
     process = ctx.Process(target=_child_main, args=(sender, fn, args, plan))
     process.start()
     sender.close()  # only the child holds the sending end: its death means EOF here
+    timeout = scaled(timeout)
     deadline = time.monotonic() + timeout
     messages: list[tuple[str, Any]] = []
     try:
@@ -164,7 +211,7 @@ def run_in_child(
     if process.exitcode is None:
         process.kill()
         process.join()
-        raise TimeoutError(f"child running {fn!r} did not finish within {timeout}s")
+        raise TimeoutError(f"child running {fn!r} did not finish within {timeout:.0f}s")
     found = dict(messages)
     crashed = found.get("crashed")
     return ChildExit(

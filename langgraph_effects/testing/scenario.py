@@ -111,6 +111,7 @@ from langgraph_effects.testing.faults import (
     InjectedCrash,
     _child_main,
     crash_point,
+    scaled,
 )
 from langgraph_effects.testing.models import ScriptedChatModel
 from langgraph_effects.testing.providers import (
@@ -1849,7 +1850,9 @@ class ForkedChild:
         return int(self.process.pid)
 
     def wait(self, timeout: float = 120.0) -> ChildExit:
-        """Collect what the child reported and its exit (kill it after ``timeout`` s of silence)."""
+        """Collect what the child reported and its exit (kill it after ``timeout`` s of silence,
+        multiplied by ``faults.timeout_scale()``)."""
+        timeout = scaled(timeout)
         messages: list[tuple[str, Any]] = []
         try:
             while self.receiver.poll(timeout):
@@ -1862,7 +1865,7 @@ class ForkedChild:
         if self.process.exitcode is None:
             self.process.kill()
             self.process.join()
-            raise TimeoutError(f"child {self.pid} did not finish within {timeout}s")
+            raise TimeoutError(f"child {self.pid} did not finish within {timeout:.0f}s")
         found = dict(messages)
         crashed = found.get("crashed")
         return ChildExit(

@@ -34,6 +34,7 @@ from langgraph_effects.core.model import (
 from langgraph_effects.errors import InvalidInput
 from langgraph_effects.ledger.memory import InMemoryLedger
 from langgraph_effects.ledger.sqlite import SQLiteLedger
+from langgraph_effects.testing.faults import scaled
 
 S = OperationStatus
 
@@ -695,7 +696,12 @@ def run_script(
     if operator:
         env["LGE_OPERATOR"] = operator
     return subprocess.run(
-        [str(SCRIPT), *args], env=env, capture_output=True, text=True, timeout=120, check=False
+        [str(SCRIPT), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=scaled(120),
+        check=False,
     )
 
 
@@ -755,7 +761,7 @@ def test_console_script_follows_events_committed_by_another_process(
         )  # fmt: skip
         try:
             make_unknown(backend.ledger, "acme", "op-later")
-            out, err = follower.communicate(timeout=120)
+            out, err = follower.communicate(timeout=scaled(120))
         finally:
             follower.kill()
         assert follower.returncode == 0, err
@@ -773,21 +779,21 @@ def test_cli_retry_of_a_keyless_support_ticket_is_refused(tmp_path: Path) -> Non
     example = Path(__file__).resolve().parents[2] / "examples" / "support_ticket.py"
     stopped = subprocess.run(
         [sys.executable, str(example), "--stop-at-review", "--dir", str(tmp_path)],
-        capture_output=True, text=True, check=False, timeout=180,
+        capture_output=True, text=True, check=False, timeout=scaled(180),
     )  # fmt: skip
     assert stopped.returncode == 2, stopped.stderr
     cli = Path(sys.executable).with_name("langgraph-effects")
     db = f"sqlite:///{tmp_path / 'effects.db'}"
     listed = subprocess.run(
         [str(cli), "list", "--db", db, "--json"],
-        capture_output=True, text=True, check=True, timeout=60,
+        capture_output=True, text=True, check=True, timeout=scaled(60),
     )  # fmt: skip
     [op] = json.loads(listed.stdout)["operations"]
     assert (op["status"], op["tenant_id"]) == ("unknown", "acme")
     retried = subprocess.run(
         [str(cli), "retry", op["operation_id"], "--tenant", "acme", "--by", "bob",
          "--reason", "x", "--db", db, "--json"],
-        capture_output=True, text=True, check=False, timeout=60,
+        capture_output=True, text=True, check=False, timeout=scaled(60),
     )  # fmt: skip
     assert retried.returncode == 4, retried.stdout
     assert "promised no deduplication" in json.loads(retried.stderr)["message"]

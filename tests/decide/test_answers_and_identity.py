@@ -31,6 +31,7 @@ from langgraph_effects import (
     route_tool_calls,
 )
 from langgraph_effects.testing import ScriptedChatModel
+from langgraph_effects.testing.faults import scaled
 from langgraph_effects.testing.providers import FakeCRM, Fault
 
 S = OperationStatus
@@ -298,7 +299,7 @@ def test_sibling_tasks_binding_a_new_thread_make_one_bind(env: Env, crm: FakeCRM
     inner = env.ledger.bind_thread
 
     def hold_the_first() -> None:  # until the others wait for it, or are at the ledger too
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + scaled(10)
         while runner.bindings.waiting + len(binds) < len(calls) and time.monotonic() < deadline:
             time.sleep(0.001)
 

@@ -38,6 +38,7 @@ from langgraph_effects.decide.group import confirm_group, prepare_group
 from langgraph_effects.effects import EffectContext, EffectTool
 from langgraph_effects.errors import LedgerUnavailable, PayloadMismatch
 from langgraph_effects.ledger.sqlite import SQLiteLedger
+from langgraph_effects.testing.faults import scaled
 from langgraph_effects.testing.providers import FakeClock, FakeCRM, Fault
 
 S = OperationStatus
@@ -65,7 +66,7 @@ class FaultyLedger(InMemoryLedger):
         if self.release is not None:
             release, self.release = self.release, None
             self.held.set()
-            release.wait(10)
+            release.wait(scaled(10))
         return super().confirm(*args, **kwargs)
 
     def confirm_many(self, confirmations: Any) -> list[Any]:
@@ -289,7 +290,7 @@ def test_a_refused_receipt_in_a_group_commit_is_a_late_receipt_of_that_call_only
 
     leader = threading.Thread(target=run, args=(calls[0], inner))
     leader.start()
-    assert env.ledger.held.wait(10)  # C-1's receipt is being committed
+    assert env.ledger.held.wait(scaled(10))  # C-1's receipt is being committed
     others = [
         threading.Thread(target=run, args=(calls[1], taken_over_while_running)),
         threading.Thread(target=run, args=(calls[2], inner)),
@@ -302,7 +303,7 @@ def test_a_refused_receipt_in_a_group_commit_is_a_late_receipt_of_that_call_only
         time.sleep(0.001)
     release.set()
     for thread in [leader, *others]:
-        thread.join(10)
+        thread.join(scaled(10))
     assert env.ledger.batches == [2]  # C-1 alone, then C-2 and C-3 together
     assert {k: op.status for k, op in done.items()} == dict.fromkeys(
         ("C-1", "C-2", "C-3"), S.CONFIRMED
@@ -352,7 +353,7 @@ class Held:
         self.writes.append(type(action).__name__)
         if first:
             self.held.set()
-            self.release.wait(10)
+            self.release.wait(scaled(10))
         return action.on(self.ledger)
 
     async def aperform(self, action: LedgerAction[Any], cancelled: list[bool]) -> Any:
@@ -360,7 +361,7 @@ class Held:
 
 
 def _wait_for(group: GroupCommit[Any], n: int) -> None:
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + scaled(10)
     while group.waiting < n:
         assert time.monotonic() < deadline, f"{group.waiting} of {n} writes queued"
         time.sleep(0.001)
@@ -413,14 +414,14 @@ def test_a_failed_group_prepare_falls_back_to_each_calls_own_write() -> None:
 
     first = threading.Thread(target=write, args=(0, env.call(tool, "C-0").draft()))
     first.start()
-    assert held.held.wait(10)
+    assert held.held.wait(scaled(10))
     others = [threading.Thread(target=write, args=(i, d)) for i, d in enumerate(drafts, 1)]
     for thread in others:
         thread.start()
     _wait_for(group, 3)
     held.release.set()
     for thread in [first, *others]:
-        thread.join(10)
+        thread.join(scaled(10))
     assert held.writes[:2] == ["Prepare", "PrepareMany"]
     assert sorted(held.writes[2:]) == ["Prepare"] * 3
     assert isinstance(outcomes[2], PayloadMismatch)
@@ -464,7 +465,7 @@ def test_writes_group_with_their_own_kind_threads_or_one_event_loop() -> None:
     held = Held(env.ledger)
     leader = threading.Thread(target=group.write, args=(_claimed(env, tool, "C-1"), held))
     leader.start()
-    assert held.held.wait(10)
+    assert held.held.wait(scaled(10))
 
     async def on_a_loop() -> Any:
         return await group.awrite(_claimed(env, tool, "C-2"), env.aledger_action, [])
@@ -475,7 +476,7 @@ def test_writes_group_with_their_own_kind_threads_or_one_event_loop() -> None:
         assert group.waiting == 0
     finally:
         held.release.set()
-        leader.join(10)
+        leader.join(scaled(10))
 
 
 def test_a_failed_shared_bind_leaves_each_waiting_caller_its_own(sqlite_path: Path) -> None:
@@ -491,7 +492,7 @@ def test_a_failed_shared_bind_leaves_each_waiting_caller_its_own(sqlite_path: Pa
         def bind_thread(workflow_id: str, tenant_id: str) -> str:
             binds.append(workflow_id)
             if len(binds) == 1:
-                deadline = time.monotonic() + 10
+                deadline = time.monotonic() + scaled(10)
                 while runner.bindings.waiting < 2 and time.monotonic() < deadline:
                     time.sleep(0.001)
                 raise LedgerUnavailable("the database went away (the test)")
@@ -510,7 +511,7 @@ def test_a_failed_shared_bind_leaves_each_waiting_caller_its_own(sqlite_path: Pa
         for thread in threads:
             thread.start()
         for thread in threads:
-            thread.join(10)
+            thread.join(scaled(10))
         assert binds == ["t1"] * 2
         assert sum(isinstance(o, LedgerUnavailable) for o in outcomes) == 1
         assert [o for o in outcomes if not isinstance(o, Exception)] == [("t1", "default")] * 2

@@ -33,6 +33,7 @@ from langgraph_effects import EffectContext, OperationStatus, ProviderContract, 
 from langgraph_effects.core.model import EventKind
 from langgraph_effects.decide.renew import Renewer
 from langgraph_effects.errors import LeaseHeld
+from langgraph_effects.testing.faults import scaled
 from langgraph_effects.testing.providers import FakeCRM
 
 S = OperationStatus
@@ -173,7 +174,7 @@ def test_dropped_connection_mid_call_keeps_the_lease(
     a = threading.Thread(target=run_a)
     a.start()
     try:
-        assert entered.wait(30), errors
+        assert entered.wait(scaled(30)), errors
         # Unrenewed, A's lease would have lapsed by now.
         time.sleep(LEASE.total_seconds() + 0.4)
         graph_b = build_graph(
@@ -185,7 +186,7 @@ def test_dropped_connection_mid_call_keeps_the_lease(
         )
         with contextlib.suppress(LeaseHeld):  # B gives up waiting for A's live lease
             env_b.invoke(graph_b, None, CFG)
-        a.join(30)
+        a.join(scaled(30))
         assert not a.is_alive()
         assert errors == []
         assert dropped[0] >= 1  # the connection really was dropped mid-call
@@ -197,7 +198,7 @@ def test_dropped_connection_mid_call_keeps_the_lease(
         assert crm.stats().requests == 1  # B never dispatched
         assert crm.effects == 1
     finally:
-        a.join(30)
+        a.join(scaled(30))
         env_b.close()
         crm.close()
 
@@ -223,7 +224,7 @@ def test_dropped_jobs_never_wake_the_renewer() -> None:
     for i in range(50):  # deadlines 10 ms apart, all before the tenth renewal
         renewer.drop(renewer.hold(dropped, 0.06 + 0.01 * i))
     try:
-        assert renewed_ten_times.wait(30)
+        assert renewed_ten_times.wait(scaled(30))
         wakeups = renewer.wakeups
         assert wakeups <= renewals + 1  # +1: woken, not renewed yet
     finally:
@@ -249,7 +250,7 @@ def test_live_leases_due_together_share_a_wake_up() -> None:
     # rather than by sleeping between holds: a busy machine cannot spread them further.
     jobs = [renewer.hold(renewing(i), 1.0 + 0.005 * i) for i in range(10)]
     try:
-        assert second_round.wait(30)
+        assert second_round.wait(scaled(30))
         assert renewer.wakeups <= 4  # two rounds (+2: stragglers on a busy machine)
     finally:
         for job in jobs:

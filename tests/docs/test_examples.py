@@ -25,6 +25,7 @@ from _example_child import run_script
 from conftest import POSTGRES_URL, require_postgres
 
 from langgraph_effects.testing import run_in_forked_child
+from langgraph_effects.testing.faults import scaled
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 CRASHED = 137
@@ -94,7 +95,7 @@ def run(name: str, *args: str | Path, expect: int = 0) -> str:
         capture_output=True,
         text=True,
         env=env,
-        timeout=180,
+        timeout=scaled(180),
         check=False,
     )
     assert done.returncode == expect, f"exit {done.returncode}\n{done.stdout}\n{done.stderr}"
@@ -164,7 +165,7 @@ def test_resume_of_a_missing_directory_is_a_clear_error(name: str, tmp_path: Pat
     """``--resume --dir`` of a directory with no run: a usage error naming it, no traceback."""
     done = subprocess.run(
         [sys.executable, str(EXAMPLES / f"{name}.py"), "--resume", "--dir", tmp_path / "nope"],
-        capture_output=True, text=True, timeout=120, check=False,
+        capture_output=True, text=True, timeout=scaled(120), check=False,
     )  # fmt: skip
     assert done.returncode == 2
     assert "no run there" in done.stderr
@@ -270,7 +271,7 @@ def test_support_ticket_resolved_out_of_band_with_the_cli(tmp_path: Path) -> Non
     resolved = subprocess.run(
         [str(cli), "resolve", op_id, "--tenant", "acme", "--confirm", "--by", "alice",
          "--reason", "seen in the ticketing UI", "--db", db],
-        capture_output=True, text=True, check=False, timeout=60,
+        capture_output=True, text=True, check=False, timeout=scaled(60),
     )  # fmt: skip
     assert resolved.returncode == 0, resolved.stderr
     resumed = run("support_ticket", "--resume", "--dir", tmp_path)

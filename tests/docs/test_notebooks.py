@@ -33,6 +33,8 @@ from typing import Any
 import nbformat
 import pytest
 
+from langgraph_effects.testing.faults import scaled
+
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 KERNEL = "langgraph-effects-test"
 POSTGRES = {"03_postgres_in_production"}
@@ -55,7 +57,6 @@ _VOLATILE = [
     (re.compile(r"\b(process|pid|worker) \d+"), r"\1 <pid>"),
     (re.compile(r"\b\d+(\.\d+)?\s?(ms|s|seconds)\b"), "<duration>"),
 ]
-
 
 def _os_user() -> str:
     import getpass
@@ -143,7 +144,7 @@ def execute(path: Path, kernel_name: str) -> Any:
     nb = nbformat.read(path, as_version=4)
     client = NotebookClient(
         nb,
-        timeout=180,
+        timeout=scaled(180),
         kernel_name=kernel_name,
         record_timing=False,
         resources={"metadata": {"path": str(NOTEBOOKS)}},

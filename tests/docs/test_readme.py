@@ -20,6 +20,7 @@ from langgraph.types import Command
 import langgraph_effects
 from langgraph_effects import EffectContext, InMemoryLedger, OperationStatus, effect
 from langgraph_effects.testing import FakeCRM, ScriptedChatModel
+from langgraph_effects.testing.faults import scaled
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
@@ -49,7 +50,7 @@ def test_readme_quickstart_runs_as_pasted(tmp_path: Path) -> None:
             cwd=tmp_path,
             capture_output=True,
             text=True,
-            timeout=120,
+            timeout=scaled(120),
             check=False,
         )
         assert done.returncode == 0, done.stderr
@@ -147,7 +148,7 @@ def test_pytest_runs_with_and_without_xdist(options: list[str], workers: str | N
     done = subprocess.run(
         [sys.executable, "-m", "pytest", *options, "-p", "no:cacheprovider",
          "tests/docs/test_readme.py::test_license_file_is_the_declared_one"],
-        cwd=ROOT, capture_output=True, text=True, timeout=120, check=False,
+        cwd=ROOT, capture_output=True, text=True, timeout=scaled(120), check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     assert "1 passed" in done.stdout

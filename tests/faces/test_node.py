@@ -2,7 +2,7 @@
 
 Every scenario runs on the in-memory, SQLite and PostgreSQL ledgers (each with
 the matching checkpointer), sync and async. Crash scenarios with real process
-kills live in ``test_node_crash.py``.
+kills live in ``tests/kills/test_node_crash.py``.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from langgraph_effects import (
     effect,
 )
 from langgraph_effects.core.model import EventKind
+from langgraph_effects.testing.faults import scaled
 from langgraph_effects.testing.providers import FakeCRM, FakeMail, Fault
 
 S = OperationStatus
@@ -573,7 +574,7 @@ def test_concurrent_resumes_dispatch_once(env: Env) -> None:
     def close_case(case_id: str, resolution: str, ctx: EffectContext) -> dict[str, Any]:
         """Close a CRM case."""
         started.set()
-        release.wait(10)
+        release.wait(scaled(10))
         return crm.close_case(case_id, resolution, idempotency_key=ctx.idempotency_key)
 
     graph = build_graph([close_case], [CLOSE_A], ledger=env.ledger, checkpointer=env.checkpointer)
@@ -583,12 +584,12 @@ def test_concurrent_resumes_dispatch_once(env: Env) -> None:
     results: list[Any] = []
     first = threading.Thread(target=lambda: results.append(env.invoke(graph, None, CFG)))
     first.start()
-    assert started.wait(10)
+    assert started.wait(scaled(10))
     second = threading.Thread(target=lambda: results.append(env.invoke(graph, None, CFG)))
     second.start()
     release.set()
-    first.join(20)
-    second.join(20)
+    first.join(scaled(20))
+    second.join(scaled(20))
     assert crm.effects == 1
     assert env.ops()[0].status is S.CONFIRMED
 

@@ -34,6 +34,7 @@ from langgraph_effects.decide import GroupCommit
 from langgraph_effects.errors import LedgerUnavailable, StaleFencingToken
 from langgraph_effects.ledger.sqlite import AsyncSQLiteLedger, SQLiteLedger
 from langgraph_effects.testing import ScriptedChatModel
+from langgraph_effects.testing.faults import scaled
 
 S = OperationStatus
 
@@ -80,7 +81,7 @@ class HeldCommit:
         if not self._armed:
             return
         group, n = self._armed.pop()
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + scaled(5)
         while group.waiting < n and time.monotonic() < deadline:
             time.sleep(0.001)
 
@@ -130,7 +131,7 @@ def test_receipts_arriving_during_a_commit_share_the_next(
     @effect("tickets.create", target=lambda a: a["title"])
     def create_ticket(title: str, ctx: EffectContext) -> dict[str, Any]:
         """Create a ticket."""
-        barrier.wait(5)
+        barrier.wait(scaled(5))
         return provider.create(title)
 
     graph = build_graph(
@@ -240,7 +241,7 @@ def test_the_held_receipts_of_sibling_tasks_share_a_commit(
     @effect("tickets.create", target=lambda a: a["title"])
     def create_ticket(title: str, ctx: EffectContext) -> dict[str, Any]:
         """Create a ticket."""
-        barrier.wait(5)
+        barrier.wait(scaled(5))
         return provider.create(title)
 
     graph = _in_pairs([create_ticket], _calls(6), ledger)
@@ -288,7 +289,7 @@ def test_a_stale_receipt_in_a_shared_commit_fails_only_its_own_task(sqlite_path:
             _take_over(ledger, ctx)
         if barrier.broken:  # the run after the takeover: no siblings to wait for
             return provider.create(title)
-        barrier.wait(5)
+        barrier.wait(scaled(5))
         if title == "t3":
             time.sleep(0.05)  # its task ends last: it joins a shared commit
         return provider.create(title)
@@ -385,7 +386,7 @@ def test_fewer_threads_than_calls_commit_without_waiting(sqlite_path: Path) -> N
     class Blocking(Tickets):
         def create(self, title: str) -> dict[str, Any]:
             if title == "t0":
-                assert others_returned.wait(10), f"t0 still blocked; returned: {returned}"
+                assert others_returned.wait(scaled(10)), f"t0 still blocked; returned: {returned}"
             return super().create(title)
 
     def note_return(request: Any, execute: Any) -> Any:
@@ -433,7 +434,7 @@ def test_a_failing_sibling_leaves_the_receipts_recorded(sqlite_path: Path, mode:
     class Late(Tickets):
         def create(self, title: str) -> dict[str, Any]:
             if title == "t2":
-                assert raised.wait(10), "the plain sibling never ran"
+                assert raised.wait(scaled(10)), "the plain sibling never ran"
             return super().create(title)
 
     provider = Late()
@@ -515,7 +516,7 @@ def test_a_sibling_asking_a_person_leaves_the_held_receipts_committed(
     class Slow(Tickets):
         def create(self, title: str) -> dict[str, Any]:
             if title != "e":
-                assert asked_first.wait(10), "the approval was never asked"
+                assert asked_first.wait(scaled(10)), "the approval was never asked"
             return super().create(title)
 
     provider = Slow()

@@ -24,7 +24,7 @@ from langgraph_effects.journal import (
     RunState,
     Transition,
 )
-from langgraph_effects.testing.faults import run_in_child
+from langgraph_effects.testing.faults import run_in_child, scaled
 from langgraph_effects.testing.providers import FakeClock
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "email_verification.py"
@@ -247,7 +247,7 @@ def test_two_workers_cannot_accept_different_messages_for_one_step(
     for t in threads:
         t.start()
     for t in threads:
-        t.join(timeout=60)
+        t.join(timeout=scaled(60))
     won = [m for m, v in outcomes.items() if not isinstance(v, Exception)]
     assert len(won) == 1
     assert [type(v) for v in outcomes.values() if isinstance(v, Exception)] == [StaleVersion]

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from langgraph_effects.testing.contract import make_draft
+from langgraph_effects.testing.faults import scaled
 
 pytestmark = pytest.mark.postgres
 
@@ -108,7 +109,7 @@ def test_events_follow_prints_a_late_commit_before_the_later_id(
             ledger.prepare(make_draft("op-quick"))
             held.set()
             # Commit event 2 only after the follower has read while it was missing.
-            deadline = time.monotonic() + 30
+            deadline = time.monotonic() + scaled(30)
             while not follower_has_read() and time.monotonic() < deadline:
                 time.sleep(0.05)
             time.sleep(0.5)  # several more polls that see event 3 and not event 2
@@ -116,7 +117,7 @@ def test_events_follow_prints_a_late_commit_before_the_later_id(
 
     writer = threading.Thread(target=write_out_of_order)
     writer.start()
-    assert held.wait(30)
+    assert held.wait(scaled(30))
     env = {k: v for k, v in os.environ.items() if not k.startswith("LGE_")}
     env.update(PYTHONPATH=str(ROOT), LGE_LEDGER_URL=pg_url, PGAPPNAME=app_name)
     follower = subprocess.run(
@@ -127,7 +128,7 @@ def test_events_follow_prints_a_late_commit_before_the_later_id(
         env=env,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=scaled(60),
         check=False,
     )
     writer.join()

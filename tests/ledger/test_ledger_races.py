@@ -18,6 +18,7 @@ from langgraph_effects.errors import LeaseHeld, PayloadMismatch, StaleFencingTok
 from langgraph_effects.ledger.base import Ledger
 from langgraph_effects.ledger.sqlite import SQLiteLedger
 from langgraph_effects.testing.contract import make_draft
+from langgraph_effects.testing.faults import scaled
 
 S = OperationStatus
 T = "tenant-a"
@@ -164,9 +165,9 @@ def test_four_processes_claiming_give_exactly_one_lease(pg_url: str) -> None:
         for proc in procs:
             proc.start()
         for proc in procs:
-            proc.join(timeout=120)
+            proc.join(timeout=scaled(120))
         assert [proc.exitcode for proc in procs] == [0, 0, 0, 0]
-        outcomes = sorted(results.get(timeout=5) for _ in procs)
+        outcomes = sorted(results.get(timeout=scaled(5)) for _ in procs)
         assert outcomes == ["held", "held", "held", "won"]
         op = ledger.get(T, "op-1")
         assert op is not None

@@ -3,7 +3,7 @@
 The default is ``"NORMAL"`` where the receipt's commit is write-ahead logged
 (SQLite in WAL mode, PostgreSQL always); ``ledger.base``, "Durability of
 receipts", says why a receipt lost with the server is never a duplicate, and
-tests/campaign/test_receipt_loss.py kills a real process in that window.
+tests/kills/test_receipt_loss.py kills a real process in that window.
 """
 
 from __future__ import annotations

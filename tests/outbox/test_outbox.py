@@ -46,7 +46,7 @@ from langgraph_effects.outbox import (
     Receipt,
     RelayReport,
 )
-from langgraph_effects.testing.faults import CrashPoint, run_in_child
+from langgraph_effects.testing.faults import CrashPoint, run_in_child, scaled
 from langgraph_effects.testing.providers import FakeClock, FakeMail, Fault
 
 BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
@@ -211,7 +211,7 @@ def operations(app: App, ledger: Ledger) -> list[Operation]:
 def race_child(app: App, mail: FakeMail, start: Any) -> RelayReport:
     """One of several relay processes: its own connection, ledger pool and relay."""
     with app.ledger() as ledger, app.relay(ledger=ledger, deliver=sender(mail), batch_size=2) as r:
-        start.wait(30)
+        start.wait(scaled(30))
         return r.run_until_idle()
 
 
@@ -267,7 +267,7 @@ def test_committed_then_killed_before_relay_sends_exactly_once(
         """
     )
     child = subprocess.run(
-        [sys.executable, "-c", script, app.backend, app.target], check=False, timeout=60
+        [sys.executable, "-c", script, app.backend, app.target], check=False, timeout=scaled(60)
     )
     assert child.returncode == -9
     assert [e.status for e in entries(app)] == [OutboxStatus.PENDING]
@@ -377,7 +377,7 @@ def test_three_relay_threads_deliver_each_entry_once(
     for t in threads:
         t.start()
     for t in threads:
-        t.join(timeout=120)
+        t.join(timeout=scaled(120))
     assert errors == []
     assert mail.effects == 24
     assert mail.duplicates == 0
@@ -398,7 +398,7 @@ def test_three_relay_processes_deliver_each_entry_once(app: App, mail: FakeMail)
     for child in children:
         child.start()
     for child in children:
-        child.join(120)
+        child.join(scaled(120))
     assert [c.exitcode for c in children] == [0, 0, 0]
     assert mail.effects == 30
     assert mail.duplicates == 0

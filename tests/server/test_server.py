@@ -30,6 +30,7 @@ from conftest import POSTGRES_URL, _postgres_problem, _with_search_path, require
 
 from langgraph_effects import OperationStatus, SQLiteLedger
 from langgraph_effects.testing import FakeCRM, Fault
+from langgraph_effects.testing.faults import scaled
 
 for _module in ("langgraph_api", "langgraph_cli", "langgraph_runtime_inmem", "langgraph_sdk"):
     pytest.importorskip(
@@ -182,8 +183,8 @@ class Server:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
-        deadline = time.monotonic() + 90
-        with get_sync_client(url=self.url, timeout=5) as client:
+        deadline = time.monotonic() + scaled(90)
+        with get_sync_client(url=self.url, timeout=scaled(5)) as client:
             while time.monotonic() < deadline:
                 if self.proc.poll() is not None:
                     raise AssertionError(
@@ -200,7 +201,7 @@ class Server:
         if self.proc is not None and self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGTERM)
             try:
-                self.proc.wait(timeout=20)
+                self.proc.wait(timeout=scaled(20))
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait()
@@ -244,7 +245,7 @@ def server(tmp_path_factory: pytest.TempPathFactory, pg_schema_url: str | None) 
 def client(server: Server) -> Iterator[Any]:
     """The SDK as a signed-in user (``ana``, the example's demo auth), as a UI sends it."""
     with get_sync_client(
-        url=server.url, timeout=60, headers={"Authorization": "Bearer demo-ana"}
+        url=server.url, timeout=scaled(60), headers={"Authorization": "Bearer demo-ana"}
     ) as sdk:
         yield sdk
 
@@ -405,7 +406,7 @@ def test_an_approval_is_recorded_under_the_servers_authenticated_user(
         "operation_id": pending[second]["value"]["operation_id"],
         "decisions": [{"type": "approve"}],
     }
-    with get_sync_client(url=server.url, timeout=60) as visitor:  # no token
+    with get_sync_client(url=server.url, timeout=scaled(60)) as visitor:  # no token
         refused = visitor.runs.wait(
             thread,
             GRAPH,
@@ -418,14 +419,14 @@ def test_an_approval_is_recorded_under_the_servers_authenticated_user(
     assert _ledger_ops(server, tenant)[second].authorization_ref is None
 
     headers = {"Authorization": "Bearer demo-alice"}
-    with get_sync_client(url=server.url, timeout=60, headers=headers) as alice:
+    with get_sync_client(url=server.url, timeout=scaled(60), headers=headers) as alice:
         claimed = _answer(pending[first], "approve", by="mallory")
         alice.runs.wait(
             thread, GRAPH, config=config, command={"resume": {pending[first]["id"]: claimed}}
         )
     [request] = _pending(client, thread).values()  # the second case, asked again
     with get_sync_client(
-        url=server.url, timeout=60, headers={"Authorization": "Bearer demo-bob"}
+        url=server.url, timeout=scaled(60), headers={"Authorization": "Bearer demo-bob"}
     ) as bob:
         hitl = {
             "operation_id": request["value"]["operation_id"],
@@ -512,7 +513,7 @@ def test_no_duplicate_after_the_server_is_killed_after_the_provider_acted(
         command={"resume": {request["id"]: _answer(request, "approve")}},
     )
     assert server.proc is not None
-    assert server.proc.wait(timeout=60) == CRASH_EXIT_CODE
+    assert server.proc.wait(timeout=scaled(60)) == CRASH_EXIT_CODE
     assert server.crm().effects_for(case) == 1
     assert _ledger_ops(server, tenant)[case].status is OperationStatus.DISPATCHING
 

@@ -22,8 +22,12 @@ from langgraph_effects.testing.faults import (
     crash_env,
     crash_point,
     run_in_child,
+    scaled,
+    timeout_scale,
 )
 from langgraph_effects.testing.providers import FakeTicketing
+
+pytest_plugins = ["pytester"]
 
 
 @pytest.fixture(autouse=True)
@@ -123,7 +127,7 @@ def test_env_var_kills_a_subprocess_at_the_point(tmp_path: Path) -> None:
     )
     env = {**os.environ, **crash_env(CrashPoint.AFTER_PROVIDER)}
     done = subprocess.run(
-        [sys.executable, "-c", script, str(path)], env=env, check=False, timeout=60
+        [sys.executable, "-c", script, str(path)], env=env, check=False, timeout=scaled(60)
     )
     assert done.returncode == CRASH_EXIT_CODE
     assert FakeTicketing(path).effects == 1
@@ -204,3 +208,73 @@ def test_injected_crash_escapes_a_langgraph_node_and_the_node_reruns_on_resume()
 
     assert final["tickets"] == ["T-000002"]
     assert (tickets.effects, tickets.duplicates) == (2, 1)
+
+
+# --------------------------------------------------------------------------- waits
+
+
+def test_the_timeout_scale_is_the_knob_when_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    """LGE_TEST_TIMEOUT_SCALE multiplies every wait, whatever the machine's load."""
+    monkeypatch.setenv(faults.TIMEOUT_SCALE_VAR, "2.5")
+    assert timeout_scale() == 2.5
+    assert scaled(10) == 25.0
+
+
+@pytest.mark.parametrize("bad", ["fast", "0", "-1", "nan"])
+def test_a_bad_timeout_scale_is_refused_naming_the_variable(
+    monkeypatch: pytest.MonkeyPatch, bad: str
+) -> None:
+    """A knob that is not a number > 0 is an error naming the variable and the value."""
+    monkeypatch.setenv(faults.TIMEOUT_SCALE_VAR, bad)
+    refused = f"LGE_TEST_TIMEOUT_SCALE must be a number > 0, got '{bad}'"
+    with pytest.raises(ValueError, match=refused):
+        scaled(1)
+
+
+def test_without_the_knob_the_scale_follows_the_load_per_core(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Unset, the scale is the larger load average per core, never below 1."""
+    monkeypatch.delenv(faults.TIMEOUT_SCALE_VAR, raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(os, "getloadavg", lambda: (3.0, 9.0, 1.0))
+    assert timeout_scale() == 4.5
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.5, 0.2, 0.1))
+    assert timeout_scale() == 1.0
+
+
+def test_run_in_child_waits_by_the_scale(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A child's timeout is a hang guard multiplied by the scale: 0.2 s scaled by 600 lets a
+    child that sleeps a second (after starting up) finish."""
+    monkeypatch.setenv(faults.TIMEOUT_SCALE_VAR, "600")
+    assert run_in_child(_sleep_then_answer, 1.0, timeout=0.2).value == "done"
+
+
+def _sleep_then_answer(seconds: float) -> str:
+    import time
+
+    time.sleep(seconds)
+    return "done"
+
+
+def test_each_tests_timeout_is_scaled(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """tests/conftest.py multiplies each test's pytest-timeout (its marker, else the default)
+    by the scale, before pytest-timeout arms it."""
+    pytester.makeconftest((Path(__file__).parents[1] / "conftest.py").read_text())
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.timeout(7)
+        def test_marked(request):
+            assert request.node.get_closest_marker("timeout").args == (28.0,)
+
+        def test_default(request):
+            assert request.node.get_closest_marker("timeout").args == (1200.0,)
+        """
+    )
+    monkeypatch.setenv(faults.TIMEOUT_SCALE_VAR, "4")
+    result = pytester.runpytest_subprocess("-p", "no:xdist", "--timeout", "300", "-q")
+    result.assert_outcomes(passed=2)
