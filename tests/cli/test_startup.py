@@ -17,6 +17,7 @@ from test_cli import draft
 
 from langgraph_effects._owners import current_owner
 from langgraph_effects.ledger.sqlite import SQLiteLedger
+from langgraph_effects.testing.faults import scaled
 
 HEAVY = ("langgraph", "langchain_core", "langchain", "psycopg")
 
@@ -41,7 +42,7 @@ def loaded_by(*args: str) -> tuple[int, set[str]]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("LGE_")}
     done = subprocess.run(
         [sys.executable, "-c", _PROBE, json.dumps(args)],
-        capture_output=True, text=True, timeout=120, check=False, env=env,
+        capture_output=True, text=True, timeout=scaled(120), check=False, env=env,
     )  # fmt: skip
     report = json.loads(done.stderr.strip().splitlines()[-1])
     return report["code"], {*report["loaded"], *(m.split(".")[0] for m in report["loaded"])}
@@ -53,7 +54,7 @@ def test_importing_the_entry_module_loads_no_langgraph_and_no_langchain() -> Non
     done = subprocess.run(
         [sys.executable, "-c", "import json, sys, langgraph_effects.cli; "
          "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules})))"],
-        capture_output=True, text=True, timeout=120, check=True,
+        capture_output=True, text=True, timeout=scaled(120), check=True,
     )  # fmt: skip
     loaded = set(json.loads(done.stdout))
     assert "langgraph_effects" in loaded

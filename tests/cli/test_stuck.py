@@ -23,6 +23,7 @@ from langgraph_effects.core.model import LeaseOwner, OperationStatus, utcnow
 from langgraph_effects.ledger.sqlite import AsyncSQLiteLedger, SQLiteLedger
 from langgraph_effects.ledger.sweep import afind_stuck, find_stuck
 from langgraph_effects.testing import make_draft
+from langgraph_effects.testing.faults import scaled
 
 S = OperationStatus
 TENANT = "tenant-a"
@@ -178,7 +179,7 @@ def test_cli_stuck_says_a_killed_owner_is_dead_after_its_lease_expired(tmp_path:
         started = round(psutil.Process(child.pid).create_time(), 2)
     finally:
         child.kill()
-        child.wait(timeout=60)
+        child.wait(timeout=scaled(60))
     owner = LeaseOwner(host=current_owner().host, pid=child.pid, started_at=started, nonce="k")
     path = tmp_path / "effects.db"
     with SQLiteLedger.from_conn_string(str(path)) as ledger:

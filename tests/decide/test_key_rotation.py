@@ -4,8 +4,9 @@
 identity. Rotated with the old key listed after the new one
 (``payload_key=[new, old]``, ``LGE_PAYLOAD_OLD_KEYS``), a call prepared before the
 rotation meets its record again (``decide.loop.recognised``): a receipt lost in a
-real kill is settled, not sent again; a pending approval is still answered; an
-intent key is no ``PayloadMismatch``. SMS counted at a file-backed fake.
+real kill is settled, not sent again (``tests/kills/test_key_rotation_kill.py``); a
+pending approval is still answered; an intent key is no ``PayloadMismatch``. SMS counted
+at a file-backed fake.
 """
 
 from __future__ import annotations
@@ -20,8 +21,7 @@ from _rotation_child import PHONE, pin_tool, run
 from langgraph_effects.core.digest import payload_digest
 from langgraph_effects.effects import effect_spec
 from langgraph_effects.errors import InvalidInput
-from langgraph_effects.testing.faults import run_in_child
-from langgraph_effects.testing.providers import FakeMail, Fault
+from langgraph_effects.testing.providers import FakeMail
 
 OLD, NEW = "old-" + "3f9a" * 8, "new-" + "77c1" * 8
 MODES = [("sqlite", "sync"), ("sqlite", "async"), ("postgres", "sync"), ("postgres", "async")]
@@ -37,36 +37,6 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, str, s
 def sent(mail_path: Path) -> int:
     with FakeMail(mail_path) as mail:
         return mail.effects
-
-
-# Each backend with the default identity; an intent key on one sync and one async backend
-# (two spawned processes a case: the kills are what costs).
-KILLED = [(*m, "lost") for m in MODES] + [
-    ("sqlite", "sync", "intent"),
-    ("postgres", "async", "intent"),
-]
-
-
-@pytest.mark.parametrize("case", KILLED, ids=lambda c: "-".join(c))
-def test_a_receipt_lost_before_the_rotation_is_settled_after_it(
-    case: tuple[str, str, str], request: pytest.FixtureRequest, tmp_path: Path
-) -> None:
-    """Killed between the provider and the receipt under the old key; a new process with
-    ``[new, old]`` meets the old record, reconciles it confirmed and sends nothing: one
-    SMS, one record, settled (with an intent key too: no ``PayloadMismatch``)."""
-    kind, mode, flavour = case
-    where = request.getfixturevalue("pg_url") if kind == "postgres" else str(tmp_path / "app.db")
-    mail_path = tmp_path / "mail.db"
-    with FakeMail(mail_path) as mail:
-        mail.faults.push(Fault.CRASH)  # applies, then kills the calling process
-    died = run_in_child(run, kind, mode, where, str(mail_path), [OLD], flavour, True)
-    assert died.crashed, died.error
-    resumed = run_in_child(run, kind, mode, where, str(mail_path), [NEW, OLD], flavour, False)
-    assert resumed.ok, resumed.error
-    assert "error" not in resumed.value, resumed.value["error"]
-    [(_, status)] = resumed.value["ops"]
-    assert status == "confirmed"
-    assert sent(mail_path) == 1
 
 
 def test_an_approval_asked_before_the_rotation_is_answered_after_it(

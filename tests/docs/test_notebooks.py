@@ -58,6 +58,7 @@ _VOLATILE = [
     (re.compile(r"\b\d+(\.\d+)?\s?(ms|s|seconds)\b"), "<duration>"),
 ]
 
+
 def _os_user() -> str:
     import getpass
 
