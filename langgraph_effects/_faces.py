@@ -10,7 +10,12 @@ same shape). From there the path is the same:
 2. ``Execution``: ``execute`` as the runner calls it (``run(args)``), remembering
    what the tool produced in this run;
 3. ``effect_result``: the answer, built from the ledger's record (so a first run
-   and every replay answer alike), with the operation ids the thread owns.
+   and every replay answer alike), with the operation ids the thread owns;
+4. ``trace_decision`` / ``atrace_decision``: the decision as a run of its own for
+   every LangChain tracer of the task (LangSmith, Langfuse, ``astream_events``),
+   named after the tool and how the answer was obtained (``close_case (replayed)``),
+   the tool, operation id, status and ``via`` in its metadata and tags. A replayed
+   call runs no tool: this run is what shows it.
 
 Only LangGraph's public API is used: ``ToolCallRequest`` (``tool_call``,
 ``tool``, ``state``, ``runtime``) and ``override``.
@@ -22,7 +27,13 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from langchain_core.callbacks import BaseCallbackManager
 from langchain_core.messages import AIMessage, ToolCall, ToolMessage
+from langchain_core.runnables import RunnableConfig
+from langchain_core.runnables.config import (
+    get_async_callback_manager_for_config,
+    get_callback_manager_for_config,
+)
 from langchain_core.tools import BaseTool
 from langgraph.prebuilt.tool_node import ToolCallRequest, msg_content_output
 from langgraph.types import Command
@@ -43,14 +54,17 @@ from langgraph_effects.errors import EffectsError
 
 __all__ = [
     "NO_CALL_ID",
+    "TRACE_TAG",
     "Execution",
     "Occurrences",
     "add_operations",
+    "atrace_decision",
     "build_call",
     "effect_calls",
     "effect_result",
     "messages_of",
     "task_id_of",
+    "trace_decision",
     "unanswered_calls",
 ]
 
@@ -296,6 +310,63 @@ def effect_result(
     # An edited call ends in another operation: the thread owns both.
     owned = list(dict.fromkeys([call.operation_id, op.operation_id]))
     return _with_owned(answer, owned, messages_key)
+
+
+TRACE_TAG = "langgraph_effects"
+"""The tag of every traced effect decision (``trace_decision``)."""
+
+
+def _decision_run(
+    manager: BaseCallbackManager,
+    request: ToolCallRequest,
+    call: EffectCall,
+    op: Operation,
+    via: Via,
+) -> tuple[str, dict[str, Any]]:
+    """The traced run of one decision: its tags and metadata put on ``manager`` (for this
+    run only), its name and inputs returned."""
+    tags = [TRACE_TAG, f"effect:{via}", f"tool:{call.tool_name}", f"operation:{op.operation_id}"]
+    manager.add_tags(tags, inherit=False)
+    manager.add_metadata(
+        {
+            "effect_tool": call.tool_name,
+            "effect_action": op.action,
+            "effect_operation_id": op.operation_id,
+            "effect_status": op.status.value,
+            "effect_via": via.value,
+        },
+        inherit=False,
+    )
+    tool_call = request.tool_call
+    inputs = {"name": tool_call["name"], "args": tool_call["args"], "id": tool_call["id"]}
+    return f"{call.tool_name} ({via})", inputs
+
+
+def trace_decision(
+    request: ToolCallRequest, call: EffectCall, op: Operation, via: Via, answer: Any
+) -> None:
+    """Report the decision to the task's tracers as a run of its own (none: nothing to do).
+
+    A child of the tools node's run, started and ended once the decision is made (its
+    ``via`` is known only then); ``answer`` (the ToolMessage or Command) is its output.
+    """
+    config: RunnableConfig = (request.runtime.config if request.runtime else None) or {}
+    manager = get_callback_manager_for_config(config)
+    if manager.handlers:
+        name, inputs = _decision_run(manager, request, call, op, via)
+        manager.on_chain_start(None, inputs, name=name).on_chain_end({"output": answer})
+
+
+async def atrace_decision(
+    request: ToolCallRequest, call: EffectCall, op: Operation, via: Via, answer: Any
+) -> None:
+    """``trace_decision`` for the async faces (async tracers awaited in the task's loop)."""
+    config: RunnableConfig = (request.runtime.config if request.runtime else None) or {}
+    manager = get_async_callback_manager_for_config(config)
+    if manager.handlers:
+        name, inputs = _decision_run(manager, request, call, op, via)
+        run = await manager.on_chain_start(None, inputs, name=name)
+        await run.on_chain_end({"output": answer})
 
 
 def _with_owned(answer: Any, owned: list[str], messages_key: str) -> ToolMessage | Command[Any]:

@@ -49,10 +49,12 @@ from langgraph.types import Command
 from langgraph_effects._faces import (
     Execution,
     add_operations,
+    atrace_decision,
     build_call,
     effect_calls,
     effect_result,
     task_id_of,
+    trace_decision,
     unanswered_calls,
 )
 from langgraph_effects.core.model import utcnow
@@ -229,7 +231,9 @@ class EffectMiddleware(AgentMiddleware[EffectAgentState, Any, Any]):
         trace = Trace()
         op = self.runner.run(call, run, trace=trace)
         via = trace.via if self.trace_metadata else None
-        return effect_result(request, call, op, produced=run.first_answer(op), via=via)
+        answer = effect_result(request, call, op, produced=run.first_answer(op), via=via)
+        trace_decision(request, call, op, trace.via, answer)
+        return answer
 
     async def awrap_tool_call(
         self,
@@ -247,7 +251,9 @@ class EffectMiddleware(AgentMiddleware[EffectAgentState, Any, Any]):
         trace = Trace()
         op = await self.runner.arun(call, run.acall, trace=trace)
         via = trace.via if self.trace_metadata else None
-        return effect_result(request, call, op, produced=run.first_answer(op), via=via)
+        answer = effect_result(request, call, op, produced=run.first_answer(op), via=via)
+        await atrace_decision(request, call, op, trace.via, answer)
+        return answer
 
 
 _ORDER = (

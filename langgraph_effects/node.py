@@ -38,11 +38,13 @@ from typing_extensions import TypedDict
 from langgraph_effects._faces import (
     Execution,
     add_operations,
+    atrace_decision,
     build_call,
     effect_calls,
     effect_result,
     messages_of,
     task_id_of,
+    trace_decision,
     unanswered_calls,
 )
 from langgraph_effects._owners import current_owner
@@ -737,7 +739,7 @@ class EffectToolNode(ToolNode):
             receipts = None if task is None else task.receipts_of(handoff)
             trace = Trace()
             op = self.runner.run(call, run, handoff=handoff, trace=trace, receipts=receipts)
-        return effect_result(
+        answer = effect_result(
             request,
             call,
             op,
@@ -745,6 +747,8 @@ class EffectToolNode(ToolNode):
             produced=run.first_answer(op),
             via=trace.via if self.trace_metadata else None,
         )
+        trace_decision(request, call, op, trace.via, answer)
+        return answer
 
     async def _adecide(
         self,
@@ -775,7 +779,7 @@ class EffectToolNode(ToolNode):
                 op = await self.runner.arun(
                     call, run.acall, handoff=handoff, trace=trace, receipts=receipts
                 )
-        return effect_result(
+        answer = effect_result(
             request,
             call,
             op,
@@ -783,3 +787,5 @@ class EffectToolNode(ToolNode):
             produced=run.first_answer(op),
             via=trace.via if self.trace_metadata else None,
         )
+        await atrace_decision(request, call, op, trace.via, answer)
+        return answer

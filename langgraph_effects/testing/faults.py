@@ -56,12 +56,12 @@ if TYPE_CHECKING:
 __all__ = [
     "CRASH_EXIT_CODE",
     "ENV_VAR",
+    "TIMEOUT_SCALE_VAR",
     "ChildExit",
     "CrashMode",
     "CrashPlan",
     "CrashPoint",
     "InjectedCrash",
-    "TIMEOUT_SCALE_VAR",
     "crash_env",
     "crash_point",
     "run_in_child",
