@@ -198,3 +198,11 @@ def test_every_included_section_exists() -> None:
                 text = (ROOT / path).read_text(encoding="utf-8")
                 for end in ("start", "end"):
                     assert f"--8<-- [{end}:{section}]" in text, f"{path} lost [{end}:{section}]"
+
+
+@pytest.mark.parametrize("path", FILES, ids=[str(p.relative_to(ROOT)) for p in FILES])
+def test_no_fence_hides_in_an_indent(path: Path) -> None:
+    """Every fence starts its line (one inside a list item would escape the checks above)."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    indented = [n for n, line in enumerate(lines, 1) if re.match(r"\s+```", line)]
+    assert indented == [], f"{path.name}: fences at lines {indented}: start them at the margin"
