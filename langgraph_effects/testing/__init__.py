@@ -1,8 +1,8 @@
 """The public test harness: fake providers that count effects, and crash points.
 
 * :mod:`langgraph_effects.testing.providers`: ``FakeCRM``, ``FakeMail``,
-  ``FakeTicketing`` (state in a SQLite file, so counts survive process kills),
-  scripted ``Fault``s, a ``FakeClock``.
+  ``FakeTicketing``, ``FakeAPI`` (the API of any ``presets.Preset``) (state in a
+  SQLite file, so counts survive process kills), scripted ``Fault``s, a ``FakeClock``.
 * :mod:`langgraph_effects.testing.models`: ``ScriptedChatModel``, a chat model
   with no API key that proposes planned tool calls, the same in every process.
 * :mod:`langgraph_effects.testing.faults`: ``CrashPoint``s at every boundary
@@ -60,6 +60,7 @@ if TYPE_CHECKING:
     from langgraph_effects.testing.providers import (
         AppliedEffect,
         Clock,
+        FakeAPI,
         FakeClock,
         FakeCRM,
         FakeMail,
@@ -94,6 +95,7 @@ _EXPORTS: dict[str, str] = {
     # fake providers
     "AppliedEffect": "langgraph_effects.testing.providers",
     "Clock": "langgraph_effects.testing.providers",
+    "FakeAPI": "langgraph_effects.testing.providers",
     "FakeCRM": "langgraph_effects.testing.providers",
     "FakeClock": "langgraph_effects.testing.providers",
     "FakeMail": "langgraph_effects.testing.providers",
@@ -150,6 +152,7 @@ __all__ = [
     "CrashMode",
     "CrashPlan",
     "CrashPoint",
+    "FakeAPI",
     "FakeCRM",
     "FakeClock",
     "FakeMail",

@@ -16,7 +16,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("core",),
     ("observe", "_owners", "_faults"),
     ("ledger",),
-    ("effects", "review", "journal", "mcp"),
+    ("effects", "review", "journal", "mcp", "presets"),
     ("decide",),
     ("node", "middleware", "outbox", "_faces"),
     ("cli", "testing"),
