@@ -553,3 +553,169 @@ def test_the_readme_sdk_block_runs_against_the_server(server: Server) -> None:
     exec(compile(block.replace("http://127.0.0.1:2024", server.url), "server.md", "exec"), {})
     crm = server.crm()
     assert (crm.effects_for("case-1"), crm.effects_for("case-2")) == (1, 0)
+
+
+# -- Agent Chat UI's own requests ----------------------------------------------------------
+#
+# What Agent Chat UI (commit fdc87e6, with @langchain/langgraph-sdk 1.8.10) sends, taken from
+# its source: the key typed in its "LangSmith API Key" field goes out as ``x-api-key`` on
+# every request (``src/providers/Stream.tsx``: ``useStream({apiKey})``; the SDK's client sets
+# ``x-api-key``), never ``Authorization``. ``checkGraphStatus`` reads ``/info``; a message is
+# ``stream.submit({messages: [human]}, {streamMode: ["values"], streamSubgraphs: true,
+# streamResumable: true})`` (``src/components/thread/index.tsx``); an answer is
+# ``stream.submit({}, {command: {resume: {decisions}}})`` (``agent-inbox``'s
+# ``thread-actions-view.tsx`` and ``use-interrupted-actions.tsx``), which the SDK's
+# ``useStream`` sends with the thread head's checkpoint (``fetchStateHistory: true``), the
+# stream modes the UI reads (values, messages, and custom for its ``onCustomEvent``) and
+# ``on_disconnect: "cancel"``. An error event's ``message`` is what the UI shows in its
+# error toast (``index.tsx``: ``toast.error(..., stream.error.message)``).
+
+UI_COMMIT = "fdc87e65307581b02898d33c62b3f285e56bd85b"
+UI_GRAPH = "support_hitl"
+
+
+def _ui_headers(api_key: str | None) -> dict[str, str]:
+    headers = {"content-type": "application/json"}
+    if api_key:
+        headers["x-api-key"] = api_key
+    return headers
+
+
+def _ui_stream(server: Server, path: str, body: dict[str, Any], api_key: str | None) -> list[Any]:
+    """POST a run as the UI streams it; the (event, data) pairs of its server-sent events."""
+    import httpx
+
+    events: list[Any] = []
+    event = None
+    with httpx.stream(
+        "POST", server.url + path, json=body, headers=_ui_headers(api_key), timeout=scaled(120)
+    ) as response:
+        assert response.status_code == 200, response.read()
+        for line in response.iter_lines():
+            if line.startswith("event: "):
+                event = line.removeprefix("event: ")
+            elif line.startswith("data: "):
+                events.append((event, json.loads(line.removeprefix("data: "))))
+    return events
+
+
+def _ui_ask(server: Server, text: str, api_key: str | None) -> str:
+    """Agent Chat UI's first message: a thread, then the run streaming it."""
+    import httpx
+
+    headers = _ui_headers(api_key)
+    assert httpx.get(server.url + "/info", headers=headers, timeout=scaled(60)).status_code == 200
+    thread = httpx.post(
+        server.url + "/threads", json={"metadata": {}}, headers=headers, timeout=scaled(60)
+    ).json()["thread_id"]
+    human = {"id": str(uuid.uuid4()), "type": "human", "content": [{"type": "text", "text": text}]}
+    body = {
+        "input": {"messages": [human]},
+        "on_disconnect": "continue",
+        "stream_mode": ["values", "messages-tuple", "custom"],
+        "stream_subgraphs": True,
+        "stream_resumable": True,
+        "assistant_id": UI_GRAPH,
+    }
+    _ui_stream(server, f"/threads/{thread}/runs/stream", body, api_key)
+    return thread
+
+
+def _ui_answer(server: Server, thread: str, decisions: list[Any], api_key: str | None) -> list[Any]:
+    """Agent Chat UI's answer to the thread's open interrupt."""
+    import httpx
+
+    state = httpx.get(
+        f"{server.url}/threads/{thread}/state", headers=_ui_headers(api_key), timeout=scaled(60)
+    ).json()
+    checkpoint = {k: v for k, v in state["checkpoint"].items() if k != "thread_id"}
+    body = {
+        "input": {},
+        "command": {"resume": {"decisions": decisions}},
+        "on_disconnect": "cancel",
+        "checkpoint": checkpoint,
+        "stream_mode": ["values", "messages-tuple", "custom"],
+        "stream_resumable": False,
+        "assistant_id": UI_GRAPH,
+    }
+    return _ui_stream(server, f"/threads/{thread}/runs/stream", body, api_key)
+
+
+def test_agent_chat_ui_approves_rejects_and_edits_as_it_sends_them(
+    server: Server, client: Any
+) -> None:
+    """Agent Chat UI's exact requests, with its API-key field set to ``demo-ana``: the batched
+    approval it renders, answered "Submit all 3 decisions" (approve, reject with a reason,
+    edit a field): one closure, none, one with the edited resolution; decided by ``ana``."""
+    run = uuid.uuid4().hex[:8]
+    approved, rejected, edited = (f"case-{run}-{x}" for x in "abc")
+    thread = _ui_ask(server, f"close {approved}, {rejected} and {edited}", "demo-ana")
+    [asked] = client.threads.get_state(thread)["interrupts"]
+    assert _agent_chat_ui_renders(asked["value"])
+    decisions = [
+        {"type": "approve"},
+        {"type": "reject", "message": "the customer called back"},
+        {
+            "type": "edit",
+            "edited_action": {
+                "name": "close_case",
+                "args": {"case_id": edited, "resolution": "refunded instead"},
+            },
+        },
+    ]
+    events = _ui_answer(server, thread, decisions, "demo-ana")
+    assert not [data for event, data in events if event == "error"], events
+
+    crm = server.crm()
+    counted = [crm.effects_for(c) for c in (approved, rejected, edited)]
+    assert counted == [1, 0, 1]
+    assert crm.get_case(edited)["resolution"] == "refunded instead"
+    assert crm.get_case(rejected)["status"] == "open"
+    ops = _ledger_ops(server, "default")
+    assert ops[approved].status is OperationStatus.CONFIRMED
+    assert ops[rejected].status is OperationStatus.REJECTED
+    with SQLiteLedger.from_conn_string(str(server.ledger_path)) as ledger:
+        decided = [
+            e.actor
+            for target in (approved, rejected)
+            for e in ledger.events("default", ops[target].operation_id)
+            if e.kind.value in ("approve", "reject")
+        ]
+    assert decided == ["ana", "ana"]  # the key named the user; no "by" was sent
+    assert client.threads.get_state(thread)["interrupts"] == []
+
+
+def test_agent_chat_ui_without_a_key_is_refused_with_a_message_it_shows(
+    server: Server, client: Any
+) -> None:
+    """No API key (an unauthenticated visitor, who names nobody): "Approve" is refused,
+    nothing is sent, the error event carries the reason the UI shows in its toast, and the
+    approval stays open; the same click with the key ``demo-ana`` closes the case once."""
+    case = f"case-{uuid.uuid4().hex[:8]}"
+    thread = _ui_ask(server, f"close {case}", None)
+    events = _ui_answer(server, thread, [{"type": "approve"}], None)
+    [error] = [data for event, data in events if event == "error"]
+    assert "who decides" in error["message"], error
+    assert server.crm().effects_for(case) == 0
+    assert len(client.threads.get_state(thread)["interrupts"]) == 1
+
+    events = _ui_answer(server, thread, [{"type": "approve"}], "demo-ana")
+    assert not [data for event, data in events if event == "error"], events
+    assert server.crm().effects_for(case) == 1
+    assert client.threads.get_state(thread)["interrupts"] == []
+
+
+def test_a_token_that_is_not_a_demo_token_is_refused_naming_the_headers(server: Server) -> None:
+    """The demo auth refuses any other key with a 401 that says which headers it reads."""
+    import httpx
+
+    refused = httpx.get(server.url + "/threads/x", headers=_ui_headers("lsv2_pt_x"), timeout=60)
+    assert refused.status_code == 401
+    assert "X-Api-Key: demo-<name>" in refused.text
+
+
+def test_the_docs_name_the_agent_chat_ui_commit_these_requests_come_from() -> None:
+    """docs/agent-chat-ui.md and the README name the UI commit the requests above are from."""
+    page = (ROOT / "docs" / "agent-chat-ui.md").read_text()
+    assert UI_COMMIT in page
+    assert UI_COMMIT[:7] in (ROOT / "README.md").read_text()
