@@ -709,7 +709,9 @@ def test_a_token_that_is_not_a_demo_token_is_refused_naming_the_headers(server: 
     """The demo auth refuses any other key with a 401 that says which headers it reads."""
     import httpx
 
-    refused = httpx.get(server.url + "/threads/x", headers=_ui_headers("lsv2_pt_x"), timeout=60)
+    refused = httpx.get(
+        server.url + "/threads/x", headers=_ui_headers("lsv2_pt_x"), timeout=scaled(60)
+    )
     assert refused.status_code == 401
     assert "X-Api-Key: demo-<name>" in refused.text
 
