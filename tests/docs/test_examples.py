@@ -309,7 +309,7 @@ def test_every_flag_of_every_example_says_what_it_does(name: str) -> None:
     """``--help`` of each example explains each of its flags."""
     done = subprocess.run(
         [sys.executable, "-c", _FLAGS_PROBE, str(present(name))],
-        capture_output=True, text=True, timeout=180, check=True,
+        capture_output=True, text=True, timeout=scaled(180), check=True,
     )  # fmt: skip
     assert json.loads(done.stdout.strip().splitlines()[-1]) == [], name
 
@@ -333,7 +333,7 @@ def test_a_run_without_dir_gets_a_directory_of_its_own_and_says_so() -> None:
             shutil.rmtree(path, ignore_errors=True)
     done = subprocess.run(
         [sys.executable, str(EXAMPLES / "crm_onboarding.py"), "--resume"],
-        capture_output=True, text=True, timeout=180, check=False,
+        capture_output=True, text=True, timeout=scaled(180), check=False,
     )  # fmt: skip
     assert done.returncode == 2
     assert "--resume needs --dir DIR" in done.stderr
@@ -349,7 +349,7 @@ def test_the_server_example_is_a_template_that_stands_alone(tmp_path: Path) -> N
     env = {**os.environ, "LGE_LEDGER_URL": f"sqlite:///{tmp_path / 'effects.db'}"}
     done = subprocess.run(
         [sys.executable, "-c", "import graph; print(type(graph.graph).__name__)"],
-        cwd=copy, capture_output=True, text=True, timeout=180, check=False, env=env,
+        cwd=copy, capture_output=True, text=True, timeout=scaled(180), check=False, env=env,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "CompiledStateGraph"
