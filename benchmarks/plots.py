@@ -1,7 +1,7 @@
 """The benchmark pictures of docs/benchmarks.md, drawn from a full run's results.
 
 ``python -m benchmarks.plots [RESULTS]`` reads ``benchmarks/results/latest.json`` (or
-``RESULTS``, a full run's JSON) and writes three small PNGs into ``docs/img/benchmarks/``,
+``RESULTS``, a full run's JSON) and writes three small PNGs into ``docs/images/benchmarks/``,
 with ``SOURCE`` beside them: the date of the run and the SHA-256 of the JSON they were drawn
 from, so ``tests/docs/test_benchmark_plots.py`` can tell committed pictures that no longer
 match the committed results. A full ``python -m benchmarks`` run draws them itself.
@@ -26,7 +26,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "latest.json"
-OUT = ROOT / "docs" / "img" / "benchmarks"
+OUT = ROOT / "docs" / "images" / "benchmarks"
 PICTURES = ("overhead.png", "split.png", "throughput.png")
 DPI = 80
 BACKENDS = (("sqlite", "SQLite"), ("postgres", "PostgreSQL"))
@@ -142,7 +142,7 @@ def draw(results: Path = RESULTS, out: Path = OUT) -> list[Path]:
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("results", nargs="?", type=Path, default=RESULTS)
-    parser.add_argument("--out", type=Path, default=OUT, help="where to write (docs/img/...)")
+    parser.add_argument("--out", type=Path, default=OUT, help="where to write (docs/images/...)")
     args = parser.parse_args(argv)
     for path in draw(args.results, args.out):
         print(path.relative_to(ROOT) if path.is_relative_to(ROOT) else path)

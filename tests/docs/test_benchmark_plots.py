@@ -1,6 +1,6 @@
 """The benchmark pictures of docs/benchmarks.md are drawn from the committed results.
 
-``docs/img/benchmarks/SOURCE`` names the run and the digest of the results the pictures
+``docs/images/benchmarks/SOURCE`` names the run and the digest of the results the pictures
 were drawn from: committed results without their pictures fail here, until
 ``python -m benchmarks.plots`` draws them again. The script itself is run too, into a
 temporary directory: the same pictures, the same sizes in pixels.
