@@ -49,9 +49,12 @@ CRASH_EXIT_CODE = 137
 PATTERNS = '''
 import os
 import sqlite3
+from datetime import timedelta
 
 from langchain_core.messages import AIMessage
+from langchain_core.tools import tool as plain_tool
 from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.prebuilt import ToolNode
 
 from langgraph_effects import (
     EffectContext, EffectState, EffectToolNode, SQLiteLedger, effect, ledger_from_url,
@@ -122,6 +125,60 @@ def build_review(ledger):
 
 review_pattern = build_review(ledger_from_url("sqlite:///" + os.environ["PATTERN_REVIEW_DB"]))
 
+# A tool that outlives its 1 s lease (the lease is renewed while it runs), under the node and,
+# as the control, under a plain ToolNode. It notes each entry, so a test sees it is inside.
+SLOW_SECONDS = 3.0
+
+
+def slow_body(case_id: str, key: str | None) -> dict:
+    import time
+
+    from langgraph_effects.testing import FakeCRM
+
+    with open(os.path.join(os.environ["PATTERN_SLOW_DIR"], f"entered-{case_id}"), "a") as note:
+        note.write(str(os.getpid()) + os.linesep)
+    time.sleep(SLOW_SECONDS)
+    crm = FakeCRM(os.path.join(os.environ["PATTERN_SLOW_DIR"], "crm.db"))
+    return crm.close_case(case_id, "closed slowly", idempotency_key=key)
+
+
+@effect("demo.slow_close", target=lambda args: args["case_id"])
+def slow_close(case_id: str, ctx: EffectContext) -> dict:
+    """Close a case, slowly."""
+    return slow_body(case_id, ctx.idempotency_key)
+
+
+def slow_agent(state):
+    if state["messages"][-1].type == "tool":
+        return {"messages": [AIMessage("done")]}
+    case = state["messages"][-1].content.split()[-1]
+    call = {"name": "slow_close", "args": {"case_id": case}, "id": "call-slow", "type": "tool_call"}
+    return {"messages": [AIMessage("", tool_calls=[call])]}
+
+
+def build_slow(node):
+    builder = StateGraph(State)
+    builder.add_node("agent", slow_agent)
+    builder.add_node("tools", node)
+    builder.add_edge(START, "agent")
+    builder.add_conditional_edges("agent", route_tool_calls, ["tools", END])
+    builder.add_edge("tools", "agent")
+    return builder.compile()
+
+
+slow_ledger = ledger_from_url("sqlite:///" + os.path.join(os.environ["PATTERN_SLOW_DIR"], "l.db"))
+slow_node = EffectToolNode([slow_close], ledger=slow_ledger, lease_for=timedelta(seconds=1))
+slow_pattern = build_slow(slow_node)
+
+
+@plain_tool("slow_close")
+def slow_close_plain(case_id: str) -> dict:
+    """Close a case, slowly (no ledger)."""
+    return slow_body(case_id, None)
+
+
+slow_control = build_slow(ToolNode([slow_close_plain]))
+
 # The factory: no I/O now; opened without blocking in the server's loop on first use.
 factory_pattern = build(ledger_from_url("sqlite:///" + os.environ["PATTERN_FACTORY_DB"]))
 # The same on PostgreSQL, as in production (an AsyncConnectionPool in the server's loop).
@@ -154,7 +211,8 @@ class Server:
             name: str(EXAMPLE / spec.removeprefix("./")) for name, spec in config["graphs"].items()
         }
         config["auth"]["path"] = str(EXAMPLE / config["auth"]["path"].removeprefix("./"))
-        for name in ("readme_pattern", "factory_pattern", "factory_postgres", "review_pattern"):
+        names = ("readme_pattern", "factory_pattern", "factory_postgres", "review_pattern")
+        for name in (*names, "slow_pattern", "slow_control"):
             config["graphs"][name] = f"{workdir / 'patterns.py'}:{name}"
         (workdir / "langgraph.json").write_text(json.dumps(config, indent=2))
         (workdir / "patterns.py").write_text(PATTERNS)
@@ -169,6 +227,7 @@ class Server:
             "PATTERN_PG_URL": self.pg_url or "",
             "PATTERN_REVIEW_DB": str(self.workdir / "pattern_review.db"),
             "PATTERN_CRM": str(self.workdir / "pattern_crm.db"),
+            "PATTERN_SLOW_DIR": str(self.workdir),
             "LANGGRAPH_CLI_NO_ANALYTICS": "1",
             "LANGSMITH_TRACING": "false",
         }
@@ -538,6 +597,50 @@ def test_no_duplicate_after_the_server_is_killed_after_the_provider_acted(
     messages = client.threads.get_state(thread)["values"]["messages"]
     [answer] = [m for m in messages if m["type"] == "tool"]
     assert answer["status"] == "success"
+    assert json.loads(answer["content"])["closed_by"] == op.idempotency_key
+
+
+@pytest.mark.parametrize("graph", ["slow_pattern", "slow_control"])
+def test_a_second_execution_while_the_first_is_still_in_the_tool(
+    server: Server, client: Any, graph: str
+) -> None:
+    """LangGraph Server re-dispatching a tool call that outlived its heartbeat (langgraph
+    issues 7417, 7213), emulated: ``langgraph dev`` never re-dispatches a live run, so a
+    second run on the same thread (``multitask_strategy="interrupt"``) executes the same
+    tool call from the same checkpoint while the first run's tool, a sync body in a worker
+    thread that the interrupt does not stop, is still inside past its 1 s lease.
+
+    Under the node the second execution waits for the first (its lease is renewed) and
+    replays its result: the body ran once, the CRM counts one closure, and the second run
+    answers with the first one's result. The plain ToolNode (the control) closes it twice.
+    """
+    case = f"case-{uuid.uuid4().hex[:8]}"
+    entered = server.workdir / f"entered-{case}"
+    config = {"configurable": {"tenant_id": "acme"}}
+    thread = client.threads.create()["thread_id"]
+    inputs = {"messages": [{"role": "user", "content": f"close {case}"}]}
+    first = client.runs.create(thread, graph, input=inputs, config=config)
+    deadline = time.monotonic() + scaled(60)
+    while not entered.exists():
+        assert time.monotonic() < deadline, server.tail()
+        time.sleep(0.05)
+    time.sleep(1.5)  # past the first one's 1 s lease: only its renewals keep it
+    second = client.runs.create(
+        thread, graph, input=None, config=config, multitask_strategy="interrupt"
+    )
+    final = client.runs.join(thread, second["run_id"])
+    assert client.runs.get(thread, first["run_id"])["status"] == "interrupted"
+    crm = FakeCRM(server.workdir / "crm.db")
+    if graph == "slow_control":
+        assert len(entered.read_text().splitlines()) == 2
+        assert crm.effects_for(case) == 2  # the duplicate of issue 7417
+        return
+    assert len(entered.read_text().splitlines()) == 1  # the second never entered the tool
+    assert crm.effects_for(case) == 1
+    with SQLiteLedger.from_conn_string(str(server.workdir / "l.db")) as ledger:
+        [op] = [o for o in ledger.list(tenant_id="acme", limit=1000) if o.target == case]
+    assert (op.status, op.attempts) == (OperationStatus.CONFIRMED, 1)
+    [answer] = [m for m in final["messages"] if m["type"] == "tool"]
     assert json.loads(answer["content"])["closed_by"] == op.idempotency_key
 
 
