@@ -53,7 +53,6 @@ from langgraph_effects.decide import (
     APPROVAL_MODES,
     OPERATIONS_KEY,
     ApprovalMode,
-    DeferredReceipts,
     EffectCall,
     EffectRunner,
     PrepareMany,
@@ -140,13 +139,12 @@ def _tool_calls_of(input: Any, messages_key: str) -> tuple[list[ToolCall], bool]
 # the task), and derives each call once (digest, ids, its siblings' drafts for an
 # answer naming one of them).
 #
-# The receipts of the calls prepared together are committed together too, with
-# one ``confirm_many`` when ToolNode's fan-out ends, before the task returns
-# (``decide.deferred``): a call holds its receipt and goes on with the record it
-# writes, waiting for nobody; the task's answers reach LangGraph only after the
-# commit. Everything else a call writes goes through the runner's group commit
-# (``decide.group``): a receipt (or a claimed write-ahead) of a call the task did
-# not prepare, e.g. one task per call under ``route_tool_calls``.
+# Each call's receipt is committed as soon as its provider answers, through the
+# runner's group commit (``decide.group``: receipts arriving together share a
+# commit), never held for a sibling still at work; a call answers only once its
+# receipt is committed, so the task's answers reach LangGraph only after the
+# ledger holds them. The same goes for a claimed write-ahead of a call the task
+# did not prepare, e.g. one task per call under ``route_tool_calls``.
 
 
 Thread = tuple[str, str]
@@ -172,8 +170,6 @@ class _Task:
     """The calls derived once per task (digest, ids), by tool-call id."""
     drafts: dict[str, OperationDraft] = field(default_factory=dict)
     handoff: dict[str, Prepared] = field(default_factory=dict)
-    receipts: DeferredReceipts | None = None
-    """The receipts of the calls prepared together, committed when the fan-out ends."""
     running: set[asyncio.Task[Any]] = field(default_factory=set)
     """The effect calls under way in ``ainvoke`` (ToolNode's ``gather``), for ``settle``."""
 
@@ -183,7 +179,6 @@ class _Task:
         calls: list[EffectCall],
         drafts: dict[str, OperationDraft],
         prepared: list[Prepared],
-        receipts: DeferredReceipts | None = None,
     ) -> None:
         """``calls`` built knowing their ``drafts`` as siblings (``EffectToolNode._task_calls``)."""
         with self.lock:
@@ -191,17 +186,12 @@ class _Task:
             self.drafts = drafts
             self.calls = {c.tool_call_id: c for c in calls}
             self.handoff = {p.operation.operation_id: p for p in prepared}
-            self.receipts = receipts if prepared else None
             self.thread = thread  # last: a call seeing it finds the rest in place
 
     def take(self, call: EffectCall) -> Prepared | None:
         """The record prepared for ``call`` in the batch, once."""
         with self.lock:
             return self.handoff.pop(call.operation_id, None)
-
-    def receipts_of(self, handoff: Prepared | None) -> DeferredReceipts | None:
-        """Where a call holds its receipt: the task's batch, for a call prepared in it."""
-        return self.receipts if handoff is not None else None
 
     @contextmanager
     def under_way(self) -> Iterator[None]:
@@ -274,22 +264,6 @@ def _before_the_calls() -> Iterator[None]:
         raise
     except Exception as exc:
         raise _Unhandled(exc) from exc
-
-
-@contextmanager
-def _failing(task_error: BaseException) -> Iterator[None]:
-    """The task already failed with ``task_error``: a failure to commit its receipts is
-    logged, and the task's own error goes on (the records stay ``dispatching``: the
-    window before a receipt, settled by takeover and reconcile)."""
-    try:
-        yield
-    except Exception as exc:
-        logger.warning(
-            "the receipts of a failed task could not be committed (%r); the task's error "
-            "follows: %r",
-            exc,
-            task_error,
-        )
 
 
 _UNSENT = "answered by the node's wrap_tool_call without calling execute: nothing was sent"
@@ -433,8 +407,7 @@ class EffectToolNode(ToolNode):
     # -- the task: Runnable's public entry points ----------------------------------
 
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
-        """``ToolNode.invoke``, with this task's calls known to their hooks (see ``_Task``);
-        the receipts they held are committed before it returns (``decide.deferred``)."""
+        """``ToolNode.invoke``, with this task's calls known to their hooks (see ``_Task``)."""
         task = self._task_of(input)
         token = _TASK.set(task)
         try:
@@ -442,18 +415,9 @@ class EffectToolNode(ToolNode):
                 self._prepare(task, input, task_id_of(_runtime()), config or {})
                 if self.approvals == "batched":
                     self.runner.ask_approvals(list(task.calls.values()))
-            out = super().invoke(input, config, **kwargs)
-        except BaseException as exc:
-            if task is not None and task.receipts is not None:
-                with _failing(exc):
-                    self.runner.commit_receipts(task.receipts)
-            if not isinstance(exc, _Unhandled):
-                raise
+            return super().invoke(input, config, **kwargs)
+        except _Unhandled as exc:
             error = exc.error
-        else:
-            if task is not None and task.receipts is not None:
-                self.runner.commit_receipts(task.receipts)
-            return out
         finally:
             _TASK.reset(token)
         raise error
@@ -467,20 +431,13 @@ class EffectToolNode(ToolNode):
                 await self._aprepare(task, input, task_id_of(_runtime()), config or {})
                 if self.approvals == "batched":
                     await self.runner.aask_approvals(list(task.calls.values()))
-            out = await super().ainvoke(input, config, **kwargs)
+            return await super().ainvoke(input, config, **kwargs)
         except BaseException as exc:
             if task is not None:
                 await task.settle()
-            if task is not None and task.receipts is not None:
-                with _failing(exc):
-                    await self.runner.acommit_receipts(task.receipts)
             if not isinstance(exc, _Unhandled):
                 raise
             error = exc.error
-        else:
-            if task is not None and task.receipts is not None:
-                await self.runner.acommit_receipts(task.receipts)
-            return out
         finally:
             _TASK.reset(token)
         raise error
@@ -602,7 +559,7 @@ class EffectToolNode(ToolNode):
                         )
                     except Exception:
                         prepared = []  # e.g. PayloadMismatch: each call meets it on its own
-                task.ready(thread, calls, drafts, prepared, DeferredReceipts(self.runner.clock))
+                task.ready(thread, calls, drafts, prepared)
         assert task.thread is not None
         return task.thread
 
@@ -632,7 +589,7 @@ class EffectToolNode(ToolNode):
                         )
                     except Exception:
                         prepared = []
-                task.ready(thread, calls, drafts, prepared, DeferredReceipts(self.runner.clock))
+                task.ready(thread, calls, drafts, prepared)
         assert task.thread is not None
         return task.thread
 
@@ -736,9 +693,8 @@ class EffectToolNode(ToolNode):
                 thread = self._prepare(task, request.state, task_id_of(request.runtime), config)
             call = self._call(request, thread, task)
             handoff = None if task is None else task.take(call)
-            receipts = None if task is None else task.receipts_of(handoff)
             trace = Trace()
-            op = self.runner.run(call, run, handoff=handoff, trace=trace, receipts=receipts)
+            op = self.runner.run(call, run, handoff=handoff, trace=trace)
         answer = effect_result(
             request,
             call,
@@ -774,11 +730,8 @@ class EffectToolNode(ToolNode):
                     )
                 call = self._call(request, thread, task)
                 handoff = None if task is None else task.take(call)
-                receipts = None if task is None else task.receipts_of(handoff)
                 trace = Trace()
-                op = await self.runner.arun(
-                    call, run.acall, handoff=handoff, trace=trace, receipts=receipts
-                )
+                op = await self.runner.arun(call, run.acall, handoff=handoff, trace=trace)
         answer = effect_result(
             request,
             call,

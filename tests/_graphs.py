@@ -37,14 +37,17 @@ def build_graph(
     plain: bool = False,
     node_kwargs: dict[str, Any] | None = None,
 ) -> Any:
-    """agent -> tools -> agent; ``plain`` uses a ``ToolNode`` (the control)."""
+    """agent -> tools -> agent; ``plain`` uses a ``ToolNode`` (the control); ``node_kwargs``
+    go to either node."""
     model = ScriptedChatModel(plan=[tool_calls])
 
     def agent(state: State) -> dict[str, Any]:
         return {"messages": [model.invoke(state["messages"])]}
 
     node: ToolNode = (
-        ToolNode(tools) if plain else EffectToolNode(tools, ledger=ledger, **(node_kwargs or {}))
+        ToolNode(tools, **(node_kwargs or {}))
+        if plain
+        else EffectToolNode(tools, ledger=ledger, **(node_kwargs or {}))
     )
     builder = StateGraph(State)
     builder.add_node("agent", agent)

@@ -9,9 +9,7 @@ The parts, one concern each:
   dispatch, a sleep, a question for a person;
 - ``drive``: ``EffectRunner``, the sync and async drivers a face calls;
 - ``group``: group commit, the write-aheads and receipts of concurrent calls
-  coalesced into one transaction;
-- ``deferred``: the receipts of calls prepared together (one task's parallel
-  calls), held and committed together when the task's fan-out ends;
+  coalesced into one transaction, each committed at once (never held for a sibling);
 - ``policy``: where a face lets the loop hold it (ask, wait, sleep) or return;
 - ``renew``: lease renewal while a dispatch runs;
 - ``answers``: the log of a person's answers, the checks they pass, and who decided
@@ -23,7 +21,7 @@ The parts, one concern each:
 - ``thread``: the thread's tenant binding and the durability warning.
 
 Imports run one way: ``call`` / ``actions`` / ``messages`` / ``answers`` ->
-``loop`` -> ``approvals`` / ``group`` / ``deferred`` -> ``drive``. The faces (``EffectToolNode``,
+``loop`` -> ``approvals`` / ``group`` -> ``drive``. The faces (``EffectToolNode``,
 ``EffectMiddleware``, ``OutboxRelay``) import from this package only.
 """
 
@@ -31,7 +29,6 @@ from langgraph_effects.decide.actions import ConfirmMany, LedgerAction, PrepareM
 from langgraph_effects.decide.answers import ANONYMOUS, authenticated_user
 from langgraph_effects.decide.approvals import APPROVAL_MODES, ApprovalMode, record_refusals
 from langgraph_effects.decide.call import EffectCall, Execute, ProviderResult
-from langgraph_effects.decide.deferred import DeferredReceipts
 from langgraph_effects.decide.drive import AsyncExecute, EffectRunner
 from langgraph_effects.decide.group import GroupCommit
 from langgraph_effects.decide.messages import (
@@ -60,7 +57,6 @@ __all__ = [
     "ApprovalMode",
     "AsyncExecute",
     "ConfirmMany",
-    "DeferredReceipts",
     "DurabilityWarning",
     "EffectCall",
     "EffectRunner",

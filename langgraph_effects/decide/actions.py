@@ -179,18 +179,12 @@ class Renew(LedgerAction[Operation]):
 
 @dataclass(frozen=True, slots=True)
 class Confirm(LedgerAction[Operation]):
-    """A receipt. A driver with group commit records it with its neighbours' (``decide.group``);
-    one given a task's deferred receipts holds it for the task's commit (``decide.deferred``).
-
-    ``moves`` is the ``dispatching`` record the receipt confirms, when the loop has it:
-    what a deferred receipt's answer is computed from.
-    """
+    """A receipt. A driver with group commit records it with its neighbours' (``decide.group``)."""
 
     key: OperationKey
     token: int
     result: Any = None
     provider_result_id: str | None = None
-    moves: Operation | None = field(default=None, compare=False, repr=False)
 
     @property
     def confirmation(self) -> Confirmation:

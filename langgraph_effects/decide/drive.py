@@ -33,7 +33,6 @@ from langgraph_effects.decide.actions import (
     Ask,
     BindThread,
     Confirm,
-    ConfirmMany,
     Dispatch,
     Dispatched,
     Hook,
@@ -44,7 +43,6 @@ from langgraph_effects.decide.actions import (
 )
 from langgraph_effects.decide.approvals import ask_approvals
 from langgraph_effects.decide.call import EffectCall, Execute
-from langgraph_effects.decide.deferred import DeferredReceipts, commit
 from langgraph_effects.decide.group import (
     GroupCommit,
     InFlight,
@@ -139,9 +137,7 @@ class EffectRunner:
         self.bindings = InFlight()
         """Callers racing to bind one uncached thread make one ``bind_thread``."""
         self.prepares: GroupCommit[Prepare] | None = prepare_group() if group_commit else None
-        self.confirms: GroupCommit[Confirm | ConfirmMany] | None = (
-            confirm_group() if group_commit else None
-        )
+        self.confirms: GroupCommit[Confirm] | None = confirm_group() if group_commit else None
 
     @property
     def lease_for(self) -> timedelta:
@@ -267,17 +263,14 @@ class EffectRunner:
         *,
         handoff: Prepared | None = None,
         trace: Trace | None = None,
-        receipts: DeferredReceipts | None = None,
     ) -> Operation:
         """Decide and record ``call`` synchronously; return the final record.
 
         ``execute(args)`` runs the tool (it may raise). ``handoff`` is a record
         this node already prepared for the call (batched ``prepare_many``).
-        ``trace`` is filled with how the answer was obtained. ``receipts``: the
-        task's deferred receipts (``decide.deferred``), which the face commits
-        with ``commit_receipts`` before it returns.
+        ``trace`` is filled with how the answer was obtained.
         """
-        return self._drive(self._start(call, handoff, trace), execute, receipts)
+        return self._drive(self._start(call, handoff, trace), execute)
 
     def drive(self, steps: Generator[Action, Any, T], execute: Execute) -> T:
         """Drive a face's own generator of actions synchronously; return its result.
@@ -290,22 +283,6 @@ class EffectRunner:
             raise EffectsError(_ASYNC_LEDGER)
         return self._drive(steps, execute)
 
-    def commit_receipts(self, receipts: DeferredReceipts) -> None:
-        """Commit the receipts ``receipts`` holds in one ``confirm_many`` (``decide.deferred``).
-
-        Raises:
-            EffectsError: the first receipt the ledger refused, or the commit's own error.
-        """
-        held = receipts.close()
-        if held is not None:
-            self._drive(commit(held), _no_dispatch)
-
-    async def acommit_receipts(self, receipts: DeferredReceipts) -> None:
-        """The async twin of ``commit_receipts``; the ledger may be sync or async."""
-        held = receipts.close()
-        if held is not None:
-            await self._adrive(commit(held), _ano_dispatch, [])
-
     async def adrive(self, steps: Generator[Action, Any, T], execute: AsyncExecute) -> T:
         """The async twin of ``drive``; the ledger may be sync or async."""
         return await self._adrive(steps, execute, [])
@@ -315,12 +292,7 @@ class EffectRunner:
             raise EffectsError(_ASYNC_LEDGER)
         return self.loop.decide(call, handoff, current_owner(), trace)
 
-    def _drive(
-        self,
-        gen: Generator[Action, Any, T],
-        execute: Execute,
-        receipts: DeferredReceipts | None = None,
-    ) -> T:
+    def _drive(self, gen: Generator[Action, Any, T], execute: Execute) -> T:
         value: Any = None
         error: BaseException | None = None
         while True:
@@ -335,7 +307,7 @@ class EffectRunner:
                 continue
             try:
                 if isinstance(action, LedgerAction):
-                    value = self._write(action, receipts)
+                    value = self._write(action)
                 else:
                     value = self._act(action, execute)
             except GraphBubbleUp:
@@ -343,15 +315,9 @@ class EffectRunner:
             except Exception as exc:
                 error = exc
 
-    def _write(self, action: LedgerAction[T], receipts: DeferredReceipts | None = None) -> T:
-        """One ledger call of a decision; a receipt is held for the task's commit when
-        the face gave deferred receipts (``decide.deferred``); a claimed write-ahead, a
-        receipt or a task's held receipts go through their group commit when the face
-        asked for one (``decide.group``)."""
-        if receipts is not None and isinstance(action, Confirm):
-            held = receipts.hold(action, lambda: self._hold_lease(action.key, action.token))
-            if held is not None:
-                return cast(T, held)
+    def _write(self, action: LedgerAction[T]) -> T:
+        """One ledger call of a decision, made at once: a claimed write-ahead or a receipt
+        through its group commit when the face asked for one (``decide.group``)."""
         group = self._group_of(action)
         if group is None:
             return self._perform(action)
@@ -360,7 +326,7 @@ class EffectRunner:
 
     def _hold_lease(self, key: OperationKey, token: int) -> Callable[[], None]:
         """Renew ``key``'s lease every third of it (``decide.renew``) until the returned
-        stop is called: while a dispatch runs, and while its receipt is held."""
+        stop is called (while a dispatch runs)."""
         sync = self._sync
         assert sync is not None
         renew = Renew(key, token=token, lease_for=self.lease_for)
@@ -372,7 +338,7 @@ class EffectRunner:
         return action.on(self._sync)
 
     def _group_of(self, action: LedgerAction[Any]) -> GroupCommit[Any] | None:
-        if isinstance(action, (Confirm, ConfirmMany)):
+        if isinstance(action, Confirm):
             return self.confirms
         if isinstance(action, Prepare) and action.owner is not None:
             return self.prepares
@@ -413,7 +379,6 @@ class EffectRunner:
         *,
         handoff: Prepared | None = None,
         trace: Trace | None = None,
-        receipts: DeferredReceipts | None = None,
     ) -> Operation:
         """The async twin of ``run``; the ledger may be sync or async.
 
@@ -422,14 +387,13 @@ class EffectRunner:
         is raised.
         """
         gen = self.loop.decide(call, handoff, current_owner(), trace)
-        return await self._adrive(gen, execute, [], receipts)
+        return await self._adrive(gen, execute, [])
 
     async def _adrive(
         self,
         gen: Generator[Action, Any, T],
         execute: AsyncExecute,
         cancelled: list[bool],
-        receipts: DeferredReceipts | None = None,
     ) -> T:
         value: Any = None
         error: BaseException | None = None
@@ -449,7 +413,7 @@ class EffectRunner:
                 continue
             try:
                 if isinstance(action, LedgerAction):
-                    value = await self._awrite(action, cancelled, receipts)
+                    value = await self._awrite(action, cancelled)
                 else:
                     value = await self._aact(action, execute, cancelled)
             except GraphBubbleUp:
@@ -457,26 +421,8 @@ class EffectRunner:
             except Exception as exc:
                 error = exc
 
-    async def _awrite(
-        self,
-        action: LedgerAction[T],
-        cancelled: list[bool],
-        receipts: DeferredReceipts | None = None,
-    ) -> T:
+    async def _awrite(self, action: LedgerAction[T], cancelled: list[bool]) -> T:
         """The async twin of ``_write``."""
-        if receipts is not None and isinstance(action, Confirm):
-
-            def renewing() -> Callable[[], None]:
-                task = self._arenewing(action.key, action.token)
-
-                def stop() -> None:
-                    task.cancel()
-
-                return stop
-
-            held = receipts.hold(action, renewing)
-            if held is not None:
-                return cast(T, held)
         group = self._group_of(action)
         if group is None:
             return await self._aledger(action, cancelled)

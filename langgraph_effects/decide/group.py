@@ -4,10 +4,8 @@ The calls of one superstep run at the same time: ToolNode's threads for the
 calls of one task (``tools_condition``), LangGraph's tasks for one call each
 (``route_tool_calls``, ``create_agent``), asyncio tasks under ``ainvoke``.
 Each decision loop yields its own write-ahead ``Prepare`` and its own receipt
-``Confirm``, and a task that held its calls' receipts commits them with one
-``ConfirmMany`` when it ends (``decide.deferred``); a ``GroupCommit`` per runner
-(one runner per ledger and face) turns those arriving together into one
-``prepare_many`` / ``confirm_many``::
+``Confirm``; a ``GroupCommit`` per runner (one runner per ledger and face) turns
+those arriving together into one ``prepare_many`` / ``confirm_many``::
 
     idle      a write commits at once, alone (it waits for nobody)
     busy      a write arriving during a commit queues; when the commit ends,
@@ -17,15 +15,19 @@ Each decision loop yields its own write-ahead ``Prepare`` and its own receipt
 So no thread waits longer than the commit in flight plus its own, whatever
 its siblings do (run, raise, interrupt, are cancelled, or wait for a free
 thread under ``max_concurrency``): nobody waits for a sibling's tool, only for
-a commit already under way.
+a commit already under way. That is the bound on a receipt: it is committed
+within two commits of the provider's answer (milliseconds: receipts commit
+relaxed, ``ledger.base``, "Durability of receipts"), never held for a sibling,
+so a process killed while a sibling is still at work loses no finished call's
+receipt, only those of the calls still in flight.
 
 Nothing is traded for it:
 
 - a write's outcome is what its own commit returned: a receipt is final only
-  after the commit that holds it (a task's held receipts: the task returns only
-  after it); each item of ``confirm_many`` is fenced by its own token (a stale
-  one is that call's ``StaleFencingToken``, blocking no other), and each write
-  gets its own items back, in order;
+  after the commit that holds it, and its call answers only then; each item of
+  ``confirm_many`` is fenced by its own token (a stale one is that call's
+  ``StaleFencingToken``, blocking no other), and each write gets its own
+  outcome back;
 - a group whose batch write raises (``prepare_many`` is all or nothing: one
   ``PayloadMismatch`` refuses all; ``confirm_many`` refuses an operation named
   twice) falls back: each call makes its own write and meets its own outcome;
@@ -59,7 +61,6 @@ from langgraph_effects.decide.actions import (
     Prepare,
     PrepareMany,
 )
-from langgraph_effects.ledger.base import Confirmation
 
 __all__ = ["GroupCommit", "InFlight", "confirm_group", "finish", "prepare_group"]
 
@@ -108,19 +109,13 @@ class GroupCommit(Generic[A]):
     """Coalesces writes of one kind (``A``) arriving together into one batch write.
 
     Args:
-        many: the batch write of several actions.
-        split: the batch write's result, as each action's own outcome, in order
-            (an outcome may be the exception that action's own write would have
-            raised). Default: the batch answers one result per action.
+        many: the batch write of several actions; it answers one outcome per action,
+            in order (an outcome may be the exception that action's own write would
+            have raised).
     """
 
-    def __init__(
-        self,
-        many: Callable[[Sequence[A]], LedgerAction[Any]],
-        split: Callable[[Sequence[A], Sequence[Any]], list[Any]] | None = None,
-    ) -> None:
+    def __init__(self, many: Callable[[Sequence[A]], LedgerAction[Any]]) -> None:
         self._many = many
-        self._split = split or _one_each
         self._lock = threading.Lock()  # never held across I/O
         self._lanes: dict[Lane, list[_Waiter]] = {}
         """The lanes with a commit in flight, and the writes queued behind it."""
@@ -152,7 +147,7 @@ class GroupCommit(Generic[A]):
         outcomes = [_ALONE] * len(batch)
         try:
             actions = [w.action for w in batch]
-            outcomes = self._split(actions, perform(self._many(actions)))
+            outcomes = _one_each(actions, perform(self._many(actions)))
         except Exception:
             pass  # each call makes its own write (below, and in its own thread)
         finally:
@@ -187,7 +182,7 @@ class GroupCommit(Generic[A]):
         try:
             actions = [w.action for w in batch]
             many = aperform(self._many(actions), cancelled)
-            outcomes = self._split(actions, await finish(asyncio.ensure_future(many), cancelled))
+            outcomes = _one_each(actions, await finish(asyncio.ensure_future(many), cancelled))
         except Exception:
             pass
         finally:
@@ -367,29 +362,8 @@ def _prepare_many(actions: Sequence[Prepare]) -> PrepareMany:
     return PrepareMany([a.draft for a in actions], owner=first.owner, lease_for=first.lease_for)
 
 
-def _receipts(action: Confirm | ConfirmMany) -> Sequence[Confirmation]:
-    return action.confirmations if isinstance(action, ConfirmMany) else [action.confirmation]
-
-
-def _confirm_many(actions: Sequence[Confirm | ConfirmMany]) -> ConfirmMany:
-    return ConfirmMany([receipt for a in actions for receipt in _receipts(a)])
-
-
-def _split_receipts(actions: Sequence[Confirm | ConfirmMany], results: Sequence[Any]) -> list[Any]:
-    """A receipt's outcome is its item; a task's receipts (``ConfirmMany``) get their slice."""
-    outcomes: list[Any] = []
-    at = 0
-    for action in actions:
-        if isinstance(action, ConfirmMany):
-            width = len(action.confirmations)
-            outcomes.append(list(results[at : at + width]))
-            at += width
-        else:
-            outcomes.append(results[at])
-            at += 1
-    if at != len(results):
-        raise AssertionError(f"a batch of {at} receipts answered {len(results)} results")
-    return outcomes
+def _confirm_many(actions: Sequence[Confirm]) -> ConfirmMany:
+    return ConfirmMany([a.confirmation for a in actions])
 
 
 def prepare_group() -> GroupCommit[Prepare]:
@@ -403,7 +377,6 @@ def prepare_group() -> GroupCommit[Prepare]:
     return GroupCommit(_prepare_many)
 
 
-def confirm_group() -> GroupCommit[Confirm | ConfirmMany]:
-    """Receipts, as one ``confirm_many`` (each fenced by its own token): single receipts
-    (``Confirm``) and the receipts a task held (``ConfirmMany``, ``decide.deferred``)."""
-    return GroupCommit(_confirm_many, _split_receipts)
+def confirm_group() -> GroupCommit[Confirm]:
+    """Receipts, as one ``confirm_many`` (each fenced by its own token)."""
+    return GroupCommit(_confirm_many)

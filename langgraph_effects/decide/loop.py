@@ -546,8 +546,6 @@ class Loop:
                         token=token,
                         result=value,
                         provider_result_id=result_id,
-                        # Only a receipt this pass answers with can be held (decide.deferred).
-                        moves=op if out.error is None else None,
                     )
                 )
             except RECEIPT_REFUSED:

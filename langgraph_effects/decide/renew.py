@@ -32,7 +32,7 @@ close together share one wake-up, each renewed at most a tenth of its delay earl
 
 
 class Renewer:
-    """One daemon thread renewing the leases of in-flight sync dispatches and held receipts.
+    """One daemon thread renewing the leases of in-flight sync dispatches.
 
     Cheaper than a thread per dispatch: most dispatches end long before their
     first renewal is due, and then cost one heap push and one removal. The thread

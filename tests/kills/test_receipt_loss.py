@@ -23,7 +23,9 @@ reconciler asks a person; the CRM counts one effect either way.
 from __future__ import annotations
 
 import os
+import signal
 import sqlite3
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -159,63 +161,113 @@ def test_postgres_killed_before_the_receipt_is_durable_is_reconciled_never_resen
         assert crm.duplicates == 0
 
 
-def batch_run(kind: str, mode: str, where: str, crm_path: str, start: bool) -> dict[str, Any]:
-    """Run (``start``) or resume thread t1: two parallel calls in one task (``tools_condition``),
-    whose receipts the task holds and commits together (``decide.deferred``)."""
+def slow_sibling_run(
+    kind: str, mode: str, where: str, crm_path: str, flavour: str, start: bool
+) -> Any:
+    """Run (``start``) or resume thread t1: three parallel calls in one task
+    (``tools_condition``). Starting, the call on case C closes it, then waits (3 s at
+    most) for the calls on A and B to return and SIGKILLs its own process: a kill
+    while a slow sibling is still in flight."""
     env = Env(kind, mode, path=Path(where), url=where)
     crm = FakeCRM(crm_path)
+    returned = threading.Event()
+    answered: list[str] = []
+
+    def note(request: Any) -> None:
+        answered.append(request.tool_call["args"]["case_id"])
+        if {"A", "B"} <= set(answered):
+            returned.set()
+
+    def wrap(request: Any, execute: Any) -> Any:
+        out = execute(request)
+        note(request)
+        return out
+
+    async def awrap(request: Any, execute: Any) -> Any:
+        out = await execute(request)
+        note(request)
+        return out
+
+    [tool] = _tools(crm, flavour)
+    if start:
+        inner = tool.func
+
+        def close_case(case_id: str, resolution: str, **kw: Any) -> Any:
+            out = inner(case_id, resolution, **kw)
+            if case_id == "C":  # the slow sibling: the provider acted, its answer is late
+                returned.wait(3)
+                os.kill(os.getpid(), signal.SIGKILL)
+            return out
+
+        tool.func = close_case
     try:
         graph = build_graph(
-            _tools(crm, "reconcile"),
-            [
-                call("close_case", "call-a", case_id="A", resolution="fixed"),
-                call("close_case", "call-b", case_id="B", resolution="fixed"),
-            ],
-            ledger=env.ledger,
+            [tool],
+            [call("close_case", f"call-{c}", case_id=c, resolution="fixed") for c in "ABC"],
+            ledger=None if flavour == "plain" else env.ledger,
             checkpointer=env.checkpointer,
             per_call=False,
+            plain=flavour == "plain",
+            node_kwargs={"wrap_tool_call": wrap, "awrap_tool_call": awrap},
         )
-        env.invoke(graph, {"messages": [("user", "close A and B")]} if start else None, CFG)
-        ops = env.ops()
+        env.invoke(graph, {"messages": [("user", "close A, B and C")]} if start else None, CFG)
+        ops = [] if flavour == "plain" else env.ops()
         return {"statuses": [o.status.value for o in ops], "attempts": [o.attempts for o in ops]}
     finally:
         crm.close()
         env.close()
 
 
+def _statuses(kind: str, where: str) -> dict[str, str]:
+    """The records by case, read from the ledger the killed child left."""
+    if kind == "sqlite":
+        with SQLiteLedger.from_conn_string(where) as ledger:
+            return {op.target: op.status.value for op in ledger.list(tenant_id="default")}
+    from langgraph_effects.ledger.postgres import PostgresLedger
+
+    with PostgresLedger.from_conn_string(where) as ledger:
+        return {op.target: op.status.value for op in ledger.list(tenant_id="default")}
+
+
 @pytest.mark.parametrize(
-    ("kind", "mode"), [("sqlite", "sync"), ("sqlite", "async"), ("postgres", "sync")]
+    ("kind", "mode"),
+    [("sqlite", "sync"), ("sqlite", "async"), ("postgres", "sync")],
 )
-def test_a_held_receipt_lost_with_its_process_is_reconciled_never_resent(
+def test_a_kill_during_a_slow_sibling_loses_no_finished_receipt(
     kind: str, mode: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    """Two parallel calls in one task: both providers answered, both receipts are held for
-    the task's commit, and the process is killed at the second (``after_receipt``, hit 2):
-    nothing of them was committed. A fresh process takes both records over and reconciles
-    them; the CRM counts one effect per case, none sent again."""
+    """Three parallel calls in one task; A and B answer, C's provider acts and is slow, and
+    the process is SIGKILLed while C is in flight: A's and B's receipts are already in the
+    ledger (committed when their calls answered, never held for C); only C's, in flight, is
+    lost. A fresh process replays A and B and reconciles C: three effects, none sent again."""
     where = str(tmp_path / "app.db") if kind == "sqlite" else request.getfixturevalue("pg_url")
     crm_path = tmp_path / "crm.db"
     FakeCRM(crm_path).close()
-    died = run_in_child(
-        batch_run,
-        kind,
-        mode,
-        where,
-        str(crm_path),
-        True,
-        crash_at=CrashPoint.AFTER_RECEIPT,
-        mode="kill",
-        hit=2,
-    )
-    assert died.crashed_at == CrashPoint.AFTER_RECEIPT, died.error
-    if kind == "sqlite":
-        assert _status(Path(where)) == ["dispatching", "dispatching"]  # held, not committed
+    died = run_in_child(slow_sibling_run, kind, mode, where, str(crm_path), "reconcile", True)
+    assert died.exitcode == -signal.SIGKILL, died.error
+    assert _statuses(kind, where) == {"A": "confirmed", "B": "confirmed", "C": "dispatching"}
     with FakeCRM(crm_path) as crm:
-        assert crm.effects == 2
-    resumed = run_in_child(batch_run, kind, mode, where, str(crm_path), False)
+        assert crm.effects == 3
+    resumed = run_in_child(slow_sibling_run, kind, mode, where, str(crm_path), "reconcile", False)
     assert resumed.ok, resumed.error
-    assert resumed.value["statuses"] == ["confirmed", "confirmed"]
-    assert resumed.value["attempts"] == [1, 1]  # the providers were not called again
+    assert resumed.value["statuses"] == ["confirmed"] * 3
+    assert resumed.value["attempts"] == [1, 1, 1]  # no provider was called again
     with FakeCRM(crm_path) as crm:
-        assert crm.effects == 2
+        assert crm.effects == 3
         assert crm.duplicates == 0
+
+
+def test_a_kill_during_a_slow_sibling_resends_everything_with_a_plain_tool_node(
+    tmp_path: Path,
+) -> None:
+    """The control: the same kill under a plain ``ToolNode``; the resume runs the task
+    again and closes A, B and C a second time."""
+    where, crm_path = str(tmp_path / "app.db"), tmp_path / "crm.db"
+    FakeCRM(crm_path).close()
+    died = run_in_child(slow_sibling_run, "sqlite", "sync", where, str(crm_path), "plain", True)
+    assert died.exitcode == -signal.SIGKILL, died.error
+    resumed = run_in_child(slow_sibling_run, "sqlite", "sync", where, str(crm_path), "plain", False)
+    assert resumed.ok, resumed.error
+    with FakeCRM(crm_path) as crm:
+        assert crm.effects == 6
+        assert crm.duplicates == 3
