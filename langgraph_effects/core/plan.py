@@ -324,6 +324,21 @@ def renewal_delay(failures: int, interval: float) -> float:
     return float(min(RENEWAL_RETRY_INITIAL * 2 ** (failures - 1), interval))
 
 
+def receipt_retry_delay(failures: int, interval: float) -> float | None:
+    """Seconds before the next try of a receipt whose commit failed ``failures`` times in a
+    row without an answer from the ledger (a dropped connection, a failover), or None: give up.
+
+    The backoff of a lease renewal after a failure (``renewal_delay``: 0.05 s, 0.1 s, ...),
+    for as long as the delays add up to at most ``interval`` (a third of the lease: 10 s by
+    default, seven tries). The lease was renewed until the provider answered, so it is still
+    this worker's while the receipt is retried (no takeover races it; the write is fenced
+    anyway), and each try borrows a fresh connection (the pool drops a broken one).
+    """
+    spent = sum(renewal_delay(n, interval) for n in range(1, failures))
+    delay = renewal_delay(failures, interval)
+    return delay if spent + delay <= interval else None
+
+
 def recorded_receipt(events: Sequence[OperationEvent]) -> Evidence | None:
     """The latest receipt the log keeps without having applied it, if any.
 

@@ -374,7 +374,11 @@ class Dispatched:
 
 @dataclass(frozen=True, slots=True)
 class Sleep:
+    """Wait ``seconds``. ``outlast``: a cancellation meanwhile is noted, not obeyed (the
+    wait before a receipt's next try: the receipt is written, then the task is cancelled)."""
+
     seconds: float
+    outlast: bool = False
 
 
 @dataclass(frozen=True, slots=True)

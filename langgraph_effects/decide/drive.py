@@ -350,7 +350,7 @@ class EffectRunner:
             case Hook(fn, arg):
                 result = fn(arg)
                 return _run_coroutine_sync(result) if inspect.isawaitable(result) else result
-            case Sleep(seconds):
+            case Sleep(seconds, _):
                 time.sleep(seconds)
                 return None
             case Dispatch(op, context, args):
@@ -446,8 +446,9 @@ class EffectRunner:
                 # runs a sync tool. One that returns an awaitable is awaited here.
                 result = await _off_loop(fn, arg, cancelled=cancelled)
                 return await result if inspect.isawaitable(result) else result
-            case Sleep(seconds):
-                await asyncio.sleep(seconds)
+            case Sleep(seconds, outlast):
+                nap = asyncio.ensure_future(asyncio.sleep(seconds))
+                await (finish(nap, cancelled) if outlast else nap)
                 return None
             case Dispatch(op, context, args):
                 slot = _Call(context)

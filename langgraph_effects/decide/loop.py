@@ -63,6 +63,7 @@ from langgraph_effects.core.plan import (
     earlier_attempt_ambiguous,
     plan,
     receipt_conflict,
+    receipt_retry_delay,
     recorded_receipt,
 )
 from langgraph_effects.decide.actions import (
@@ -109,6 +110,7 @@ from langgraph_effects.errors import (
     EffectsError,
     IllegalTransition,
     LeaseHeld,
+    LedgerUnavailable,
     StaleFencingToken,
     TransientProviderError,
 )
@@ -540,13 +542,8 @@ class Loop:
                 raw, result_id = raw.result, raw.provider_result_id
             value = recordable(raw, out.message)
             try:
-                confirmed = yield from ledger(
-                    Confirm(
-                        op.key,
-                        token=token,
-                        result=value,
-                        provider_result_id=result_id,
-                    )
+                confirmed = yield from self._receipt(
+                    Confirm(op.key, token=token, result=value, provider_result_id=result_id)
                 )
             except RECEIPT_REFUSED:
                 return (yield from self._late_receipt(p, op, owner, value, result_id))
@@ -631,6 +628,37 @@ class Loop:
                         ),
                     )
                 )
+
+    def _receipt(self, confirm: Confirm) -> Generator[Action, Any, Operation]:
+        """Write a receipt; a commit the ledger never answered is tried again.
+
+        A dropped connection (or a failover) at the commit loses the answer, not the
+        receipt: it is tried again on a fresh connection, with the backoff of a lease
+        renewal (``core.plan.receipt_retry_delay``), before the error is raised. A try
+        the fence refuses after such a failure may be the first one's own commit, which
+        reached the ledger before its answer was lost: the record, confirmed under this
+        token, is the answer.
+        """
+        failures = 0
+        while True:
+            try:
+                return (yield from ledger(confirm))
+            except LedgerUnavailable:
+                failures += 1
+                delay = receipt_retry_delay(failures, self.lease_for.total_seconds() / 3)
+                if delay is None:
+                    raise
+            except RECEIPT_REFUSED:
+                if failures:
+                    op = yield from ledger(Get(confirm.key))
+                    if (
+                        op is not None
+                        and op.status is S.CONFIRMED
+                        and op.fencing_token == confirm.token
+                    ):
+                        return op
+                raise
+            yield Sleep(delay, outlast=True)
 
     def _late_receipt(
         self, p: _Pass, op: Operation, owner: LeaseOwner, value: Any, result_id: str | None
