@@ -513,7 +513,9 @@ class Outbox:
             evidence_id: the provider's id for this piece of evidence.
             entry_id: the entry (the application may pass it to the provider as
                 metadata); or
-            message_id: the provider's message id from the receipt.
+            message_id: the provider's message id from the receipt (one entry's only:
+                an id the receipts of several entries share raises ``InvalidInput``
+                naming them, and nothing is recorded; pass ``entry_id`` then).
             source: where the evidence comes from.
             detail: small JSON facts (at most 4 KiB), never message bodies.
             token: the entry's fencing token when the caller claimed it (a
@@ -623,6 +625,12 @@ def _delivered(
             rows = yield Statement("get_entry_by_message", {"message_id": message_id})
         if not rows:
             return Result(None)
+        if len(rows) > 1:  # a message id two entries were given: marking one would be a guess
+            named = ", ".join(repr(_entry(dialect, row).entry_id) for row in rows)
+            raise InvalidInput(
+                f"message {message_id!r} is the receipt of {len(rows)} entries ({named}): "
+                "pass entry_id to say which one was delivered; nothing was recorded"
+            )
         entry = _entry(dialect, rows[0])
         if message_id is not None and entry.provider_message_id not in (None, message_id):
             raise InvalidInput(

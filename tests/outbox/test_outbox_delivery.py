@@ -17,7 +17,14 @@ from test_outbox import App, app, business, clock, entries, ledger, mail, sender
 from langgraph_effects.core.model import OperationStatus
 from langgraph_effects.errors import InvalidInput, LedgerNotSetUp, StaleFencingToken
 from langgraph_effects.ledger.base import Ledger
-from langgraph_effects.outbox import Delivery, Outbox, OutboxEntry, OutboxEvent, OutboxStatus
+from langgraph_effects.outbox import (
+    Delivery,
+    Outbox,
+    OutboxEntry,
+    OutboxEvent,
+    OutboxStatus,
+    Receipt,
+)
 from langgraph_effects.testing.providers import FakeClock, FakeMail
 
 __all__ = ["app", "clock", "ledger", "mail"]  # fixtures shared with test_outbox
@@ -253,3 +260,29 @@ def test_async_status_checks_and_webhooks_follow_the_same_rules(
         assert slow.effects == 2
     finally:
         slow.close()
+
+
+def test_a_message_id_two_entries_share_is_refused_naming_both(
+    app: App, ledger: Ledger, mail: FakeMail, clock: FakeClock
+) -> None:
+    """A provider that answered two entries with one message id: a webhook naming only that id
+    is refused with both entry ids and marks neither; with the entry id it marks that one."""
+    business(app, "case-1")
+    business(app, "case-2")
+
+    def deliver(delivery: Delivery) -> Receipt:
+        sender(mail)(delivery)
+        return Receipt(message_id="msg-shared")  # one id for both (a batch send)
+
+    with app.relay(ledger=ledger, deliver=deliver, clock=clock.now) as relay:
+        assert relay.run_until_idle().sent == 2
+    first, second = entries(app)
+    with pytest.raises(InvalidInput, match="2 entries") as refused:
+        webhook(app, message_id="msg-shared", evidence_id="evt-1")
+    assert first.entry_id in str(refused.value)
+    assert second.entry_id in str(refused.value)
+    assert [e.receipt_state for e in entries(app)] == ["accepted", "accepted"]
+    marked = webhook(app, entry_id=second.entry_id, message_id="msg-shared", evidence_id="evt-1")
+    assert marked is not None
+    assert marked.entry_id == second.entry_id
+    assert [e.receipt_state for e in entries(app)] == ["accepted", "delivered"]
