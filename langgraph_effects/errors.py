@@ -105,17 +105,17 @@ class InvalidAnswer(InvalidInput):
 class TenantMismatch(InvalidInput):
     """A thread runs under a tenant other than the one it is bound to; nothing was dispatched.
 
-    A thread is bound to the tenant of its first effect (``Ledger.bind_thread``).
+    A thread is bound to the tenant of its first effect (``Ledger.bind_thread``). The
+    error goes to whoever asked under ``requested``: it never names the tenant that owns
+    the thread (an operator finds it in the ledger's ``lge_threads``).
     """
 
-    def __init__(self, workflow_id: str, *, bound: str, requested: str) -> None:
+    def __init__(self, workflow_id: str, *, requested: str) -> None:
         super().__init__(
-            f"thread {workflow_id!r} belongs to tenant {bound!r}, not {requested!r}: "
-            "nothing was dispatched. Resume it with its own tenant (or none: the bound "
-            "tenant is used)."
+            f"thread {workflow_id!r} does not belong to tenant {requested!r}: nothing was "
+            "dispatched. Resume it with the tenant it belongs to (or none: that tenant is used)."
         )
         self.workflow_id = workflow_id
-        self.bound = bound
         self.requested = requested
 
 

@@ -148,5 +148,5 @@ def checked_tenant(workflow: str, bound: str | None, requested: str | None) -> s
     if bound is None:
         return requested or DEFAULT_TENANT
     if requested is not None and requested != bound:
-        raise TenantMismatch(workflow, bound=bound, requested=requested)
+        raise TenantMismatch(workflow, requested=requested)
     return bound
