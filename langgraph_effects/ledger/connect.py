@@ -51,6 +51,7 @@ __all__ = [
     "ledger_from_env",
     "ledger_from_url",
     "parse_ledger_url",
+    "redacted",
 ]
 
 DEFAULT_LEDGER_URL = "sqlite:///effects.db"
@@ -84,14 +85,27 @@ def parse_ledger_url(url: str) -> LedgerLocation:
         # SQLAlchemy's convention: sqlite:///rel/path, sqlite:////abs/path.
         path = url[len("sqlite:///") :] if url.lower().startswith("sqlite:///") else ""
         if not path:
-            raise InvalidInput(f"malformed SQLite URL {url!r}: use sqlite:///path/to/effects.db")
+            raise InvalidInput(
+                f"malformed SQLite URL {redacted(url)!r}: use sqlite:///path/to/effects.db"
+            )
         return LedgerLocation("sqlite", path)
     if scheme == "" and url.strip():
         return LedgerLocation("sqlite", url)
     raise InvalidInput(
-        f"unsupported ledger URL {url!r}: use sqlite:///path/to/effects.db "
+        f"unsupported ledger URL {redacted(url)!r}: use sqlite:///path/to/effects.db "
         "or postgresql://user@host:5432/db"
     )
+
+
+def redacted(url: str) -> str:
+    """``url`` with the password of its ``user:password@`` part shown as ``***``, for messages."""
+    head, sep, rest = url.partition("://")
+    authority = _authority(url)
+    userinfo, at, hostport = authority.rpartition("@")
+    if not (sep and at and ":" in userinfo):
+        return url
+    user = userinfo.split(":", 1)[0]
+    return f"{head}://{user}:***@{hostport}{rest[len(authority) :]}"
 
 
 def _authority(url: str) -> str:

@@ -23,7 +23,7 @@ from langgraph_effects import (
     ledger_from_url,
 )
 from langgraph_effects._owners import current_owner
-from langgraph_effects.errors import InvalidInput
+from langgraph_effects.errors import InvalidInput, LedgerUnavailable
 from langgraph_effects.ledger.connect import LazyLedger, LedgerLocation, parse_ledger_url
 from langgraph_effects.testing import make_draft
 
@@ -66,6 +66,39 @@ def test_parse_ledger_url_refuses(url: str, message: str) -> None:
     """A malformed or unsupported URL is refused with what to write instead."""
     with pytest.raises(InvalidInput, match=message):
         parse_ledger_url(url)
+
+
+@pytest.mark.parametrize("url", ["mysql://ana:s3cr3t@h/db", "sqlite://ana:s3cr3t@effects.db"])
+def test_a_refused_url_never_shows_its_password(url: str) -> None:
+    """The error names the URL with its password as ``***``."""
+    with pytest.raises(InvalidInput) as refused:
+        parse_ledger_url(url)
+    assert "s3cr3t" not in str(refused.value)
+    assert "ana:***@" in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("url", "cause"),
+    [
+        ("postgresql://postgres@127.0.0.1:1/test", "refused"),
+        ("postgresql://postgres@no-such-host.invalid:5432/test", "resolve host"),
+    ],
+)
+def test_an_unreachable_postgres_fails_at_once_with_its_cause(url: str, cause: str) -> None:
+    """A refused port or an unknown host is reported with the driver's reason when the ledger
+    opens (sync, and the lazy ledger's first call), not as a pool's timeout 30 s later."""
+    pytest.importorskip("psycopg_pool")
+    from langgraph_effects.ledger.postgres import PostgresLedger
+
+    with pytest.raises(LedgerUnavailable, match=cause), PostgresLedger.from_conn_string(url):
+        pass
+
+    async def first_call() -> None:
+        await ledger_from_url(url).get("default", "op-1")
+
+    with pytest.raises(LedgerUnavailable, match=cause) as refused:
+        asyncio.run(first_call())
+    assert "couldn't get a connection" not in str(refused.value)
 
 
 def test_ledger_from_env_reads_the_url_and_opens_nothing(

@@ -42,10 +42,12 @@ from datetime import datetime
 from typing import Any, Self, TypeVar
 
 import psycopg
+from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import DictRow, dict_row
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from langgraph_effects.core.model import utcnow
+from langgraph_effects.errors import LedgerUnavailable
 from langgraph_effects.ledger._faces import AsyncFace, SyncFace
 from langgraph_effects.ledger._statements import (
     Dialect,
@@ -73,6 +75,20 @@ def _needs_transaction(
     # A plain connection needs one to commit at all; an autocommit one only
     # when the program may write more than one statement (or write, then raise).
     return atomic or not conn.autocommit
+
+
+def _probe_args(url: str, pool_timeout: float) -> dict[str, Any]:
+    """The one direct connection ``open`` makes before its pool: the URL's own
+    ``connect_timeout``, else the pool's timeout."""
+    if "connect_timeout" in conninfo_to_dict(url):
+        return {}
+    return {"connect_timeout": max(1, round(pool_timeout))}
+
+
+def _unreachable(exc: psycopg.Error) -> LedgerUnavailable:
+    """Why the server cannot be reached (refused, unknown host, wrong password), at once: a
+    pool would only say, after its timeout, that it got no connection in time."""
+    return LedgerUnavailable(f"cannot connect to PostgreSQL: {str(exc).strip()}")
 
 
 def _receipt_dialect(receipt_synchronous: Synchronous | None) -> Dialect:
@@ -129,7 +145,16 @@ class PostgresLedger(SyncFace):
         done. Call ``setup()`` once.
 
         ``pool_timeout``: seconds to wait for a connection before ``LedgerUnavailable``.
+
+        Raises:
+            LedgerUnavailable: the server cannot be reached now (a refused port, an
+                unknown host, a wrong password), with the driver's reason, at once: one
+                direct connection is made before the pool opens.
         """
+        try:
+            psycopg.connect(url, **_probe_args(url, pool_timeout)).close()
+        except psycopg.Error as exc:
+            raise _unreachable(exc) from exc
         pool: ConnectionPool[Any] = ConnectionPool(
             url, min_size=1, max_size=max_size, kwargs=POOL_KWARGS, timeout=pool_timeout, open=False
         )
@@ -253,7 +278,16 @@ class AsyncPostgresLedger(AsyncFace):
         pool_timeout: float = 30.0,
     ) -> Self:
         """A ledger on a pool of its own: ``await ledger.close()`` when done. Await
-        ``setup()`` once."""
+        ``setup()`` once.
+
+        Raises:
+            LedgerUnavailable: as ``PostgresLedger.open``.
+        """
+        try:
+            probe = await psycopg.AsyncConnection.connect(url, **_probe_args(url, pool_timeout))
+        except psycopg.Error as exc:
+            raise _unreachable(exc) from exc
+        await probe.close()
         pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
             url, min_size=1, max_size=max_size, kwargs=POOL_KWARGS, timeout=pool_timeout, open=False
         )
