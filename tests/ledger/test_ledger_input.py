@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from collections.abc import Iterator
 from contextlib import ExitStack
@@ -25,7 +26,7 @@ from langgraph_effects.errors import (
 )
 from langgraph_effects.ledger.base import Ledger
 from langgraph_effects.ledger.memory import InMemoryLedger
-from langgraph_effects.ledger.sqlite import SQLiteLedger
+from langgraph_effects.ledger.sqlite import AsyncSQLiteLedger, SQLiteLedger
 from langgraph_effects.testing.contract import make_draft
 
 OWNER = LeaseOwner(host="h", pid=1, started_at=1.0, nonce="n")
@@ -148,15 +149,16 @@ def test_a_closed_postgres_connection_is_unavailable(pg_url: str) -> None:
 
 
 def test_an_unreachable_postgres_is_unavailable() -> None:
-    """A server that refuses connections raises LedgerUnavailable once the pool gives up."""
+    """A server that refuses connections raises LedgerUnavailable as the ledger opens, with
+    the driver's reason (not once a pool gives up)."""
     from langgraph_effects.ledger.postgres import PostgresLedger
 
     url = "postgresql://postgres@127.0.0.1:1/none?connect_timeout=1"
     with (
-        PostgresLedger.from_conn_string(url, pool_timeout=0.5) as ledger,
-        pytest.raises(LedgerUnavailable),
+        pytest.raises(LedgerUnavailable, match="Connection refused"),
+        PostgresLedger.from_conn_string(url, pool_timeout=0.5),
     ):
-        ledger.get("tenant-a", "op-1")
+        pass
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"])
@@ -184,3 +186,24 @@ def test_use_before_setup_names_setup(
                 call()
         ledger.setup()
         assert ledger.list() == []
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_setup_on_a_full_disk_says_the_disk_is_full(tmp_path: Path, mode: str) -> None:
+    """SQLite refusing to grow the file (``max_page_count``: a full disk) during ``setup()``
+    is reported as the database failing, with SQLite's reason, never as "not set up"."""
+    conn = sqlite3.connect(tmp_path / "full.db", check_same_thread=False, isolation_level=None)
+    conn.execute("PRAGMA max_page_count = 3")
+
+    def setup() -> None:
+        if mode == "sync":
+            SQLiteLedger(conn).setup()
+        else:
+            asyncio.run(AsyncSQLiteLedger(conn).setup())
+
+    try:
+        with pytest.raises(LedgerUnavailable, match="disk is full") as refused:
+            setup()
+        assert not isinstance(refused.value, LedgerNotSetUp)
+    finally:
+        conn.close()

@@ -88,7 +88,11 @@ class boundary:  # lower case: used as a function, ``with boundary(conn, dialect
         if exc is None:
             return
         if isinstance(exc, sqlite3.OperationalError):
-            missing = _missing_schema(self.conn, self.dialect)
+            # Only SQLite's generic error can be a missing table or column ("no such
+            # table"); a full disk, an I/O error or a read-only file is the database
+            # failing, whatever the schema (setup() on a full disk is not "not set up").
+            generic = getattr(exc, "sqlite_errorcode", sqlite3.SQLITE_ERROR) == sqlite3.SQLITE_ERROR
+            missing = _missing_schema(self.conn, self.dialect) if generic else None
             if missing is not None:
                 raise missing from exc
             raise LedgerUnavailable(f"SQLite failed: {exc}") from exc
