@@ -11,6 +11,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    ValidationError,
     ValidationInfo,
     field_validator,
     model_validator,
@@ -26,6 +27,7 @@ from langgraph_effects.core.storable import (
     storable,
     storable_text,
 )
+from langgraph_effects.errors import InvalidInput
 
 __all__ = [
     "APPROVED_BY_PREFIX",
@@ -106,7 +108,28 @@ class Decision(StrEnum):
 
 
 class _Frozen(BaseModel):
+    """A value of the package: built from bad input, it raises ``InvalidInput`` naming the
+    model and each field that is wrong (not pydantic's report, with its links)."""
+
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+    def __init__(self, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            raise InvalidInput(invalid_fields(type(self).__name__, exc)) from exc
+
+
+def invalid_fields(model: str, exc: ValidationError) -> str:
+    """``model``'s wrong fields in one sentence: ``Evidence: summary: Input should be a valid
+    string (got 123)``."""
+    problems = []
+    for error in exc.errors(include_url=False):
+        where = ".".join(str(part) for part in error["loc"]) or "value"
+        got = repr(error.get("input"))
+        got = got if len(got) <= 60 else got[:57] + "..."
+        problems.append(f"{where}: {error['msg']} (got {got})")
+    return f"{model}: " + "; ".join(problems)
 
 
 M = TypeVar("M", bound=BaseModel)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -17,6 +18,7 @@ from langgraph_effects.core.model import (
     Evidence,
     LeaseOwner,
     OperationStatus,
+    ProviderContract,
     Resolution,
 )
 from langgraph_effects.core.transitions import TRANSITIONS
@@ -246,3 +248,26 @@ def test_an_unvalidated_row_is_the_validated_one() -> None:
     assert fast.key == op.key
     with pytest.raises(ValidationError):
         fast.status = op.status  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    ("build", "named"),
+    [
+        (
+            lambda: ProviderContract(idempotency_window="a day"),
+            "ProviderContract: idempotency_window",
+        ),
+        (lambda: ProviderContract(max_transient_retries=99), "max_transient_retries"),
+        (lambda: Evidence.confirmed(123), "Evidence: summary"),
+        (lambda: Resolution(decision="maybe", by="ana"), "Resolution: decision"),
+    ],
+)
+def test_a_value_built_from_bad_input_names_the_model_and_the_field(
+    build: Callable[[], object], named: str
+) -> None:
+    """Bad input to a public value raises ``InvalidInput`` (a ``ValueError``) naming the
+    model and the field, in one sentence without pydantic's report and links."""
+    with pytest.raises(InvalidInput, match=named) as refused:
+        build()
+    assert "errors.pydantic.dev" not in str(refused.value)
+    assert "\n" not in str(refused.value)
