@@ -48,18 +48,24 @@ ELSEWHERE = LeaseOwner(host="another-host", pid=4242, started_at=1.0, nonce="cra
 
 
 class FaultyLedger(InMemoryLedger):
-    """Our in-memory ledger with two faults at its boundary: its next ``confirm``
-    raises ``fail`` (the database went away), or is held until ``release`` (a slow
-    commit, so other writes arrive while it is in flight)."""
+    """Our in-memory ledger with faults at its boundary: its next ``confirm`` raises
+    ``fail`` (the database went away), every one raises ``down`` while it is set, or
+    the next is held until ``release`` (a slow commit, so other writes arrive while it
+    is in flight)."""
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.fail: Exception | None = None
+        self.down: Exception | None = None
+        self.confirms = 0
         self.held = threading.Event()
         self.release: threading.Event | None = None
         self.batches: list[int] = []
 
     def confirm(self, *args: Any, **kwargs: Any) -> Operation:
+        self.confirms += 1
+        if self.down is not None:
+            raise self.down
         if self.fail is not None:
             fail, self.fail = self.fail, None
             raise fail
@@ -83,7 +89,8 @@ class Env:
         self.ledger.setup()
         self.crm = FakeCRM(clock=self.clock)
         self.dispatches = 0
-        self.runner = EffectRunner(self.ledger, lease_for=LEASE, clock=self.clock.now, **runner)
+        runner.setdefault("lease_for", LEASE)
+        self.runner = EffectRunner(self.ledger, clock=self.clock.now, **runner)
 
     def tool(self, **options: Any) -> EffectTool:
         crm = self.crm
@@ -248,17 +255,33 @@ def test_a_stale_fencing_token_keeps_the_receipt_and_settles_with_it() -> None:
     assert (env.dispatches, env.crm.effects) == (1, 1)
 
 
-def test_a_ledger_error_at_the_receipt_leaves_the_record_for_recovery() -> None:
-    """A receipt the ledger failed to record surfaces; the record stays dispatching, and
-    a later run reconciles it without a resend."""
+def test_a_receipt_the_ledger_failed_once_is_written_on_the_next_try() -> None:
+    """A receipt whose commit failed (the database went away for a moment) is tried again
+    and written: confirmed, the provider called once."""
     env = Env()
-    tool = env.tool(reconcile=closed_by_key(env.crm))
+    tool = env.tool()
     call = env.call(tool)
     env.ledger.fail = LedgerUnavailable("the database went away")
+    op = env.runner.run(call, env.execute(tool))
+    assert op.status is S.CONFIRMED
+    assert (env.ledger.confirms, env.dispatches, env.crm.effects) == (2, 1, 1)
+
+
+def test_a_ledger_error_at_the_receipt_leaves_the_record_for_recovery() -> None:
+    """A receipt the ledger keeps failing to record (for a third of the lease: four tries
+    with a 1.5 s lease) surfaces; the record stays dispatching, and a later run reconciles
+    it without a resend."""
+    lease = timedelta(seconds=1.5)
+    env = Env(lease_for=lease)
+    tool = env.tool(reconcile=closed_by_key(env.crm))
+    call = env.call(tool)
+    env.ledger.down = LedgerUnavailable("the database went away")
     with pytest.raises(LedgerUnavailable):
         env.runner.run(call, env.execute(tool))
+    assert env.ledger.confirms == 4  # 0.05 + 0.1 + 0.2 s of backoff fit in 0.5 s
     assert env.status(call) is S.DISPATCHING
-    env.clock.advance(LEASE + timedelta(seconds=1))
+    env.ledger.down = None
+    env.clock.advance(lease + timedelta(seconds=1))
     op = env.runner.run(call, env.execute(tool))
     assert op.status is S.CONFIRMED
     assert (env.dispatches, env.crm.effects) == (1, 1)
