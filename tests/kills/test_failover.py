@@ -19,6 +19,7 @@ CRM counts one effect and no duplicate at every point, a lost receipt reconciled
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import shutil
@@ -87,6 +88,13 @@ class Cluster:
         self.primary, self.standby = self.root / "primary", self.root / "standby"
         self.ports = (_free_port(), _free_port())
         self.running: list[Path] = []
+        try:
+            self._build(template)
+        except BaseException:
+            self.close()  # never leave a server of ours running
+            raise
+
+    def _build(self, template: Path) -> None:
         subprocess.run([*_AS_POSTGRES, "cp", "-a", str(template), str(self.primary)], check=True)
         self._configure(self.primary, self.ports[0], "synchronous_standby_names = '*'")
         self._start(self.primary)
@@ -148,7 +156,8 @@ class Cluster:
 
     def close(self) -> None:
         for data in self.running:
-            _pg("pg_ctl", "-D", str(data), "-m", "immediate", "stop")
+            with contextlib.suppress(RuntimeError):  # already down: nothing to stop
+                _pg("pg_ctl", "-D", str(data), "-m", "immediate", "stop")
         shutil.rmtree(self.root, ignore_errors=True)
 
 
