@@ -25,6 +25,7 @@ from langgraph_effects.core.plan import receipt_retry_delay
 from langgraph_effects.errors import LedgerUnavailable
 from langgraph_effects.ledger.postgres import POOL_KWARGS
 from langgraph_effects.ledger.sqlite import SQLiteLedger
+from langgraph_effects.testing.faults import scaled
 
 CALLS = [call("create_ticket", f"call-{i}", title=f"t{i}") for i in range(3)]
 
@@ -56,7 +57,7 @@ def _graph(ledger: Any, url: str, app: str, created: list[str]) -> Any:
     def create_ticket(title: str, ctx: EffectContext) -> dict[str, Any]:
         """Create a ticket."""
         created.append(title)
-        barrier.wait(10)  # all three acted: now the ledger's connections go
+        barrier.wait(scaled(10))  # all three acted: now the ledger's connections go
         assert killed[0] >= 1, "no ledger connection was terminated"
         return {"ticket": title}
 

@@ -23,6 +23,7 @@ from langchain_core.tools import tool
 from langgraph_effects import EffectMiddleware, effect
 from langgraph_effects.core.model import OperationStatus
 from langgraph_effects.testing import ScriptedChatModel
+from langgraph_effects.testing.faults import scaled
 
 ROUNDS = 12
 
@@ -46,7 +47,7 @@ def _tools(provider: Payments, failing: set[str]) -> list[Any]:
         """Refund an order."""
         if order in failing:
             event("dispatched", order).set()
-            await event("raised", order).wait()
+            await asyncio.wait_for(event("raised", order).wait(), scaled(10))
             await asyncio.sleep(0.02)  # LangGraph cancels this task meanwhile
         provider.refunds.append(order)
         return {"refunded": order}
@@ -55,7 +56,8 @@ def _tools(provider: Payments, failing: set[str]) -> list[Any]:
     async def audit(order: str) -> str:
         """Audit an order (fails while ``order`` is in ``failing``)."""
         if order in failing:
-            await event("dispatched", order).wait()  # the refund's provider is at work
+            # the refund's provider is at work:
+            await asyncio.wait_for(event("dispatched", order).wait(), scaled(10))
             event("raised", order).set()
             raise RuntimeError(f"audit of {order} failed")
         return "audited"

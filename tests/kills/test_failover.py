@@ -36,7 +36,7 @@ import pytest
 from _graphs import Env, build_graph, call
 
 from langgraph_effects import EffectContext, Evidence, ProviderContract, effect
-from langgraph_effects.testing.faults import CrashPoint, run_in_child
+from langgraph_effects.testing.faults import CrashPoint, run_in_child, scaled
 from langgraph_effects.testing.providers import FakeCRM
 
 CFG = {"configurable": {"thread_id": "t1"}}
@@ -126,7 +126,7 @@ class Cluster:
     def _wait_sync(self) -> None:
         import psycopg
 
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + scaled(20)
         with psycopg.connect(self.dsn(self.ports[0]), autocommit=True) as conn:
             while time.monotonic() < deadline:
                 row = conn.execute("SELECT sync_state FROM pg_stat_replication").fetchone()
