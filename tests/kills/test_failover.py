@@ -15,6 +15,9 @@ write-ahead record is on the standby; the receipt committed relaxed
 (``synchronous_commit = off``) may or may not be. Another process (the test's
 own) resumes on the same URL, which now reaches the promoted standby: the fake
 CRM counts one effect and no duplicate at every point, a lost receipt reconciled.
+
+The same template serves one more server, which checks passwords: a ledger opened
+with a wrong one fails at once with the server's reason (issue 23, finding 9).
 """
 
 from __future__ import annotations
@@ -107,7 +110,8 @@ class Cluster:
         self._start(self.standby)
         self._wait_sync()
 
-    def _configure(self, data: Path, port: int, extra: str) -> None:
+    @staticmethod
+    def _configure(data: Path, port: int, extra: str) -> None:
         conf = (
             f"port = {port}\nlisten_addresses = '127.0.0.1'\nunix_socket_directories = ''\n"
             f"fsync = off\n{extra}\n"
@@ -243,3 +247,40 @@ def test_a_failover_at_each_crash_point_keeps_the_write_ahead_and_sends_once(
     with FakeCRM(crm_path) as crm:
         assert crm.effects == 1
         assert crm.duplicates == 0
+
+
+def test_a_wrong_password_fails_at_once_naming_the_cause(template: Path) -> None:
+    """A server of this module's own, which checks passwords: a ledger opened with a wrong one
+    fails at once with the server's reason, and the message holds no password."""
+    from langgraph_effects.errors import LedgerUnavailable
+    from langgraph_effects.ledger.postgres import PostgresLedger
+
+    server = _private_dir()
+    data, port = server / "data", _free_port()
+    subprocess.run([*_AS_POSTGRES, "cp", "-a", str(template), str(data)], check=True)
+    try:
+        Cluster._configure(data, port, "")
+        _pg("pg_ctl", "-D", str(data), "-l", f"{data}.log", "-w", "start")
+        import psycopg
+
+        with psycopg.connect(Cluster.dsn(port), autocommit=True) as conn:
+            conn.execute("ALTER ROLE postgres PASSWORD 'right-one'")
+        hba = "host all all 127.0.0.1/32 scram-sha-256\n"
+        subprocess.run(
+            [*_AS_POSTGRES, "sh", "-c", f"cat > {data}/pg_hba.conf"],
+            input=hba,
+            text=True,
+            check=True,
+        )
+        _pg("pg_ctl", "-D", str(data), "reload")
+        url = f"postgresql://postgres:wrong-one@127.0.0.1:{port}/postgres"
+        with (
+            pytest.raises(LedgerUnavailable, match="password authentication failed") as refused,
+            PostgresLedger.from_conn_string(url),
+        ):
+            pass
+        assert "wrong-one" not in str(refused.value)
+    finally:
+        with contextlib.suppress(RuntimeError):
+            _pg("pg_ctl", "-D", str(data), "-m", "immediate", "stop")
+        shutil.rmtree(server, ignore_errors=True)
