@@ -35,8 +35,9 @@ from langgraph_effects.testing.scenario import run_scenario
 
 KEYED = [p for p in PRESETS.values() if p.key is not None]
 KEYLESS = [p for p in PRESETS.values() if p.key is None and p.resend == "never"]
-# PayPal resends only once told its API's window; the contract matrix runs it so.
-RUNNABLE = [PAYPAL.with_window(timedelta(hours=3)) if p is PAYPAL else p for p in PRESETS.values()]
+# PayPal resends only once told its API's window: the matrix runs it both ways.
+PAYPAL_3H = PAYPAL.with_window(timedelta(hours=3))
+RUNNABLE = [*PRESETS.values(), PAYPAL_3H]
 # The points one lone call crosses (AFTER_PREPARE is crossed by an approved call only).
 CRASHES = [
     CrashPoint.BEFORE_PREPARE,
@@ -250,7 +251,9 @@ def contract_run(preset: Preset, crash: CrashPoint, ledger: Any, clock: FakeCloc
 
 
 @pytest.mark.parametrize("crash", CRASHES, ids=lambda c: c.value)
-@pytest.mark.parametrize("preset", RUNNABLE, ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "preset", RUNNABLE, ids=lambda p: p.name + ("-3h" if p is PAYPAL_3H else "")
+)
 def test_preset_and_fake_give_one_effect_across_the_crash_points(
     preset: Preset, crash: CrashPoint, clock: FakeClock
 ) -> None:
