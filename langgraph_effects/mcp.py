@@ -154,7 +154,7 @@ def mcp_effects(
             intent key (``effect(intent_key=...)``): a re-proposed call with the same
             key is the same operation.
         reconcile: per tool name, a reconciler asking the provider what happened
-            (a read-only tool of the same server, say).
+            (confirming only on proof bound to the operation).
         require_approval: tool names that need a person's approval before the first
             dispatch.
 

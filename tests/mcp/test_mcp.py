@@ -97,11 +97,21 @@ def test_what_each_tool_becomes() -> None:
 
 def test_target_and_intent_from_arguments_and_bad_input() -> None:
     opened = tool("open", None)
+
+    def find(op: Any) -> Any:
+        raise AssertionError("not called here")
+
     [declared] = mcp_effects(
-        [opened], server="t", target={"open": "title"}, intent={"open": lambda a: a["ref"]}
+        [opened],
+        server="t",
+        target={"open": "title"},
+        intent={"open": lambda a: a["ref"]},
+        reconcile={"open": find},
+        require_approval=["open"],
     )
     spec = effect_spec(declared)
     assert spec is not None
+    assert (spec.reconcile, spec.require_approval) == (find, True)
     assert spec.target_of({"title": "printer", "ref": "r-1"}) == "printer"
     assert spec.intent_of({"title": "printer", "ref": "r-1"}) == "r-1"
     with pytest.raises(InvalidInput, match="argument 'title', absent from the call"):
