@@ -52,6 +52,7 @@ if TYPE_CHECKING:
         ConcurrentUpdate,
         EffectRejected,
         EffectsError,
+        EffectUnconfirmed,
         IllegalTransition,
         InvalidAnswer,
         InvalidInput,
@@ -68,6 +69,7 @@ if TYPE_CHECKING:
         TenantMismatch,
         TransientProviderError,
     )
+    from langgraph_effects.functional import arun_effect, run_effect
     from langgraph_effects.journal import (
         AsyncRunJournal,
         JournalStats,
@@ -131,6 +133,7 @@ __all__ = [
     "EffectState",
     "EffectTool",
     "EffectToolNode",
+    "EffectUnconfirmed",
     "EffectsError",
     "EventKind",
     "Evidence",
@@ -186,12 +189,14 @@ __all__ = [
     "TransientProviderError",
     "Transition",
     "afind_stuck",
+    "arun_effect",
     "effect",
     "find_stuck",
     "ledger_from_env",
     "ledger_from_url",
     "payload_digest",
     "route_tool_calls",
+    "run_effect",
 ]
 
 # Public name -> defining module, imported on first use: ``import langgraph_effects``
@@ -227,6 +232,7 @@ _FROM: dict[str, tuple[str, ...]] = {
     "langgraph_effects.errors": (
         "ConcurrentUpdate",
         "EffectRejected",
+        "EffectUnconfirmed",
         "EffectsError",
         "IllegalTransition",
         "InvalidAnswer",
@@ -244,6 +250,7 @@ _FROM: dict[str, tuple[str, ...]] = {
         "TenantMismatch",
         "TransientProviderError",
     ),
+    "langgraph_effects.functional": ("arun_effect", "run_effect"),
     "langgraph_effects.journal": (
         "AsyncRunJournal",
         "JournalStats",

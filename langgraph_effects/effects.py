@@ -186,7 +186,8 @@ def _enter(action: str) -> _Call:
     if call is None or call.context.action != action:
         raise EffectsError(
             f"effect tool {action!r} ran outside EffectToolNode / EffectMiddleware: "
-            "refused, because nothing would record or deduplicate its side effect"
+            "refused, because nothing would record or deduplicate its side effect "
+            "(inside a @task or @entrypoint, call it with run_effect(tool, args, ledger=...))"
         )
     return _start(call)
 

@@ -9,6 +9,7 @@ The tree::
     │   └── TenantMismatch                    a thread resumed under a tenant it is not bound to
     ├── MiddlewareOrderError                  agent middleware listed in an order that cannot work
     ├── IllegalTransition                     the state machine refuses the move
+    ├── EffectUnconfirmed                     run_effect: not confirmed, and nothing was resent
     ├── LedgerError
     │   ├── LedgerNotSetUp                    call ledger.setup() first
     │   ├── LedgerUnavailable                 the database could not be reached or failed
@@ -33,6 +34,7 @@ from typing import Any
 __all__ = [
     "ConcurrentUpdate",
     "EffectRejected",
+    "EffectUnconfirmed",
     "EffectsError",
     "IllegalTransition",
     "InvalidAnswer",
@@ -132,6 +134,25 @@ class IllegalTransition(EffectsError):
         self.target = target
         msg = f"operation {operation_id!r} cannot move from {status!r} to {target!r}"
         super().__init__(f"{msg}: {why}" if why else msg)
+
+
+class EffectUnconfirmed(EffectsError):
+    """``run_effect``: the effect's outcome is not confirmed, and nothing was resent.
+
+    The operation stays in the ledger, ``unknown`` (the provider may have acted)
+    or ``prepared`` (released after transient failures), for a later run or an
+    operator to settle; ``status`` says which.
+    """
+
+    def __init__(self, operation_id: str, *, status: str, detail: str | None = None) -> None:
+        self.operation_id = operation_id
+        self.status = status
+        self.detail = detail
+        why = f": {detail}" if detail else ""
+        super().__init__(
+            f"operation {operation_id!r} is {status}, not confirmed{why}; nothing was resent "
+            "(langgraph-effects show / resolve decides it)"
+        )
 
 
 class LedgerError(EffectsError):

@@ -18,7 +18,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("ledger",),
     ("effects", "review", "journal", "mcp", "presets"),
     ("decide",),
-    ("node", "middleware", "outbox", "_faces"),
+    ("node", "middleware", "outbox", "_faces", "functional"),
     ("cli", "testing"),
 )
 

@@ -1,0 +1,226 @@
+"""Effects in LangGraph's Functional API: ``run_effect`` inside ``@task`` and ``@entrypoint``.
+
+A ``@task`` that crashes between its side effect and the saved write runs again
+on resume, and a timed-out task is retried (``NodeTimeoutError`` is retryable by
+default): LangGraph memoises a task's *finished* result, nothing more. Inside a
+task (or the entrypoint's body) ``run_effect(tool, args, ledger=...)`` decides
+the call through the same decision loop as ``EffectToolNode`` (``decide``):
+write-ahead before dispatch, the answer replayed after a crash, an ``unknown``
+reconciled or asked about with ``interrupt()``, a deliberate repeat acting.
+
+The call's identity comes from what LangGraph checkpoints for the task, never
+from anything made again on resume: LangGraph's task id (derived from the
+task's call position, ``scratchpad.call_counter()``: the same on resume, new on
+a replay or a fork) and the call's place among the effect calls of that task's
+execution (``_position``: 0, 1, 2, ... in the order the code makes them,
+counted again from 0 when LangGraph runs the task again, as its ``interrupt()``
+ids are). Two calls with the same arguments in one run are two places: both act.
+
+The answer is the record's result (``Operation.result``), so a first run and
+every replay return the same value. A rejected operation raises
+``EffectRejected``; an outcome not confirmed (``interrupt_on_unknown=False``, or
+released after transient failures) raises ``EffectUnconfirmed`` and is never
+resent blindly.
+
+Only the scratchpad's interrupt counter is read from LangGraph's private config
+(``__pregel_scratchpad``): a new object each time LangGraph runs a task (a
+resume, a ``RetryPolicy`` retry), which is when the places count from 0 again.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from datetime import timedelta
+from itertools import count
+from typing import Any
+
+from langchain_core.tools import BaseTool
+from langgraph.config import get_config
+from langgraph.runtime import get_runtime
+
+from langgraph_effects._faces import task_id_of
+from langgraph_effects.core.model import Operation, OperationStatus, utcnow
+from langgraph_effects.decide import EffectCall, EffectRunner, authenticated_user, warn_durability
+from langgraph_effects.effects import EffectSpec, effect_spec
+from langgraph_effects.errors import EffectRejected, EffectsError, EffectUnconfirmed, InvalidInput
+from langgraph_effects.ledger.base import DEFAULT_LEASE, AsyncLedger, Ledger
+
+__all__ = ["arun_effect", "run_effect"]
+
+_SCRATCHPAD = "__pregel_scratchpad"
+"""Where LangGraph keeps a task's counters in its ``configurable`` (a private key)."""
+_EXECUTIONS_KEPT = 10_000
+"""Task executions whose effect places are remembered (the least recently used go)."""
+_RUNNERS_KEPT = 64
+"""Runners kept, one per ledger and options (each caches its thread bindings)."""
+
+_lock = threading.Lock()
+_places: OrderedDict[int, tuple[object, Callable[[], int]]] = OrderedDict()
+_runners: OrderedDict[tuple[int, timedelta, bool, bool], EffectRunner] = OrderedDict()
+
+
+def _outside(what: str) -> EffectsError:
+    return EffectsError(
+        f"run_effect runs inside a LangGraph @task or @entrypoint: {what}. Nothing was sent."
+    )
+
+
+def _position(config: Mapping[str, Any]) -> int:
+    """The call's place among the effect calls of this execution of its task.
+
+    Keyed by the scratchpad's interrupt counter: LangGraph makes a new one for each
+    execution of a task (a resume, a retry attempt), so the places count from 0 again
+    exactly when its ``interrupt()`` ids do. The counter is held here (a strong
+    reference: its id is never reused while it is kept).
+    """
+    scratchpad = (config.get("configurable") or {}).get(_SCRATCHPAD)
+    execution = getattr(scratchpad, "interrupt_counter", None)
+    if execution is None:
+        raise _outside("no LangGraph task is running here")
+    with _lock:
+        known = _places.get(id(execution))
+        if known is None or known[0] is not execution:
+            known = _places[id(execution)] = (execution, count().__next__)
+            if len(_places) > _EXECUTIONS_KEPT:
+                _places.popitem(last=False)
+        else:
+            _places.move_to_end(id(execution))
+        return known[1]()
+
+
+def _runner(
+    ledger: Ledger | AsyncLedger, lease_for: timedelta, unknown_asks: bool, anonymous: bool
+) -> EffectRunner:
+    """The runner for this ledger and these options (made once, kept)."""
+    key = (id(ledger), lease_for, unknown_asks, anonymous)
+    with _lock:
+        runner = _runners.get(key)
+        if runner is None or runner.ledger is not ledger:
+            runner = _runners[key] = EffectRunner(
+                ledger,
+                lease_for=lease_for,
+                clock=utcnow,
+                interrupt_on_unknown=unknown_asks,
+                anonymous_answers=anonymous,
+            )
+            if len(_runners) > _RUNNERS_KEPT:
+                _runners.popitem(last=False)
+        return runner
+
+
+def _checked(tool: BaseTool, args: Mapping[str, Any] | None) -> EffectSpec:
+    """The effect spec of ``tool``; refuses a plain tool and arguments that are no mapping."""
+    spec = effect_spec(tool)
+    if spec is None:
+        raise InvalidInput(
+            f"run_effect: {getattr(tool, 'name', tool)!r} is not an effect (declare it with "
+            "@effect or effect(...)); call a plain tool directly"
+        )
+    if args is not None and not isinstance(args, Mapping):
+        raise InvalidInput(f"run_effect: args must be a mapping of the tool's arguments: {args!r}")
+    return spec
+
+
+def _call(
+    tool: BaseTool,
+    args: Mapping[str, Any] | None,
+    config: Mapping[str, Any],
+    thread: tuple[str, str],
+) -> EffectCall:
+    """The ``EffectCall`` of ``tool(args)`` at its place in the running task."""
+    spec = _checked(tool, args)
+    task_id = task_id_of(get_runtime())
+    if not task_id:
+        raise _outside("no LangGraph task is running here")
+    place = _position(config)
+    workflow_id, tenant_id = thread
+    return EffectCall.build(
+        spec,
+        tool_name=tool.name,
+        # The call's origin: its task (LangGraph's id, kept by the checkpoint) and its place.
+        tool_call_id=f"{task_id}#{place}",
+        args=dict(args or {}),
+        tenant_id=tenant_id,
+        workflow_id=workflow_id,
+        task_id=task_id,
+        user=authenticated_user(config),
+    )
+
+
+def _config() -> Any:
+    try:
+        return get_config()
+    except RuntimeError:
+        raise _outside("no LangGraph run is active") from None
+
+
+def _answer(op: Operation) -> Any:
+    """The call's value from its record: the same on a first run and on every replay."""
+    if op.status is OperationStatus.CONFIRMED:
+        return op.result
+    if op.status is OperationStatus.REJECTED:
+        raise EffectRejected(op.error or f"operation {op.operation_id} was rejected")
+    raise EffectUnconfirmed(op.operation_id, status=op.status.value, detail=op.error)
+
+
+def run_effect(
+    tool: BaseTool,
+    args: Mapping[str, Any] | None = None,
+    /,
+    *,
+    ledger: Ledger,
+    tenant_id: str | None = None,
+    lease_for: timedelta = DEFAULT_LEASE,
+    interrupt_on_unknown: bool = True,
+    anonymous_answers: bool = False,
+) -> Any:
+    """Run the effect ``tool`` with ``args`` inside a ``@task`` or ``@entrypoint``, once.
+
+    Args:
+        tool: an effect (``@effect`` or ``effect(...)``).
+        args: its arguments, as the model would give them.
+        ledger: a sync ``Ledger`` (an ``AsyncLedger`` needs ``arun_effect``).
+        tenant_id: default ``config["configurable"]["tenant_id"]``, else ``"default"``.
+        lease_for, interrupt_on_unknown, anonymous_answers: as for ``EffectToolNode``.
+
+    Returns:
+        The recorded result (what the tool returned, as JSON), replayed from the
+        ledger when the call was already decided.
+
+    Raises:
+        EffectRejected: the operation is rejected (the provider or a person refused).
+        EffectUnconfirmed: its outcome is not confirmed and nothing was resent.
+        EffectsError: called outside a LangGraph task, or ``tool`` is not an effect.
+    """
+    _checked(tool, args)
+    config = _config()
+    warn_durability(config)
+    runner = _runner(ledger, lease_for, interrupt_on_unknown, anonymous_answers)
+    call = _call(tool, args, config, runner.tenant_for(config, tenant_id))
+    return _answer(runner.run(call, lambda a: tool.invoke(a, config)))
+
+
+async def arun_effect(
+    tool: BaseTool,
+    args: Mapping[str, Any] | None = None,
+    /,
+    *,
+    ledger: Ledger | AsyncLedger,
+    tenant_id: str | None = None,
+    lease_for: timedelta = DEFAULT_LEASE,
+    interrupt_on_unknown: bool = True,
+    anonymous_answers: bool = False,
+) -> Any:
+    """The async twin of ``run_effect``; the ledger may be sync or async."""
+    _checked(tool, args)
+    config = _config()
+    warn_durability(config)
+    runner = _runner(ledger, lease_for, interrupt_on_unknown, anonymous_answers)
+    call = _call(tool, args, config, await runner.atenant_for(config, tenant_id))
+
+    async def execute(a: dict[str, Any]) -> Any:
+        return await tool.ainvoke(a, config)
+
+    return _answer(await runner.arun(call, execute))

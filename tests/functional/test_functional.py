@@ -1,0 +1,200 @@
+"""``run_effect`` / ``arun_effect`` in one process: a deliberate repeat acts, a timed-out task's
+retry waits for the dispatch in flight, a run replayed from the record, bad calls refused.
+
+Effects are counted at the fake CRM; a plain ``@task`` beside each shows what LangGraph alone
+does. SQLite and PostgreSQL, sync and async.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from _graphs import Env
+from langgraph.errors import NodeTimeoutError
+from langgraph.func import entrypoint, task
+from langgraph.types import RetryPolicy
+
+from langgraph_effects import (
+    EffectContext,
+    EffectsError,
+    EffectUnconfirmed,
+    InvalidInput,
+    arun_effect,
+    effect,
+    run_effect,
+)
+from langgraph_effects.testing.providers import FakeCRM, Fault
+
+BACKENDS = [("sqlite", "sync"), ("sqlite", "async"), ("postgres", "sync"), ("postgres", "async")]
+CFG = {"configurable": {"thread_id": "t1"}}
+
+
+@pytest.fixture(params=BACKENDS, ids=lambda p: f"{p[0]}-{p[1]}")
+def env(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
+    kind, mode = request.param
+    where = request.getfixturevalue("pg_url") if kind == "postgres" else str(tmp_path / "app.db")
+    made = Env(kind, mode, path=Path(where), url=where)
+    yield made
+    made.close()
+
+
+@pytest.fixture
+def crm() -> Any:
+    with FakeCRM(None) as provider:
+        yield provider
+
+
+def closing(crm: FakeCRM, *, delay: float = 0.0) -> Any:
+    @effect("crm.close_case", target=lambda a: a["case_id"])
+    def close_case(case_id: str, resolution: str, ctx: EffectContext) -> dict[str, Any]:
+        """Close a CRM case."""
+        time.sleep(delay)
+        return crm.close_case(case_id, resolution, idempotency_key=ctx.idempotency_key)
+
+    return close_case
+
+
+ARGS = {"case_id": "A", "resolution": "fixed"}
+RETRY = RetryPolicy(max_attempts=5, initial_interval=0.01, jitter=False)
+
+
+def test_a_deliberate_repeat_acts(env: Env, crm: FakeCRM) -> None:
+    """The same call twice in a task and twice in the entrypoint's body: four effects."""
+    tool = closing(crm)
+    if env.is_async:
+
+        @task
+        async def atwice() -> list[Any]:
+            return [await arun_effect(tool, ARGS, ledger=env.ledger) for _ in range(2)]
+
+        @entrypoint(checkpointer=env.checkpointer)
+        async def aflow(_: Any) -> list[Any]:
+            body = [await arun_effect(tool, ARGS, ledger=env.ledger) for _ in range(2)]
+            return [*(await atwice()), *body]
+
+        flow = aflow
+    else:
+
+        @task
+        def twice() -> list[Any]:
+            return [run_effect(tool, ARGS, ledger=env.ledger) for _ in range(2)]
+
+        @entrypoint(checkpointer=env.checkpointer)
+        def sflow(_: Any) -> list[Any]:
+            body = [run_effect(tool, ARGS, ledger=env.ledger) for _ in range(2)]
+            return [*twice().result(), *body]
+
+        flow = sflow
+    out = env.invoke(flow, "go", CFG)
+    assert sorted(o["version"] for o in out) == [1, 2, 3, 4]  # each call closed once
+    assert crm.effects == 4
+    assert [o.status.value for o in env.ops()] == ["confirmed"] * 4
+    # The finished run asked again on a new turn acts again; nothing of the first one re-sends.
+    env.invoke(flow, "again", CFG)
+    assert crm.effects == 8
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_a_timed_out_task_is_never_resent_blindly(
+    kind: str, crm: FakeCRM, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """A task timing out while its provider call runs is retried (NodeTimeoutError is
+    retryable): each retry meets the same operation, in flight, and waits for its outcome,
+    never sending again; the first retry after the provider answered replays it.
+    (LangGraph times out async tasks only.)"""
+    where = request.getfixturevalue("pg_url") if kind == "postgres" else str(tmp_path / "app.db")
+    env = Env(kind, "async", path=Path(where), url=where)
+    tool = closing(crm, delay=0.5)
+
+    @task(timeout=0.2, retry_policy=RETRY)
+    async def close() -> Any:
+        return await arun_effect(tool, ARGS, ledger=env.ledger)
+
+    @entrypoint(checkpointer=env.checkpointer)
+    async def flow(_: Any) -> Any:
+        return await close()
+
+    try:
+        out = env.invoke(flow, "go", CFG)
+        assert out["version"] == 1
+        assert crm.effects == 1
+        assert [o.status.value for o in env.ops()] == ["confirmed"]
+    finally:
+        env.close()
+
+
+def test_the_plain_task_control_resends_on_timeout(crm: FakeCRM) -> None:
+    """The control: the same task calling the provider directly closes the case again."""
+
+    def slow_close() -> Any:
+        time.sleep(0.5)
+        return crm.close_case("A", "fixed")
+
+    @task(timeout=0.2, retry_policy=RETRY)
+    async def close() -> Any:
+        return await asyncio.to_thread(slow_close)
+
+    @entrypoint()
+    async def flow(_: Any) -> Any:
+        return await close()
+
+    async def main() -> None:
+        with pytest.raises(NodeTimeoutError):
+            await flow.ainvoke("go")
+        await asyncio.sleep(0.6)  # the abandoned attempts finish in their threads
+
+    asyncio.run(main())
+    assert crm.effects == 5  # one per attempt
+
+
+def test_an_unconfirmed_outcome_raises_and_resends_nothing(tmp_path: Path, crm: FakeCRM) -> None:
+    """interrupt_on_unknown=False: the provider lost its answer; the task fails with
+    EffectUnconfirmed and a later run of the task does not send again."""
+    env = Env("sqlite", "sync", path=tmp_path / "app.db")
+    tool = closing(crm)
+    crm.faults.push(Fault.LOSE_RESPONSE)
+
+    @task
+    def close() -> Any:
+        return run_effect(tool, ARGS, ledger=env.ledger, interrupt_on_unknown=False)
+
+    @entrypoint(checkpointer=env.checkpointer)
+    def flow(_: Any) -> Any:
+        return close().result()
+
+    try:
+        for _ in range(2):
+            with pytest.raises(EffectUnconfirmed) as raised:
+                env.invoke(flow, "go" if _ == 0 else None, CFG)
+            assert raised.value.status == "unknown"
+        assert crm.effects == 1
+    finally:
+        env.close()
+
+
+def test_refused_outside_a_task_or_for_a_plain_tool(tmp_path: Path, crm: FakeCRM) -> None:
+    from langchain_core.tools import tool as plain_tool
+
+    env = Env("memory", "sync")
+    tool = closing(crm)
+    with pytest.raises(EffectsError, match="inside a LangGraph @task or @entrypoint"):
+        run_effect(tool, ARGS, ledger=env.ledger)
+    with pytest.raises(EffectsError, match="run_effect"):
+        tool.invoke(ARGS)  # unguarded: refused, pointing at run_effect
+
+    @plain_tool
+    def lookup(case_id: str) -> str:
+        """Look a case up."""
+        return case_id
+
+    @entrypoint(checkpointer=env.checkpointer)
+    def flow(_: Any) -> Any:
+        return run_effect(lookup, {"case_id": "A"}, ledger=env.ledger)
+
+    with pytest.raises(InvalidInput, match="'lookup' is not an effect"):
+        flow.invoke("go", CFG, durability="sync")
+    assert crm.effects == 0
