@@ -53,6 +53,11 @@ DEFAULT_RUN: dict[str, list[str]] = {
     ],
     "outbox_notify": [r"messages the provider sent: 1 ", r"relay: 1 claimed, 1 sent\n"],
     "email_verification": [r"final_state: verified", r"verification_requests_received: 1\n"],
+    "functional_api": [
+        r"crm\.close_case\s+case-318\s+confirmed\s+1",
+        r"CRM closures of case-318: 1\n",
+        r"OK: the effect happened exactly once",
+    ],
 }
 
 
@@ -66,6 +71,7 @@ RESUMED_OK: dict[str, list[str]] = {
     "support_ticket": [r"tickets created: [01]\n", r"OK: the ledger matches the ticketing system"],
     "outbox_notify": [r"messages the provider sent: 1 ", r": sent, receipt (accepted|delivered)"],
     "email_verification": [r"final_state: verified", r"verification_requests_received: 1\n"],
+    "functional_api": [r"CRM closures of case-318: 1\n", r"OK: the effect happened exactly once"],
 }
 NOT_REACHED = 3
 
@@ -195,6 +201,7 @@ PG_CRASHES = [
     ("support_ticket", "during_review_resume"),
     ("outbox_notify", "after_send"),
     ("email_verification", "after_request"),
+    ("functional_api", "after_provider"),
 ]
 
 
