@@ -45,6 +45,7 @@ __all__ = [
     "ANONYMOUS",
     "AUTH_USER_KEY",
     "Answers",
+    "agrees",
     "answer_digest",
     "answer_mark",
     "answer_schema",
@@ -209,6 +210,20 @@ def earlier_round(named: str, op: Operation) -> str:
 
 
 _DECIDING = frozenset({EventKind.APPROVE, EventKind.REJECT, EventKind.RESOLVE, EventKind.CLAIM})
+
+
+def agrees(op: Operation, answer: Answer) -> bool:
+    """``op`` already stands as ``answer`` decides: nothing to change, nothing to tell.
+
+    Rejected for a rejection, confirmed for a confirmation, approved (or
+    dispatched) for an approval without an edit.
+    """
+    if op.status is S.REJECTED:
+        return answer.decision is Decision.REJECT
+    if op.status is S.CONFIRMED and answer.decision is Decision.CONFIRM:
+        return True
+    approved = op.authorization_ref is not None or op.attempts > 0
+    return answer.decision is Decision.APPROVE and answer.edited_args is None and approved
 
 
 def decided_note(op: Operation, events: Sequence[OperationEvent], answer: Answer) -> str:

@@ -43,6 +43,7 @@ from langgraph_effects._faults import CrashPoint, crash_point
 from langgraph_effects.core.model import Decision, Operation, OperationStatus
 from langgraph_effects.decide.actions import Action, Ask, Events, Prepare, ledger
 from langgraph_effects.decide.answers import (
+    agrees,
     answer_digest,
     check_applicable,
     check_decision,
@@ -312,7 +313,7 @@ def ask_approvals(loop: Loop, calls: Sequence[EffectCall]) -> Generator[Action, 
             call = frame[index]
             op = ops[call.operation_id]
             decided.add(call.operation_id)
-            if _agrees(op, answer):
+            if agrees(op, answer):
                 continue  # decided so already (out of band): nothing to change
             if not _undispatched(op):
                 # Dispatched or rejected meanwhile: too late to change; the person is told.
@@ -328,16 +329,6 @@ def _offered(request: Mapping[str, Any], call: EffectCall) -> Sequence[str]:
     """The decisions offered for ``call``: those of an approval (the same for every call)."""
     configs = request["review_configs"]
     return configs[0]["allowed_decisions"] if configs else ["approve", "edit", "reject"]
-
-
-def _agrees(op: Operation, answer: Answer) -> bool:
-    """``op`` already stands as ``answer`` decides: approved (or dispatched) for an
-    approval, rejected for a rejection."""
-    if op.status is OperationStatus.REJECTED:
-        return answer.decision is Decision.REJECT
-    if _awaiting(op):
-        return False
-    return answer.decision is Decision.APPROVE and answer.edited_args is None
 
 
 def record_refusals(

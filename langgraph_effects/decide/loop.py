@@ -90,6 +90,7 @@ from langgraph_effects.decide.actions import (
 )
 from langgraph_effects.decide.answers import (
     Answers,
+    agrees,
     answer_mark,
     answer_schema,
     check_applicable,
@@ -1140,7 +1141,10 @@ class Loop:
             other.status is S.UNKNOWN
         )
         if not awaiting:
-            # Decided already (by its own call or out of band): say by whom, and when.
+            # Decided already (by its own call or out of band): as it says, or it is told
+            # by whom, and when.
+            if agrees(other, answer):
+                return None
             return decided_note(other, (yield from ledger(Events(other.key))), answer)
         if echoed not in (None, round_id(other)):
             return earlier_round(echoed, other)

@@ -298,3 +298,46 @@ def test_a_cli_identity_hook_returning_none_verifies_nobody(tmp_path: Path) -> N
         events = env.ledger_call("events", "default", op.operation_id)
         assert [e.actor for e in events if e.kind is EventKind.APPROVE] == ["olga"]
     env.close()
+
+
+def test_what_a_person_is_told_names_who_decided_what_and_when() -> None:
+    """The words of a refusal: who decided, what, when; an answer that agrees needs none."""
+    from datetime import UTC, datetime
+
+    from langgraph_effects.core.model import Decision, Operation, OperationEvent
+    from langgraph_effects.decide.answers import agrees, decided_note, named_round, round_id
+    from langgraph_effects.review import Answer
+
+    at = datetime(2026, 12, 2, 14, 3, 11, tzinfo=UTC)
+    op = Operation(
+        tenant_id="t",
+        operation_id="op-1",
+        action="pay.refund",
+        payload_digest="0" * 64,
+        status=S.CONFIRMED,
+        attempts=1,
+        fencing_token=1,
+        authorization_ref="approved-by:bob",
+        created_at=at,
+        updated_at=at,
+    )
+    approve = OperationEvent(
+        tenant_id="t",
+        operation_id="op-1",
+        seq=2,
+        kind=EventKind.APPROVE,
+        from_status=S.PREPARED,
+        to_status=S.PREPARED,
+        actor="bob",
+        at=at,
+    )
+    reject = Answer(operation_id="op-1", decision=Decision.REJECT, by="ana")
+    assert decided_note(op, [approve], reject) == (
+        "Your reject of operation op-1 was not applied: bob decided approve at "
+        "2026-12-02 14:03:11 UTC (now confirmed). Nothing you answered changed it."
+    )
+    assert not agrees(op, reject)
+    assert agrees(op, Answer(operation_id="op-1", decision=Decision.APPROVE, by="ana"))
+    assert round_id(op) == "op-1@confirmed.1.1"
+    assert named_round({"request_id": "op-1@unknown.1.1"}, "op-1") == "op-1@unknown.1.1"
+    assert named_round({"decision": "reject"}, "op-1") is None
