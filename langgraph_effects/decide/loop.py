@@ -931,10 +931,11 @@ class Loop:
 
             approve (applied) ─▶ ✗ ─▶ request shown again ─▶ reject ─▶ rejected, not sent
 
-        It applies: a reject stops the call, an edit replaces it; an approval (or
-        a review's retry) agrees with what is recorded. A decision that cannot
-        apply to a call not yet dispatched (a confirm) is refused before LangGraph
-        saves it, saying what the record holds, and the request can be answered again.
+        It applies: a reject stops the call, an edit replaces it; an approval
+        agrees with what is recorded. A retry a person ordered after an ambiguous
+        attempt is not undone by a later answer (a reject would claim the earlier
+        attempt did nothing): anything but retry is refused before LangGraph saves
+        it, saying why, and the request can be answered again.
 
         Read only on that rare path (approved or retried, nothing asked in this pass).
         """
@@ -961,11 +962,14 @@ class Loop:
                 user=call.user,
                 anonymous=self.anonymous_answers,
             )
-            if answer.decision not in (Decision.APPROVE, Decision.RETRY, Decision.REJECT):
+            if kind == "review" and answer.decision is not Decision.RETRY:
+                # A retry was ordered and not sent yet: a reject now would say nothing
+                # about the earlier attempt (it may have acted), so it cannot stand as
+                # "rejected"; the person is told, and may answer again.
                 raise InvalidAnswer(
-                    f"operation {op.operation_id!r} is about to be sent again (a retry was "
-                    f"ordered); {answer.decision.value!r} cannot apply before it is: answer "
-                    "reject to stop it, or retry to let it go",
+                    f"a retry of operation {op.operation_id!r} was ordered and is about to be "
+                    f"sent; {answer.decision.value!r} cannot apply before it is (an operator "
+                    "may decide it once it is unknown again): answer retry",
                     operation_id=op.operation_id,
                 )
             check_applicable(answer)

@@ -1050,7 +1050,11 @@ def _story(sc: Scenario, tally: _Tally) -> Generator[_Request, Any, ScenarioRepo
                 _note_edit(tally, request, answer)  # whether it took shows in the ledger
             if outcome is None:
                 after = yield _GetState()
-                tally.lost_answers += _lost_answers(answers.values(), after.interrupts)
+                for line, given in _asked_again(answers.values(), after.interrupts):
+                    # Asked again is fine when the ledger applied it (LangGraph may still
+                    # show a request whose answer a crash kept it from saving).
+                    if not (yield from _answer_applied(sc, given)):
+                        tally.lost_answers.append(line)
         return False
 
     def refuse_bad(state: Any, interrupt_id: str, lone: bool) -> Generator[_Request, Any, None]:
@@ -1140,29 +1144,30 @@ def _answer_applied(sc: Scenario, value: Any) -> Generator[_Request, Any, bool]:
     return False
 
 
-def _lost_answers(answered: Any, interrupts: Sequence[Any]) -> list[str]:
-    """The answers the next state asks again, unchanged and unexplained: consumed silently.
+def _asked_again(answered: Any, interrupts: Sequence[Any]) -> list[tuple[str, Any]]:
+    """The answers whose question the next state asks again, unchanged and unexplained.
 
     An answer applies (the operation moves on: another status or attempt, or no
-    question at all), is refused (the run fails), or the question is asked again
-    with a ``notice`` saying why. The same question asked again without one is a
-    lost answer.
+    question at all, or the ledger logged it), is refused (the run fails), or the
+    question is asked again with a ``notice`` saying why. The same question asked
+    again without one, by an answer the ledger never logged, is a lost answer.
     """
     asked = {
         (str(i.value.get("operation_id")), i.value.get("status"), i.value.get("attempts")): i.value
         for i in interrupts
         if isinstance(i.value, dict)
     }
-    lost = []
+    again = []
     for request, answer in answered:
         key = (str(request.get("operation_id")), request.get("status"), request.get("attempts"))
-        again = asked.get(key)
-        if again is not None and "notice" not in again:
-            lost.append(
+        shown = asked.get(key)
+        if shown is not None and "notice" not in shown:
+            line = (
                 f"the answer {answer!r:.160} to {request.get('request_id')} was neither applied "
                 "nor refused: the same question was asked again without a word"
             )
-    return lost
+            again.append((line, answer))
+    return again
 
 
 def _thread_ops(sc: Scenario) -> Generator[_Request, Any, list[Operation]]:
