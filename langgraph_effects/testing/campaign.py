@@ -36,6 +36,9 @@ Counted at the fake providers: **duplicates** (effects beyond the intended
 ones), **lost receipts** (an applied effect the ledger does not own up to, or
 that the model was told was not carried out), **lost answers** (a person's
 answer consumed silently: the same question asked again, unexplained),
+**lost effects** (an intended effect that never acted: the model told it was
+done more often than the provider applied it, or the thread ended with a call
+never answered),
 **mislabelled** operations and
 **violations** (a bad answer accepted, a valid one refused, another tenant's
 resume not refused...; see :class:`~.scenario.ScenarioReport`).
@@ -80,6 +83,7 @@ from langgraph_effects.testing.faults import CrashPlan, CrashPoint, InjectedCras
 from langgraph_effects.testing.providers import Fault
 from langgraph_effects.testing.scenario import (
     ForkedChild,
+    Kind,
     ProviderKind,
     Providers,
     Scenario,
@@ -120,11 +124,14 @@ _MODULE = "langgraph_effects.testing.campaign"  # __name__ is __mp_main__ in a w
 # --------------------------------------------------------------------------- randomized
 
 
-def run_schedule(seed: int, *, control: bool = False) -> ScenarioReport:
-    """Run the schedule of ``seed`` in-process on a fresh SQLite ``:memory:`` ledger."""
+def run_schedule(
+    seed: int, *, control: bool = False, kinds: Sequence[Kind] | None = None
+) -> ScenarioReport:
+    """Run the schedule of ``seed`` (its kind drawn from ``kinds``, default ``DRAWN``)
+    in-process on a fresh SQLite ``:memory:`` ledger."""
     from langgraph_effects.ledger.sqlite import AsyncSQLiteLedger, SQLiteLedger
 
-    schedule = Schedule.generate(seed)
+    schedule = Schedule.generate(seed, kinds)
     providers = Providers.open(None)
     scenario = schedule.scenario(providers, control=control)
     conn = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
@@ -141,29 +148,35 @@ def run_schedule(seed: int, *, control: bool = False) -> ScenarioReport:
         providers.close()
 
 
-def randomized(seeds: Sequence[int], *, control: bool = False) -> ScenarioReport:
+def randomized(
+    seeds: Sequence[int], *, control: bool = False, kinds: Sequence[Kind] | None = None
+) -> ScenarioReport:
     """Run the schedules of ``seeds`` and sum their reports (problems capped)."""
     total = ScenarioReport.empty("randomized (ToolNode control)" if control else "randomized")
-    for report in randomized_by_kind(seeds, control=control).values():
+    for report in randomized_by_kind(seeds, control=control, kinds=kinds).values():
         total = total + replace(report, problems=report.problems[:_MAX_PROBLEMS])
     return total
 
 
-def randomized_by_kind(seeds: Sequence[int], *, control: bool = False) -> dict[str, ScenarioReport]:
-    """Run the schedules of ``seeds``; one summed report per scenario kind (problems capped)."""
+def randomized_by_kind(
+    seeds: Sequence[int], *, control: bool = False, kinds: Sequence[Kind] | None = None
+) -> dict[str, ScenarioReport]:
+    """Run the schedules of ``seeds`` (kinds drawn from ``kinds``, default ``DRAWN``); one
+    summed report per scenario kind (problems capped)."""
     _quiet_langgraph()
-    kinds: dict[str, ScenarioReport] = {}
+    by_kind: dict[str, ScenarioReport] = {}
+    drawn = "" if kinds is None else f" --kinds {','.join(k.value for k in kinds)}"
     for seed in seeds:
-        kind = Schedule.generate(seed).kind.value
-        report = run_schedule(seed, control=control)
+        kind = Schedule.generate(seed, kinds).kind.value
+        report = run_schedule(seed, control=control, kinds=kinds)
         if report.problems and not control:
-            replay = f"replay: python -m {_MODULE} --seed {seed} --schedules 1"
+            replay = f"replay: python -m {_MODULE} --seed {seed} --schedules 1{drawn}"
             report = replace(report, problems=(*report.problems, replay))
-        total = kinds.get(kind, ScenarioReport.empty(kind))
+        total = by_kind.get(kind, ScenarioReport.empty(kind))
         if len(total.problems) >= _MAX_PROBLEMS:
             report = replace(report, problems=())
-        kinds[kind] = replace(total + report, scenario=kind)
-    return kinds
+        by_kind[kind] = replace(total + report, scenario=kind)
+    return by_kind
 
 
 def _merge(a: dict[str, ScenarioReport], b: dict[str, ScenarioReport]) -> dict[str, ScenarioReport]:
@@ -973,6 +986,9 @@ COLUMNS: dict[str, str] = {
     "that the model was told were not carried out (must be 0)",
     "lost-answers": "answers a person gave that were consumed silently: the same question "
     "asked again, neither applied nor refused, with no notice saying why (must be 0)",
+    "lost-effects": "intended effects that never acted: an operation answered done in its "
+    "timeline more often than its provider applied it, or a call the thread ended without "
+    "(must be 0; the control's count is what a plain ToolNode does)",
     "violations": "other broken promises: a bad answer accepted, a valid one refused, a "
     "resume under another tenant not refused, ... (must be 0)",
     "stale-token": "writes of a late worker the ledger refused (its fencing token was "
@@ -1019,6 +1035,12 @@ class CampaignResult:
         return sum(r.lost_answers for r in self.node_rows)
 
     @property
+    def lost_effects(self) -> int:
+        """Intended effects that never acted: answered done more often than applied, or a
+        call the thread ended without (must be 0)."""
+        return sum(r.lost_effects for r in self.node_rows)
+
+    @property
     def violations(self) -> int:
         """Broken invariants found by the assertions, over the effect-aware runs (must be 0)."""
         return sum(r.violations for r in self.node_rows)
@@ -1027,14 +1049,8 @@ class CampaignResult:
     def ok(self) -> bool:
         """True when every count above is zero and the control shows its duplicates."""
         control_shows = self.control is None or self.control.duplicates > 0
-        clean = (
-            self.duplicates
-            == self.mislabelled
-            == self.lost_receipts
-            == self.lost_answers
-            == self.violations
-            == 0
-        )
+        counts = (self.duplicates, self.mislabelled, self.lost_receipts, self.lost_answers)
+        clean = counts == (0, 0, 0, 0) and self.lost_effects == self.violations == 0
         return clean and control_shows
 
     def table(self) -> str:
@@ -1055,6 +1071,7 @@ class CampaignResult:
                     "-" if control else str(r.mislabelled),
                     "-" if control else str(r.lost_receipts),
                     "-" if control else str(r.lost_answers),
+                    str(r.lost_effects),
                     "-" if control else str(r.violations),
                     str(r.stale_token_refusals),
                 )
@@ -1063,8 +1080,16 @@ class CampaignResult:
 
     def breakdown(self) -> str:
         """The randomized schedules per scenario kind, with the control's duplicates beside."""
-        head = ("kind", "schedules", "duplicates", "lost-receipts", "mislabelled", "violations")
-        lines: list[tuple[str, ...]] = [(*head, "completion", "control-duplicates")]
+        head: tuple[str, ...] = (
+            "kind",
+            "schedules",
+            "duplicates",
+            "lost-receipts",
+            "lost-effects",
+            "mislabelled",
+        )
+        head += ("violations", "completion", "control-duplicates", "control-lost-effects")
+        lines: list[tuple[str, ...]] = [head]
         for kind, r in self.kinds.items():
             control = self.control_kinds.get(kind)
             lines.append(
@@ -1073,10 +1098,12 @@ class CampaignResult:
                     str(r.runs),
                     str(r.duplicates),
                     str(r.lost_receipts),
+                    str(r.lost_effects),
                     str(r.mislabelled),
                     str(r.violations),
                     f"{100 * r.completion_rate:.1f}%",
                     "-" if control is None else str(control.duplicates),
+                    "-" if control is None else str(control.lost_effects),
                 )
             )
         return _render(lines)
@@ -1108,8 +1135,10 @@ def run_campaign(
     workdir: Path | None = None,
     control_every: int = 1,
     progress: Progress | None = None,
+    kinds: Sequence[Kind] | None = None,
 ) -> CampaignResult:
-    """Run the selected parts; see the module docstring. ``workers`` run schedules in parallel.
+    """Run the selected parts; see the module docstring. ``workers`` run schedules in parallel;
+    the randomized schedules draw their kind from ``kinds`` (default ``scenario.DRAWN``).
 
     ``control_every``: the control runs every n-th schedule only (it is there
     to show the failures, which a share of the schedules shows plainly).
@@ -1121,7 +1150,7 @@ def run_campaign(
     rows: list[ScenarioReport] = []
     control: ScenarioReport | None = None
     seconds: dict[str, float] = {}
-    kinds: dict[str, dict[str, ScenarioReport]] = {}
+    kinds_of: dict[str, dict[str, ScenarioReport]] = {}
     seeds = list(range(seed, seed + schedules))
     with contextlib.ExitStack() as stack:
         if workdir is None:
@@ -1132,10 +1161,10 @@ def run_campaign(
                 control_part = part == "control"
                 batch = seeds[:: max(1, control_every)] if control_part else seeds
                 with progress.part(part, len(batch), "schedules") as advance:
-                    kinds[part] = _parallel_schedules(
-                        batch, control=control_part, workers=workers, advance=advance
+                    kinds_of[part] = _parallel_schedules(
+                        batch, control=control_part, workers=workers, advance=advance, kinds=kinds
                     )
-                report = _total(kinds[part], control=part == "control")
+                report = _total(kinds_of[part], control=part == "control")
                 rows.append(report)
                 if part == "control":
                     control = report
@@ -1167,13 +1196,15 @@ def run_campaign(
         rows=tuple(rows),
         control=control,
         seconds=seconds,
-        kinds=kinds.get("randomized", {}),
-        control_kinds=kinds.get("control", {}),
+        kinds=kinds_of.get("randomized", {}),
+        control_kinds=kinds_of.get("control", {}),
     )
 
 
-def _chunk(seeds: Sequence[int], control: bool) -> dict[str, ScenarioReport]:
-    return randomized_by_kind(seeds, control=control)
+def _chunk(
+    seeds: Sequence[int], control: bool, kinds: Sequence[Kind] | None
+) -> dict[str, ScenarioReport]:
+    return randomized_by_kind(seeds, control=control, kinds=kinds)
 
 
 def _total(kinds: dict[str, ScenarioReport], *, control: bool) -> ScenarioReport:
@@ -1185,33 +1216,38 @@ def _total(kinds: dict[str, ScenarioReport], *, control: bool) -> ScenarioReport
 
 
 def _parallel_schedules(
-    seeds: Sequence[int], *, control: bool, workers: int, advance: Advance = _ignore
+    seeds: Sequence[int],
+    *,
+    control: bool,
+    workers: int,
+    advance: Advance = _ignore,
+    kinds: Sequence[Kind] | None = None,
 ) -> dict[str, ScenarioReport]:
     """Run the schedules in chunks (in ``workers`` forked children at once, or here when
     there are few); ``advance`` counts each chunk's schedules as it ends."""
     size = max(1, min(50, len(seeds) // max(1, 4 * workers)))
     chunks = [seeds[i : i + size] for i in range(0, len(seeds), size)]
     if workers <= 1 or len(seeds) < 50:
-        kinds: dict[str, ScenarioReport] = {}
+        by_kind: dict[str, ScenarioReport] = {}
         for chunk in chunks:
-            kinds = _merge(kinds, randomized_by_kind(chunk, control=control))
+            by_kind = _merge(by_kind, randomized_by_kind(chunk, control=control, kinds=kinds))
             advance(len(chunk))
-        return kinds
+        return by_kind
 
     def forked(chunk: Sequence[int]) -> Any:
         try:
-            return run_in_forked_child(_chunk, chunk, control, timeout=3600)
+            return run_in_forked_child(_chunk, chunk, control, kinds, timeout=3600)
         finally:
             advance(len(chunk))
 
     with ThreadPoolExecutor(max_workers=workers) as pool:
         exits = list(pool.map(forked, chunks))
-    kinds = {}
+    by_kind = {}
     for e in exits:
         if not isinstance(e.value, dict):
             raise RuntimeError(f"a schedule worker failed: {e.error or e.exitcode}")
-        kinds = _merge(kinds, e.value)
-    return kinds
+        by_kind = _merge(by_kind, e.value)
+    return by_kind
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -1235,6 +1271,12 @@ def _parser() -> argparse.ArgumentParser:
         "--control-every", type=int, default=1, help="run the control on every n-th schedule"
     )
     parser.add_argument(
+        "--kinds",
+        default="",
+        help=f"the scenario kinds schedules draw, comma-separated (default: those drawn in CI; "
+        f"all: {','.join(k.value for k in Kind)})",
+    )
+    parser.add_argument(
         "--postgres-url",
         default=os.environ.get("LGE_TEST_POSTGRES_URL", DEFAULT_POSTGRES_URL),
         help="PostgreSQL for the postgres backend (default: $LGE_TEST_POSTGRES_URL or local)",
@@ -1247,11 +1289,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
     parts = [p.strip() for p in args.parts.split(",") if p.strip()]
+    names = [k.strip() for k in args.kinds.split(",") if k.strip()]
     bad = [b for b in backends if b not in ("sqlite", "postgres")] + [
         p for p in parts if p not in PARTS
     ]
+    bad += [k for k in names if k not in {kind.value for kind in Kind}]
     if bad:
-        print(f"unknown backend or part: {', '.join(bad)}", file=sys.stderr)
+        print(f"unknown backend, part or kind: {', '.join(bad)}", file=sys.stderr)
         return 2
     if "postgres" in backends:
         problem = _postgres_problem(args.postgres_url)
@@ -1270,6 +1314,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         workers=args.workers,
         postgres_url=args.postgres_url if "postgres" in backends else None,
         control_every=args.control_every,
+        kinds=[Kind(k) for k in names] or None,
     )
     print(result.table())
     print("\ncolumns:")
@@ -1288,7 +1333,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("PROBLEM the control shows no duplicates: the schedules prove nothing")
     print(
         f"\nEffectToolNode: {result.duplicates} duplicates, {result.lost_receipts} lost receipts, "
-        f"{result.lost_answers} lost answers, "
+        f"{result.lost_answers} lost answers, {result.lost_effects} lost effects, "
         f"{result.mislabelled} mislabelled, {result.violations} violations"
         + ("" if result.control is None else f"; control: {result.control.duplicates} duplicates")
     )

@@ -56,7 +56,9 @@ subgraphs, ``RetryPolicy``) used by the campaign.
 Beyond duplicates and mislabelled operations a report counts **lost
 receipts** (an effect the provider applied that the ledger does not record as
 confirmed or as an evidenced/pending unknown, or that the model was told was
-not carried out) and **violations** (a bad answer accepted or a valid one
+not carried out), **lost effects** (an intended effect that never acted: the
+model told it was done more often than the provider applied it, or the thread
+ended with a call never answered) and **violations** (a bad answer accepted or a valid one
 refused, a resume under another tenant not refused, an operation recorded
 under a tenant the thread is not bound to, a call repeated on purpose that got
 no operation of its own). A person's own decision is theirs: an operator who
@@ -80,7 +82,14 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal, TypeAlias
 
-from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.messages import (
+    AIMessage,
+    AnyMessage,
+    BaseMessage,
+    HumanMessage,
+    RemoveMessage,
+    ToolMessage,
+)
 from langchain_core.tools import BaseTool, tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, MessagesState, StateGraph
@@ -96,6 +105,7 @@ from langgraph_effects.core.model import (
     ProviderContract,
 )
 from langgraph_effects.decide.answers import answer_digest
+from langgraph_effects.decide.messages import TRACE_KEY
 from langgraph_effects.decide.thread import durability_chosen
 from langgraph_effects.effects import EffectContext, EffectTool, effect
 from langgraph_effects.errors import InvalidInput
@@ -124,6 +134,7 @@ from langgraph_effects.testing.providers import (
 )
 
 __all__ = [
+    "DRAWN",
     "OPERATOR",
     "Kind",
     "ProviderKind",
@@ -780,6 +791,10 @@ class ScenarioReport:
         lost_answers: answers a person gave that were consumed silently: not
             applied, not refused, and the same question (same operation, status and
             attempts) asked again without a ``notice`` saying why.
+        lost_effects: intended effects that never acted: the model was told an
+            operation was done more often than the provider applied it (a call meant
+            again, answered with an earlier call's receipt), or the thread ended with a
+            call of its last AIMessage never answered; a person's own decision excepted.
         violations: broken promises that are neither: a bad answer accepted, a
             valid answer refused, a resume under another tenant not refused, an
             operation recorded under a tenant the thread was not bound to, a call
@@ -801,6 +816,7 @@ class ScenarioReport:
     mislabelled: int = 0
     lost_receipts: int = 0
     lost_answers: int = 0
+    lost_effects: int = 0
     violations: int = 0
     crashes: int = 0
     errors: int = 0
@@ -865,7 +881,8 @@ class Scenario:
         reissue: after the first run, the model re-issues the calls with new
             tool-call ids: ``lost`` (the checkpoint holding its AIMessage was lost:
             the thread goes on from the checkpoint before the model ran) or
-            ``resend`` (the person sends the request again in a new turn).
+            ``resend`` (the person sends the request again in a new turn; see
+            ``reused_ids`` and ``summarize``).
         face: ``node`` (``EffectToolNode`` in a hand-built graph) or
             ``middleware`` (``EffectMiddleware`` in ``create_agent``).
         tool_retry: ``middleware`` face: ``ToolRetryMiddleware`` listed ``before``
@@ -908,6 +925,13 @@ class Scenario:
     resume_tenant: Literal["same", "absent", "other"] = "same"
     travel: Literal["none", "history", "fork"] = "none"
     reissue: Literal["none", "lost", "resend"] = "none"
+    reused_ids: bool = False
+    """A re-sent request's calls keep the first proposal's tool-call ids (``call_0``
+    every turn), instead of new ones."""
+    summarize: bool = False
+    """The thread first runs to its end; then its answered exchange is removed from the
+    messages (``RemoveMessage``, as summarization and the delete-messages recipe do)
+    before the request is sent again."""
     face: Literal["node", "middleware"] = "node"
     tool_retry: ToolRetryOrder = "none"
     subgraph: bool = False
@@ -941,7 +965,11 @@ class _History:
 
 @dataclass(frozen=True, slots=True)
 class _Fork:
+    """``update_state(config, values)``: a fork of a snapshot (no values), or an edit."""
+
     config: dict[str, Any]
+    values: Any = None
+    as_node: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -1093,6 +1121,25 @@ def _story(sc: Scenario, tally: _Tally) -> Generator[_Request, Any, ScenarioRepo
         if sum(p.effects for p in sc.providers) != before:
             tally.violations.append(f"a resume under tenant {INTRUDER!r} dispatched")
 
+    def summarize(tally: _Tally) -> Generator[_Request, Any, None]:
+        # The answered calls are meant again by the request that follows: noted now,
+        # as their messages are about to go (the final messages no longer show them).
+        state = yield _GetState()
+        messages = (state.values or {}).get("messages", [])
+        _note_repeats(sc, tally, messages)
+        answered = _answered_first(messages)
+        gone = [
+            m
+            for m in messages
+            if (isinstance(m, AIMessage) and m.tool_calls)
+            or (isinstance(m, ToolMessage) and m.tool_call_id in answered)
+        ]
+        if gone:
+            removal = {"messages": [RemoveMessage(id=str(m.id)) for m in gone]}
+            # As the tools node (a plain edge on): a node with a router would read the
+            # update once more while routing, and remove each message twice.
+            yield _Fork(state.config, removal, "tools")
+
     if sc.fresh:
         first = {"messages": [HumanMessage(content="go", id="human")]}
         yield from run(first)
@@ -1109,6 +1156,12 @@ def _story(sc: Scenario, tally: _Tally) -> Generator[_Request, Any, ScenarioRepo
         start = before_model[-1].config if before_model else config
         yield from run(None, at=_with_tenant(start, tenant) if tenant else start)
     elif sc.reissue == "resend":
+        if sc.summarize:
+            # The thread runs to its end, its answered exchange is removed, then the
+            # person asks for the same again (issue 22, row 1).
+            yield from run(*((None,) * max(1, sc.resumers)))
+            if (yield from answer_rounds()):
+                yield from summarize(tally)
         again = {"messages": [HumanMessage(content="go again", id="human-2")]}
         yield from run(again)
     else:
@@ -1199,12 +1252,27 @@ def _note_repeats(sc: Scenario, tally: _Tally, messages: Sequence[AnyMessage]) -
     ``get_state`` (a pending write) but dropped when the new request came was
     never part of the thread, and its call maps back to the earlier operation.
     """
-    answered = {m.tool_call_id for m in messages if isinstance(m, ToolMessage)}
+    answered = _answered_first(messages)
     for call in sc.tool_calls:
         target = target_of(call)
         if call["id"] in answered and target is not None:
             tally.intended[target] += 1
             tally.repeated[target] += 1
+
+
+def _answered_first(messages: Sequence[AnyMessage]) -> set[str]:
+    """The ids of the first proposal's calls that a ToolMessage after it answers (a later
+    proposal may reuse the ids: only what comes before the next AIMessage counts)."""
+    first = next(
+        (i for i, m in enumerate(messages) if isinstance(m, AIMessage) and m.tool_calls), None
+    )
+    answered: set[str] = set()
+    for m in messages[(len(messages) if first is None else first + 1) :]:
+        if isinstance(m, AIMessage):
+            break
+        if isinstance(m, ToolMessage):
+            answered.add(m.tool_call_id)
+    return answered
 
 
 def _note_edit(tally: _Tally, request: Mapping[str, Any], answer: Any) -> None:
@@ -1269,6 +1337,18 @@ def _attributable(
     return attributable
 
 
+def _decided_by_person(
+    ops: Sequence[Operation], histories: Mapping[str, Sequence[OperationEvent]]
+) -> set[str]:
+    """The operations a person decided (their decision is theirs, not the library's)."""
+    return {
+        op.operation_id
+        for op in ops
+        for e in histories.get(op.operation_id, ())
+        if e.evidence is not None and e.evidence.source == "operator"
+    }
+
+
 def _lost_receipts(
     name: str,
     applied: Callable[[Operation], int | None] | None,
@@ -1283,12 +1363,7 @@ def _lost_receipts(
     if applied is None:
         return []
     problems = []
-    decided_by_person = {
-        op.operation_id
-        for op in ops
-        for e in histories.get(op.operation_id, ())
-        if e.evidence is not None and e.evidence.source == "operator"
-    }
+    decided_by_person = _decided_by_person(ops, histories)
     for op in ops:
         n = applied(op)
         if not n or op.operation_id in decided_by_person:
@@ -1328,13 +1403,81 @@ def _lost_receipts(
     return problems
 
 
+def _delivered(history: Sequence[Any], head: Any) -> list[ToolMessage]:
+    """Every ToolMessage the timeline ending at ``head`` delivered, once each: the messages
+    of each checkpoint on its lineage (parent to parent), so one a later step removed
+    (summarization, ``RemoveMessage``) still counts, and one of an abandoned branch
+    (a replay or fork went elsewhere) does not."""
+    by_id = {h.config["configurable"]["checkpoint_id"]: h for h in history}
+    seen: dict[str, ToolMessage] = {}
+    at = head
+    while at is not None:
+        for m in (at.values or {}).get("messages", []):
+            if isinstance(m, ToolMessage):
+                seen.setdefault(str(m.id), m)
+        parent = at.parent_config
+        at = None if parent is None else by_id.get(parent["configurable"]["checkpoint_id"])
+    return list(seen.values())
+
+
+def _lost_effects(
+    name: str,
+    applied: Callable[[Operation], int | None] | None,
+    ops: Sequence[Operation],
+    messages: Sequence[AnyMessage],
+    delivered: Sequence[ToolMessage],
+    *,
+    decided: Collection[str],
+    finished: bool,
+) -> list[str]:
+    """Intended effects that never acted (see ScenarioReport).
+
+    Reported done when not: every effect ToolMessage names its operation and the
+    status it answered with (``decide.messages.trace_metadata``); an operation
+    answered ``confirmed`` in its timeline (``delivered``) more often than its
+    provider applied it told the model of an effect that did not happen (a call
+    meant again, answered from an earlier call's record). Never sent: a finished
+    thread whose last AIMessage (in ``messages``, the final ones) still has a call
+    that no ToolMessage after it answers. A person's own decision is theirs.
+    """
+    problems = []
+    by_id = {op.operation_id: op for op in ops}
+    done: Counter[str] = Counter()
+    for m in delivered:
+        trace = m.response_metadata.get(TRACE_KEY) if isinstance(m, ToolMessage) else None
+        if isinstance(trace, Mapping) and trace.get("status") == S.CONFIRMED.value:
+            done[str(trace.get("operation_id"))] += 1
+    for op_id, answers in sorted(done.items()):
+        op = by_id.get(op_id)
+        n = None if op is None or applied is None or op_id in decided else applied(op)
+        if op is not None and n is not None and answers > n:
+            problems.append(
+                f"{name}: operation {op_id} ({op.action} {op.target!r}) was answered done "
+                f"{answers} time(s); the provider applied it {n} time(s)"
+            )
+    last = next(
+        (i for i in range(len(messages) - 1, -1, -1) if isinstance(messages[i], AIMessage)), None
+    )
+    if finished and last is not None:
+        answered = {m.tool_call_id for m in messages[last + 1 :] if isinstance(m, ToolMessage)}
+        message = messages[last]
+        assert isinstance(message, AIMessage)
+        problems.extend(
+            f"{name}: call {tc['id']} ({tc['name']}) was never answered: the thread ended "
+            "without it"
+            for tc in message.tool_calls
+            if tc["id"] not in answered
+        )
+    return problems
+
+
 def _count(
     sc: Scenario, tally: _Tally, state: Any, *, finished: bool
 ) -> Generator[_Request, Any, ScenarioReport]:
     effects = sum(p.effects for p in sc.providers)
     ops = yield from _thread_ops(sc)
     _apply_edits(tally, ops)
-    if sc.reissue == "resend":
+    if sc.reissue == "resend" and not sc.summarize:
         _note_repeats(sc, tally, (state.values or {}).get("messages", []))
     if sc.count_by_target:
         duplicates, problems = _excess_by_target(sc, tally)
@@ -1344,16 +1487,19 @@ def _count(
             duplicates
         )
     intents = len(sc.tool_calls) + sum(tally.repeated.values())
+    messages = (state.values or {}).get("messages", [])
     if sc.control:
+        unsent = _lost_effects(sc.name, None, (), messages, (), decided=(), finished=finished)
         return ScenarioReport(
             scenario=sc.name,
             intents=intents,
             effects=effects,
             duplicates=duplicates,
+            lost_effects=len(unsent),
             completed=int(finished),
             crashes=tally.crashes,
             errors=tally.errors,
-            problems=tuple(problems),
+            problems=tuple(problems + unsent),
         )
     histories = {}
     for op in ops:
@@ -1363,11 +1509,16 @@ def _count(
     pending = tally.pending | {str(i.value.get("operation_id")) for i in state.interrupts}
     wrong = mislabelled_operations(ops, histories, pending_review=pending, applied=applied)
     problems.extend(f"{sc.name}: {line}" for line in wrong)
-    messages = (state.values or {}).get("messages", [])
     lost = _lost_receipts(
         sc.name, applied, ops, histories, messages, pending=pending, finished=finished
     )
     problems.extend(lost)
+    decided = _decided_by_person(ops, histories)
+    delivered = _delivered((yield _History()), state)
+    unsent = _lost_effects(
+        sc.name, applied, ops, messages, delivered, decided=decided, finished=finished
+    )
+    problems.extend(unsent)
     violations = list(tally.violations)
     if sc.tenant_from_config:
         violations += [
@@ -1407,6 +1558,7 @@ def _count(
         mislabelled=len(wrong),
         lost_receipts=len(lost),
         lost_answers=len(tally.lost_answers),
+        lost_effects=len(unsent),
         violations=len(violations),
         crashes=tally.crashes,
         errors=tally.errors,
@@ -1470,7 +1622,7 @@ def _start(
             sc.tool_calls,
             subgraph=sc.subgraph,
             flakes=sc.flakes,
-            fresh_ids=sc.reissue != "none",
+            fresh_ids=sc.reissue != "none" and not sc.reused_ids,
             **common,
         )
     config: dict[str, Any] = {"configurable": {"thread_id": sc.thread_id}}
@@ -1527,8 +1679,8 @@ def _drive_sync(
                 value = graph.get_state(config)
             case _History():
                 value = list(graph.get_state_history(config))
-            case _Fork(origin):
-                value = graph.update_state(origin, None)
+            case _Fork(origin, values, as_node):
+                value = graph.update_state(origin, values, as_node=as_node)
             case _LedgerCall(read):
                 value = read(ledger)
 
@@ -1557,8 +1709,8 @@ async def _drive_async(
                 value = await graph.aget_state(config)
             case _History():
                 value = [h async for h in graph.aget_state_history(config)]
-            case _Fork(origin):
-                value = await graph.aupdate_state(origin, None)
+            case _Fork(origin, values, as_node):
+                value = await graph.aupdate_state(origin, values, as_node=as_node)
             case _LedgerCall(read):
                 value = read(ledger)
                 if inspect.isawaitable(value):
@@ -1598,6 +1750,12 @@ class Kind(StrEnum):
     """Default durability lost the AIMessage: the model re-issues the calls with new ids."""
     RESENT = "resent_request"
     """The person sends the request again: unanswered calls map back, answered ones repeat."""
+    REUSED_IDS = "reused_ids"
+    """As ``resent_request``, the model reusing its first proposal's tool-call ids (``call_0``
+    every turn): an older ToolMessage with a new call's id answers nothing of it."""
+    SUMMARIZED = "summarized_thread"
+    """As ``resent_request``, the answered exchange removed first (``RemoveMessage``):
+    answered calls still repeat on purpose. Not drawn yet (``DRAWN``): issue 22, row 1."""
     MIDDLEWARE = "middleware"
     """``EffectMiddleware`` in ``create_agent`` (one task per call)."""
     SUBGRAPH = "subgraph"
@@ -1605,6 +1763,10 @@ class Kind(StrEnum):
     RETRY_POLICY = "retry_policy"
     """A sibling read fails; the node's ``RetryPolicy`` re-runs every call of the node."""
 
+
+DRAWN: tuple[Kind, ...] = tuple(k for k in Kind if k is not Kind.SUMMARIZED)
+"""The kinds a schedule draws by default: those the library passes today. The others
+show what is still open (``python -m langgraph_effects.testing.campaign --kinds ...``)."""
 
 _POINTS = tuple(CrashPoint)
 _TOOL_RETRY: tuple[ToolRetryOrder, ...] = ("none", "before", "after")
@@ -1661,12 +1823,13 @@ class Schedule:
     """``middleware`` kind: where ``ToolRetryMiddleware`` sits (``Scenario.tool_retry``)."""
 
     @classmethod
-    def generate(cls, seed: int) -> Schedule:
-        """The schedule of ``seed`` (a seeded ``random.Random``; no global state)."""
+    def generate(cls, seed: int, kinds: Sequence[Kind] | None = None) -> Schedule:
+        """The schedule of ``seed`` (a seeded ``random.Random``; no global state), its
+        kind drawn from ``kinds`` (default ``DRAWN``)."""
         rng = random.Random(seed)
         calls = tuple(rng.choice(list(ProviderKind)) for _ in range(rng.choice((1, 1, 2, 3))))
         base = cls._draw(rng, seed, calls)
-        kind = rng.choice(list(Kind))
+        kind = rng.choice(list(DRAWN if kinds is None else kinds))
         if kind is Kind.BASE:
             return base
         faults = base.faults
@@ -1681,7 +1844,7 @@ class Schedule:
             key_window_zero=rng.random() < (0.7 if kind is Kind.REVIEW_ROUNDS else 0.25),
             approval=kind is Kind.APPROVAL
             or (kind in (Kind.MIDDLEWARE, Kind.SUBGRAPH) and rng.random() < 0.3),
-            twins=kind in (Kind.REISSUED, Kind.RESENT)
+            twins=kind in (Kind.REISSUED, Kind.RESENT, Kind.REUSED_IDS, Kind.SUMMARIZED)
             and calls[0] is not ProviderKind.TICKETING
             and rng.random() < 0.4,
             flakes=rng.choice((1, 2)) if kind is Kind.RETRY_POLICY else 0,
@@ -1794,6 +1957,8 @@ class Schedule:
             resume_tenant=_RESUME_TENANT.get(story, "same"),
             travel=_TRAVEL.get(story, "none"),
             reissue=_REISSUE.get(story, "none"),
+            reused_ids=story is Kind.REUSED_IDS,
+            summarize=story is Kind.SUMMARIZED,
             face="middleware" if story is Kind.MIDDLEWARE else "node",
             tool_retry=self.tool_retry,
             subgraph=story is Kind.SUBGRAPH,
@@ -1811,7 +1976,12 @@ class Schedule:
 
 
 _TRAVEL: dict[Kind, Literal["history", "fork"]] = {Kind.HISTORY: "history", Kind.FORK: "fork"}
-_REISSUE: dict[Kind, Literal["lost", "resend"]] = {Kind.REISSUED: "lost", Kind.RESENT: "resend"}
+_REISSUE: dict[Kind, Literal["lost", "resend"]] = {
+    Kind.REISSUED: "lost",
+    Kind.RESENT: "resend",
+    Kind.REUSED_IDS: "resend",
+    Kind.SUMMARIZED: "resend",
+}
 _RESUME_TENANT: dict[Kind, Literal["absent", "other"]] = {
     Kind.NO_TENANT: "absent",
     Kind.OTHER_TENANT: "other",

@@ -9,13 +9,17 @@ from collections.abc import Iterator
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
+from langchain_core.messages import AIMessage, ToolMessage
 
 from langgraph_effects._owners import current_owner
 from langgraph_effects.core.model import Evidence, OperationDraft, Resolution
 from langgraph_effects.core.model import OperationStatus as S
 from langgraph_effects.decide.answers import answer_digest
+from langgraph_effects.decide.messages import TRACE_KEY
 from langgraph_effects.ledger.memory import InMemoryLedger
 from langgraph_effects.ledger.sqlite import AsyncSQLiteLedger, SQLiteLedger
 from langgraph_effects.testing import CrashPoint, Fault
@@ -33,6 +37,8 @@ from langgraph_effects.testing.scenario import (
     Scenario,
     Schedule,
     _answer_applied,
+    _delivered,
+    _lost_effects,
     bad_answer,
     builtin_call,
     confirm_if_seen,
@@ -388,3 +394,45 @@ def test_tool_retry_middleware_in_either_order_applies_nothing_twice(
         assert report.duplicates > 0
     finally:
         control.close()
+
+
+def _done(n: int, op_id: str = "op-1") -> ToolMessage:
+    trace = {"operation_id": op_id, "status": "confirmed", "via": "replayed"}
+    return ToolMessage("ok", tool_call_id=f"c{n}", id=f"m{n}", response_metadata={TRACE_KEY: trace})
+
+
+def test_lost_effects_count_answers_beyond_what_acted_and_calls_left_unanswered() -> None:
+    """An operation answered done twice in its timeline but applied once (a call meant again,
+    answered from the first call's record) is a lost effect; so is a call of the last
+    AIMessage a finished thread never answered; a person's own decision is theirs."""
+    ledger = InMemoryLedger()
+    ledger.setup()
+    draft = OperationDraft(tenant_id="t", operation_id="op-1", action="a", payload_digest="0" * 64)
+    op = ledger.prepare(draft).operation
+    ai = AIMessage("", tool_calls=[{"name": "t", "args": {}, "id": "c9", "type": "tool_call"}])
+    once = lambda _: 1  # noqa: E731
+    lost = _lost_effects("s", once, [op], [ai], [_done(1), _done(2)], decided=(), finished=True)
+    assert [line.split(": ", 1)[1][:9] for line in lost] == ["operation", "call c9 ("]
+    assert _lost_effects("s", once, [op], [ai], [_done(1)], decided=(), finished=False) == []
+    person = _lost_effects(
+        "s", once, [op], [], [_done(1), _done(2)], decided={"op-1"}, finished=True
+    )
+    assert person == []
+
+
+def test_the_delivered_answers_are_those_of_the_final_timeline() -> None:
+    """A ToolMessage a later checkpoint removed still counts (summarization); one of a branch
+    a replay abandoned does not."""
+
+    def snap(cid: str, parent: str | None, *messages: Any) -> Any:
+        config = {"configurable": {"checkpoint_id": cid}}
+        up = None if parent is None else {"configurable": {"checkpoint_id": parent}}
+        return SimpleNamespace(config=config, parent_config=up, values={"messages": list(messages)})
+
+    root = snap("1", None)
+    answered = snap("2", "1", _done(1))
+    summarized = snap("3", "2")  # m1 removed
+    abandoned = snap("4", "1", _done(4))
+    head = snap("5", "3", _done(5))
+    history = [head, abandoned, summarized, answered, root]
+    assert sorted(str(m.id) for m in _delivered(history, head)) == ["m1", "m5"]
