@@ -285,6 +285,7 @@ def effect_tools(
     key_window: timedelta = RETENTION,
     require_approval: bool = False,
     pause: Callable[[str, str], None] | None = None,
+    payload_key: Sequence[str] | None = None,
 ) -> list[EffectTool]:
     """``close_case`` (CRM), ``send_mail`` and ``create_ticket`` as effect tools.
 
@@ -299,6 +300,8 @@ def effect_tools(
     ``require_approval`` asks a person before each first dispatch. ``pause``,
     if given, is called with the action and ``"before"`` / ``"after"`` around
     each provider call (a test freezes or blocks the worker there).
+    ``payload_key``: keep only keyed digests (``store_payload=False``) under these keys,
+    the current one first.
     """
     crm, mail, tickets = providers.crm, providers.mail, providers.ticketing
 
@@ -315,6 +318,9 @@ def effect_tools(
 
     hook = authorized if authorize else None
     keyed = _KEYED.model_copy(update={"idempotency_window": key_window})
+    digests: dict[str, Any] = (
+        {} if payload_key is None else {"store_payload": False, "payload_key": list(payload_key)}
+    )
 
     def find_closure(op: Operation) -> Evidence:
         case = crm.get_case(str(op.target))
@@ -349,6 +355,7 @@ def effect_tools(
         reconcile=find_closure,
         authorize=hook,
         require_approval=require_approval,
+        **digests,
     )
     def close_case(case_id: str, resolution: str, ctx: EffectContext) -> dict[str, Any]:
         """Close a CRM case with a resolution."""
@@ -364,6 +371,7 @@ def effect_tools(
         reconcile=find_message,
         authorize=hook,
         require_approval=require_approval,
+        **digests,
     )
     def send_mail(to: str, subject: str, body: str, ctx: EffectContext) -> dict[str, Any]:
         """Send an e-mail."""
@@ -377,6 +385,7 @@ def effect_tools(
         contract=_NO_KEY,
         authorize=hook,
         require_approval=require_approval,
+        **digests,
     )
     def create_ticket(title: str, body: str) -> dict[str, Any]:
         """Open a ticket."""
@@ -925,6 +934,9 @@ class Scenario:
     resume_tenant: Literal["same", "absent", "other"] = "same"
     travel: Literal["none", "history", "fork"] = "none"
     reissue: Literal["none", "lost", "resend"] = "none"
+    tools_after: Sequence[BaseTool] | None = None
+    """The tools every run after the first uses: the deployment restarted with other
+    settings (a rotated ``payload_key``, listed after the new one)."""
     reused_ids: bool = False
     """A re-sent request's calls keep the first proposal's tool-call ids (``call_0``
     every turn), instead of new ones."""
@@ -979,7 +991,12 @@ class _LedgerCall:
     read: Callable[[Ledger | AsyncLedger], Any]
 
 
-_Request = _Invoke | _GetState | _History | _Fork | _LedgerCall
+@dataclass(frozen=True, slots=True)
+class _Rebuild:
+    """The deployment restarts with ``Scenario.tools_after`` (same ledger and saver)."""
+
+
+_Request = _Invoke | _GetState | _History | _Fork | _LedgerCall | _Rebuild
 
 
 @dataclass(slots=True)
@@ -1145,6 +1162,8 @@ def _story(sc: Scenario, tally: _Tally) -> Generator[_Request, Any, ScenarioRepo
         yield from run(first)
         if sc.between is not None:
             sc.between()
+    if sc.tools_after is not None:
+        yield _Rebuild()
     recorded = bool((yield from _thread_ops(sc))) if tenant is not None else False
     if tenant is not None and recorded and sc.resume_tenant == "absent":
         config = _thread_config(sc, None)  # the thread is bound: its tenant must be used
@@ -1600,7 +1619,7 @@ async def arun_scenario(
 
 def _start(
     sc: Scenario, ledger: Any, checkpointer: Any
-) -> tuple[Any, dict[str, Any], Generator[_Request, Any, ScenarioReport]]:
+) -> tuple[_Graphs, dict[str, Any], Generator[_Request, Any, ScenarioReport]]:
     node_kwargs: dict[str, Any] = {
         "tenant_id": None if sc.tenant_from_config else sc.thread_id,
         "lease_for": sc.lease_for,
@@ -1610,23 +1629,35 @@ def _start(
         node_kwargs["clock"] = sc.clock.now
     common: dict[str, Any] = {
         "ledger": ledger,
-        "checkpointer": checkpointer,
+        # One saver for the graph a restart rebuilds too (``Scenario.tools_after``).
+        "checkpointer": checkpointer if checkpointer is not None else InMemorySaver(),
         "control": sc.control,
         "node_kwargs": node_kwargs,
     }
-    if sc.face == "middleware":
-        graph = build_agent(sc.tools, sc.tool_calls, tool_retry=sc.tool_retry, **common)
-    else:
-        graph = build_graph(
-            sc.tools,
+
+    def graph_of(tools: Sequence[BaseTool]) -> Any:
+        if sc.face == "middleware":
+            return build_agent(tools, sc.tool_calls, tool_retry=sc.tool_retry, **common)
+        return build_graph(
+            tools,
             sc.tool_calls,
             subgraph=sc.subgraph,
             flakes=sc.flakes,
             fresh_ids=sc.reissue != "none" and not sc.reused_ids,
             **common,
         )
+
+    graphs = _Graphs(graph_of(sc.tools), lambda: graph_of(sc.tools_after or sc.tools))
     config: dict[str, Any] = {"configurable": {"thread_id": sc.thread_id}}
-    return graph, config, _story(sc, _Tally())
+    return graphs, config, _story(sc, _Tally())
+
+
+@dataclass(slots=True)
+class _Graphs:
+    """The scenario's graph, and how a restart with ``tools_after`` rebuilds it."""
+
+    graph: Any
+    rebuilt: Callable[[], Any]
 
 
 @contextmanager
@@ -1648,7 +1679,10 @@ def _outcome(fn: Callable[[], Any]) -> BaseException | None:
 
 
 def _drive_sync(
-    story: Generator[_Request, Any, ScenarioReport], graph: Any, config: dict[str, Any], ledger: Any
+    story: Generator[_Request, Any, ScenarioReport],
+    graphs: _Graphs,
+    config: dict[str, Any],
+    ledger: Any,
 ) -> ScenarioReport:
     value: Any = None
     while True:
@@ -1659,12 +1693,12 @@ def _drive_sync(
             return report
         match request:
             case _Invoke(inputs, at) if len(inputs) == 1:
-                value = [_outcome(lambda: graph.invoke(inputs[0], at or config))]
+                value = [_outcome(lambda: graphs.graph.invoke(inputs[0], at or config))]
             case _Invoke(inputs, at):
                 outcomes: list[BaseException | None] = [None] * len(inputs)
 
                 def resume(i: int, item: Any, out: list[BaseException | None]) -> None:
-                    out[i] = _outcome(lambda: graph.invoke(item, at or config))
+                    out[i] = _outcome(lambda: graphs.graph.invoke(item, at or config))
 
                 threads = [
                     threading.Thread(target=resume, args=(i, item, outcomes))
@@ -1676,21 +1710,26 @@ def _drive_sync(
                     t.join()
                 value = outcomes
             case _GetState():
-                value = graph.get_state(config)
+                value = graphs.graph.get_state(config)
             case _History():
-                value = list(graph.get_state_history(config))
+                value = list(graphs.graph.get_state_history(config))
             case _Fork(origin, values, as_node):
-                value = graph.update_state(origin, values, as_node=as_node)
+                value = graphs.graph.update_state(origin, values, as_node=as_node)
+            case _Rebuild():
+                graphs.graph, value = graphs.rebuilt(), None
             case _LedgerCall(read):
                 value = read(ledger)
 
 
 async def _drive_async(
-    story: Generator[_Request, Any, ScenarioReport], graph: Any, config: dict[str, Any], ledger: Any
+    story: Generator[_Request, Any, ScenarioReport],
+    graphs: _Graphs,
+    config: dict[str, Any],
+    ledger: Any,
 ) -> ScenarioReport:
     async def outcome(item: Any, at: dict[str, Any]) -> BaseException | None:
         try:
-            await graph.ainvoke(item, at)
+            await graphs.graph.ainvoke(item, at)
         except (InjectedCrash, Exception) as exc:
             return exc
         return None
@@ -1706,11 +1745,13 @@ async def _drive_async(
             case _Invoke(inputs, at):
                 value = list(await asyncio.gather(*(outcome(i, at or config) for i in inputs)))
             case _GetState():
-                value = await graph.aget_state(config)
+                value = await graphs.graph.aget_state(config)
             case _History():
-                value = [h async for h in graph.aget_state_history(config)]
+                value = [h async for h in graphs.graph.aget_state_history(config)]
             case _Fork(origin, values, as_node):
-                value = await graph.aupdate_state(origin, values, as_node=as_node)
+                value = await graphs.graph.aupdate_state(origin, values, as_node=as_node)
+            case _Rebuild():
+                graphs.graph, value = graphs.rebuilt(), None
             case _LedgerCall(read):
                 value = read(ledger)
                 if inspect.isawaitable(value):
@@ -1753,6 +1794,9 @@ class Kind(StrEnum):
     REUSED_IDS = "reused_ids"
     """As ``resent_request``, the model reusing its first proposal's tool-call ids (``call_0``
     every turn): an older ToolMessage with a new call's id answers nothing of it."""
+    KEY_ROTATION = "key_rotation"
+    """Only keyed digests kept (``store_payload=False``); the ``payload_key`` is rotated
+    between the first run and the resume, the old key listed after the new one."""
     SUMMARIZED = "summarized_thread"
     """As ``resent_request``, the answered exchange removed first (``RemoveMessage``):
     answered calls still repeat on purpose. Not drawn yet (``DRAWN``): issue 22, row 1."""
@@ -1922,19 +1966,26 @@ class Schedule:
         calls = [builtin_call(k, n, tag=tag) for n, k in enumerate(self.calls)]
         if self.twins:
             calls.insert(1, {**calls[0], "id": f"{calls[0]['id']}-twin"})
-        tools = (
-            control_tools(providers)
-            if control
-            else effect_tools(
-                providers,
-                authorize=self.revoke == "hook",
-                key_window=timedelta(0) if self.key_window_zero else RETENTION,
-                require_approval=self.approval,
+        rotated = self.kind is Kind.KEY_ROTATION and not control
+
+        def tools_of(keys: Sequence[str] | None) -> list[Any]:
+            if control:
+                return list(control_tools(providers))
+            return list(
+                effect_tools(
+                    providers,
+                    authorize=self.revoke == "hook",
+                    key_window=timedelta(0) if self.key_window_zero else RETENTION,
+                    require_approval=self.approval,
+                    payload_key=keys,
+                )
             )
-        )
+
+        tools = tools_of([_OLD_KEY] if rotated else None)
         story = self.kind
         return Scenario(
             tools=tools,
+            tools_after=tools_of([_NEW_KEY, _OLD_KEY]) if rotated else None,
             tool_calls=calls,
             providers=providers.all,
             clock=providers.clock,
@@ -1974,6 +2025,9 @@ class Schedule:
         """A copy with some fields changed (to pin a dimension in a test)."""
         return replace(self, **changes)
 
+
+_OLD_KEY, _NEW_KEY = "campaign-key-old-" + "5a" * 8, "campaign-key-new-" + "c3" * 8
+"""The ``payload_key`` a ``key_rotation`` schedule starts with, and the one it rotates to."""
 
 _TRAVEL: dict[Kind, Literal["history", "fork"]] = {Kind.HISTORY: "history", Kind.FORK: "fork"}
 _REISSUE: dict[Kind, Literal["lost", "resend"]] = {
