@@ -30,7 +30,7 @@ from langgraph_effects.testing.campaign import (
     stale_matrix,
 )
 from langgraph_effects.testing.faults import CrashPoint, run_in_child
-from langgraph_effects.testing.scenario import DRAWN, ProviderKind, Schedule
+from langgraph_effects.testing.scenario import DRAWN, Kind, ProviderKind, Schedule
 
 # A hang guard, not the budget: the randomized fixture is charged to its first test,
 # and on a loaded machine it can take minutes.
