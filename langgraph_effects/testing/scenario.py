@@ -1808,7 +1808,14 @@ class Kind(StrEnum):
     """A sibling read fails; the node's ``RetryPolicy`` re-runs every call of the node."""
 
 
-DRAWN: tuple[Kind, ...] = tuple(k for k in Kind if k is not Kind.SUMMARIZED)
+_FIRST_KINDS = tuple(
+    k for k in Kind if k not in (Kind.REUSED_IDS, Kind.KEY_ROTATION, Kind.SUMMARIZED)
+)
+"""The kinds drawn before the variants below existed: each seed still draws among these
+first, so its schedule is the one it always was."""
+_VARIANTS = {Kind.BASE: Kind.KEY_ROTATION, Kind.RESENT: Kind.REUSED_IDS}
+"""Half the schedules of a kind become its variant, by a random stream of their own."""
+DRAWN: tuple[Kind, ...] = (*_FIRST_KINDS, *_VARIANTS.values())
 """The kinds a schedule draws by default: those the library passes today. The others
 show what is still open (``python -m langgraph_effects.testing.campaign --kinds ...``)."""
 
@@ -1873,7 +1880,12 @@ class Schedule:
         rng = random.Random(seed)
         calls = tuple(rng.choice(list(ProviderKind)) for _ in range(rng.choice((1, 1, 2, 3))))
         base = cls._draw(rng, seed, calls)
-        kind = rng.choice(list(DRAWN if kinds is None else kinds))
+        if kinds is None:
+            kind = rng.choice(_FIRST_KINDS)
+            if kind in _VARIANTS and random.Random(f"variant-{seed}").random() < 0.5:
+                kind = _VARIANTS[kind]
+        else:
+            kind = rng.choice(list(kinds))
         if kind is Kind.BASE:
             return base
         faults = base.faults

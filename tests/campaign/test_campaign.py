@@ -172,7 +172,9 @@ def test_every_scenario_kind_is_drawn_and_reported(randomized: CampaignResult) -
     """The per-kind breakdown covers every kind, each with a fair share of the schedules."""
     assert set(randomized.kinds) == {k.value for k in DRAWN}
     assert sum(r.runs for r in randomized.kinds.values()) == SCHEDULES
-    assert min(r.runs for r in randomized.kinds.values()) > SCHEDULES // len(DRAWN) // 2
+    # A variant (reused_ids, key_rotation) takes half of its kind's schedules: a third of a
+    # fair share is the floor.
+    assert min(r.runs for r in randomized.kinds.values()) > SCHEDULES // len(DRAWN) // 3
     assert "control-duplicates" in randomized.breakdown()
 
 
