@@ -1808,7 +1808,7 @@ class Kind(StrEnum):
     """A sibling read fails; the node's ``RetryPolicy`` re-runs every call of the node."""
 
 
-_FIRST_KINDS = tuple(
+_FIRST_KINDS: tuple[Kind, ...] = tuple(
     k for k in Kind if k not in (Kind.REUSED_IDS, Kind.KEY_ROTATION, Kind.SUMMARIZED)
 )
 """The kinds drawn before the variants below existed: each seed still draws among these
@@ -1880,6 +1880,7 @@ class Schedule:
         rng = random.Random(seed)
         calls = tuple(rng.choice(list(ProviderKind)) for _ in range(rng.choice((1, 1, 2, 3))))
         base = cls._draw(rng, seed, calls)
+        kind: Kind
         if kinds is None:
             kind = rng.choice(_FIRST_KINDS)
             if kind in _VARIANTS and random.Random(f"variant-{seed}").random() < 0.5:
