@@ -294,7 +294,12 @@ def test_support_ticket_via_cli(tmp_path: Path) -> None:
     """--via-cli runs list, show and resolve through the console script and then continues."""
     out = run("support_ticket", "--via-cli", "--dir", tmp_path)
     assert_lines(
-        out, [r"\$ langgraph-effects resolve op-", r"is now confirmed", r"tickets created: 1\n"]
+        out,
+        [
+            r"\$ langgraph-effects resolve op-",
+            r"op-\S+ confirmed by \S+; the next run",
+            r"tickets created: 1\n",
+        ],
     )
 
 
