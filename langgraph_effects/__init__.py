@@ -39,6 +39,7 @@ if TYPE_CHECKING:
         Resolution,
     )
     from langgraph_effects.decide import DurabilityWarning
+    from langgraph_effects.decide.identity import NoCheckpointerWarning
     from langgraph_effects.effects import (
         Answerer,
         Authorizer,
@@ -153,6 +154,7 @@ __all__ = [
     "LedgerStats",
     "LedgerUnavailable",
     "MiddlewareOrderError",
+    "NoCheckpointerWarning",
     "OpenOperations",
     "Operation",
     "OperationDraft",
@@ -220,6 +222,7 @@ _FROM: dict[str, tuple[str, ...]] = {
         "Resolution",
     ),
     "langgraph_effects.decide": ("DurabilityWarning",),
+    "langgraph_effects.decide.identity": ("NoCheckpointerWarning",),
     "langgraph_effects.effects": (
         "Answerer",
         "Authorizer",

@@ -38,7 +38,6 @@ from langchain_core.tools import BaseTool
 from langgraph.prebuilt.tool_node import ToolCallRequest, msg_content_output
 from langgraph.types import Command
 
-from langgraph_effects.core.digest import canonical_json
 from langgraph_effects.core.model import Operation, OperationDraft, OperationStatus
 from langgraph_effects.decide import (
     OPERATIONS_KEY,
@@ -49,6 +48,7 @@ from langgraph_effects.decide import (
     tool_message,
     traced,
 )
+from langgraph_effects.decide.identity import Timeline, timeline_of, warn_no_checkpointer
 from langgraph_effects.effects import current_call, effect_spec
 from langgraph_effects.errors import EffectsError
 
@@ -56,7 +56,6 @@ __all__ = [
     "NO_CALL_ID",
     "TRACE_TAG",
     "Execution",
-    "Occurrences",
     "add_operations",
     "atrace_decision",
     "build_call",
@@ -64,6 +63,7 @@ __all__ = [
     "effect_result",
     "messages_of",
     "task_id_of",
+    "timeline_of_request",
     "trace_decision",
     "unanswered_calls",
 ]
@@ -93,89 +93,27 @@ def messages_of(state: Any, messages_key: str = "messages") -> list[Any]:
     return getattr(state, messages_key, None) or []
 
 
-class Occurrences:
-    """The place of a tool call among identical calls of its thread (see
-    ``occurrence_operation_id``), for the calls built from one state.
-
-    Identical means same tool and same canonical arguments. A call's place counts
-    the identical calls of earlier AIMessages that were answered (a ToolMessage
-    with their id), plus its index among identical calls of its own AIMessage.
-    The first call asked about for a tool counts the places of all that tool's
-    calls in one pass, each call canonicalised once: a task's calls cost one pass
-    over the thread, not one each.
-    """
-
-    def __init__(self, state: Any, messages_key: str = "messages") -> None:
-        self._messages = messages_of(state, messages_key)
-        self._places: dict[str, dict[tuple[bytes, Any], int]] = {}
-
-    def of(self, tool_call: ToolCall, canonical: bytes) -> int | None:
-        """The call's place (``canonical``: its arguments canonicalised); None when the
-        call has no id or is not found in the state's messages."""
-        call_id = tool_call.get("id")
-        if not call_id or not self._messages:
-            return None
-        name = tool_call["name"]
-        places = self._places.get(name)
-        if places is None:
-            places = self._places[name] = self._count(name)
-        return places.get((canonical, call_id))
-
-    def _count(self, name: str) -> dict[tuple[bytes, Any], int]:
-        """The place of every call of tool ``name``, by canonical arguments and id."""
-        answered = {m.tool_call_id for m in self._messages if isinstance(m, ToolMessage)}
-        places: dict[tuple[bytes, Any], int] = {}
-        earlier: dict[bytes, int] = {}  # answered identical calls of earlier AIMessages
-        for message in self._messages:
-            if not isinstance(message, AIMessage) or not message.tool_calls:
-                continue
-            index: dict[bytes, int] = {}
-            done: list[bytes] = []
-            for tool_call in message.tool_calls:
-                if tool_call["name"] != name:
-                    continue
-                try:
-                    args = canonical_json(tool_call["args"])
-                except EffectsError:
-                    continue  # identical to no call
-                call_id = tool_call.get("id")
-                # The last AIMessage holding the id is the call's own (some models
-                # reuse ids such as "call_0" from turn to turn): later places win.
-                places[args, call_id] = earlier.get(args, 0) + index.get(args, 0)
-                index[args] = index.get(args, 0) + 1
-                if call_id in answered:
-                    done.append(args)
-            for args in done:
-                earlier[args] = earlier.get(args, 0) + 1
-        return places
-
-
 def build_call(
     tool: BaseTool,
     tool_call: ToolCall,
     *,
     tenant_id: str,
     workflow_id: str,
-    state: Any = None,
-    messages_key: str = "messages",
+    timeline: Timeline | None = None,
     task_id: str | None = None,
     single: bool = True,
     siblings: dict[str, OperationDraft] | None = None,
     preapproved_by: str | None = None,
     user: str | None = None,
-    occurrences: Occurrences | None = None,
 ) -> EffectCall:
     """The ``EffectCall`` of a tool call, for a tenant and thread resolved by the face;
-    ``user``: the run's authenticated user (``decide.answers.authenticated_user``);
-    ``occurrences``: the places of ``state``'s calls, shared by the calls built together
-    (``effect_calls``)."""
+    ``timeline``: where its task runs (``timeline_of``; shared by the calls of a task);
+    ``user``: the run's authenticated user (``decide.answers.authenticated_user``)."""
     spec = effect_spec(tool)
     if spec is None:
         raise EffectsError(f"tool {tool.name!r} is not an effect")
-    try:
-        canonical: bytes | None = canonical_json(tool_call["args"])  # once per call
-    except EffectsError:
-        canonical = None  # EffectCall.build reports it
+    if timeline is not None and timeline.saver is None:
+        warn_no_checkpointer()
     return EffectCall.build(
         spec,
         tool_name=tool_call["name"],
@@ -187,10 +125,7 @@ def build_call(
         single=single,
         siblings=siblings,
         preapproved_by=preapproved_by,
-        occurrence=None
-        if canonical is None
-        else (occurrences or Occurrences(state, messages_key)).of(tool_call, canonical),
-        canonical=canonical,
+        timeline=timeline,
         task_id=task_id,
         user=user,
     )
@@ -223,22 +158,21 @@ def effect_calls(
     tool_calls: Sequence[ToolCall],
     *,
     thread: tuple[str, str],
-    state: Any,
-    messages_key: str = "messages",
+    timeline: Timeline | None = None,
     task_id: str | None = None,
     user: str | None = None,
     siblings: dict[str, OperationDraft] | None = None,
 ) -> list[EffectCall]:
     """The ``EffectCall`` of each effect tool's call among ``tool_calls``, in order.
 
-    ``thread`` is ``(workflow_id, tenant_id)``; ``user`` the run's authenticated user.
-    A call is ``single`` when it is the only one of ``tool_calls``. A call that cannot
-    be built (unknown tool, unstorable arguments) is left out: its own run reports it.
-    ``siblings``: filled with each built call's draft by operation id, and every call
-    knows it as its ``siblings`` (the calls of one task; none when not given).
+    ``thread`` is ``(workflow_id, tenant_id)``; ``timeline`` where the task runs;
+    ``user`` the run's authenticated user. A call is ``single`` when it is the only
+    one of ``tool_calls``. A call that cannot be built (unknown tool, unstorable
+    arguments) is left out: its own run reports it. ``siblings``: filled with each
+    built call's draft by operation id, and every call knows it as its ``siblings``
+    (the calls of one task; none when not given).
     """
     workflow_id, tenant_id = thread
-    occurrences = Occurrences(state, messages_key)  # one pass over the thread for all
     calls = []
     for tool_call in tool_calls:
         tool = tools.get(tool_call["name"])
@@ -250,20 +184,26 @@ def effect_calls(
                 tool_call,
                 tenant_id=tenant_id,
                 workflow_id=workflow_id,
-                state=state,
-                messages_key=messages_key,
+                timeline=timeline,
                 task_id=task_id,
                 single=len(tool_calls) <= 1,
                 siblings=siblings,
                 user=user,
-                occurrences=occurrences,
             )
         except Exception:
             continue
         if siblings is not None:
-            siblings[call.operation_id] = call.draft()
+            siblings.setdefault(call.operation_id, call.draft())
         calls.append(call)
     return calls
+
+
+def timeline_of_request(request: ToolCallRequest) -> Timeline | None:
+    """Where a hook's tool call runs (``decide.identity.timeline_of``)."""
+    runtime = request.runtime
+    if runtime is None:
+        return None
+    return timeline_of(getattr(runtime, "config", None), task_id_of(runtime))
 
 
 def task_id_of(runtime: Any) -> str | None:

@@ -31,6 +31,7 @@ from langgraph_effects.core.digest import (
     payload_digest,
     resolve_payload_keys,
 )
+from langgraph_effects.core.identity import FORK_MODES, ForkMode
 from langgraph_effects.core.model import Evidence, Operation, ProviderContract
 from langgraph_effects.errors import EffectsError, InvalidInput, MiddlewareOrderError
 
@@ -98,6 +99,7 @@ class EffectSpec:
     older_payload_keys: tuple[bytes, ...] = field(default=(), repr=False)
     """Keys rotated out, newest first: they digest no new record, they recognise the
     records they digested (``decide.loop.recognised``, docs/payload-keys.md)."""
+    forks: ForkMode = "replay"
 
     def digest_of(
         self, target: str | None, args: dict[str, Any], *, canonical: bytes | None = None
@@ -448,6 +450,7 @@ def effect(
     store_payload: bool = ...,
     payload_key: bytes | str | Sequence[bytes | str] | None = ...,
     answer: Answerer | None = ...,
+    forks: ForkMode = ...,
     name: str | None = ...,
     description: str | None = ...,
 ) -> Callable[[Callable[..., Any] | BaseTool], EffectTool]: ...
@@ -470,6 +473,7 @@ def effect(
     store_payload: bool = True,
     payload_key: bytes | str | Sequence[bytes | str] | None = None,
     answer: Answerer | None = None,
+    forks: ForkMode = "replay",
     name: str | None = None,
     description: str | None = None,
 ) -> Callable[[Callable[..., Any] | BaseTool], EffectTool] | EffectTool:
@@ -526,6 +530,11 @@ def effect(
             and every replay answer alike. Without it, such a record answers with the
             default ToolMessage (the result as content, or "... was carried out"), and a
             ``Command`` tool's update and ``goto`` are lost (``docs/middleware-order.md``).
+        forks: a thread forked or replayed from before this effect's answer (time
+            travel): ``"replay"`` (default) answers from the record, never sending
+            again; ``"new"`` sends again on the new branch an effect already
+            delivered on another one. A fork after the answer that asks again is a
+            new operation either way (``docs/identity.md``).
         name, description: override the tool's name and description.
 
     Returns:
@@ -537,6 +546,8 @@ def effect(
         return effect(str(name_))(action)
     if not action.strip():
         raise InvalidInput("an effect needs a non-blank action name")
+    if forks not in FORK_MODES:
+        raise InvalidInput(f"effect {action!r}: forks must be one of {FORK_MODES}, got {forks!r}")
     if store_payload and payload_key is not None:
         raise InvalidInput(
             f"effect {action!r}: payload_key is for store_payload=False "
@@ -569,6 +580,7 @@ def effect(
         answer=answer,
         payload_key=key,
         older_payload_keys=older,
+        forks=forks,
     )
 
     def decorate(obj: Callable[..., Any] | BaseTool) -> EffectTool:

@@ -54,6 +54,7 @@ from langgraph_effects._faces import (
     effect_calls,
     effect_result,
     task_id_of,
+    timeline_of_request,
     trace_decision,
     unanswered_calls,
 )
@@ -69,6 +70,7 @@ from langgraph_effects.decide import (
     record_refusals,
     warn_durability,
 )
+from langgraph_effects.decide.identity import timeline_of
 from langgraph_effects.effects import effect_spec
 from langgraph_effects.errors import MiddlewareOrderError
 from langgraph_effects.ledger.base import DEFAULT_LEASE
@@ -210,7 +212,7 @@ class EffectMiddleware(AgentMiddleware[EffectAgentState, Any, Any]):
             request.tool_call,
             tenant_id=tenant_id,
             workflow_id=workflow_id,
-            state=request.state,
+            timeline=timeline_of_request(request),
             task_id=task_id_of(request.runtime),
             preapproved_by=approver if gated else None,
             user=user,
@@ -322,11 +324,13 @@ class _BatchedEffectMiddleware(EffectMiddleware):
     def _gated(self, state: Any, runtime: Any, thread: tuple[str, str]) -> list[EffectCall]:
         edited = (state.get(_HITL_EDITS) or {}) if isinstance(state, dict) else {}
         tool_calls = [tc for tc in unanswered_calls(state) if tc["id"] not in edited]
+        timeline = timeline_of(_run_config(), task_id_of(runtime))
         calls = effect_calls(
             self._effect_tools,
             tool_calls,
             thread=thread,
-            state=state,
+            # Asked here, answered by the tool tasks of the next step.
+            timeline=None if timeline is None else timeline.asking(),
             task_id=task_id_of(runtime),
             user=authenticated_user(_run_config()),
         )

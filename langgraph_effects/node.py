@@ -44,6 +44,7 @@ from langgraph_effects._faces import (
     effect_result,
     messages_of,
     task_id_of,
+    timeline_of_request,
     trace_decision,
     unanswered_calls,
 )
@@ -61,6 +62,7 @@ from langgraph_effects.decide import (
     authenticated_user,
     warn_durability,
 )
+from langgraph_effects.decide.identity import timeline_of
 from langgraph_effects.effects import effect_spec
 from langgraph_effects.errors import EffectsError
 from langgraph_effects.ledger.base import DEFAULT_LEASE
@@ -412,7 +414,7 @@ class EffectToolNode(ToolNode):
         token = _TASK.set(task)
         try:
             if task is not None and task.state_input:
-                self._prepare(task, input, task_id_of(_runtime()), config or {})
+                self._prepare(task, task_id_of(_runtime()), config or {})
                 if self.approvals == "batched":
                     self.runner.ask_approvals(list(task.calls.values()))
             return super().invoke(input, config, **kwargs)
@@ -428,7 +430,7 @@ class EffectToolNode(ToolNode):
         token = _TASK.set(task)
         try:
             if task is not None and task.state_input:
-                await self._aprepare(task, input, task_id_of(_runtime()), config or {})
+                await self._aprepare(task, task_id_of(_runtime()), config or {})
                 if self.approvals == "batched":
                     await self.runner.aask_approvals(list(task.calls.values()))
             return await super().ainvoke(input, config, **kwargs)
@@ -456,13 +458,15 @@ class EffectToolNode(ToolNode):
         """
 
         def gated(state: Any, thread: Thread, config: RunnableConfig) -> list[EffectCall]:
+            task_id = task_id_of(_runtime())
+            timeline = timeline_of(config, task_id)
             return effect_calls(
                 self.tools_by_name,
                 unanswered_calls(state, self.messages_key),
                 thread=thread,
-                state=state,
-                messages_key=self.messages_key,
-                task_id=task_id_of(_runtime()),
+                # Asked here, answered by the tool node's tasks of the next step.
+                timeline=None if timeline is None else timeline.asking(),
+                task_id=task_id,
                 user=authenticated_user(config),
             )
 
@@ -496,7 +500,7 @@ class EffectToolNode(ToolNode):
     def _task_calls(
         self,
         task: _Task,
-        state: Any,
+        config: RunnableConfig,
         task_id: str | None,
         thread: Thread,
         user: str | None,
@@ -509,8 +513,7 @@ class EffectToolNode(ToolNode):
             tools,
             [tc for tc in task.tool_calls if effect_spec(tools.get(tc["name"]))],
             thread=thread,
-            state=state,
-            messages_key=self.messages_key,
+            timeline=timeline_of(config, task_id),
             task_id=task_id,
             user=user,
             siblings=drafts,
@@ -527,11 +530,14 @@ class EffectToolNode(ToolNode):
             and not c.single
         ]
         ids = [c.tool_call_id for c in batch]
-        return batch if len(batch) > 1 and len(set(ids)) == len(ids) else []
+        if len(batch) < 2 or len(set(ids)) != len(ids):
+            return []
+        # Identical calls share their first candidate id: only the first is prepared
+        # with the batch, the others walk on from its record (``decide.identity``).
+        first = {c.operation_id: c for c in reversed(batch)}
+        return [c for c in batch if first[c.operation_id] is c]
 
-    def _prepare(
-        self, task: _Task, state: Any, task_id: str | None, config: RunnableConfig
-    ) -> Thread:
+    def _prepare(self, task: _Task, task_id: str | None, config: RunnableConfig) -> Thread:
         """The task's thread, resolved once; its effect calls, prepared together.
 
         Done before the fan-out when the node's input is the calls' state (see
@@ -545,7 +551,7 @@ class EffectToolNode(ToolNode):
                     thread = self.runner.tenant_for(config, self.tenant_id)
                 drafts: dict[str, OperationDraft] = {}
                 user = authenticated_user(config)
-                calls = self._task_calls(task, state, task_id, thread, user, drafts)
+                calls = self._task_calls(task, config, task_id, thread, user, drafts)
                 batch = self._batch(calls) if not self.runner.is_async else []
                 prepared: list[Prepared] = []
                 if batch:
@@ -563,9 +569,7 @@ class EffectToolNode(ToolNode):
         assert task.thread is not None
         return task.thread
 
-    async def _aprepare(
-        self, task: _Task, state: Any, task_id: str | None, config: RunnableConfig
-    ) -> Thread:
+    async def _aprepare(self, task: _Task, task_id: str | None, config: RunnableConfig) -> Thread:
         """The async twin of ``_prepare``."""
         if task.thread is not None:
             return task.thread
@@ -575,7 +579,7 @@ class EffectToolNode(ToolNode):
                     thread = await self.runner.atenant_for(config, self.tenant_id)
                 drafts: dict[str, OperationDraft] = {}
                 user = authenticated_user(config)
-                calls = self._task_calls(task, state, task_id, thread, user, drafts)
+                calls = self._task_calls(task, config, task_id, thread, user, drafts)
                 batch = self._batch(calls)
                 prepared: list[Prepared] = []
                 if batch:
@@ -654,8 +658,7 @@ class EffectToolNode(ToolNode):
             request.tool_call,
             tenant_id=tenant_id,
             workflow_id=workflow_id,
-            state=request.state,
-            messages_key=self.messages_key,
+            timeline=timeline_of_request(request),
             task_id=task_id_of(request.runtime),
             single=task is None or task.effect_calls <= 1,
             siblings=None if task is None else task.drafts,
@@ -690,7 +693,7 @@ class EffectToolNode(ToolNode):
             if task is None:
                 thread = self.runner.tenant_for(config, self.tenant_id)
             else:
-                thread = self._prepare(task, request.state, task_id_of(request.runtime), config)
+                thread = self._prepare(task, task_id_of(request.runtime), config)
             call = self._call(request, thread, task)
             handoff = None if task is None else task.take(call)
             trace = Trace()
@@ -725,9 +728,7 @@ class EffectToolNode(ToolNode):
                 if task is None:
                     thread = await self.runner.atenant_for(config, self.tenant_id)
                 else:
-                    thread = await self._aprepare(
-                        task, request.state, task_id_of(request.runtime), config
-                    )
+                    thread = await self._aprepare(task, task_id_of(request.runtime), config)
                 call = self._call(request, thread, task)
                 handoff = None if task is None else task.take(call)
                 trace = Trace()

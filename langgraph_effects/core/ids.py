@@ -13,7 +13,7 @@ import hashlib
 from langgraph_effects.core.digest import canonical_json
 from langgraph_effects.errors import InvalidInput
 
-__all__ = ["idempotency_key", "intent_operation_id", "occurrence_operation_id", "operation_id"]
+__all__ = ["candidate_operation_id", "idempotency_key", "intent_operation_id", "operation_id"]
 
 
 def _hash_id(prefix: str, *parts: object) -> str:
@@ -36,23 +36,27 @@ def operation_id(
     return _hash_id("op-", "call", tenant_id, workflow_id, tool_call_id, action, payload_digest)
 
 
-def occurrence_operation_id(
-    *, tenant_id: str, workflow_id: str, action: str, payload_digest: str, occurrence: int
+def candidate_operation_id(
+    *,
+    tenant_id: str,
+    workflow_id: str,
+    action: str,
+    payload_digest: str,
+    index: int,
+    scope: str | None = None,
 ) -> str:
-    """The default id of a tool call whose place in the thread's messages is known.
+    """The ``index``-th candidate id of a call of ``action`` with this payload on a thread.
 
-    ``occurrence`` counts the identical calls (same action and digest) the
-    thread already answered, plus the call's index among identical calls of
-    its own AIMessage. A call re-issued with a new tool-call id (the AIMessage
-    was lost in a crash, or the user sent the request again) meets the same
-    operation, because the call it repeats was never answered; a call repeated
-    on purpose after the first one was answered is a new operation.
+    ``op_0, op_1, ...``: a call takes the first candidate whose record is not
+    another operation (``core.identity.judge``, ``docs/identity.md``). ``scope``
+    narrows the thread where no checkpointer keeps one (the run's own step), so a
+    stateless service never meets last week's request. The hash is the one
+    earlier releases gave a call's occurrence, so their records are met again.
     """
-    if occurrence < 0:
-        raise InvalidInput("occurrence must not be negative")
-    return _hash_id(
-        "op-", "occurrence", tenant_id, workflow_id, action, payload_digest, str(occurrence)
-    )
+    if index < 0:
+        raise InvalidInput("a candidate index must not be negative")
+    thread = workflow_id if scope is None else f"{workflow_id}@{scope}"
+    return _hash_id("op-", "occurrence", tenant_id, thread, action, payload_digest, str(index))
 
 
 def intent_operation_id(*, tenant_id: str, action: str, intent_key: str) -> str:

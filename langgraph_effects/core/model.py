@@ -413,6 +413,9 @@ class OperationDraft(_Frozen):
     """How long after the first dispatch the provider still deduplicates ``idempotency_key``
     (its window minus a safety margin); None: no key contract, or not recorded."""
     tool_call_id: str | None = None
+    origin: str | None = None
+    """Where the call was met (``core.identity``: task, tool-call id, step checkpoints),
+    as the JSON text the record keeps; None for a call outside a graph task."""
 
     @field_validator("tenant_id", "operation_id", "action")
     @classmethod
@@ -469,6 +472,8 @@ class Operation(_Frozen):
     authorization_ref: str | None = None
     provider: str | None = None
     tool_call_id: str | None = None
+    origin: str | None = None
+    """The origins of the calls that are this operation (``core.identity``), JSON text."""
     status: OperationStatus
     idempotency_key: str | None = None
     key_retention_seconds: float | None = None

@@ -46,6 +46,7 @@ from langgraph_effects.ledger.base import (
 
 __all__ = [
     "Action",
+    "Adopt",
     "Approve",
     "Ask",
     "BindThread",
@@ -296,6 +297,18 @@ class RecordEvidence(LedgerAction[Operation]):
     def _on(self, ledger: Ledger | AsyncLedger) -> Operation | Awaitable[Operation]:
         k = self.key
         return ledger.record_evidence(k.tenant_id, k.operation_id, self.evidence, self.answer)
+
+
+@dataclass(frozen=True, slots=True)
+class Adopt(LedgerAction[Operation | None]):
+    key: OperationKey
+    origin: str
+    expected: str | None
+
+    def _on(self, ledger: Ledger | AsyncLedger) -> Operation | Awaitable[Operation | None] | None:
+        return ledger.adopt(
+            self.key.tenant_id, self.key.operation_id, origin=self.origin, expected=self.expected
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -52,6 +52,7 @@ from langgraph_effects.decide.answers import (
     round_id,
 )
 from langgraph_effects.decide.call import EffectCall
+from langgraph_effects.decide.identity import find_operation
 from langgraph_effects.decide.loop import Loop, recognised
 from langgraph_effects.errors import EffectsError
 from langgraph_effects.review import (
@@ -180,16 +181,23 @@ def ask_approvals(loop: Loop, calls: Sequence[EffectCall]) -> Generator[Action, 
     """
     gated: list[EffectCall] = []
     ops: dict[str, Operation] = {}
+
+    def _prepare(c: EffectCall) -> Prepare:
+        return Prepare(c.draft(), lease_for=loop.lease_for)
+
     for call in calls:
         if not call.spec.require_approval or call.preapproved_by is not None:
             continue
         if call.spec.older_payload_keys:
             call = yield from recognised(call)  # asked before a key rotation: the same
-        if call.operation_id in ops:
+        if call.by_intent and call.operation_id in ops:
             continue  # the same operation twice (an intent key): asked once
         try:
-            prepared = yield from ledger(Prepare(call.draft(), lease_for=loop.lease_for))
+            prepared = yield from ledger(_prepare(call))
+            call, prepared = yield from find_operation(call, prepared, _prepare)
         except EffectsError:
+            continue
+        if call.operation_id in ops:
             continue
         gated.append(call)
         ops[call.operation_id] = prepared.operation

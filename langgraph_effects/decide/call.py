@@ -9,16 +9,17 @@ computed from that text and the draft carries it to the ledger.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from langgraph_effects.core.digest import canonical_json
+from langgraph_effects.core.identity import encode_origins
 from langgraph_effects.core.ids import (
+    candidate_operation_id,
     idempotency_key,
     intent_operation_id,
-    occurrence_operation_id,
-    operation_id,
 )
 from langgraph_effects.core.model import (
     Operation,
@@ -27,6 +28,9 @@ from langgraph_effects.core.model import (
     key_retention_seconds,
 )
 from langgraph_effects.effects import EffectContext, EffectSpec
+
+if TYPE_CHECKING:
+    from langgraph_effects.decide.identity import Timeline
 
 __all__ = ["EffectCall", "Execute", "ProviderResult"]
 
@@ -69,9 +73,13 @@ class EffectCall:
     preapproved_by: str | None = None
     """A person already approved this exact call upstream (LangChain's HITL middleware):
     the approval is recorded under that name instead of asking twice."""
-    occurrence: int | None = None
-    """The call's place among identical calls of its thread (``occurrence_operation_id``);
-    None when the thread's messages are not at hand (the id then uses the tool-call id)."""
+    timeline: Timeline | None = field(default=None, repr=False, compare=False)
+    """Where the call runs (``decide.identity``): its task, step and their lineage; None
+    outside a graph task."""
+    index: int = 0
+    """Which of the call's candidate ids this is (``core.ids.candidate_operation_id``)."""
+    by_intent: bool = False
+    """The id is the application's intent key's: one operation, never walked."""
     task_id: str | None = None
     """LangGraph's task running the call: answers it applied are recorded under it, so
     the values LangGraph hands that task again are recognised and never re-applied."""
@@ -94,7 +102,8 @@ class EffectCall:
         single: bool = True,
         siblings: Mapping[str, OperationDraft] | None = None,
         preapproved_by: str | None = None,
-        occurrence: int | None = None,
+        timeline: Timeline | None = None,
+        index: int = 0,
         task_id: str | None = None,
         user: str | None = None,
         canonical: bytes | None = None,
@@ -103,9 +112,9 @@ class EffectCall:
         """Derive target, digest and ids (``canonical``: ``args`` already canonicalised;
         ``digest``: the payload digest when it is known, one under a key rotated out).
 
-        The operation id, in order of preference: the application's intent key;
-        else tenant, thread, action, digest and the call's ``occurrence`` in the
-        thread; else tenant, thread, tool-call id, action and digest.
+        The operation id: the application's intent key's; else the ``index``-th
+        candidate of tenant, thread, action and digest, which the decision loop
+        walks from 0 to the call's operation (``decide.identity``).
         """
         args = dict(args)
         target = spec.target_of(args)
@@ -115,21 +124,14 @@ class EffectCall:
         intent = spec.intent_of(args)
         if intent is not None:
             op_id = intent_operation_id(tenant_id=tenant_id, action=spec.action, intent_key=intent)
-        elif occurrence is not None:
-            op_id = occurrence_operation_id(
-                tenant_id=tenant_id,
-                workflow_id=workflow_id,
-                action=spec.action,
-                payload_digest=digest,
-                occurrence=occurrence,
-            )
         else:
-            op_id = operation_id(
+            op_id = candidate_operation_id(
                 tenant_id=tenant_id,
                 workflow_id=workflow_id,
-                tool_call_id=tool_call_id,
                 action=spec.action,
                 payload_digest=digest,
+                index=index,
+                scope=None if timeline is None else timeline.scope,
             )
         key = idempotency_key(op_id)
         draft = OperationDraft.with_payload_json(
@@ -148,6 +150,7 @@ class EffectCall:
             # the CLI and reviews judge a resend from the record alone.
             key_retention_seconds=key_retention_seconds(spec.contract),
             tool_call_id=tool_call_id,
+            origin=None if timeline is None else encode_origins([timeline.origin(tool_call_id)]),
         )
         return cls(
             spec=spec,
@@ -163,7 +166,9 @@ class EffectCall:
             single=single,
             siblings={} if siblings is None else siblings,
             preapproved_by=preapproved_by,
-            occurrence=occurrence,
+            timeline=timeline,
+            index=index,
+            by_intent=intent is not None,
             task_id=task_id,
             user=user,
             write_ahead=draft,
@@ -194,8 +199,33 @@ class EffectCall:
     def key(self) -> OperationKey:
         return OperationKey(tenant_id=self.tenant_id, operation_id=self.operation_id)
 
+    def at(self, index: int) -> EffectCall:
+        """The same call at its ``index``-th candidate id (``decide.identity``)."""
+        op_id = candidate_operation_id(
+            tenant_id=self.tenant_id,
+            workflow_id=self.workflow_id,
+            action=self.spec.action,
+            payload_digest=self.payload_digest,
+            index=index,
+            scope=None if self.timeline is None else self.timeline.scope,
+        )
+        return self.at_id(op_id, index=index)
+
+    def at_id(self, op_id: str, *, index: int | None = None) -> EffectCall:
+        """The same call under operation id ``op_id`` (a candidate, or a known record's)."""
+        key = idempotency_key(op_id)
+        draft = self.write_ahead.model_copy(update={"operation_id": op_id, "idempotency_key": key})
+        return dataclasses.replace(
+            self,
+            operation_id=op_id,
+            idempotency_key=key,
+            index=self.index if index is None else index,
+            write_ahead=draft,
+        )
+
     def with_args(self, args: Mapping[str, Any]) -> EffectCall:
-        """The same tool call with other arguments: another digest, another operation."""
+        """The same tool call with other arguments: another digest, so its identity is
+        derived again from its first candidate (the decision loop walks it)."""
         return self._rebuilt(args=args)
 
     def with_digest(self, digest: str) -> EffectCall:
@@ -213,7 +243,7 @@ class EffectCall:
             single=self.single,
             siblings=self.siblings,
             preapproved_by=self.preapproved_by,
-            occurrence=self.occurrence,
+            timeline=self.timeline,
             task_id=self.task_id,
             user=self.user,
             digest=digest,

@@ -103,6 +103,7 @@ from langgraph_effects.decide.answers import (
     verified_as,
 )
 from langgraph_effects.decide.call import EffectCall, ProviderResult
+from langgraph_effects.decide.identity import find_operation
 from langgraph_effects.decide.messages import Trace, Via, conflicted, message_text, recordable
 from langgraph_effects.decide.policy import Policy
 from langgraph_effects.errors import (
@@ -251,22 +252,25 @@ class Loop:
         spec = call.spec
         if spec.older_payload_keys and handoff is None:
             call = yield from recognised(call)
-        p = _Pass(call=call, trace=trace if trace is not None else Trace())
+        # Write-ahead. Fused with the claim unless a person or a hook must
+        # speak before the first dispatch.
+        fused = not (spec.require_approval or spec.authorize is not None)
+
+        def prepare(c: EffectCall) -> Prepare:
+            return Prepare(c.draft(), owner=owner if fused else None, lease_for=self.lease_for)
+
         if handoff is not None and handoff.operation.operation_id == call.operation_id:
-            op = handoff.operation
-            p.claimed = handoff.created and op.status is S.DISPATCHING
+            prepared = handoff
         else:
-            # Write-ahead. Fused with the claim unless a person or a hook must
-            # speak before the first dispatch.
-            fused = not (spec.require_approval or spec.authorize is not None)
             crash_point(CrashPoint.BEFORE_PREPARE)
-            prepared = yield from ledger(
-                Prepare(call.draft(), owner=owner if fused else None, lease_for=self.lease_for)
-            )
-            op = prepared.operation
-            p.claimed = fused and prepared.created
-            if not p.claimed and prepared.created:
-                crash_point(CrashPoint.AFTER_PREPARE)
+            prepared = yield from ledger(prepare(call))
+        # Which operation the call is: op_0's record, or a later candidate's.
+        call, prepared = yield from find_operation(call, prepared, prepare)
+        p = _Pass(call=call, trace=trace if trace is not None else Trace())
+        op = prepared.operation
+        p.claimed = prepared.created and op.status is S.DISPATCHING
+        if prepared.created and not p.claimed:
+            crash_point(CrashPoint.AFTER_PREPARE)
 
         last: Step | None = None
         for _ in range(_MAX_STEPS):
@@ -1084,8 +1088,14 @@ class Loop:
         """A reviewer's edit is a new call: a new operation, approved by that reviewer."""
         assert answer.edited_args is not None
         assert answer.by is not None
-        new_call = p.call.with_args(answer.edited_args)
-        prepared = yield from ledger(Prepare(new_call.draft(), lease_for=self.lease_for))
+        edited = p.call.with_args(answer.edited_args)
+
+        def prepare(c: EffectCall) -> Prepare:
+            return Prepare(c.draft(), lease_for=self.lease_for)
+
+        # Its own operation: an edit equal to an answered call or to a sibling is not it.
+        prepared = yield from ledger(prepare(edited))
+        new_call, prepared = yield from find_operation(edited, prepared, prepare)
         new_op = prepared.operation
         if new_op.status is S.PREPARED and new_op.authorization_ref is None:
             new_op = yield from self._guarded(
@@ -1123,7 +1133,7 @@ class Loop:
         new_op = yield from ledger(Get(OperationKey(tenant_id=op.tenant_id, operation_id=new_id)))
         if new_op is None or not new_op.payload_stored or not isinstance(new_op.payload, dict):
             return None
-        p.call = p.call.with_args(new_op.payload)
+        p.call = p.call.with_args(new_op.payload).at_id(new_op.operation_id)
         return new_op
 
     def _apply_elsewhere(

@@ -103,9 +103,10 @@ def warn_durability(config: Mapping[str, Any] | None) -> None:
         return
     # LangGraph leaves the key out when ``durability`` is not passed, and then
     # runs with its default, "async" (so does LangGraph Server).
-    mode = config.get("configurable", {}).get("__pregel_durability") or "async"
-    if mode == "sync":
-        return
+    conf = config.get("configurable", {})
+    mode = conf.get("__pregel_durability") or "async"
+    if mode == "sync" or conf.get("__pregel_checkpointer") is None:
+        return  # saved before the tools run, or nothing saved (NoCheckpointerWarning)
     _durability_warned = True
     message = (
         f"langgraph-effects: this graph runs with durability={mode!r}. A crash before the "

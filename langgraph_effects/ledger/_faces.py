@@ -310,6 +310,13 @@ class SyncFace(_Face, Ledger):
             queries.bind_thread(self._dialect, self._clock, workflow_id, tenant_id)
         )
 
+    def adopt(
+        self, tenant_id: str, operation_id: str, *, origin: str, expected: str | None
+    ) -> Operation | None:
+        return self._execute(
+            queries.adopt(self._dialect, tenant_id, operation_id, origin, expected)
+        )
+
     def get(self, tenant_id: str, operation_id: str) -> Operation | None:
         return self._execute(queries.get(self._dialect, tenant_id, operation_id))
 
@@ -587,6 +594,13 @@ class AsyncFace(_Face, AsyncLedger):
     async def bind_thread(self, workflow_id: str, tenant_id: str) -> str:
         return await self._execute(
             queries.bind_thread(self._dialect, self._clock, workflow_id, tenant_id)
+        )
+
+    async def adopt(
+        self, tenant_id: str, operation_id: str, *, origin: str, expected: str | None
+    ) -> Operation | None:
+        return await self._execute(
+            queries.adopt(self._dialect, tenant_id, operation_id, origin, expected)
         )
 
     async def get(self, tenant_id: str, operation_id: str) -> Operation | None:

@@ -82,6 +82,7 @@ PAUSE = "pause"
 STATS_COUNTS = "stats_counts"
 STATS_EVIDENCE = "stats_evidence"
 BIND_THREAD = "bind_thread"
+ADOPT = "adopt"
 OPEN_OPERATIONS = "open_operations"
 OPEN_COUNT = "open_count"
 
@@ -107,6 +108,7 @@ STATEMENT_NAMES = (
     STATS_COUNTS,
     STATS_EVIDENCE,
     BIND_THREAD,
+    ADOPT,
 )
 """Every name a ledger dialect defines besides the engine's schema statements
 (``FEED_PENDING`` and ``PAUSE`` are optional, for a backend whose event ids may

@@ -9,6 +9,7 @@ from datetime import datetime
 from langgraph_effects.core.model import EventKind, Operation, OperationEvent, OperationStatus
 from langgraph_effects.errors import InvalidInput
 from langgraph_effects.ledger._programs import (
+    ADOPT,
     BIND_THREAD,
     EVENTS,
     FEED,
@@ -59,6 +60,21 @@ def bind_thread(
     # Relaxed like a receipt: the binding is durable once the write-ahead record that
     # uses it (the next synchronous commit to the same log) is, before any provider call.
     return Program(steps(), writes=True, relaxed=True)
+
+
+def adopt(
+    dialect: Dialect, tenant_id: str, operation_id: str, origin: str, expected: str | None
+) -> Program[Operation | None]:
+    """The program of ``Ledger.adopt``: one conditional write of the ``origin`` column."""
+
+    def steps() -> Statements[Result[Operation | None]]:
+        rows = yield Statement(
+            ADOPT,
+            {**row_key(tenant_id, operation_id), "origin": origin, "expected": expected},
+        )
+        return Result(load_operation(dialect, rows[0]) if rows else None)
+
+    return Program(steps(), writes=True)
 
 
 def get(dialect: Dialect, tenant_id: str, operation_id: str) -> Program[Operation | None]:

@@ -372,6 +372,16 @@ class Ledger(Protocol):
             caller refuses to run a thread under a tenant it is not bound to.
         """
 
+    def adopt(
+        self, tenant_id: str, operation_id: str, *, origin: str, expected: str | None
+    ) -> Operation | None:
+        """Replace an operation's ``origin`` (``core.identity``) if it is still ``expected``.
+
+        One conditional write; nothing else of the record changes (no status, no
+        version, no event). Returns the record as written, or None when the origin
+        moved meanwhile (or there is no such operation): re-read and judge again.
+        """
+
     def get(self, tenant_id: str, operation_id: str) -> Operation | None:
         """The record of one operation; None for an unknown id or another tenant's operation."""
 
@@ -560,6 +570,11 @@ class AsyncLedger(Protocol):
 
     async def bind_thread(self, workflow_id: str, tenant_id: str) -> str:
         """Coroutine twin of ``Ledger.bind_thread``; the same contract."""
+
+    async def adopt(
+        self, tenant_id: str, operation_id: str, *, origin: str, expected: str | None
+    ) -> Operation | None:
+        """Coroutine twin of ``Ledger.adopt``; the same contract."""
 
     async def get(self, tenant_id: str, operation_id: str) -> Operation | None:
         """Coroutine twin of ``Ledger.get``; the same contract."""

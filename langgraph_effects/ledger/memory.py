@@ -561,6 +561,18 @@ class InMemoryLedger(Ledger):
             self._require_setup()
             return self._threads.setdefault(workflow_id, tenant_id)
 
+    def adopt(
+        self, tenant_id: str, operation_id: str, *, origin: str, expected: str | None
+    ) -> Operation | None:
+        with self._lock:
+            self._require_setup()
+            key = (tenant_id, operation_id)
+            op = self._rows.get(key)
+            if op is None or op.origin != expected:
+                return None
+            op = self._rows[key] = op.model_copy(update={"origin": origin})
+            return op
+
     def get(self, tenant_id: str, operation_id: str) -> Operation | None:
         with self._lock:
             self._require_setup()

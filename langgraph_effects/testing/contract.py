@@ -191,6 +191,7 @@ class LedgerContract:
             target="contact:ada",
             tool_call_id="call-1",
             key_retention_seconds=86100.5,
+            origin='[{"task":"t1","call":"call-1","steps":[["","c1"]]}]',
         )
         prepared = ledger.prepare(draft)
         op = prepared.operation
@@ -796,6 +797,24 @@ class LedgerContract:
             ledger.bind_thread("", "tenant-a")
         with pytest.raises(InvalidInput):
             ledger.bind_thread("thread-3", "")
+
+    def test_adopt_replaces_the_origin_only_while_it_is_the_expected_one(
+        self, ledger: Ledger, clock: ManualClock
+    ) -> None:
+        """adopt is one conditional write of ``origin``: no version, status or event moves."""
+        first = ledger.prepare(make_draft(origin="a")).operation
+        clock.advance(seconds=1)
+        adopted = ledger.adopt(T, "op-1", origin="a+b", expected="a")
+        assert adopted is not None
+        assert adopted.origin == "a+b"
+        assert adopted.model_copy(update={"origin": "a"}) == first
+        assert ledger.adopt(T, "op-1", origin="a+c", expected="a") is None  # moved meanwhile
+        assert ledger.get(T, "op-1") == adopted
+        assert len(ledger.events(T, "op-1")) == 1
+        ledger.prepare(make_draft("op-2"))
+        assert ledger.adopt(T, "op-2", origin="x", expected=None) is not None  # from none
+        assert ledger.adopt(T, "op-missing", origin="x", expected=None) is None
+        assert ledger.adopt("tenant-b", "op-1", origin="x", expected="a+b") is None
 
     def test_get_of_another_tenants_operation_is_none(self, ledger: Ledger) -> None:
         """get scopes by tenant: another tenant's operation id reads as absent."""

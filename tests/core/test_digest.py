@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from langgraph_effects.core.digest import canonical_json, payload_digest
-from langgraph_effects.core.ids import occurrence_operation_id, operation_id
+from langgraph_effects.core.ids import candidate_operation_id, operation_id
 from langgraph_effects.errors import InvalidInput
 
 
@@ -196,7 +196,7 @@ def test_digests_and_ids_are_the_ones_already_stored() -> None:
     assert digest == "b1d7ef27a8855406ee52aaaec36935e44dbe893f0d7eabb6eae522ac17706ad5"
     thread = {"tenant_id": "acme", "workflow_id": "thread-1", "action": "tickets.create"}
     assert (
-        occurrence_operation_id(**thread, payload_digest=digest, occurrence=2)
+        candidate_operation_id(**thread, payload_digest=digest, index=2)
         == "op-r2kfotvxszjmxtm2shhjwjniju6raizk"
     )
     assert (

@@ -628,7 +628,6 @@ def test_ainvoke_runs_a_sync_ledger_and_reconciler_off_the_event_loop() -> None:
         args=tool_call["args"],
         tenant_id="default",
         workflow_id="thread-1",
-        occurrence=0,  # the first call of its kind in the thread
     )
     ledger.prepare(call.draft(), owner=ELSEWHERE, lease_for=LEASE)
     crm.close_case("C-1", "refund", idempotency_key=call.idempotency_key)

@@ -534,7 +534,6 @@ def test_two_approvals_each_apply_to_their_own_operation(env: Env) -> None:
             args=tc["args"],
             tenant_id="default",
             workflow_id="t1",
-            occurrence=0,  # the first call of its kind in the thread
         ).operation_id
         for tc in calls
     }

@@ -67,7 +67,7 @@ def test_a_v1_sqlite_ledger_upgrades_with_setup(sqlite_path: Path) -> None:
         ledger = SQLiteLedger(conn, clock=clock)
         ledger.setup()
         (version,) = conn.execute("SELECT MAX(version) FROM lge_schema_version").fetchone()
-        assert version == len(MIGRATIONS) == 3
+        assert version == len(MIGRATIONS) == 4
         _check_upgraded(ledger, clock)
     finally:
         conn.close()
@@ -97,5 +97,5 @@ def test_a_v1_postgres_ledger_upgrades_with_setup(pg_url: str) -> None:
         with psycopg.connect(pg_url, row_factory=dict_row) as conn:
             row = conn.execute("SELECT MAX(version) AS v FROM lge_schema_version").fetchone()
         assert row is not None
-        assert row["v"] == len(MIGRATIONS) == 3
+        assert row["v"] == len(MIGRATIONS) == 4
         _check_upgraded(ledger, clock)

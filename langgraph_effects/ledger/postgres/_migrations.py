@@ -113,4 +113,7 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         ON CONFLICT DO NOTHING
         """,
     ),
+    # 4: where each operation's calls were met (``core.identity``): the identity
+    # of a later identical call follows delivery, not the messages it sees.
+    ("ALTER TABLE lge_operations ADD COLUMN origin text",),
 )

@@ -94,17 +94,18 @@ WITH draft AS (
         tenant_id text, operation_id text, workflow_id text, action text,
         action_version integer, target text, payload_digest text, payload text,
         payload_stored boolean, authorization_ref text, provider text,
-        idempotency_key text, key_retention_seconds double precision, tool_call_id text)
+        idempotency_key text, key_retention_seconds double precision, tool_call_id text,
+        origin text)
 ), inserted AS (
     INSERT INTO lge_operations (
         tenant_id, operation_id, workflow_id, action, action_version, target,
         payload_digest, payload, payload_stored, authorization_ref, provider, tool_call_id,
-        idempotency_key, key_retention_seconds, status, attempts, lease_owner,
+        origin, idempotency_key, key_retention_seconds, status, attempts, lease_owner,
         lease_expires_at, fencing_token, record_version, created_at, updated_at,
         status_changed_at, first_dispatched_at, last_dispatched_at)
     SELECT tenant_id, operation_id, workflow_id, action, action_version, target,
         payload_digest, payload::jsonb, payload_stored, authorization_ref, provider, tool_call_id,
-        idempotency_key, key_retention_seconds, %(status)s, %(attempts)s, %(lease_owner)s,
+        origin, idempotency_key, key_retention_seconds, %(status)s, %(attempts)s, %(lease_owner)s,
         %(lease_expires_at)s, %(fencing_token)s, %(record_version)s, %(now)s, %(now)s, %(now)s,
         %(dispatched_at)s, %(dispatched_at)s
     FROM draft
@@ -143,12 +144,12 @@ WITH inserted AS (
     INSERT INTO lge_operations (
         tenant_id, operation_id, workflow_id, action, action_version, target,
         payload_digest, payload, payload_stored, authorization_ref, provider, tool_call_id,
-        idempotency_key, key_retention_seconds, status, attempts, lease_owner,
+        origin, idempotency_key, key_retention_seconds, status, attempts, lease_owner,
         lease_expires_at, fencing_token, record_version, created_at, updated_at,
         status_changed_at, first_dispatched_at, last_dispatched_at)
     VALUES (%(tenant_id)s, %(operation_id)s, %(workflow_id)s, %(action)s, %(action_version)s,
         %(target)s, %(payload_digest)s, %(payload)s::jsonb, %(payload_stored)s,
-        %(authorization_ref)s, %(provider)s, %(tool_call_id)s, %(idempotency_key)s,
+        %(authorization_ref)s, %(provider)s, %(tool_call_id)s, %(origin)s, %(idempotency_key)s,
         %(key_retention_seconds)s, %(status)s, %(attempts)s, %(lease_owner)s,
         %(lease_expires_at)s, %(fencing_token)s, %(record_version)s, %(now)s, %(now)s, %(now)s,
         %(dispatched_at)s, %(dispatched_at)s)
@@ -375,6 +376,14 @@ ON CONFLICT (workflow_id) DO UPDATE SET workflow_id = excluded.workflow_id
 RETURNING tenant_id
 """
 
+# Not a transition: the record's version, status and events stay as they are.
+ADOPT_SQL = """
+UPDATE lge_operations SET origin = %(origin)s
+WHERE tenant_id = %(tenant_id)s AND operation_id = %(operation_id)s
+    AND origin IS NOT DISTINCT FROM %(expected)s
+RETURNING *
+"""
+
 FILTERS = {
     "tenant_id": "tenant_id = %(tenant_id)s",
     "status": "status = %(status)s",
@@ -413,6 +422,7 @@ DIALECT = engine.Dialect(
         ledger.STATS_COUNTS: STATS_COUNTS_SQL,
         ledger.STATS_EVIDENCE: STATS_EVIDENCE_SQL,
         ledger.BIND_THREAD: BIND_THREAD_SQL,
+        ledger.ADOPT: ADOPT_SQL,
     },
     tables=("lge_schema_version", "lge_operations", "lge_events", "lge_threads"),
     setup="ledger.setup()",

@@ -104,4 +104,7 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         GROUP BY workflow_id, tenant_id ORDER BY MIN(created_at)
         """,
     ),
+    # 4: where each operation's calls were met (``core.identity``): the identity
+    # of a later identical call follows delivery, not the messages it sees.
+    ("ALTER TABLE lge_operations ADD COLUMN origin TEXT",),
 )

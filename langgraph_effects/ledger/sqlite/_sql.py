@@ -63,13 +63,14 @@ _EVENT_COLUMNS = (
 PREPARE_SQL = """
 INSERT INTO lge_operations (
     tenant_id, operation_id, workflow_id, action, action_version, target,
-    payload_digest, payload, payload_stored, authorization_ref, provider, tool_call_id,
+    payload_digest, payload, payload_stored, authorization_ref, provider, tool_call_id, origin,
     idempotency_key, key_retention_seconds, status, attempts, lease_owner, lease_expires_at,
     fencing_token, record_version, created_at, updated_at, status_changed_at,
     first_dispatched_at, last_dispatched_at
 ) VALUES (
     :tenant_id, :operation_id, :workflow_id, :action, :action_version, :target,
     :payload_digest, :payload, :payload_stored, :authorization_ref, :provider, :tool_call_id,
+    :origin,
     :idempotency_key, :key_retention_seconds, :status, :attempts, :lease_owner,
     :lease_expires_at, :fencing_token, :record_version, :now, :now, :now,
     :dispatched_at, :dispatched_at
@@ -219,6 +220,13 @@ ON CONFLICT (workflow_id) DO UPDATE SET workflow_id = excluded.workflow_id
 RETURNING tenant_id
 """
 
+# Not a transition: the record's version, status and events stay as they are.
+ADOPT_SQL = """
+UPDATE lge_operations SET origin = :origin
+WHERE tenant_id = :tenant_id AND operation_id = :operation_id AND origin IS :expected
+RETURNING *
+"""
+
 FILTERS = {
     "tenant_id": "tenant_id = :tenant_id",
     "status": "status = :status",
@@ -255,6 +263,7 @@ DIALECT = engine.Dialect(
         ledger.STATS_COUNTS: STATS_COUNTS_SQL,
         ledger.STATS_EVIDENCE: STATS_EVIDENCE_SQL,
         ledger.BIND_THREAD: BIND_THREAD_SQL,
+        ledger.ADOPT: ADOPT_SQL,
     },
     tables=("lge_schema_version", "lge_operations", "lge_events", "lge_threads"),
     setup="ledger.setup()",

@@ -1,0 +1,180 @@
+"""Which earlier operation a tool call *is*: identity by intent and delivery.
+
+The rule as a table, with why, is ``docs/identity.md``; this module is its
+pure half (the walk that reads the ledger and the checkpoints is
+``decide.identity``).
+
+A call of action ``a`` with payload digest ``d`` on thread ``W`` has the
+candidate ids ``op_0, op_1, ...`` (``core.ids.candidate_operation_id``). Each
+write-ahead record carries its **origins**: where the call it was written for
+was met (LangGraph's task, the tool-call id, and the checkpoint of the step
+that task runs in, at every graph level, root first). A call preparing
+``op_k`` either inserts it (a new operation) or meets a record ``E``, and
+``judge`` says whether the call is ``E`` again (``SAME``: a re-run of the same
+task, no lineage needed; ``ADOPT``: a replay, a fork from before the answer
+or a re-proposal whose answer never reached this timeline, and ``E`` gains
+the call's origin) or another operation (``NEXT``: a sibling of the same step,
+or ``E`` was already delivered in this timeline).
+
+Only what needs the checkpoints is asked of them: ``judge`` takes a
+``Delivered`` callable and calls it on the rare path alone.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Literal
+
+__all__ = [
+    "FORK_MODES",
+    "Delivered",
+    "ForkMode",
+    "Origin",
+    "Place",
+    "Verdict",
+    "decode_origins",
+    "encode_origins",
+    "judge",
+    "meeting",
+]
+
+ForkMode = Literal["replay", "new"]
+"""What a fork (or replay) of a thread does with an effect delivered on another branch:
+``"replay"`` answers it from the record; ``"new"`` sends it again as a new operation."""
+FORK_MODES: tuple[ForkMode, ...] = ("replay", "new")
+
+Steps = tuple[tuple[str, str], ...]
+"""``(checkpoint_ns, checkpoint_id)`` of the step a task runs in, root level first."""
+
+
+@dataclass(frozen=True, slots=True)
+class Origin:
+    """Where a record's call was met: task, tool-call id, and the step's checkpoints.
+
+    ``asked``: the record was written to ask a person first (an approval node
+    before the tool node), not by the task that answers the call.
+    """
+
+    task: str
+    call: str
+    steps: Steps
+    asked: bool = False
+
+    def to_json(self) -> dict[str, object]:
+        out: dict[str, object] = {"task": self.task, "call": self.call, "steps": self.steps}
+        if self.asked:
+            out["asked"] = True
+        return out
+
+
+def encode_origins(origins: Sequence[Origin]) -> str:
+    """The ``origin`` column's text: a JSON list, in the order the origins were met."""
+    return json.dumps([o.to_json() for o in origins], separators=(",", ":"))
+
+
+def decode_origins(text: str | None) -> tuple[Origin, ...]:
+    """The origins a record holds (none for a record written before origins existed)."""
+    if not text:
+        return ()
+    return tuple(
+        Origin(
+            task=str(o["task"]),
+            call=str(o["call"]),
+            steps=tuple((str(ns), str(cid)) for ns, cid in o["steps"]),
+            asked=bool(o.get("asked", False)),
+        )
+        for o in json.loads(text)
+    )
+
+
+class Verdict(StrEnum):
+    SAME = "same"
+    """The call is the record's operation again (the same task re-run)."""
+    ADOPT = "adopt"
+    """The same operation, met from another step: the record gains the call's origin."""
+    NEXT = "next"
+    """Another operation: try the next candidate id."""
+
+
+class Place(StrEnum):
+    """Where a checkpoint stands from the calling step's point of view."""
+
+    MINE = "mine"
+    """A strict ancestor on my lineage whose step completed (its writes were applied)."""
+    ELSEWHERE = "elsewhere"
+    """Not delivered on my lineage, but its step completed on another branch."""
+    NOWHERE = "nowhere"
+    """Neither: never saved, or its step abandoned (new input over it, a crash)."""
+
+
+Delivered = Callable[[str, str, str, bool], Place]
+"""``delivered(ns, c_E, c_mine, look_elsewhere)``: where checkpoint ``c_E`` stands
+from ``c_mine`` at namespace ``ns`` (``ELSEWHERE`` only asked for when
+``look_elsewhere``)."""
+
+
+def meeting(theirs: Steps, mine: Steps) -> tuple[str, str, str] | None:
+    """The level at which two steps part: ``(ns, their checkpoint, mine)``; None when
+    they are one step (equal at every level both have, or different tasks of one
+    parent step)."""
+    for (ns_a, c_a), (ns_b, c_b) in zip(theirs, mine, strict=False):
+        if ns_a != ns_b:
+            return None  # two subgraph tasks of the same parent step
+        if c_a != c_b:
+            return ns_a, c_a, c_b
+    return None
+
+
+def judge(
+    origins: Sequence[Origin],
+    record_call: str | None,
+    mine: Origin,
+    delivered: Delivered | None,
+    forks: ForkMode = "replay",
+) -> Verdict:
+    """Whether the call met at ``mine`` is the operation of a record with ``origins``.
+
+    Args:
+        origins: the record's origins (empty: written before origins existed).
+        record_call: the record's ``tool_call_id``.
+        mine: the calling task, its tool-call id and step.
+        delivered: reads the checkpoint lineage; None without a checkpointer (then
+            only the same task re-run is the same operation).
+        forks: the effect's fork rule (``ForkMode``).
+
+    In order: the same task and call (a crash, interrupt or ``RetryPolicy`` re-run)
+    is the same; a record met in my very step by another task or call is a
+    sibling's; one whose answer was delivered in my timeline (or, with
+    ``forks="new"``, on another branch) was answered already; one a person was
+    asked about in my timeline for another call is that call's. Anything else is
+    the same operation met again, adopted: a replay or fork from before the answer,
+    or a re-proposal whose answer never reached this timeline.
+    """
+    if not origins:
+        # Written before origins: only its own tool call is known to be it.
+        return Verdict.ADOPT if record_call == mine.call else Verdict.NEXT
+    if any(o.task == mine.task and o.call == mine.call for o in origins):
+        return Verdict.SAME
+    parted = [meeting(o.steps, mine.steps) for o in origins]
+    if any(p is None for p in parted):
+        return Verdict.NEXT  # a sibling of my step (same AIMessage, branch or fan-out)
+    if delivered is None:
+        return Verdict.NEXT  # no lineage: protection holds within one task only
+    answered = [(o, p) for o, p in zip(origins, parted, strict=True) if not o.asked]
+    for _, p in answered:
+        assert p is not None
+        if delivered(*p, False) is Place.MINE:
+            return Verdict.NEXT
+    if forks == "new":
+        for _, p in answered:
+            assert p is not None
+            if delivered(*p, True) is Place.ELSEWHERE:
+                return Verdict.NEXT
+    for o, p in zip(origins, parted, strict=True):
+        assert p is not None
+        if o.asked and o.call != mine.call and delivered(*p, False) is Place.MINE:
+            return Verdict.NEXT  # another call of my timeline, asked about first
+    return Verdict.ADOPT

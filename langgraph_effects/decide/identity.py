@@ -1,0 +1,313 @@
+"""The walk that finds a call's operation: the ledger's records and LangGraph's checkpoints.
+
+The rule is ``core.identity.judge`` (and, as a table, ``docs/identity.md``).
+Here: where a call runs (``Timeline``: LangGraph's task, the checkpoint of its
+step at every graph level, the checkpointer that keeps them) and ``identify``,
+the generator the decision loop runs before anything else::
+
+    prepare op_0 ─▶ inserted: a new operation
+                 └▶ met a record E ─▶ judge(E) ─▶ SAME:  E, nothing more
+                                             ├▶ ADOPT: E, its origins gain mine
+                                             └▶ NEXT:  prepare op_1 ...
+
+The hot path (a first call, or its own task re-run after a crash, an interrupt
+or a ``RetryPolicy`` retry) is one prepare and nothing else: the checkpoints
+are read only when a record was written by another task or another call.
+
+The checkpointer is the one LangGraph hands the task in its config
+(``__pregel_checkpointer``, a private key: ``tests/identity`` fails loudly if
+LangGraph renames it). Its lineage is read with ``get_tuple`` from my step's
+checkpoint up through ``parent_config``; ids are uuid6, ordered by time, so the
+walk stops once it passes below the checkpoint it looks for.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import warnings
+from collections.abc import Generator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from langgraph_effects.core.identity import (
+    ForkMode,
+    Origin,
+    Place,
+    Verdict,
+    decode_origins,
+    encode_origins,
+    judge,
+)
+from langgraph_effects.core.model import Operation, Prepared
+from langgraph_effects.decide.actions import Action, Adopt, Get, Hook, ledger
+
+__all__ = [
+    "CHECKPOINTER_KEY",
+    "NoCheckpointerWarning",
+    "Timeline",
+    "find_operation",
+    "timeline_of",
+    "warn_no_checkpointer",
+]
+
+CHECKPOINTER_KEY = "__pregel_checkpointer"
+"""Where LangGraph puts the graph's checkpointer in a task's ``configurable``."""
+_MAX_CANDIDATES = 10_000
+"""A bound on the walk: that many identical operations of one call on one thread."""
+
+
+class NoCheckpointerWarning(UserWarning):
+    """A graph runs effects without a checkpointer: protection holds within one invoke."""
+
+
+_warned_no_checkpointer = False
+
+
+def warn_no_checkpointer() -> None:
+    """Warn once per process that a graph runs effects without a checkpointer."""
+    global _warned_no_checkpointer
+    if _warned_no_checkpointer:
+        return
+    _warned_no_checkpointer = True
+    warnings.warn(
+        "langgraph-effects: this graph runs without a checkpointer, so no thread records "
+        "what was delivered: an effect is protected within one invoke (a RetryPolicy "
+        "retry, sibling calls), and the same request in a later invoke is a new "
+        "operation. Give effects an intent_key to map a client's retries to one operation.",
+        NoCheckpointerWarning,
+        stacklevel=_user_frame(),
+    )
+
+
+def _user_frame() -> int:
+    """The stack level of the first frame outside this package and LangGraph."""
+    import sys
+
+    frame = sys._getframe(1)
+    level = 1
+    while frame is not None:
+        name = frame.f_globals.get("__name__", "")
+        if not name.startswith(("langgraph", "langchain", "concurrent", "asyncio", "threading")):
+            return level
+        frame = frame.f_back  # type: ignore[assignment]
+        level += 1
+    return 1
+
+
+@dataclass(eq=False)
+class Timeline:
+    """Where a task's calls run: its id, its step's checkpoints, and their lineage.
+
+    One per task (the calls built together share it, and the lineage it reads).
+    ``saver`` None: no checkpointer, no lineage; the candidate ids are then scoped
+    to the step (``scope``) so a later invoke never meets this one's records.
+    """
+
+    task: str
+    steps: tuple[tuple[str, str], ...]
+    thread_id: str | None
+    saver: Any = None
+    asked: bool = False
+    durability: str | None = None
+    """The calls are prepared to ask a person first (an approval node), not answered."""
+    _seen: dict[str, list[tuple[str, str | None, str | None]]] = field(default_factory=dict)
+    """By namespace: my lineage read so far, ``(checkpoint id, source, parent id)``."""
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def scope(self) -> str | None:
+        """What narrows the candidate ids without a checkpointer (the root step)."""
+        return None if self.saver is not None or not self.steps else self.steps[0][1]
+
+    def origin(self, tool_call_id: str) -> Origin:
+        return Origin(task=self.task, call=tool_call_id, steps=self.steps, asked=self.asked)
+
+    def asking(self) -> Timeline:
+        """The same place, for calls prepared to ask a person first."""
+        return Timeline(self.task, self.steps, self.thread_id, self.saver, True, self.durability)
+
+    # -- the lineage (the rare path) -------------------------------------------------
+
+    def delivered(self, ns: str, theirs: str, mine: str, elsewhere: bool) -> Place:
+        """Where checkpoint ``theirs`` stands from my step ``mine`` at namespace ``ns``."""
+        with self._lock:
+            if self._on_my_lineage(ns, theirs, mine):
+                return Place.MINE
+            if elsewhere and self._completed_anywhere(ns, theirs):
+                return Place.ELSEWHERE
+        return Place.NOWHERE
+
+    def _config(self, ns: str, checkpoint_id: str) -> dict[str, Any]:
+        return {
+            "configurable": {
+                "thread_id": self.thread_id,
+                "checkpoint_ns": ns,
+                "checkpoint_id": checkpoint_id,
+            }
+        }
+
+    def _on_my_lineage(self, ns: str, theirs: str, mine: str) -> bool:
+        """``theirs`` is a strict ancestor of ``mine`` and its step completed: the child
+        on my lineage was written by the loop (``"input"``: new input over it)."""
+        if theirs >= mine:
+            return False
+        seen = self._seen.setdefault(ns, [])
+        i = 0
+        while True:
+            if i == len(seen):
+                at = mine if not seen else seen[-1][2]
+                if at is None:
+                    return False
+                got = self._mine(ns) if not seen else self.saver.get_tuple(self._config(ns, at))
+                if got is None:
+                    seen.append((at, None, None))
+                else:
+                    parent = (got.parent_config or {}).get("configurable", {})
+                    source = (got.metadata or {}).get("source")
+                    seen.append((at, source, parent.get("checkpoint_id")))
+            _, source, parent = seen[i]
+            if parent == theirs:
+                return source == "loop"
+            if parent is None or parent < theirs:
+                return False
+            i += 1
+
+    def _mine(self, ns: str) -> Any:
+        """My step's checkpoint at ``ns``. Under ``durability="async"`` LangGraph saves it
+        in the background while the step's tasks run: wait for it a little (the rare
+        path only). Never saved (``"exit"``): the newest older one stands in for its
+        parent, with no source of its own."""
+        mine = dict(self.steps)[ns]
+        wait = 0.002
+        for _ in range(9 if self.durability != "exit" else 0):  # about 1 s in all
+            got = self.saver.get_tuple(self._config(ns, mine))
+            if got is not None:
+                return got
+            time.sleep(wait)
+            wait *= 2
+        config = {"configurable": {"thread_id": self.thread_id, "checkpoint_ns": ns}}
+        before = self._config(ns, mine)
+        older = next(iter(self.saver.list(config, before=before, limit=1)), None)
+        if older is None:
+            return None
+        return _Standin(parent_config=older.config, metadata={})
+
+    def _completed_anywhere(self, ns: str, theirs: str) -> bool:
+        """Some branch holds a child of ``theirs`` written by the loop."""
+        config = {"configurable": {"thread_id": self.thread_id, "checkpoint_ns": ns}}
+        for got in self.saver.list(config):
+            checkpoint = got.config["configurable"]["checkpoint_id"]
+            if checkpoint <= theirs:
+                return False
+            parent = (got.parent_config or {}).get("configurable", {}).get("checkpoint_id")
+            if parent == theirs and (got.metadata or {}).get("source") == "loop":
+                return True
+        return False
+
+
+@dataclass(frozen=True, slots=True)
+class _Standin:
+    """A checkpoint tuple for my unsaved step: only its parent is known."""
+
+    parent_config: Any
+    metadata: Any
+
+
+def timeline_of(config: Mapping[str, Any] | None, task_id: str | None) -> Timeline | None:
+    """The timeline of a task from its config (None outside a graph task)."""
+    if not config or not task_id:
+        return None
+    conf = config.get("configurable") or {}
+    steps = tuple((str(ns), str(cid)) for ns, cid in (conf.get("checkpoint_map") or {}).items())
+    if not steps:
+        return None
+    saver = conf.get(CHECKPOINTER_KEY)
+    if saver is False:
+        saver = None
+    thread = conf.get("thread_id")
+    thread_id = None if thread is None else str(thread)
+    return Timeline(task_id, steps, thread_id, saver, durability=conf.get("__pregel_durability"))
+
+
+def _verdict(call: Any, op: Operation, forks: ForkMode) -> Generator[Action, Any, Verdict]:
+    """``judge`` for ``call`` meeting ``op``; the lineage is read through ``Hook``s."""
+    timeline: Timeline | None = call.timeline
+    if timeline is None:
+        # A call outside a graph task: only its own tool call is known to be it.
+        return Verdict.SAME if op.tool_call_id == call.tool_call_id else Verdict.NEXT
+    origins = decode_origins(op.origin)
+    answers: dict[tuple[str, str, str, bool], Place] = {}
+
+    def ask(ns: str, theirs: str, mine: str, elsewhere: bool) -> Place:
+        question = (ns, theirs, mine, elsewhere)
+        if question not in answers:
+            raise _Unanswered(question)
+        return answers[question]
+
+    # judge is pure; it asks the lineage only on the rare path. Run it; each question
+    # it asks that is not answered yet is read through a Hook (the driver runs it off
+    # the event loop) and judge runs again with the answer.
+    while True:
+        try:
+            return judge(
+                origins,
+                op.tool_call_id,
+                timeline.origin(call.tool_call_id),
+                None if timeline.saver is None else ask,
+                forks,
+            )
+        except _Unanswered as missing:
+            answers[missing.question] = yield Hook(_ask_lineage, (timeline, missing.question))
+
+
+class _Unanswered(Exception):
+    """``judge`` asked the lineage a question not read yet."""
+
+    def __init__(self, question: tuple[str, str, str, bool]) -> None:
+        super().__init__(question)
+        self.question = question
+
+
+def _ask_lineage(arg: tuple[Timeline, tuple[str, str, str, bool]]) -> Place:
+    timeline, question = arg
+    return timeline.delivered(*question)
+
+
+def find_operation(
+    call: Any, prepared: Prepared, prepare: Any
+) -> Generator[Action, Any, tuple[Any, Prepared]]:
+    """Walk ``call``'s candidate ids from ``prepared`` (op_0's prepare) to its operation.
+
+    ``call`` is an ``EffectCall``; ``prepare(call)`` the ``Prepare`` action for one
+    candidate. Returns the call at its operation's candidate and that prepare's
+    result (an adopted record as the adoption wrote it). An intent key's call has
+    one operation and is never walked.
+    """
+    if call.by_intent:
+        return call, prepared
+    for _ in range(_MAX_CANDIDATES):
+        if prepared.created:
+            return call, prepared
+        op = prepared.operation
+        verdict = yield from _verdict(call, op, call.spec.forks)
+        if verdict is Verdict.SAME:
+            return call, prepared
+        if verdict is Verdict.ADOPT:
+            adopted = yield from _adopt(call, op)
+            if adopted is not None:
+                return call, Prepared(operation=adopted, created=False)
+            fresh = yield from ledger(Get(op.key))
+            if fresh is not None:
+                prepared = Prepared(operation=fresh, created=False)
+                continue  # the origins moved meanwhile: judge again
+        call = call.at(call.index + 1)
+        prepared = yield from ledger(prepare(call))
+    raise AssertionError("no free candidate id")  # pragma: no cover
+
+
+def _adopt(call: Any, op: Operation) -> Generator[Action, Any, Operation | None]:
+    """Add the call's origin to ``op``'s (one conditional write)."""
+    mine = call.timeline.origin(call.tool_call_id)
+    origins = (*decode_origins(op.origin), mine)
+    return (yield from ledger(Adopt(op.key, encode_origins(origins), op.origin)))

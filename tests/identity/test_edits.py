@@ -1,0 +1,107 @@
+"""Row 3 of issue 22: a reviewer's edit is its own operation.
+
+An edit whose arguments equal a sibling of the same AIMessage, or an earlier call
+already answered, is derived again through the same walk as any call: it is not
+merged into that operation. A batched ``[reject, edit]`` refuses the rejected call
+and sends the edited one, on every place a batch is asked.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from _graphs import Env, State, call, tool_messages
+from langchain.agents import create_agent
+from langgraph.graph import END, START, StateGraph
+from langgraph.prebuilt import tools_condition
+from langgraph.types import Command
+
+from langgraph_effects import EffectContext, EffectMiddleware, EffectToolNode, effect
+from langgraph_effects.node import route_tool_calls
+from langgraph_effects.testing import ScriptedChatModel
+from langgraph_effects.testing.providers import FakeCRM
+
+CFG = {"configurable": {"thread_id": "edits", "langgraph_auth_user": {"identity": "ana"}}}
+WHERE = pytest.mark.parametrize("where", ["tools_condition", "route_tool_calls", "agent"])
+
+
+def gated_close(crm: FakeCRM) -> Any:
+    @effect("crm.close_case", target=lambda a: a["case_id"], require_approval=True)
+    def close_case(case_id: str, resolution: str, ctx: EffectContext) -> str:
+        """Close a CRM case."""
+        crm.close_case(case_id, resolution)  # no key: every send is an effect
+        return f"closed {case_id}: {resolution}"
+
+    return close_case
+
+
+def batched_graph(env: Env, crm: FakeCRM, plan: list[list[dict[str, Any]]], where: str) -> Any:
+    tools = [gated_close(crm)]
+    model = ScriptedChatModel(plan=plan)
+    if where == "agent":
+        mw = EffectMiddleware(ledger=env.ledger, approvals="batched", tools=tools)
+        return create_agent(model, tools=tools, middleware=[mw], checkpointer=env.checkpointer)
+
+    def agent(state: State) -> dict[str, Any]:
+        return {"messages": [model.invoke(state["messages"])]}
+
+    node = EffectToolNode(tools, ledger=env.ledger, approvals="batched")
+    builder = StateGraph(State)
+    builder.add_node("agent", agent)
+    builder.add_node("tools", node)
+    builder.add_edge(START, "agent")
+    if where == "tools_condition":
+        builder.add_conditional_edges("agent", tools_condition, ["tools", END])
+    else:
+        builder.add_node("approve", node.approval_node())
+        builder.add_edge("agent", "approve")
+        builder.add_conditional_edges("approve", route_tool_calls, ["tools", END])
+    builder.add_edge("tools", "agent")
+    return builder.compile(checkpointer=env.checkpointer)
+
+
+def edit_to(case_id: str) -> dict[str, Any]:
+    args = {"case_id": case_id, "resolution": "fixed"}
+    return {"type": "edit", "edited_action": {"name": "close_case", "args": args}}
+
+
+@WHERE
+def test_reject_one_and_edit_the_other_into_it_sends_the_edit(
+    env: Env, crm: FakeCRM, where: str
+) -> None:
+    """close A, close B; the reviewer rejects A and edits B into "close A": A is closed
+    once (the edit), the rejected call is refused, the edited one answered as done."""
+    calls = [
+        call("close_case", "c-a", case_id="A", resolution="fixed"),
+        call("close_case", "c-b", case_id="B", resolution="fixed"),
+    ]
+    graph = batched_graph(env, crm, [calls], where)
+    env.invoke(graph, {"messages": [("user", "close A and B")]}, CFG)
+    decisions = {"decisions": [{"type": "reject", "message": "not this one"}, edit_to("A")]}
+    out = env.invoke(graph, Command(resume=decisions), CFG)
+    assert "__interrupt__" not in out
+    assert (crm.effects_for("A"), crm.effects_for("B")) == (1, 0)
+    answers = {m.tool_call_id: m for m in tool_messages(out)}
+    assert answers["c-a"].status == "error"
+    assert answers["c-b"].status == "success"
+    assert "closed A" in str(answers["c-b"].content)
+
+
+@WHERE
+def test_an_edit_equal_to_an_answered_call_acts(env: Env, crm: FakeCRM, where: str) -> None:
+    """Turn 1 closes A; turn 2 proposes B, which the reviewer edits into "close A" again:
+    a new operation, sent (A closed twice, as the reviewer asked)."""
+    plan = [
+        [call("close_case", "c-1", case_id="A", resolution="fixed")],
+        [call("close_case", "c-2", case_id="B", resolution="fixed")],
+    ]
+    graph = batched_graph(env, crm, plan, where)
+    env.invoke(graph, {"messages": [("user", "close A, then B")]}, CFG)
+    env.invoke(graph, Command(resume={"decisions": [{"type": "approve"}]}), CFG)
+    assert crm.effects_for("A") == 1
+    out = env.invoke(graph, Command(resume={"decisions": [edit_to("A")]}), CFG)
+    assert "__interrupt__" not in out
+    assert (crm.effects_for("A"), crm.effects_for("B")) == (2, 0)
+    [_, second] = tool_messages(out)
+    assert second.status == "success"

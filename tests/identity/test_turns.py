@@ -1,0 +1,147 @@
+"""Rows 1, 5 and 6 of issue 22: a request asked again after its answer acts again.
+
+Whatever the thread's messages hold by then (trimmed by a node returning
+``RemoveMessage``, removed with ``update_state``, summarized by
+``SummarizationMiddleware``) and whatever id the model gives the call (a reused
+``call_0``, an empty id, hand-made ``Send`` ids ``mail-0 ...``): 2 asked, 2 acted,
+as with a plain ``ToolNode`` beside it; and a re-run of the same task still acts once.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from _graphs import Env, State
+from _identity_tools import CFG, agent_graph, ask, close_tool, tool_node
+from langchain_core.messages import (
+    AIMessage,
+    RemoveMessage,
+    ToolMessage,
+)
+from langgraph.graph import END, START, StateGraph
+from langgraph.prebuilt import ToolNode, tools_condition
+from langgraph.types import Send
+
+from langgraph_effects import EffectToolNode
+from langgraph_effects.testing.providers import FakeCRM
+
+
+@pytest.mark.parametrize("plain", [False, True], ids=["effects", "toolnode"])
+def test_a_request_repeated_after_removemessage_trimming_acts_again(
+    env: Env, crm: FakeCRM, plain: bool
+) -> None:
+    graph = agent_graph(env, crm, plain=plain, trim=True)
+    ask(env, graph)
+    ask(env, graph, "close case A again, please")
+    assert crm.effects == 2
+
+
+@pytest.mark.parametrize("plain", [False, True], ids=["effects", "toolnode"])
+def test_a_request_repeated_after_update_state_removed_the_exchange_acts_again(
+    env: Env, crm: FakeCRM, plain: bool
+) -> None:
+    graph = agent_graph(env, crm, plain=plain)
+    out = ask(env, graph)
+    removed = [RemoveMessage(id=m.id) for m in out["messages"] if m.id is not None]
+    if env.is_async:
+        env.run(graph.aupdate_state(CFG, {"messages": removed}))
+    else:
+        graph.update_state(CFG, {"messages": removed})
+    ask(env, graph, "close case A again")
+    assert crm.effects == 2
+
+
+@pytest.mark.parametrize("ids", ["reused", "empty"])
+@pytest.mark.parametrize("plain", [False, True], ids=["effects", "toolnode"])
+def test_a_reused_or_empty_call_id_never_hides_a_new_call(
+    env: Env, crm: FakeCRM, plain: bool, ids: str
+) -> None:
+    """``call_0`` (or ``""``) every turn; ``tools_condition`` runs every call of the
+    AIMessage (``route_tool_calls``' routing of reused ids is its own test)."""
+    graph = agent_graph(env, crm, plain=plain, ids=ids, router=tools_condition)
+    ask(env, graph)
+    ask(env, graph, "and again")
+    assert crm.effects == 2
+    if not plain:
+        assert len(env.ops()) == 2
+
+
+def fanout_graph(env: Env, crm: FakeCRM, *, plain: bool) -> Any:
+    """A node that sends five mails (closes five cases) with hand-made ids ``mail-<i>``."""
+    tools = [close_tool(crm, plain=plain)]
+
+    def plan(state: State) -> dict[str, Any]:
+        return {"messages": [AIMessage(content="sending")]}
+
+    def fan_out(state: State) -> list[Send]:
+        return [
+            Send("tools", [{"name": "close_case", "args": {"case_id": f"C{i}"},
+                            "id": f"mail-{i}", "type": "tool_call"}])
+            for i in range(5)
+        ]  # fmt: skip
+
+    builder = StateGraph(State)
+    builder.add_node("plan", plan)
+    builder.add_node("tools", tool_node(env, tools, plain))
+    builder.add_edge(START, "plan")
+    builder.add_conditional_edges("plan", fan_out, ["tools"])
+    builder.add_edge("tools", END)
+    return builder.compile(checkpointer=env.checkpointer)
+
+
+@pytest.mark.parametrize("plain", [False, True], ids=["effects", "toolnode"])
+def test_a_second_hand_made_send_fan_out_sends_all_again(
+    env: Env, crm: FakeCRM, plain: bool
+) -> None:
+    graph = fanout_graph(env, crm, plain=plain)
+    ask(env, graph, "send the five mails")
+    assert crm.effects == 5
+    ask(env, graph, "send them again")
+    assert crm.effects == 10
+    assert all(crm.effects_for(f"C{i}") == 2 for i in range(5))
+
+
+@pytest.mark.parametrize("plain", [False, True], ids=["effects", "toolnode"])
+def test_the_same_task_re_run_is_the_same_operation(env: Env, crm: FakeCRM, plain: bool) -> None:
+    """The other half of the rows above: a RetryPolicy re-run of the task whose plain
+    sibling failed replays the effect (the same task id); a ToolNode sends it twice."""
+    from langchain_core.tools import tool
+    from langgraph.types import RetryPolicy
+
+    failures = [1]
+
+    @tool
+    def flaky(x: int) -> str:
+        """Fails once."""
+        if failures:
+            failures.pop()
+            raise ConnectionError("flaky")
+        return "ok"
+
+    def agent(state: State) -> dict[str, Any]:
+        last = state["messages"][-1]
+        if isinstance(last, ToolMessage):
+            return {"messages": [AIMessage(content="done")]}
+        calls = [
+            {"name": "close_case", "args": {"case_id": "A"}, "id": "c1"},
+            {"name": "flaky", "args": {"x": 1}, "id": "c2"},
+        ]
+        return {"messages": [AIMessage(content="", tool_calls=calls, id="ai-1")]}
+
+    tools = [close_tool(crm, plain=plain), flaky]
+    node = (
+        ToolNode(tools, handle_tool_errors=False)
+        if plain
+        else EffectToolNode(tools, ledger=env.ledger, handle_tool_errors=False)
+    )
+    builder = StateGraph(State)
+    builder.add_node("agent", agent)
+    builder.add_node("tools", node, retry_policy=RetryPolicy(max_attempts=2, initial_interval=0))
+    builder.add_edge(START, "agent")
+    builder.add_conditional_edges("agent", tools_condition, ["tools", END])
+    builder.add_edge("tools", "agent")
+    graph = builder.compile(checkpointer=env.checkpointer)
+    ask(env, graph)
+    assert crm.effects == (2 if plain else 1)
+    assert not failures
