@@ -190,7 +190,7 @@ def ask_approvals(loop: Loop, calls: Sequence[EffectCall]) -> Generator[Action, 
             continue
         if call.spec.older_payload_keys:
             call = yield from recognised(call)  # asked before a key rotation: the same
-        if call.by_intent and call.operation_id in ops:
+        if call.fixed_id and call.operation_id in ops:
             continue  # the same operation twice (an intent key): asked once
         try:
             prepared = yield from ledger(_prepare(call))

@@ -78,8 +78,9 @@ class EffectCall:
     outside a graph task."""
     index: int = 0
     """Which of the call's candidate ids this is (``core.ids.candidate_operation_id``)."""
-    by_intent: bool = False
-    """The id is the application's intent key's: one operation, never walked."""
+    fixed_id: bool = False
+    """The id is fixed (an intent key's, or a draft the face built): one operation, never
+    walked from candidate to candidate."""
     task_id: str | None = None
     """LangGraph's task running the call: answers it applied are recorded under it, so
     the values LangGraph hands that task again are recognised and never re-applied."""
@@ -168,7 +169,7 @@ class EffectCall:
             preapproved_by=preapproved_by,
             timeline=timeline,
             index=index,
-            by_intent=intent is not None,
+            fixed_id=intent is not None,
             task_id=task_id,
             user=user,
             write_ahead=draft,
@@ -192,6 +193,7 @@ class EffectCall:
             payload_digest=draft.payload_digest,
             operation_id=draft.operation_id,
             idempotency_key=key,
+            fixed_id=True,
             write_ahead=draft,
         )
 

@@ -284,7 +284,7 @@ def find_operation(
     result (an adopted record as the adoption wrote it). An intent key's call has
     one operation and is never walked.
     """
-    if call.by_intent:
+    if call.fixed_id:
         return call, prepared
     for _ in range(_MAX_CANDIDATES):
         if prepared.created:
