@@ -364,7 +364,9 @@ class _HitlRefusals(EffectMiddleware):
     def name(self) -> str:
         return EffectMiddleware.__name__
 
-    def _refused(self, state: Any, thread: tuple[str, str]) -> list[tuple[EffectCall, str]]:
+    def _refused(
+        self, state: Any, thread: tuple[str, str], runtime: Any
+    ) -> list[tuple[EffectCall, str]]:
         """The effect calls of the latest AIMessage that HITL refused, with its message."""
         messages = (state.get("messages") or []) if isinstance(state, dict) else []
         refusals: dict[str, str] = {}
@@ -382,7 +384,7 @@ class _HitlRefusals(EffectMiddleware):
             self._effect_tools,
             tool_calls,
             thread=thread,
-            state=state,
+            timeline=timeline_of(_run_config(), task_id_of(runtime)),
             user=authenticated_user(_run_config()),
         )
         return [(c, refusals[c.tool_call_id]) for c in calls]
@@ -391,7 +393,7 @@ class _HitlRefusals(EffectMiddleware):
         """Record the calls HITL refused since the last model call (see ``tools``)."""
         if any(isinstance(m, ToolMessage) for m in (state.get("messages") or [])[-1:]):
             thread = self.runner.tenant_for(get_config(), self.tenant_id)
-            refused = self._refused(state, thread)
+            refused = self._refused(state, thread, runtime)
             if refused:
                 self.runner.drive(record_refusals(self.runner.loop, refused), _sends_nothing)
         return None
@@ -400,7 +402,7 @@ class _HitlRefusals(EffectMiddleware):
         """The async twin of ``before_model``."""
         if any(isinstance(m, ToolMessage) for m in (state.get("messages") or [])[-1:]):
             thread = await self.runner.atenant_for(get_config(), self.tenant_id)
-            refused = self._refused(state, thread)
+            refused = self._refused(state, thread, runtime)
             if refused:
                 await self.runner.adrive(
                     record_refusals(self.runner.loop, refused), _asends_nothing

@@ -351,9 +351,14 @@ def record_refusals(
     authenticated user, else ``anonymous`` (HITL's answers name nobody). A call
     decided already (a re-run of this step, an operator) is left as it is.
     """
+
+    def prepare(c: EffectCall) -> Prepare:
+        return Prepare(c.draft(), lease_for=loop.lease_for)
+
     for call, reason in refused:
         try:
-            prepared = yield from ledger(Prepare(call.draft(), lease_for=loop.lease_for))
+            prepared = yield from ledger(prepare(call))
+            call, prepared = yield from find_operation(call, prepared, prepare)
         except EffectsError:
             continue  # a payload mismatch: the call meets it on its own
         op = prepared.operation
