@@ -1,0 +1,101 @@
+"""What a child process runs in tests/identity/test_identity_kills.py: one user turn.
+
+The graph (``[trim ->] agent -> tools -> agent``) is rebuilt on the files or URL in
+each fresh process. The model mints a new tool-call id on every proposal, as a real
+model does, so a request sent again after a lost AIMessage is a re-proposal with
+another id. Module-level and picklable, so ``run_in_child`` can spawn it.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from _graphs import Env, State
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, RemoveMessage
+from langchain_core.tools import tool
+from langgraph.graph import END, START, StateGraph
+from langgraph.prebuilt import ToolNode
+
+from langgraph_effects import EffectContext, EffectToolNode, Evidence, effect, route_tool_calls
+from langgraph_effects.testing import ScriptedChatModel
+from langgraph_effects.testing.providers import FakeCRM
+
+CFG = {"configurable": {"thread_id": "t1"}}
+
+
+def _tool(crm: FakeCRM, plain: bool) -> Any:
+    if plain:
+
+        @tool
+        def close_case(case_id: str) -> dict[str, Any]:
+            """Close a CRM case."""
+            return crm.close_case(case_id, "fixed")
+
+        return close_case
+
+    def find(op: Any) -> Evidence:
+        case = crm.get_case(op.target)
+        if case["closed_by"] == op.idempotency_key:
+            return Evidence.confirmed("closed under our key", result={"closed": op.target})
+        return Evidence.inconclusive("not closed under our key")
+
+    @effect("crm.close_case", target=lambda a: a["case_id"], reconcile=find)
+    def close_case(case_id: str, ctx: EffectContext) -> dict[str, Any]:
+        """Close a CRM case."""
+        return crm.close_case(case_id, "fixed", idempotency_key=ctx.idempotency_key)
+
+    return close_case
+
+
+def _reply(messages: Sequence[BaseMessage]) -> AIMessage:
+    if not isinstance(messages[-1], HumanMessage):
+        return AIMessage(content="done")
+    call = {"name": "close_case", "args": {"case_id": "A"}, "id": f"call-{uuid.uuid4().hex[:8]}"}
+    return AIMessage(content="", tool_calls=[call])
+
+
+def turn(
+    kind: str,
+    mode: str,
+    where: str,
+    crm_path: str,
+    plain: bool,
+    text: str | None,
+    trim: bool = False,
+    durability: str | None = None,
+) -> dict[str, Any]:
+    """Send ``text`` (None: resume the thread as it stands); return what the thread holds."""
+    env = Env(kind, mode, path=Path(where), url=where)
+    crm = FakeCRM(crm_path)
+    try:
+        model = ScriptedChatModel(script=_reply)
+
+        def trimmer(state: State) -> dict[str, Any]:
+            old = state["messages"][:-1]
+            return {"messages": [RemoveMessage(id=m.id) for m in old if m.id is not None]}
+
+        def agent(state: State) -> dict[str, Any]:
+            return {"messages": [model.invoke(state["messages"])]}
+
+        tools = [_tool(crm, plain)]
+        builder = StateGraph(State)
+        builder.add_node("trim", trimmer)
+        builder.add_node("agent", agent)
+        builder.add_node(
+            "tools", ToolNode(tools) if plain else EffectToolNode(tools, ledger=env.ledger)
+        )
+        builder.add_edge(START, "trim" if trim else "agent")
+        builder.add_edge("trim", "agent")
+        builder.add_conditional_edges("agent", route_tool_calls, ["tools", END])
+        builder.add_edge("tools", "agent")
+        graph = builder.compile(checkpointer=env.checkpointer)
+        value = None if text is None else {"messages": [HumanMessage(text)]}
+        env.invoke(graph, value, CFG, durability=durability)
+        ops = [] if plain else env.ops()
+        return {"statuses": sorted(o.status.value for o in ops)}
+    finally:
+        crm.close()
+        env.close()

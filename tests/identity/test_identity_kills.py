@@ -1,0 +1,79 @@
+"""Identity across real process kills (issue 22): the provider acts, the process dies.
+
+1. LangGraph's default durability (or ``"exit"``) loses the AIMessage with the
+   process; the user sends the request again and the model proposes the call with a
+   new id: the earlier operation is met (its answer never reached this timeline) and
+   settled by its reconciler, never sent twice. A plain ``ToolNode`` sends twice.
+2. A trimmed thread (``RemoveMessage``) asks again after the first answer: a new
+   operation, acting once more; the process dies after the provider acted, and the
+   resume in a fresh process settles it without a third send. A ``ToolNode`` sends a
+   third time.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from _identity_child import turn
+
+from langgraph_effects.testing.faults import run_in_child
+from langgraph_effects.testing.providers import FakeCRM, Fault
+
+EFFECTS = [("sqlite", "sync", False), ("postgres", "async", False), ("sqlite", "sync", True)]
+"""The effect on both backends (sync, async: each spawn costs seconds), the control once."""
+
+
+def _where(request: pytest.FixtureRequest, kind: str, tmp_path: Path) -> str:
+    return request.getfixturevalue("pg_url") if kind == "postgres" else str(tmp_path / "app.db")
+
+
+@pytest.mark.parametrize("durability", [None, "exit"], ids=["default-durability", "exit"])
+@pytest.mark.parametrize(
+    ("kind", "mode", "plain"), EFFECTS, ids=[f"{k}-{m}{'-toolnode' * p}" for k, m, p in EFFECTS]
+)
+def test_a_request_re_sent_after_a_lost_aimessage_meets_its_operation(
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    kind: str,
+    mode: str,
+    plain: bool,
+    durability: str | None,
+) -> None:
+    if durability == "exit" and (kind, mode) != ("sqlite", "sync"):
+        pytest.skip("durability='exit' is exercised on one backend")
+    where, crm_path = _where(request, kind, tmp_path), tmp_path / "crm.db"
+    with FakeCRM(crm_path) as crm:
+        crm.faults.push(Fault.CRASH)
+    ask = (turn, kind, mode, where, str(crm_path), plain, "close case A", False, durability)
+    died = run_in_child(*ask)
+    assert died.crashed, died.error
+    again = run_in_child(*ask)  # the user sends the request again
+    assert again.ok, again.error
+    with FakeCRM(crm_path) as crm:
+        assert crm.effects == (2 if plain else 1)
+    if not plain:
+        assert again.value["statuses"] == ["confirmed"]
+
+
+@pytest.mark.parametrize(
+    ("kind", "mode", "plain"), EFFECTS, ids=[f"{k}-{m}{'-toolnode' * p}" for k, m, p in EFFECTS]
+)
+def test_a_trimmed_thread_asking_again_acts_once_more_across_a_kill(
+    request: pytest.FixtureRequest, tmp_path: Path, kind: str, mode: str, plain: bool
+) -> None:
+    where, crm_path = _where(request, kind, tmp_path), tmp_path / "crm.db"
+    FakeCRM(crm_path).close()
+    thread = (turn, kind, mode, where, str(crm_path), plain)
+    first = run_in_child(*thread, "close case A", True)
+    assert first.ok, first.error
+    with FakeCRM(crm_path) as crm:
+        crm.faults.push(Fault.CRASH)
+    died = run_in_child(*thread, "close case A again", True)
+    assert died.crashed, died.error
+    resumed = run_in_child(*thread, None, True)  # a fresh process resumes the thread
+    assert resumed.ok, resumed.error
+    with FakeCRM(crm_path) as crm:
+        assert crm.effects == (3 if plain else 2)
+    if not plain:
+        assert resumed.value["statuses"] == ["confirmed", "confirmed"]
