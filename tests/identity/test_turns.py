@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from _graphs import Env, State
-from _identity_tools import CFG, agent_graph, ask, close_tool, tool_node
+from _identity_tools import CFG, agent_graph, ask, close_tool, proposer, tool_node
 from langchain_core.messages import (
     AIMessage,
     RemoveMessage,
@@ -145,3 +145,37 @@ def test_the_same_task_re_run_is_the_same_operation(env: Env, crm: FakeCRM, plai
     ask(env, graph)
     assert crm.effects == (2 if plain else 1)
     assert not failures
+
+
+@pytest.mark.parametrize("plain", [False, True], ids=["effects", "toolnode"])
+def test_a_request_repeated_after_summarization_acts_again(
+    env: Env, crm: FakeCRM, plain: bool
+) -> None:
+    """``create_agent`` with ``SummarizationMiddleware``: the first exchange is summarized
+    away (``RemoveMessage(REMOVE_ALL_MESSAGES)``) before the same request comes again."""
+    from langchain.agents import create_agent
+    from langchain.agents.middleware import SummarizationMiddleware
+
+    from langgraph_effects import EffectMiddleware
+    from langgraph_effects.testing import ScriptedChatModel
+
+    summarize = SummarizationMiddleware(
+        model=ScriptedChatModel(final="the user had case A closed"),
+        trigger=("messages", 4),
+        keep=("messages", 1),
+    )
+    middleware: list[Any] = [summarize]
+    if not plain:
+        middleware.append(EffectMiddleware(ledger=env.ledger))
+    agent = create_agent(
+        proposer("fresh"),
+        tools=[close_tool(crm, plain=plain)],
+        middleware=middleware,
+        checkpointer=env.checkpointer,
+    )
+    ask(env, agent)
+    out = ask(env, agent, "close case A again, please")
+    assert not any(
+        isinstance(m, ToolMessage) and m.tool_call_id == "call-1" for m in out["messages"]
+    )  # the first answer was summarized away
+    assert crm.effects == 2
