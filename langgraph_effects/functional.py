@@ -43,6 +43,7 @@ from langgraph.runtime import get_runtime
 from langgraph_effects._faces import task_id_of
 from langgraph_effects.core.model import Operation, OperationStatus, utcnow
 from langgraph_effects.decide import EffectCall, EffectRunner, authenticated_user, warn_durability
+from langgraph_effects.decide.identity import timeline_of
 from langgraph_effects.effects import EffectSpec, effect_spec
 from langgraph_effects.errors import EffectRejected, EffectsError, EffectUnconfirmed, InvalidInput
 from langgraph_effects.ledger.base import DEFAULT_LEASE, AsyncLedger, Ledger
@@ -144,6 +145,8 @@ def _call(
         args=dict(args or {}),
         tenant_id=tenant_id,
         workflow_id=workflow_id,
+        # Where the task runs: a replay or fork from before the answer meets it (docs/identity.md).
+        timeline=timeline_of(config, task_id),
         task_id=task_id,
         user=authenticated_user(config),
     )
