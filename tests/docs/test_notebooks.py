@@ -145,7 +145,7 @@ def execute(path: Path, kernel_name: str) -> Any:
     nb = nbformat.read(path, as_version=4)
     client = NotebookClient(
         nb,
-        timeout=scaled(180),
+        timeout=round(scaled(180)),  # nbclient takes whole seconds
         kernel_name=kernel_name,
         record_timing=False,
         resources={"metadata": {"path": str(NOTEBOOKS)}},
