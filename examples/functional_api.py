@@ -162,15 +162,22 @@ def main(argv: list[str] | None = None) -> int:
             print(f"\nonboard.invoke({CASE!r}): the task closes the case through run_effect")
             out = onboard.invoke(CASE, config, durability="sync")
             print(f"  result: {out}")
-        elif not onboard.get_state(config).values and not onboard.get_state(config).next:
-            print(f"Nothing to resume in {directory}: run without --resume first.")
-            return 1
         elif onboard.get_state(config).next:
             print("\nA fresh process resumes the thread: onboard.invoke(None, config)")
             out = onboard.invoke(None, config, durability="sync")
             print(f"  result: {out}")
-        else:
+        elif onboard.get_state(config).values:
             print("\nThe thread is finished; nothing to resume there.")
+        elif ledger.list(tenant_id=TENANT):
+            # LangGraph saves a run's first checkpoint while its first task already runs:
+            # the kill beat it. The request is sent again, as its user would; the task
+            # meets the operation the killed run left.
+            print("\nThe kill came before the first checkpoint: onboard.invoke(CASE) again")
+            out = onboard.invoke(CASE, config, durability="sync")
+            print(f"  result: {out}")
+        else:
+            print(f"Nothing to resume in {directory}: run without --resume first.")
+            return 1
         code = report(directory, ledger)
         if args.crash_at and (plan is None or not plan.fired):
             print(f"The crash point {args.crash_at} was not reached in this run: nothing died.")

@@ -14,7 +14,10 @@ task's call position, ``scratchpad.call_counter()``: the same on resume, new on
 a replay or a fork) and the call's place among the effect calls of that task's
 execution (``_position``: 0, 1, 2, ... in the order the code makes them,
 counted again from 0 when LangGraph runs the task again, as its ``interrupt()``
-ids are). Two calls with the same arguments in one run are two places: both act.
+ids are). That origin is judged by the identity rule of every face
+(``decide.identity``, ``docs/identity.md``): the same task run again meets its
+operation; a replay or fork from before the answer replays it; a deliberate repeat
+(two places, two tasks, a later turn) is a new operation and acts.
 
 The answer is the record's result (``Operation.result``), so a first run and
 every replay return the same value. A rejected operation raises

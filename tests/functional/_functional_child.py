@@ -72,6 +72,10 @@ def build(env: Env, crm: FakeCRM, flavour: str) -> Any:
     return flow
 
 
+def _state(env: Env, flow: Any) -> Any:
+    return flow.get_state(CFG) if not env.is_async else env.run(flow.aget_state(CFG))
+
+
 def run(
     kind: str, mode: str, where: str, crm_path: str, flavour: str, value: Any
 ) -> dict[str, Any]:
@@ -84,15 +88,22 @@ def run(
     try:
         flow = build(env, crm, flavour)
         given = Command(resume=value) if isinstance(value, dict) else value
+        resent = value is None and not _state(env, flow).next
+        if resent:
+            # LangGraph saves a run's first checkpoint while its first tasks already run: a
+            # kill can beat it, and then nothing is left to resume (EmptyInputError). The
+            # user sends the request again, as they would.
+            given = "A"
         out = env.invoke(flow, given, CFG)
         if isinstance(out, dict) and "__interrupt__" in out:
             out = None  # asked a person: read from the state's tasks below
-        state = flow.get_state(CFG) if not env.is_async else env.run(flow.aget_state(CFG))
+        state = _state(env, flow)
         ops = [] if flavour == "plain" else env.ops()
         return {
             "statuses": [o.status.value for o in ops],
             "interrupts": [i.value for t in state.tasks for i in t.interrupts],
             "output": out,
+            "resent": resent,
         }
     finally:
         crm.close()

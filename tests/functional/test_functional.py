@@ -198,3 +198,45 @@ def test_refused_outside_a_task_or_for_a_plain_tool(tmp_path: Path, crm: FakeCRM
     with pytest.raises(InvalidInput, match="'lookup' is not an effect"):
         flow.invoke("go", CFG, durability="sync")
     assert crm.effects == 0
+
+
+def test_a_replay_from_before_the_answer_sends_nothing_again(env: Env, crm: FakeCRM) -> None:
+    """Time travel: ``invoke(None, earlier_config)`` from before the effect's answer runs the
+    task under a new id; the identity rule (docs/identity.md) meets the delivered operation
+    and replays it. The next turn of the thread asks again and acts."""
+    tool = closing(crm)
+    if env.is_async:
+
+        @task
+        async def aclose() -> Any:
+            return await arun_effect(tool, ARGS, ledger=env.ledger)
+
+        @entrypoint(checkpointer=env.checkpointer)
+        async def aflow(_: Any) -> Any:
+            return await aclose()
+
+        flow = aflow
+        history = lambda: env.run(_alist(flow.aget_state_history(CFG)))  # noqa: E731
+    else:
+
+        @task
+        def close() -> Any:
+            return run_effect(tool, ARGS, ledger=env.ledger)
+
+        @entrypoint(checkpointer=env.checkpointer)
+        def sflow(_: Any) -> Any:
+            return close().result()
+
+        flow = sflow
+        history = lambda: list(flow.get_state_history(CFG))  # noqa: E731
+    first = env.invoke(flow, "go", CFG)
+    before = [h for h in history() if h.next][-1]  # the input checkpoint, before the task
+    replayed = env.invoke(flow, None, before.config)
+    assert replayed == first
+    assert crm.effects == 1
+    env.invoke(flow, "again", CFG)
+    assert crm.effects == 2
+
+
+async def _alist(items: Any) -> list[Any]:
+    return [item async for item in items]
