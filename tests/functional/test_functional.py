@@ -240,3 +240,60 @@ def test_a_replay_from_before_the_answer_sends_nothing_again(env: Env, crm: Fake
 
 async def _alist(items: Any) -> list[Any]:
     return [item async for item in items]
+
+
+@pytest.mark.parametrize("decision", ["approve", "reject"])
+def test_an_approval_asked_from_a_task(env: Env, crm: FakeCRM, decision: str) -> None:
+    """``require_approval``: the task asks with ``interrupt()`` before anything is sent; an
+    approval acts once, a rejection sends nothing and raises ``EffectRejected`` in the task."""
+    from langgraph.types import Command
+
+    from langgraph_effects import EffectRejected
+
+    @effect("crm.close_case", target=lambda a: a["case_id"], require_approval=True)
+    def gated(case_id: str, resolution: str, ctx: EffectContext) -> dict[str, Any]:
+        """Close a CRM case, once a person approved."""
+        return crm.close_case(case_id, resolution, idempotency_key=ctx.idempotency_key)
+
+    if env.is_async:
+
+        @task
+        async def aclose() -> Any:
+            try:
+                return await arun_effect(gated, ARGS, ledger=env.ledger)
+            except EffectRejected as exc:
+                return {"refused": exc.reason}
+
+        @entrypoint(checkpointer=env.checkpointer)
+        async def aflow(_: Any) -> Any:
+            return await aclose()
+
+        flow = aflow
+    else:
+
+        @task
+        def close() -> Any:
+            try:
+                return run_effect(gated, ARGS, ledger=env.ledger)
+            except EffectRejected as exc:
+                return {"refused": exc.reason}
+
+        @entrypoint(checkpointer=env.checkpointer)
+        def sflow(_: Any) -> Any:
+            return close().result()
+
+        flow = sflow
+    asked = env.invoke(flow, "go", CFG)
+    (request,) = [i.value for i in asked["__interrupt__"]]
+    assert request["kind"] == "effect_approval"
+    assert crm.effects == 0  # nothing sent before the answer
+    out = env.invoke(flow, Command(resume={"decision": decision, "by": "ana"}), CFG)
+    (op,) = env.ops()
+    if decision == "approve":
+        assert out["status"] == "closed"
+        assert op.status.value == "confirmed"
+        assert crm.effects == 1
+    else:
+        assert "refused" in out
+        assert op.status.value == "rejected"
+        assert crm.effects == 0
