@@ -25,14 +25,17 @@ every replay return the same value. A rejected operation raises
 released after transient failures) raises ``EffectUnconfirmed`` and is never
 resent blindly.
 
-Only the scratchpad's interrupt counter is read from LangGraph's private config
-(``__pregel_scratchpad``): a new object each time LangGraph runs a task (a
-resume, a ``RetryPolicy`` retry), which is when the places count from 0 again.
+Two values are read from LangGraph's private config: the task's reader
+(``__pregel_read``, made for each task LangGraph prepares, so once per run of it,
+and gone with it) holds the places, weakly; the scratchpad's interrupt counter
+(``__pregel_scratchpad``, new for each ``RetryPolicy`` attempt) says when they
+count from 0 again.
 """
 
 from __future__ import annotations
 
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from datetime import timedelta
@@ -55,13 +58,15 @@ __all__ = ["arun_effect", "run_effect"]
 
 _SCRATCHPAD = "__pregel_scratchpad"
 """Where LangGraph keeps a task's counters in its ``configurable`` (a private key)."""
-_EXECUTIONS_KEPT = 10_000
-"""Task executions whose effect places are remembered (the least recently used go)."""
+_TASK_READ = "__pregel_read"
+"""The task's own reader in its ``configurable``: one object per task LangGraph prepares."""
 _RUNNERS_KEPT = 64
 """Runners kept, one per ledger and options (each caches its thread bindings)."""
 
 _lock = threading.Lock()
-_places: OrderedDict[int, tuple[object, Callable[[], int]]] = OrderedDict()
+_places: weakref.WeakKeyDictionary[Any, tuple[object, Callable[[], int]]] = (
+    weakref.WeakKeyDictionary()
+)
 _runners: OrderedDict[tuple[int, timedelta, bool, bool], EffectRunner] = OrderedDict()
 
 
@@ -74,23 +79,20 @@ def _outside(what: str) -> EffectsError:
 def _position(config: Mapping[str, Any]) -> int:
     """The call's place among the effect calls of this execution of its task.
 
-    Keyed by the scratchpad's interrupt counter: LangGraph makes a new one for each
-    execution of a task (a resume, a retry attempt), so the places count from 0 again
-    exactly when its ``interrupt()`` ids do. The counter is held here (a strong
-    reference: its id is never reused while it is kept).
+    Held weakly by the task's reader (one per task LangGraph prepares: a resume makes a
+    new one, and the places go with it), and counted again from 0 when the scratchpad's
+    interrupt counter is a new one (a ``RetryPolicy`` attempt): exactly when the task's
+    ``interrupt()`` ids count again.
     """
-    scratchpad = (config.get("configurable") or {}).get(_SCRATCHPAD)
-    execution = getattr(scratchpad, "interrupt_counter", None)
-    if execution is None:
+    conf = config.get("configurable") or {}
+    task = conf.get(_TASK_READ)
+    attempt = getattr(conf.get(_SCRATCHPAD), "interrupt_counter", None)
+    if task is None or attempt is None:
         raise _outside("no LangGraph task is running here")
     with _lock:
-        known = _places.get(id(execution))
-        if known is None or known[0] is not execution:
-            known = _places[id(execution)] = (execution, count().__next__)
-            if len(_places) > _EXECUTIONS_KEPT:
-                _places.popitem(last=False)
-        else:
-            _places.move_to_end(id(execution))
+        known = _places.get(task)
+        if known is None or known[0] is not attempt:
+            known = _places[task] = (attempt, count().__next__)
         return known[1]()
 
 
