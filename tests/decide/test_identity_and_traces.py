@@ -432,7 +432,11 @@ def test_the_cli_shows_who_approved_as_verified_and_as_claimed(crm: FakeCRM) -> 
         answer = {"operation_id": op_id, "decision": "approve", "by": "mallory"}
         env.invoke(graph, Command(resume=answer), config("t1", _User("alice")))
         shown = CliRunner().invoke(
-            app, ["show", op_id, "--tenant", T], obj=env.ledger, env={"LGE_DB": None}
+            # A wide terminal: at 80 columns the CLI cuts free text (docs/cli.md).
+            app,
+            ["show", op_id, "--tenant", T],
+            obj=env.ledger,
+            env={"LGE_DB": None, "COLUMNS": "300"},
         )
     finally:
         env.close()
