@@ -23,6 +23,7 @@ walk stops once it passes below the checkpoint it looks for.
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 import warnings
@@ -41,6 +42,7 @@ from langgraph_effects.core.identity import (
 )
 from langgraph_effects.core.model import Operation, Prepared
 from langgraph_effects.decide.actions import Action, Adopt, Get, Hook, ledger
+from langgraph_effects.errors import EffectsError
 
 __all__ = [
     "CHECKPOINTER_KEY",
@@ -82,8 +84,6 @@ def warn_no_checkpointer() -> None:
 
 def _user_frame() -> int:
     """The stack level of the first frame outside this package and LangGraph."""
-    import sys
-
     frame = sys._getframe(1)
     level = 1
     while frame is not None:
@@ -303,7 +303,9 @@ def find_operation(
                 continue  # the origins moved meanwhile: judge again
         call = call.at(call.index + 1)
         prepared = yield from ledger(prepare(call))
-    raise AssertionError("no free candidate id")  # pragma: no cover
+    raise EffectsError(  # pragma: no cover - ten thousand identical calls on one thread
+        f"operation {call.operation_id!r}: no free candidate id after {_MAX_CANDIDATES}"
+    )
 
 
 def _adopt(call: Any, op: Operation) -> Generator[Action, Any, Operation | None]:

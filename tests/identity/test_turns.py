@@ -23,7 +23,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
 from langgraph.types import Send
 
-from langgraph_effects import EffectToolNode
+from langgraph_effects import EffectToolNode, route_tool_calls
 from langgraph_effects.testing.providers import FakeCRM
 
 
@@ -178,4 +178,36 @@ def test_a_request_repeated_after_summarization_acts_again(
     assert not any(
         isinstance(m, ToolMessage) and m.tool_call_id == "call-1" for m in out["messages"]
     )  # the first answer was summarized away
+    assert crm.effects == 2
+
+
+@pytest.mark.parametrize("router", ["tools_condition", "route_tool_calls"])
+def test_identical_calls_of_one_aimessage_are_two_operations(
+    env: Env, crm: FakeCRM, router: str
+) -> None:
+    """Two identical calls in one AIMessage (ToolNode's thread pool or gather runs them in
+    any order, the node batches their write-aheads): two operations, two acts; the turn
+    run again sends nothing more."""
+    calls = [
+        {"name": "close_case", "args": {"case_id": "A"}, "id": "twin-1"},
+        {"name": "close_case", "args": {"case_id": "A"}, "id": "twin-2"},
+    ]
+
+    def agent(state: State) -> dict[str, Any]:
+        if isinstance(state["messages"][-1], ToolMessage):
+            return {"messages": [AIMessage(content="done")]}
+        return {"messages": [AIMessage(content="", tool_calls=calls, id="ai-twins")]}
+
+    builder = StateGraph(State)
+    builder.add_node("agent", agent)
+    builder.add_node("tools", tool_node(env, [close_tool(crm)], False))
+    builder.add_edge(START, "agent")
+    route = tools_condition if router == "tools_condition" else route_tool_calls
+    builder.add_conditional_edges("agent", route, ["tools", END])
+    builder.add_edge("tools", "agent")
+    graph = builder.compile(checkpointer=env.checkpointer)
+    ask(env, graph)
+    assert crm.effects == 2
+    assert len(env.ops()) == 2
+    env.invoke(graph, None, CFG)
     assert crm.effects == 2
