@@ -56,6 +56,7 @@ __all__ = [
     "earlier_round",
     "identify",
     "named_round",
+    "repeated_answer",
     "round_id",
     "verified_as",
 ]
@@ -151,6 +152,8 @@ class Answers:
 
     logged: list[str]
     consumed: int = 0
+    applied: set[str] = dataclasses.field(default_factory=set)
+    """The digests of every answer applied to the operation, in any task."""
 
     def next_is(self, mark: str | None) -> bool:
         return (
@@ -158,6 +161,25 @@ class Answers:
             and self.consumed < len(self.logged)
             and (self.logged[self.consumed] == mark)
         )
+
+    def repeats(self, mark: str | None) -> bool:
+        """A value equal to an answer applied already, out of its logged order.
+
+        LangGraph keeps a resume given by position (``Command(resume=value)``)
+        after it was handed out, and hands it to the next ``interrupt()`` that
+        finds no value of its own, in a later run resumed by interrupt id: an
+        answer to an earlier question, shown to nobody as this one. Its digest
+        is one the ledger logged; it is not applied again.
+        """
+        return (
+            mark is not None and not self.next_is(mark) and mark.rpartition(":")[2] in self.applied
+        )
+
+    def note(self, mark: str) -> None:
+        """``mark`` was applied now: the next value handed back in its place."""
+        self.logged.insert(self.consumed, mark)
+        self.consumed += 1
+        self.applied.add(mark.rpartition(":")[2])
 
 
 def round_id(op: Operation) -> str:
@@ -198,6 +220,15 @@ def named_round(value: Any, operation_id: str) -> str | None:
             operation_id=operation_id,
         )
     return named
+
+
+def repeated_answer(operation_id: str) -> str:
+    """What a person is told when an answer applied before comes back (``Answers.repeats``)."""
+    return (
+        f"An answer equal to one already applied to operation {operation_id} came back "
+        "(LangGraph hands an answer given by position to a later question): it was not "
+        "applied again. Answer this request, naming its request_id."
+    )
 
 
 def earlier_round(named: str, op: Operation) -> str:

@@ -99,6 +99,7 @@ from langgraph_effects.decide.answers import (
     earlier_round,
     identify,
     named_round,
+    repeated_answer,
     round_id,
     verified_as,
 )
@@ -855,7 +856,9 @@ class Loop:
             op,
             kind=asked,
             retry_forbidden=p.retry_forbidden,
-            stale=lambda value: mine.next_is(answer_mark(call, value)),
+            stale=lambda value: (
+                mine.next_is(mark := answer_mark(call, value)) or mine.repeats(mark)
+            ),
             request_id=request["request_id"],
             offered=offered,
             anonymous=self.anonymous_answers,
@@ -879,11 +882,15 @@ class Loop:
                 # late): not applied; the current request is asked, saying why.
                 request = with_notice(base, earlier_round(echoed, op))
                 continue
+            if answers.repeats(mark):
+                # An answer applied before, handed to this later question (LangGraph
+                # keeps a positional resume): not applied again; the person is asked.
+                request = with_notice(base, repeated_answer(named))
+                continue
             # Who decided: the run's authenticated user, else the answer's by (or refused).
             answer = identify(answer, user=call.user, anonymous=self.anonymous_answers)
             if mark is not None:
-                answers.logged.insert(answers.consumed, mark)
-                answers.consumed += 1
+                answers.note(mark)
             if named != op.operation_id:
                 # Answers are matched by position within a task, and position is not
                 # identity: apply it to the operation it names, then ask again for ours.
@@ -1004,15 +1011,18 @@ class Loop:
             return known
         task = p.call.task_id
         logged: list[str] = []
+        applied: set[str] = set()
         if task is not None:
             events = yield from ledger(
                 Events(OperationKey(tenant_id=p.call.tenant_id, operation_id=operation_id))
             )
             for event in events:
                 mark = event.detail.get("answer") if isinstance(event.detail, dict) else None
-                if isinstance(mark, str) and mark.startswith(f"{task}:"):
-                    logged.append(mark)
-        p.answers[operation_id] = known = Answers(logged)
+                if isinstance(mark, str):
+                    applied.add(mark.rpartition(":")[2])
+                    if mark.startswith(f"{task}:"):
+                        logged.append(mark)
+        p.answers[operation_id] = known = Answers(logged, applied=applied)
         return known
 
     def _apply(

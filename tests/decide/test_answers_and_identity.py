@@ -180,6 +180,39 @@ def test_an_answer_naming_an_earlier_request_decides_nothing(env: Env, crm: Fake
     assert crm.effects == 2
 
 
+def test_a_positional_answer_is_not_handed_to_a_later_question(env: Env, crm: FakeCRM) -> None:
+    """LangGraph keeps a resume given by position and hands it to the next interrupt that
+    finds no value of its own, in a later run resumed by interrupt id. Retry (by position)
+    -> lost again -> retry (by id) -> the provider acts, the response is lost: that first
+    retry must not be sent a third time unasked. The person is asked, told why."""
+    crm.faults.script([Fault.LOSE_REQUEST, Fault.LOSE_REQUEST, Fault.LOSE_RESPONSE])
+    config = {"configurable": {"thread_id": "t1"}}
+    graph = build_graph(
+        [close_tool(crm)], [CLOSE_A], ledger=env.ledger, checkpointer=env.checkpointer
+    )
+    env.invoke(graph, {"messages": [("user", "close A")]}, config)
+    [first] = pending(env, graph, config)
+    op_id = first.value["operation_id"]
+    retry = {"operation_id": op_id, "decision": "retry", "by": "ana", "reason": "resend"}
+    env.invoke(graph, Command(resume=retry), config)  # by position
+    [second] = pending(env, graph, config)
+    assert (second.value["attempts"], crm.effects) == (2, 0)
+
+    again = {**retry, "reason": "resend once more"}
+    answer(env, graph, config, again, by_id=True)
+    assert crm.effects == 1  # the third attempt acted (its response lost), and no fourth
+    [third] = pending(env, graph, config)
+    assert (third.value["attempts"], third.value["status"]) == (3, "unknown")
+    assert "was not applied again" in third.value["notice"]
+    assert env.ledger_call("get", "default", op_id).status is S.UNKNOWN
+
+    confirm = {"operation_id": op_id, "decision": "confirm", "by": "ana", "reason": "in the CRM"}
+    answer(env, graph, config, confirm, by_id=True)
+    assert pending(env, graph, config) == []
+    assert env.ledger_call("get", "default", op_id).status is S.CONFIRMED
+    assert crm.effects == 1
+
+
 @pytest.mark.parametrize(
     "bad",
     [
