@@ -13,18 +13,19 @@ per core. A loaded machine runs the suite slower, never red.
 
 from __future__ import annotations
 
-import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from urllib.parse import quote
 
 import pytest
+from _pg import (
+    POSTGRES_URL,
+    _with_search_path,
+    require_postgres,
+)
 
 from langgraph_effects.testing.faults import timeout_scale
 
-POSTGRES_URL = os.environ.get("LGE_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
-REQUIRE_POSTGRES = os.environ.get("LGE_REQUIRE_POSTGRES") == "1"
 DEFAULT_WORKERS = 2  # the suite's parallelism when the command line does not choose
 
 
@@ -56,40 +57,6 @@ def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
         scaled = pytest.mark.timeout(float(seconds) * timeout_scale(), **kwargs)
         item.add_marker(scaled, append=False)
     yield
-
-
-_pg_error: str | None = None
-_pg_checked = False
-
-
-def _postgres_problem() -> str | None:
-    """Return why PostgreSQL cannot be used, or None when it can (checked once)."""
-    global _pg_checked, _pg_error
-    if not _pg_checked:
-        _pg_checked = True
-        try:
-            import psycopg
-
-            with psycopg.connect(POSTGRES_URL, connect_timeout=3) as conn:
-                conn.execute("SELECT 1")
-        except Exception as exc:  # any failure means: not usable here
-            _pg_error = f"PostgreSQL at {POSTGRES_URL} is unreachable: {exc!s}".strip()
-    return _pg_error
-
-
-def require_postgres() -> None:
-    """Skip (or, with LGE_REQUIRE_POSTGRES=1, fail) when PostgreSQL is unreachable."""
-    problem = _postgres_problem()
-    if problem is None:
-        return
-    if REQUIRE_POSTGRES:
-        pytest.fail(f"LGE_REQUIRE_POSTGRES=1 but {problem}")
-    pytest.skip(f"{problem} (set LGE_TEST_POSTGRES_URL, or start the server)")
-
-
-def _with_search_path(url: str, schema: str) -> str:
-    sep = "&" if "?" in url else "?"
-    return f"{url}{sep}options={quote(f'-csearch_path={schema}')}"
 
 
 @pytest.fixture

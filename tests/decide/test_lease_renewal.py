@@ -97,7 +97,7 @@ class Worker:
             self.sqlite.fail = 1
             return 1
         import psycopg
-        from conftest import POSTGRES_URL
+        from _pg import POSTGRES_URL
 
         with psycopg.connect(POSTGRES_URL, autocommit=True) as admin:
             rows = admin.execute(

@@ -22,7 +22,7 @@ from types import ModuleType
 
 import pytest
 from _example_child import run_script
-from conftest import POSTGRES_URL, require_postgres
+from _pg import POSTGRES_URL, require_postgres
 
 from langgraph_effects.testing import run_in_forked_child
 from langgraph_effects.testing.faults import scaled

@@ -222,7 +222,7 @@ def test_notebook_runs_and_its_committed_outputs_are_current(
 ) -> None:
     """Every cell runs (so every assert holds) and shows what the committed notebook shows."""
     if path.stem in POSTGRES:
-        from conftest import POSTGRES_URL, require_postgres  # here: `python tests/docs/...` too
+        from _pg import POSTGRES_URL, require_postgres  # here: `python tests/docs/...` too
 
         require_postgres()
         monkeypatch.setenv("LGE_LEDGER_URL", POSTGRES_URL)  # the variable the notebook reads

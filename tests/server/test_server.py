@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import POSTGRES_URL, _postgres_problem, _with_search_path, require_postgres
+from _pg import POSTGRES_URL, _postgres_problem, _with_search_path, require_postgres
 
 from langgraph_effects import OperationStatus, SQLiteLedger
 from langgraph_effects.testing import FakeCRM, Fault
