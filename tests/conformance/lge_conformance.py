@@ -58,10 +58,6 @@ EFFECT_EXPECTED_FAILURES: dict[str, str] = {
     "tests/test_tool_call_transformer.py::TestToolCallTransformerEndToEnd::"
     "test_tool_error_populates_error_field": _AMBIGUOUS,
     "tests/test_tool_node.py::test_tool_node_inject_state[_InjectStateSchema]": _REPLAYED,
-    "tests/test_tool_node.py::test_tool_node_inject_store": _REPLAYED,
-    "tests/test_react_agent.py::test_tool_node_inject_store": _REPLAYED,
-    "tests/test_tool_node.py::test_tool_node_stream_writer": _REPLAYED,
-    "tests/test_react_agent.py::test_tool_node_stream_writer": _REPLAYED,
     "tests/test_react_agent.py::test_react_agent_parallel_tool_calls[memory-v1]": _SIBLING,
     "tests/test_react_agent.py::test_react_agent_parallel_tool_calls[sqlite-v1]": _SIBLING,
 }
