@@ -220,6 +220,7 @@ class LazyLedger:
     resolve = _delegate("resolve")
     record_evidence = _delegate("record_evidence")
     bind_thread = _delegate("bind_thread")
+    adopt = _delegate("adopt")
     get = _delegate("get")
     list = _delegate("list")
     open_operations = _delegate("open_operations")

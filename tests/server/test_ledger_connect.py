@@ -186,3 +186,13 @@ def test_setup_false_leaves_the_schema_to_a_deploy_step(tmp_path: Path) -> None:
     ledger = ledger_from_url(f"sqlite:///{tmp_path / 'effects.db'}", setup=False)
     with pytest.raises(LedgerNotSetUp):
         asyncio.run(ledger.get("tenant-a", "op-1"))
+
+
+def test_the_lazy_ledger_delegates_every_verb_of_the_async_protocol() -> None:
+    """A verb added to ``AsyncLedger`` and not to ``LazyLedger`` failed only under the
+    server (``'LazyLedger' object has no attribute 'adopt'``): the two lists stay equal."""
+    from langgraph_effects.ledger.base import AsyncLedger
+    from langgraph_effects.ledger.connect import LazyLedger
+
+    verbs = {name for name in dir(AsyncLedger) if not name.startswith("_")}
+    assert verbs - set(dir(LazyLedger)) == set()
