@@ -1,4 +1,4 @@
-"""What a child process runs in tests/identity/test_identity_kills.py: one user turn.
+"""What a child process runs in tests/kills/test_identity_kills.py: one user turn.
 
 The graph (``[trim ->] agent -> tools -> agent``) is rebuilt on the files or URL in
 each fresh process. The model mints a new tool-call id on every proposal, as a real

@@ -3,7 +3,8 @@
 Real graphs on SQLite and PostgreSQL, sync and async; effects counted at a
 file-backed fake CRM that honours no idempotency key, so every dispatch that
 reaches it is an effect. The crash between the ledger applying an answer and
-LangGraph saving it is a real process kill (``_answer_child``).
+LangGraph saving it is a real process kill: ``tests/kills/test_answer_kills.py`` (this
+room starts no process).
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from typing import Any
 
 import pytest
 from _answer_child import APPROVE, CFG, gated_graph
-from _answer_child import answer as answer_in_child
 from _graphs import Env, build_graph, call, tool_messages
 from langgraph.types import Command
 from pydantic import ValidationError
@@ -22,9 +22,7 @@ from langgraph_effects import EffectContext, Evidence, effect
 from langgraph_effects.core.actors import person_refusal
 from langgraph_effects.core.model import EventKind, OperationStatus
 from langgraph_effects.errors import InvalidAnswer
-from langgraph_effects.testing.faults import CrashPoint
 from langgraph_effects.testing.providers import FakeCRM, Fault
-from langgraph_effects.testing.scenario import run_in_forked_child as run_in_child
 
 S = OperationStatus
 BACKENDS = [(k, m) for k in ("sqlite", "postgres") for m in ("sync", "async")]
@@ -134,69 +132,6 @@ def test_a_request_id_of_no_request_of_ours_is_refused(env: Env, crm: FakeCRM) -
     env.invoke(graph, Command(resume=good), CFG)
     assert env.ledger_call("get", "default", op_id).status is S.REJECTED
     assert crm.effects == 1
-
-
-# -- finding 2: the last word before dispatch wins -------------------------------------
-
-
-@pytest.mark.filterwarnings("ignore::langgraph_effects.DurabilityWarning")
-def test_a_reject_after_a_crash_between_the_ledger_and_the_checkpoint_stops_the_call(
-    env: Env, crm: FakeCRM, tmp_path: Path
-) -> None:
-    """Killed after the ledger applied ``approve`` and before LangGraph saved the value
-    (durability "sync" on two backends, LangGraph's default on the others): the approval
-    is shown again, a reject given now stops the call, and the log says who decided what."""
-    durability = "sync" if (env.kind == "sqlite") == (env.mode == "sync") else None
-    graph = gated_graph(env, crm)
-    env.invoke(graph, {"messages": [("user", "close A")]}, CFG, durability=durability)
-    died = run_in_child(
-        answer_in_child,
-        env.kind,
-        env.mode,
-        env.where,  # type: ignore[attr-defined]
-        str(crm.path),
-        durability,
-        crash_at=CrashPoint.AFTER_ANSWER,
-    )
-    assert died.crashed_at is CrashPoint.AFTER_ANSWER, died.error
-    [op] = env.ops()
-    assert (op.status, op.authorization_ref is not None) == (S.PREPARED, True)  # approved
-    [shown] = pending(env, graph)  # LangGraph lost the answer: it shows the approval again
-    assert shown["kind"] == "effect_approval"
-
-    reject = {"decisions": [{"type": "reject", "message": "wrong case"}], "by": "bob"}
-    out = env.invoke(graph, Command(resume=reject), CFG, durability=durability)
-    assert crm.effects == 0  # the last word before dispatch won
-    [op] = env.ops()
-    assert op.status is S.REJECTED
-    assert pending(env, graph) == []
-    assert [m.status for m in tool_messages(out)] == ["error"]
-    events = env.ledger_call("events", "default", op.operation_id)
-    assert [(e.kind, e.actor) for e in events if e.kind is not EventKind.PREPARE] == [
-        (EventKind.APPROVE, "ana"),
-        (EventKind.REJECT, "bob"),
-    ]
-
-
-@pytest.mark.parametrize("env", [("sqlite", "async")], indirect=True)
-def test_the_same_approval_given_again_after_that_crash_sends_once(env: Env, crm: FakeCRM) -> None:
-    """The other way round: the approval given again after the crash is the same word, and
-    the call is sent exactly once."""
-    graph = gated_graph(env, crm)
-    env.invoke(graph, {"messages": [("user", "close A")]}, CFG)
-    died = run_in_child(
-        answer_in_child,
-        env.kind,
-        env.mode,
-        env.where,  # type: ignore[attr-defined]
-        str(crm.path),
-        "sync",
-        crash_at=CrashPoint.AFTER_ANSWER,
-    )
-    assert died.crashed_at is CrashPoint.AFTER_ANSWER, died.error
-    env.invoke(graph, Command(resume={**APPROVE, "by": "bob"}), CFG)
-    [op] = env.ops()
-    assert (op.status, crm.effects, pending(env, graph)) == (S.CONFIRMED, 1, [])
 
 
 # -- finding 4: one rule for who answered ----------------------------------------------

@@ -1,7 +1,7 @@
 """``effect(..., answer=...)``: the answer rebuilt from a confirmed record, and bad input.
 
 The crash paths (a ``Command`` effect reconciled or reviewed after a real kill) are in
-``tests/campaign/test_settled_command.py``; here, what needs no crash.
+``tests/kills/test_settled_command.py``; here, what needs no crash.
 """
 
 from __future__ import annotations

@@ -1,0 +1,104 @@
+"""Finding 2 of "Every answer applied" across a real process kill: killed after the ledger
+applied ``approve`` and before LangGraph saved the value (``_answer_child``), the last word
+before dispatch wins. The rest of the finding's rules: ``tests/decide/test_every_answer.py``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from _answer_child import APPROVE, CFG, gated_graph
+from _answer_child import answer as answer_in_child
+from _graphs import Env, tool_messages
+from langgraph.types import Command
+
+from langgraph_effects.core.model import EventKind, OperationStatus
+from langgraph_effects.testing.faults import CrashPoint
+from langgraph_effects.testing.providers import FakeCRM
+from langgraph_effects.testing.scenario import run_in_forked_child as run_in_child
+
+S = OperationStatus
+BACKENDS = [(k, m) for k in ("sqlite", "postgres") for m in ("sync", "async")]
+
+
+@pytest.fixture(params=BACKENDS, ids=[f"{k}-{m}" for k, m in BACKENDS])
+def env(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
+    kind, mode = request.param
+    url = request.getfixturevalue("pg_url") if kind == "postgres" else None
+    e = Env(kind, mode, path=tmp_path / "app.db", url=url)
+    e.where = url or str(tmp_path / "app.db")  # type: ignore[attr-defined]
+    yield e
+    e.close()
+
+
+@pytest.fixture
+def crm(tmp_path: Path) -> Any:
+    with FakeCRM(path=tmp_path / "crm.db") as fake:
+        yield fake
+
+
+def pending(env: Env, graph: Any) -> list[Any]:
+    state = graph.get_state(CFG) if not env.is_async else env.run(graph.aget_state(CFG))
+    return [i.value for task in state.tasks for i in task.interrupts]
+
+
+@pytest.mark.filterwarnings("ignore::langgraph_effects.DurabilityWarning")
+def test_a_reject_after_a_crash_between_the_ledger_and_the_checkpoint_stops_the_call(
+    env: Env, crm: FakeCRM, tmp_path: Path
+) -> None:
+    """Killed after the ledger applied ``approve`` and before LangGraph saved the value
+    (durability "sync" on two backends, LangGraph's default on the others): the approval
+    is shown again, a reject given now stops the call, and the log says who decided what."""
+    durability = "sync" if (env.kind == "sqlite") == (env.mode == "sync") else None
+    graph = gated_graph(env, crm)
+    env.invoke(graph, {"messages": [("user", "close A")]}, CFG, durability=durability)
+    died = run_in_child(
+        answer_in_child,
+        env.kind,
+        env.mode,
+        env.where,  # type: ignore[attr-defined]
+        str(crm.path),
+        durability,
+        crash_at=CrashPoint.AFTER_ANSWER,
+    )
+    assert died.crashed_at is CrashPoint.AFTER_ANSWER, died.error
+    [op] = env.ops()
+    assert (op.status, op.authorization_ref is not None) == (S.PREPARED, True)  # approved
+    [shown] = pending(env, graph)  # LangGraph lost the answer: it shows the approval again
+    assert shown["kind"] == "effect_approval"
+
+    reject = {"decisions": [{"type": "reject", "message": "wrong case"}], "by": "bob"}
+    out = env.invoke(graph, Command(resume=reject), CFG, durability=durability)
+    assert crm.effects == 0  # the last word before dispatch won
+    [op] = env.ops()
+    assert op.status is S.REJECTED
+    assert pending(env, graph) == []
+    assert [m.status for m in tool_messages(out)] == ["error"]
+    events = env.ledger_call("events", "default", op.operation_id)
+    assert [(e.kind, e.actor) for e in events if e.kind is not EventKind.PREPARE] == [
+        (EventKind.APPROVE, "ana"),
+        (EventKind.REJECT, "bob"),
+    ]
+
+
+@pytest.mark.parametrize("env", [("sqlite", "async")], indirect=True)
+def test_the_same_approval_given_again_after_that_crash_sends_once(env: Env, crm: FakeCRM) -> None:
+    """The other way round: the approval given again after the crash is the same word, and
+    the call is sent exactly once."""
+    graph = gated_graph(env, crm)
+    env.invoke(graph, {"messages": [("user", "close A")]}, CFG)
+    died = run_in_child(
+        answer_in_child,
+        env.kind,
+        env.mode,
+        env.where,  # type: ignore[attr-defined]
+        str(crm.path),
+        "sync",
+        crash_at=CrashPoint.AFTER_ANSWER,
+    )
+    assert died.crashed_at is CrashPoint.AFTER_ANSWER, died.error
+    env.invoke(graph, Command(resume={**APPROVE, "by": "bob"}), CFG)
+    [op] = env.ops()
+    assert (op.status, crm.effects, pending(env, graph)) == (S.CONFIRMED, 1, [])
