@@ -188,7 +188,10 @@ class Timeline:
             wait *= 2
         config = {"configurable": {"thread_id": self.thread_id, "checkpoint_ns": ns}}
         before = self._config(ns, mine)
-        older = next(iter(self.saver.list(config, before=before, limit=1)), None)
+        # Every ``list`` is read to its end: the async savers' sync ``list`` holds the
+        # saver's lock until its async generator ends, so one left open (a ``next`` or a
+        # ``return`` mid-loop) blocks every later checkpoint write of the run.
+        older = next(iter(list(self.saver.list(config, before=before, limit=1))), None)
         if older is None:
             return None
         return _Standin(parent_config=older.config, metadata={})
@@ -196,7 +199,7 @@ class Timeline:
     def _completed_anywhere(self, ns: str, theirs: str) -> bool:
         """Some branch holds a child of ``theirs`` written by the loop."""
         config = {"configurable": {"thread_id": self.thread_id, "checkpoint_ns": ns}}
-        for got in self.saver.list(config):
+        for got in list(self.saver.list(config)):  # to its end (see ``_mine``)
             checkpoint = got.config["configurable"]["checkpoint_id"]
             if checkpoint <= theirs:
                 return False
