@@ -262,7 +262,9 @@ def test_each_tests_timeout_is_scaled(
 ) -> None:
     """tests/conftest.py multiplies each test's pytest-timeout (its marker, else the default)
     by the scale, before pytest-timeout arms it."""
-    pytester.makeconftest((Path(__file__).parents[1] / "conftest.py").read_text())
+    tests = Path(__file__).parents[1]
+    pytester.makeconftest((tests / "conftest.py").read_text())
+    pytester.makepyfile(_pg=(tests / "_pg.py").read_text())  # what conftest.py imports
     pytester.makepyfile(
         """
         import pytest
