@@ -59,9 +59,11 @@ __all__ = [
     "add_operations",
     "atrace_decision",
     "build_call",
+    "call_id_of",
     "effect_calls",
     "effect_result",
     "messages_of",
+    "places",
     "task_id_of",
     "timeline_of_request",
     "trace_decision",
@@ -71,6 +73,26 @@ __all__ = [
 S = OperationStatus
 NO_CALL_ID = "no-call-id"
 """The tool-call id of a call the model sent without one."""
+
+
+def call_id_of(tool_call: ToolCall, place: int | None = None) -> str:
+    """The id a tool call is known by in the ledger: the model's, or for a call sent
+    without one (``""`` or None) its ``place`` among its AIMessage's calls of the same
+    tool (``places``): two id-less calls of one message are two intents, and a re-run
+    of the task meets each at its place again. Place 0 or unknown: ``NO_CALL_ID``."""
+    if tool_call["id"]:
+        return tool_call["id"]
+    return NO_CALL_ID if not place else f"{NO_CALL_ID}-{place}"
+
+
+def places(tool_calls: Sequence[ToolCall]) -> list[int]:
+    """Each call's place among the calls of the same tool (``call_id_of``)."""
+    seen: dict[str, int] = {}
+    out = []
+    for tool_call in tool_calls:
+        out.append(seen.get(tool_call["name"], 0))
+        seen[tool_call["name"]] = out[-1] + 1
+    return out
 
 
 def add_operations(left: list[str] | None, right: list[str] | None) -> list[str]:
@@ -105,10 +127,12 @@ def build_call(
     siblings: dict[str, OperationDraft] | None = None,
     preapproved_by: str | None = None,
     user: str | None = None,
+    place: int | None = None,
 ) -> EffectCall:
     """The ``EffectCall`` of a tool call, for a tenant and thread resolved by the face;
     ``timeline``: where its task runs (``timeline_of``; shared by the calls of a task);
-    ``user``: the run's authenticated user (``decide.answers.authenticated_user``)."""
+    ``user``: the run's authenticated user (``decide.answers.authenticated_user``);
+    ``place``: its position among the task's calls (``call_id_of``)."""
     spec = effect_spec(tool)
     if spec is None:
         raise EffectsError(f"tool {tool.name!r} is not an effect")
@@ -117,8 +141,7 @@ def build_call(
     return EffectCall.build(
         spec,
         tool_name=tool_call["name"],
-        # A call without an id ("" or None) is identified by thread, action and payload.
-        tool_call_id=tool_call["id"] or NO_CALL_ID,
+        tool_call_id=call_id_of(tool_call, place),
         args=tool_call["args"],
         tenant_id=tenant_id,
         workflow_id=workflow_id,
@@ -174,7 +197,7 @@ def effect_calls(
     """
     workflow_id, tenant_id = thread
     calls = []
-    for tool_call in tool_calls:
+    for place, tool_call in zip(places(tool_calls), tool_calls, strict=True):
         tool = tools.get(tool_call["name"])
         if tool is None or effect_spec(tool) is None:
             continue
@@ -189,6 +212,7 @@ def effect_calls(
                 single=len(tool_calls) <= 1,
                 siblings=siblings,
                 user=user,
+                place=place,
             )
         except Exception:
             continue

@@ -40,9 +40,11 @@ from langgraph_effects._faces import (
     add_operations,
     atrace_decision,
     build_call,
+    call_id_of,
     effect_calls,
     effect_result,
     messages_of,
+    places,
     task_id_of,
     timeline_of_request,
     trace_decision,
@@ -133,6 +135,10 @@ def _tool_calls_of(input: Any, messages_key: str) -> tuple[list[ToolCall], bool]
     return (list(latest.tool_calls) if latest is not None else []), True
 
 
+def _same_call(a: ToolCall, b: ToolCall) -> bool:
+    return a["name"] == b["name"] and a["args"] == b["args"] and a["id"] == b["id"]
+
+
 # --------------------------------------------------------------------------- one task's calls
 #
 # The parallel effect calls of one AIMessage run in one task (``tools_condition``).
@@ -174,6 +180,33 @@ class _Task:
     handoff: dict[str, Prepared] = field(default_factory=dict)
     running: set[asyncio.Task[Any]] = field(default_factory=set)
     """The effect calls under way in ``ainvoke`` (ToolNode's ``gather``), for ``settle``."""
+    placed: dict[int, tuple[ToolCall, int]] = field(default_factory=dict)
+    """By ``id()`` of a request's tool-call dict (kept alive): its place (``place_of``)."""
+
+    def place_of(self, tool_call: ToolCall) -> int | None:
+        """Where a call the model sent without an id stands among the task's calls of its
+        tool (``_faces.places``).
+
+        ToolNode hands each request the very dict of its AIMessage: that one's place.
+        A wrapper's copy (``request.override``) takes the first equal place not given
+        yet (identical copies are interchangeable), the same place each time it comes
+        back. None: the call has an id, or is not among the task's calls.
+        """
+        if tool_call["id"]:
+            return None
+        with self.lock:
+            if id(tool_call) in self.placed:
+                return self.placed[id(tool_call)][1]
+            mine = list(zip(places(self.tool_calls), self.tool_calls, strict=True))
+            same = [p for p, tc in mine if tc is tool_call]
+            if not same:
+                given = {p for tc, p in self.placed.values() if tc["name"] == tool_call["name"]}
+                equal = [p for p, tc in mine if _same_call(tc, tool_call)]
+                same = [p for p in equal if p not in given] or equal
+            if not same:
+                return None
+            self.placed[id(tool_call)] = (tool_call, same[0])
+            return same[0]
 
     def ready(
         self,
@@ -189,6 +222,14 @@ class _Task:
             self.calls = {c.tool_call_id: c for c in calls}
             self.handoff = {p.operation.operation_id: p for p in prepared}
             self.thread = thread  # last: a call seeing it finds the rest in place
+
+    def known(self, request: ToolCallRequest) -> EffectCall | None:
+        """The call derived for ``request`` with the task's batch, if it still is it."""
+        tool_call = request.tool_call
+        known = self.calls.get(call_id_of(tool_call, self.place_of(tool_call)))
+        if known is None or known.tool_name != tool_call["name"] or known.args != tool_call["args"]:
+            return None
+        return known
 
     def take(self, call: EffectCall) -> Prepared | None:
         """The record prepared for ``call`` in the batch, once."""
@@ -275,7 +316,7 @@ def _unsent(task: _Task | None, request: ToolCallRequest) -> Release | None:
     """The release of the record the task's batch claimed for ``request``'s call, when the
     user's wrapper answered (or failed) without deciding it: nothing was sent, so the
     record goes back to ``prepared`` (a later call sends it), never left ``dispatching``."""
-    known = None if task is None else task.calls.get(request.tool_call["id"] or "")
+    known = None if task is None else task.known(request)
     handoff = None if task is None or known is None else task.take(known)
     if handoff is None or not handoff.created or handoff.operation.status is not S.DISPATCHING:
         return None
@@ -643,14 +684,9 @@ class EffectToolNode(ToolNode):
         return config or {}
 
     def _call(self, request: ToolCallRequest, thread: Thread, task: _Task | None) -> EffectCall:
-        if task is not None:
-            known = task.calls.get(request.tool_call["id"] or "")
-            if (
-                known is not None
-                and known.tool_name == request.tool_call["name"]
-                and known.args == request.tool_call["args"]
-            ):
-                return known
+        known = None if task is None else task.known(request)
+        if known is not None:
+            return known
         assert request.tool is not None
         workflow_id, tenant_id = thread
         return build_call(
@@ -663,6 +699,7 @@ class EffectToolNode(ToolNode):
             single=task is None or task.effect_calls <= 1,
             siblings=None if task is None else task.drafts,
             user=authenticated_user(request.runtime.config if request.runtime else None),
+            place=None if task is None else task.place_of(request.tool_call),
         )
 
     @contextmanager

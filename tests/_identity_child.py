@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -17,16 +18,25 @@ from _graphs import Env, State
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, RemoveMessage
 from langchain_core.tools import tool
 from langgraph.graph import END, START, StateGraph
-from langgraph.prebuilt import ToolNode
+from langgraph.prebuilt import ToolNode, tools_condition
 
-from langgraph_effects import EffectContext, EffectToolNode, Evidence, effect, route_tool_calls
+from langgraph_effects import (
+    EffectContext,
+    EffectToolNode,
+    Evidence,
+    ProviderContract,
+    effect,
+    route_tool_calls,
+)
 from langgraph_effects.testing import ScriptedChatModel
 from langgraph_effects.testing.providers import FakeCRM
 
 CFG = {"configurable": {"thread_id": "t1"}}
 
 
-def _tool(crm: FakeCRM, plain: bool) -> Any:
+def _tool(crm: FakeCRM, plain: bool, *, keyed: bool = False) -> Any:
+    """``close_case``; ``keyed``: the CRM's key window is declared, so a call whose claim
+    died before it reached the CRM is retried under its key, not sent to a person."""
     if plain:
 
         @tool
@@ -37,12 +47,14 @@ def _tool(crm: FakeCRM, plain: bool) -> Any:
         return close_case
 
     def find(op: Any) -> Evidence:
-        case = crm.get_case(op.target)
-        if case["closed_by"] == op.idempotency_key:
+        # By the CRM's log, not the case's last closer: twins close one case twice.
+        if crm.effects_for(op.target, idempotency_key=op.idempotency_key):
             return Evidence.confirmed("closed under our key", result={"closed": op.target})
         return Evidence.inconclusive("not closed under our key")
 
-    @effect("crm.close_case", target=lambda a: a["case_id"], reconcile=find)
+    window = ProviderContract(idempotency_window=timedelta(hours=24)) if keyed else None
+
+    @effect("crm.close_case", target=lambda a: a["case_id"], reconcile=find, contract=window)
     def close_case(case_id: str, ctx: EffectContext) -> dict[str, Any]:
         """Close a CRM case."""
         return crm.close_case(case_id, "fixed", idempotency_key=ctx.idempotency_key)
@@ -57,6 +69,14 @@ def _reply(messages: Sequence[BaseMessage]) -> AIMessage:
     return AIMessage(content="", tool_calls=[call])
 
 
+def _twins(messages: Sequence[BaseMessage]) -> AIMessage:
+    """Close case A twice, both calls without an id (two intents in one AIMessage)."""
+    if not isinstance(messages[-1], HumanMessage):
+        return AIMessage(content="done")
+    call = {"name": "close_case", "args": {"case_id": "A"}, "id": ""}
+    return AIMessage(content="", tool_calls=[call, dict(call)], id="ai-twins")
+
+
 def turn(
     kind: str,
     mode: str,
@@ -66,12 +86,16 @@ def turn(
     text: str | None,
     trim: bool = False,
     durability: str | None = None,
+    twins: bool = False,
 ) -> dict[str, Any]:
-    """Send ``text`` (None: resume the thread as it stands); return what the thread holds."""
+    """Send ``text`` (None: resume the thread as it stands); return what the thread holds.
+
+    ``twins``: the model proposes two identical id-less calls in one AIMessage, and
+    ``tools_condition`` runs them in one task."""
     env = Env(kind, mode, path=Path(where), url=where)
     crm = FakeCRM(crm_path)
     try:
-        model = ScriptedChatModel(script=_reply)
+        model = ScriptedChatModel(script=_twins if twins else _reply)
 
         def trimmer(state: State) -> dict[str, Any]:
             old = state["messages"][:-1]
@@ -80,7 +104,7 @@ def turn(
         def agent(state: State) -> dict[str, Any]:
             return {"messages": [model.invoke(state["messages"])]}
 
-        tools = [_tool(crm, plain)]
+        tools = [_tool(crm, plain, keyed=twins)]
         builder = StateGraph(State)
         builder.add_node("trim", trimmer)
         builder.add_node("agent", agent)
@@ -89,7 +113,8 @@ def turn(
         )
         builder.add_edge(START, "trim" if trim else "agent")
         builder.add_edge("trim", "agent")
-        builder.add_conditional_edges("agent", route_tool_calls, ["tools", END])
+        router = tools_condition if twins else route_tool_calls
+        builder.add_conditional_edges("agent", router, ["tools", END])
         builder.add_edge("tools", "agent")
         graph = builder.compile(checkpointer=env.checkpointer)
         value = None if text is None else {"messages": [HumanMessage(text)]}

@@ -1407,11 +1407,7 @@ def _lost_receipts(
     for m in messages:
         if not isinstance(m, ToolMessage) or not any(x in str(m.content) for x in _NOT_DONE):
             continue
-        call = calls.get(m.tool_call_id)
-        target = None if call is None else target_of(call)
-        mine = [op for op in ops if op.tool_call_id == m.tool_call_id] or [
-            op for op in ops if target is not None and op.target == target
-        ]
+        mine = _spoken_for(m, ops, calls)
         if not mine or any(op.operation_id in decided_by_person for op in mine):
             continue
         if all(applied(op) for op in mine):
@@ -1420,6 +1416,26 @@ def _lost_receipts(
                 "the provider applied it"
             )
     return problems
+
+
+def _spoken_for(
+    message: ToolMessage, ops: Sequence[Operation], calls: Mapping[str | None, Any]
+) -> list[Operation]:
+    """The operations a ToolMessage answers for: the one its trace names
+    (``decide.messages.trace_metadata``), else those of its tool-call id, else its
+    call's target. The record's own ``tool_call_id`` is only the id of the call that
+    wrote it: twins of one AIMessage re-proposed under the same ids (``reused_ids``)
+    may each meet the other's record, so that id can name the wrong twin."""
+    trace = message.response_metadata.get(TRACE_KEY)
+    if isinstance(trace, Mapping) and trace.get("operation_id") is not None:
+        named = [op for op in ops if op.operation_id == str(trace["operation_id"])]
+        if named:
+            return named
+    call = calls.get(message.tool_call_id)
+    target = None if call is None else target_of(call)
+    return [op for op in ops if op.tool_call_id == message.tool_call_id] or [
+        op for op in ops if target is not None and op.target == target
+    ]
 
 
 def _delivered(history: Sequence[Any], head: Any) -> list[ToolMessage]:

@@ -181,17 +181,17 @@ def test_a_request_repeated_after_summarization_acts_again(
     assert crm.effects == 2
 
 
+@pytest.mark.parametrize("ids", ["distinct", "empty"])
 @pytest.mark.parametrize("router", ["tools_condition", "route_tool_calls"])
 def test_identical_calls_of_one_aimessage_are_two_operations(
-    env: Env, crm: FakeCRM, router: str
+    env: Env, crm: FakeCRM, router: str, ids: str
 ) -> None:
     """Two identical calls in one AIMessage (ToolNode's thread pool or gather runs them in
     any order, the node batches their write-aheads): two operations, two acts; the turn
-    run again sends nothing more."""
-    calls = [
-        {"name": "close_case", "args": {"case_id": "A"}, "id": "twin-1"},
-        {"name": "close_case", "args": {"case_id": "A"}, "id": "twin-2"},
-    ]
+    run again sends nothing more. Also when the model gives neither call an id: each is
+    known by its place among the message's calls (``_faces.call_id_of``)."""
+    twin = {"distinct": ["twin-1", "twin-2"], "empty": ["", ""]}[ids]
+    calls = [{"name": "close_case", "args": {"case_id": "A"}, "id": i} for i in twin]
 
     def agent(state: State) -> dict[str, Any]:
         if isinstance(state["messages"][-1], ToolMessage):

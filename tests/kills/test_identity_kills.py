@@ -8,6 +8,10 @@
    operation, acting once more; the process dies after the provider acted, and the
    resume in a fresh process settles it without a third send. A ``ToolNode`` sends a
    third time.
+3. Two identical calls without an id in one AIMessage (one task, ``tools_condition``):
+   the process dies as the provider acts on the first; the resume re-runs the task,
+   and each call meets its own record once: two effects, both settled. A ``ToolNode``
+   sends again.
 """
 
 from __future__ import annotations
@@ -75,5 +79,28 @@ def test_a_trimmed_thread_asking_again_acts_once_more_across_a_kill(
     assert resumed.ok, resumed.error
     with FakeCRM(crm_path) as crm:
         assert crm.effects == (3 if plain else 2)
+    if not plain:
+        assert resumed.value["statuses"] == ["confirmed", "confirmed"]
+
+
+@pytest.mark.parametrize(
+    ("kind", "mode", "plain"), EFFECTS, ids=[f"{k}-{m}{'-toolnode' * p}" for k, m, p in EFFECTS]
+)
+def test_two_id_less_twins_killed_mid_task_resume_to_two_effects(
+    request: pytest.FixtureRequest, tmp_path: Path, kind: str, mode: str, plain: bool
+) -> None:
+    where, crm_path = _where(request, kind, tmp_path), tmp_path / "crm.db"
+    with FakeCRM(crm_path) as crm:
+        crm.faults.push(Fault.CRASH)
+    thread = (turn, kind, mode, where, str(crm_path), plain)
+    died = run_in_child(*thread, "close case A twice", False, "sync", True)
+    assert died.crashed, died.error
+    resumed = run_in_child(*thread, None, False, "sync", True)  # the same task, re-run
+    assert resumed.ok, resumed.error
+    with FakeCRM(crm_path) as crm:
+        if plain:
+            assert crm.effects > 2  # the killed call (at least) is sent again
+        else:
+            assert crm.effects == 2
     if not plain:
         assert resumed.value["statuses"] == ["confirmed", "confirmed"]

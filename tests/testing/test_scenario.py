@@ -39,6 +39,7 @@ from langgraph_effects.testing.scenario import (
     _answer_applied,
     _delivered,
     _lost_effects,
+    _lost_receipts,
     bad_answer,
     builtin_call,
     confirm_if_seen,
@@ -418,6 +419,46 @@ def test_lost_effects_count_answers_beyond_what_acted_and_calls_left_unanswered(
         "s", once, [op], [], [_done(1), _done(2)], decided={"op-1"}, finished=True
     )
     assert person == []
+
+
+def test_a_not_done_answer_is_judged_by_the_operation_it_names_not_the_records_call_id() -> None:
+    """Campaign seed 239 (``reused_ids``, twins): two identical calls ``c1`` and ``c1-twin``
+    re-proposed under the same ids each met the other's record (ToolNode runs them in any
+    order), so ``c1`` was answered "NOT carried out" from the record written by
+    ``c1-twin``, which was indeed never applied, while ``c1``'s own record was. The
+    answer is true (one of the two acted, the model was told so): the harness goes by
+    the operation the message names. Naming the applied operation is still a problem."""
+    ledger = InMemoryLedger()
+    ledger.setup()
+
+    def op(op_id: str, call: str) -> Any:
+        draft = OperationDraft(
+            tenant_id="t", operation_id=op_id, action="a", payload_digest="0" * 64,
+            target="case", tool_call_id=call,
+        )  # fmt: skip
+        return ledger.prepare(draft).operation
+
+    applied_op, refused_op = op("op-a", "c1"), op("op-b", "c1-twin")
+    calls = [{"name": "t", "args": {}, "id": i, "type": "tool_call"} for i in ("c1", "c1-twin")]
+    ai = AIMessage("", tool_calls=calls)
+
+    def answer(call: str, op_id: str, text: str) -> ToolMessage:
+        trace = {"operation_id": op_id, "status": "rejected", "via": "reviewed"}
+        return ToolMessage(text, tool_call_id=call, response_metadata={TRACE_KEY: trace})
+
+    def applied(o: Any) -> int:
+        return 1 if o.operation_id == "op-a" else 0
+
+    def lost(*messages: Any) -> list[str]:
+        ops = [applied_op, refused_op]
+        # Not finished: a prepared record may still act (the ledger half is not under test).
+        return _lost_receipts("s", applied, ops, {}, [ai, *messages], pending=(), finished=False)
+
+    refused = "Error: refused and NOT carried out"
+    assert lost(answer("c1", "op-b", refused), _done(2, "op-a")) == []
+    assert lost(answer("c1", "op-a", refused)) != []  # the applied one told not done
+    untraced = ToolMessage(refused, tool_call_id="c1")  # no trace: by the record's call id
+    assert lost(untraced) != []
 
 
 def test_the_delivered_answers_are_those_of_the_final_timeline() -> None:
