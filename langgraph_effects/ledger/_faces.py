@@ -1,50 +1,45 @@
-"""The public methods of the SQL ledgers, once for sync and once for async.
+"""The public methods of the SQL ledgers, sync and async, made from the verbs' programs.
 
-Each method builds a ``Program`` (``_prepare``, ``_programs``, ``_resolve``,
-``_queries``) and hands it to the backend's driver (``_run`` / ``_arun``);
-nothing here knows SQL. After the driver has committed, the transitions are
-logged; a ``StaleFencingToken`` is counted for ``stats()`` (process-local: a
-refusal changes no row) and reported to ``observe.log_stale_token`` (without
-the action: the refusal reads no more of the row than it needs).
+A ledger verb is declared once with its parameters: as the program that runs it
+(``_prepare``, ``_programs``, ``_resolve``, ``_queries``), which takes the
+dialect and the ledger's clock first, then exactly the verb's parameters.
+``sync_verb`` / ``async_verb`` turn it into the method of ``SyncFace`` /
+``AsyncFace``: the same parameters (``ParamSpec``, so mypy checks each program
+against the ``Ledger`` / ``AsyncLedger`` method it implements, and
+``inspect.signature`` shows the verb's), built into a program and handed to the
+backend's driver (``_run`` / ``_arun``); nothing here knows SQL.
+
+After the driver has committed, the transitions are logged; a
+``StaleFencingToken``, raised or returned (``confirm_many``), is counted for
+``stats()`` (process-local: a refusal changes no row) and reported to
+``observe.log_stale_token`` (without the action: the refusal reads no more of
+the row than it needs).
 """
 
 from __future__ import annotations
 
-import builtins
+import inspect
 import threading
-from collections.abc import Callable, Sequence
-from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from collections.abc import Callable, Coroutine
+from datetime import datetime
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from langgraph_effects.core.model import (
-    Evidence,
-    LeaseOwner,
-    Operation,
-    OperationDraft,
-    OperationEvent,
-    OperationStatus,
-    Prepared,
-    Resolution,
-    utcnow,
-)
-from langgraph_effects.errors import EffectsError, StaleFencingToken
+from langgraph_effects.core.model import utcnow
+from langgraph_effects.errors import StaleFencingToken
 from langgraph_effects.ledger import _prepare, _resolve
 from langgraph_effects.ledger import _programs as programs
 from langgraph_effects.ledger import _queries as queries
 from langgraph_effects.ledger._statements import Dialect, Program, Result, migrate
-from langgraph_effects.ledger.base import (
-    DEFAULT_LEASE,
-    AsyncLedger,
-    Confirmation,
-    Ledger,
-    LedgerStats,
-    OpenOperations,
-)
+from langgraph_effects.ledger.base import AsyncLedger, Ledger, LedgerStats
 from langgraph_effects.observe import log_stale_token, log_transition
 
 __all__ = ["AsyncFace", "SyncFace"]
 
 T = TypeVar("T")
+P = ParamSpec("P")
+Clock = Callable[[], datetime]
+Build = Callable[Concatenate[Dialect, Clock, P], Program[T]]
+"""A verb's program: the dialect and the clock, then the verb's own parameters."""
 
 
 class _Face:
@@ -54,7 +49,7 @@ class _Face:
     _owned: Callable[[], Any] | None = None
     """Closes what the backend's ``open()`` opened for this ledger (None: nothing is ours)."""
 
-    def __init__(self, *, clock: Callable[[], datetime] = utcnow) -> None:
+    def __init__(self, *, clock: Clock = utcnow) -> None:
         self._clock = clock
         self._refusals_lock = threading.Lock()
         self._stale_token_refusals = 0
@@ -70,21 +65,59 @@ class _Face:
             current=refusal.current,
         )
 
-    def _counted(
-        self,
-        confirmations: Sequence[Confirmation],
-        outcomes: builtins.list[Operation | EffectsError],
-    ) -> builtins.list[Operation | EffectsError]:
-        for confirmation, outcome in zip(confirmations, outcomes, strict=True):
-            if isinstance(outcome, StaleFencingToken):
-                self._refused(confirmation.tenant_id, outcome)
-        return outcomes
-
-    @staticmethod
-    def _log(result: Result[T]) -> T:
+    def _log(self, result: Result[T]) -> T:
         for operation, event in result.logged:
             log_transition(operation, event)
+        for tenant_id, refusal in result.refused:
+            self._refused(tenant_id, refusal)
         return result.value
+
+    def _stats(self, tenant_id: str | None) -> Program[LedgerStats]:
+        return queries.stats(
+            self._dialect, tenant_id=tenant_id, stale_token_refusals=self._stale_token_refusals
+        )
+
+
+def _signed(method: Callable[..., Any], build: Callable[..., Any]) -> None:
+    """Give a made method its verb's signature: ``self``, then the program's after the
+    dialect and the clock (``_named`` gives it its name once its class is made)."""
+    signature = inspect.signature(build)
+    params = list(signature.parameters.values())[2:]
+    self = inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    method.__signature__ = signature.replace(  # type: ignore[attr-defined]
+        parameters=[self, *params], return_annotation=inspect.Signature.empty
+    )
+    method.__doc__ = None  # the protocol's contract shows through (``inspect.getdoc``)
+    method._verb = True  # type: ignore[attr-defined]
+
+
+def _named(cls: type) -> None:
+    """Name the verbs made in ``cls`` as its methods, so ``help()`` finds their contracts
+    on the protocol it implements."""
+    for name, method in vars(cls).items():
+        if getattr(method, "_verb", False):
+            method.__name__ = name
+            method.__qualname__ = f"{cls.__qualname__}.{name}"
+
+
+def sync_verb(build: Build[P, T]) -> Callable[Concatenate[SyncFace, P], T]:
+    """The ``SyncFace`` method of the verb ``build`` makes the program of."""
+
+    def verb(self: SyncFace, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return self._execute(build(self._dialect, self._clock, *args, **kwargs))
+
+    _signed(verb, build)
+    return verb
+
+
+def async_verb(build: Build[P, T]) -> Callable[Concatenate[AsyncFace, P], Coroutine[Any, Any, T]]:
+    """The ``AsyncFace`` method of the verb ``build`` makes the program of."""
+
+    async def verb(self: AsyncFace, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return await self._execute(build(self._dialect, self._clock, *args, **kwargs))
+
+    _signed(verb, build)
+    return verb
 
 
 class SyncFace(_Face, Ledger):
@@ -115,260 +148,28 @@ class SyncFace(_Face, Ledger):
         """Create or migrate the tables: idempotent, safe to call concurrently."""
         self._execute(migrate(self._dialect))
 
-    def prepare(
-        self,
-        draft: OperationDraft,
-        *,
-        owner: LeaseOwner | None = None,
-        lease_for: timedelta = DEFAULT_LEASE,
-    ) -> Prepared:
-        return self.prepare_many([draft], owner=owner, lease_for=lease_for)[0]
-
-    def prepare_many(
-        self,
-        drafts: Sequence[OperationDraft],
-        *,
-        owner: LeaseOwner | None = None,
-        lease_for: timedelta = DEFAULT_LEASE,
-    ) -> list[Prepared]:
-        return self._execute(
-            _prepare.prepare_many(
-                self._dialect, self._clock, drafts, owner=owner, lease_for=lease_for
-            )
-        )
-
-    def approve(
-        self,
-        tenant_id: str,
-        operation_id: str,
-        *,
-        payload_digest: str,
-        by: str,
-        reason: str = "",
-        answer: str | None = None,
-        claimed_by: str | None = None,
-        verified_by: str | None = None,
-    ) -> Operation:
-        return self._execute(
-            programs.approve(
-                self._dialect,
-                self._clock,
-                tenant_id,
-                operation_id,
-                payload_digest=payload_digest,
-                by=by,
-                reason=reason,
-                answer=answer,
-                claimed_by=claimed_by,
-                verified_by=verified_by,
-            )
-        )
-
-    def claim(
-        self,
-        tenant_id: str,
-        operation_id: str,
-        *,
-        owner: LeaseOwner,
-        lease_for: timedelta = DEFAULT_LEASE,
-        actor: str | None = None,
-    ) -> Operation:
-        return self._execute(
-            programs.claim(
-                self._dialect,
-                self._clock,
-                tenant_id,
-                operation_id,
-                owner=owner,
-                lease_for=lease_for,
-                actor=actor,
-            )
-        )
-
-    def renew(
-        self, tenant_id: str, operation_id: str, *, token: int, lease_for: timedelta = DEFAULT_LEASE
-    ) -> Operation:
-        return self._execute(
-            programs.renew(
-                self._dialect,
-                self._clock,
-                tenant_id,
-                operation_id,
-                token=token,
-                lease_for=lease_for,
-            )
-        )
-
-    def confirm(
-        self,
-        tenant_id: str,
-        operation_id: str,
-        *,
-        token: int,
-        result: Any = None,
-        provider_result_id: str | None = None,
-        provider_request_id: str | None = None,
-        evidence: Evidence | None = None,
-    ) -> Operation:
-        return self._execute(
-            programs.confirm(
-                self._dialect,
-                self._clock,
-                tenant_id,
-                operation_id,
-                token=token,
-                result=result,
-                provider_result_id=provider_result_id,
-                provider_request_id=provider_request_id,
-                evidence=evidence,
-            )
-        )
-
-    def confirm_many(
-        self, confirmations: Sequence[Confirmation]
-    ) -> builtins.list[Operation | EffectsError]:
-        return self._counted(
-            confirmations,
-            self._execute(programs.confirm_many(self._dialect, self._clock, confirmations)),
-        )
-
-    def reject(
-        self,
-        tenant_id: str,
-        operation_id: str,
-        *,
-        token: int | None,
-        reason: str,
-        evidence: Evidence | None = None,
-        actor: str | None = None,
-        answer: str | None = None,
-        claimed_by: str | None = None,
-        verified_by: str | None = None,
-    ) -> Operation:
-        return self._execute(
-            programs.reject(
-                self._dialect,
-                self._clock,
-                tenant_id,
-                operation_id,
-                token=token,
-                reason=reason,
-                evidence=evidence,
-                actor=actor,
-                answer=answer,
-                claimed_by=claimed_by,
-                verified_by=verified_by,
-            )
-        )
-
-    def release(self, tenant_id: str, operation_id: str, *, token: int, reason: str) -> Operation:
-        return self._execute(
-            programs.release(
-                self._dialect, self._clock, tenant_id, operation_id, token=token, reason=reason
-            )
-        )
-
-    def mark_unknown(
-        self,
-        tenant_id: str,
-        operation_id: str,
-        *,
-        token: int,
-        reason: str,
-        evidence: Evidence | None = None,
-        actor: str | None = None,
-    ) -> Operation:
-        return self._execute(
-            programs.mark_unknown(
-                self._dialect,
-                self._clock,
-                tenant_id,
-                operation_id,
-                token=token,
-                reason=reason,
-                evidence=evidence,
-                actor=actor,
-            )
-        )
-
-    def resolve(self, tenant_id: str, operation_id: str, resolution: Resolution) -> Operation:
-        return self._execute(
-            _resolve.resolve(self._dialect, self._clock, tenant_id, operation_id, resolution)
-        )
-
-    def record_evidence(
-        self, tenant_id: str, operation_id: str, evidence: Evidence, answer: str | None = None
-    ) -> Operation:
-        return self._execute(
-            programs.record_evidence(
-                self._dialect, self._clock, tenant_id, operation_id, evidence, answer
-            )
-        )
-
-    def bind_thread(self, workflow_id: str, tenant_id: str) -> str:
-        return self._execute(
-            queries.bind_thread(self._dialect, self._clock, workflow_id, tenant_id)
-        )
-
-    def adopt(
-        self, tenant_id: str, operation_id: str, *, origin: str, expected: str | None
-    ) -> Operation | None:
-        return self._execute(
-            queries.adopt(self._dialect, tenant_id, operation_id, origin, expected)
-        )
-
-    def get(self, tenant_id: str, operation_id: str) -> Operation | None:
-        return self._execute(queries.get(self._dialect, tenant_id, operation_id))
-
-    def list(
-        self,
-        *,
-        tenant_id: str | None = None,
-        status: OperationStatus | str | None = None,
-        action: str | None = None,
-        updated_before: datetime | None = None,
-        limit: int = 100,
-        id_prefix: str | None = None,
-    ) -> builtins.list[Operation]:
-        return self._execute(
-            queries.list_operations(
-                self._dialect,
-                tenant_id=tenant_id,
-                status=status,
-                action=action,
-                updated_before=updated_before,
-                limit=limit,
-                id_prefix=id_prefix,
-            )
-        )
-
-    def open_operations(
-        self, tenant_id: str, *, action: str, target: str, limit: int = 10
-    ) -> OpenOperations:
-        return self._execute(
-            queries.open_operations(
-                self._dialect, tenant_id, action=action, target=target, limit=limit
-            )
-        )
-
-    def events(self, tenant_id: str, operation_id: str) -> builtins.list[OperationEvent]:
-        return self._execute(queries.events(self._dialect, tenant_id, operation_id))
-
-    def feed(
-        self, *, after_id: int = 0, tenant_id: str | None = None, limit: int = 100
-    ) -> builtins.list[OperationEvent]:
-        return self._execute(
-            queries.feed(self._dialect, after_id=after_id, tenant_id=tenant_id, limit=limit)
-        )
-
     def stats(self, *, tenant_id: str | None = None) -> LedgerStats:
-        return self._execute(
-            queries.stats(
-                self._dialect,
-                tenant_id=tenant_id,
-                stale_token_refusals=self._stale_token_refusals,
-            )
-        )
+        return self._execute(self._stats(tenant_id))
+
+    prepare = sync_verb(_prepare.prepare)
+    prepare_many = sync_verb(_prepare.prepare_many)
+    approve = sync_verb(programs.approve)
+    claim = sync_verb(programs.claim)
+    renew = sync_verb(programs.renew)
+    confirm = sync_verb(programs.confirm)
+    confirm_many = sync_verb(programs.confirm_many)
+    reject = sync_verb(programs.reject)
+    release = sync_verb(programs.release)
+    mark_unknown = sync_verb(programs.mark_unknown)
+    resolve = sync_verb(_resolve.resolve)
+    record_evidence = sync_verb(programs.record_evidence)
+    bind_thread = sync_verb(queries.bind_thread)
+    adopt = sync_verb(queries.adopt)
+    get = sync_verb(queries.get)
+    list = sync_verb(queries.list_operations)
+    open_operations = sync_verb(queries.open_operations)
+    events = sync_verb(queries.events)
+    feed = sync_verb(queries.feed)
 
 
 class AsyncFace(_Face, AsyncLedger):
@@ -399,259 +200,29 @@ class AsyncFace(_Face, AsyncLedger):
         """Create or migrate the tables: idempotent, safe to call concurrently."""
         await self._execute(migrate(self._dialect))
 
-    async def prepare(
-        self,
-        draft: OperationDraft,
-        *,
-        owner: LeaseOwner | None = None,
-        lease_for: timedelta = DEFAULT_LEASE,
-    ) -> Prepared:
-        return (await self.prepare_many([draft], owner=owner, lease_for=lease_for))[0]
-
-    async def prepare_many(
-        self,
-        drafts: Sequence[OperationDraft],
-        *,
-        owner: LeaseOwner | None = None,
-        lease_for: timedelta = DEFAULT_LEASE,
-    ) -> list[Prepared]:
-        return await self._execute(
-            _prepare.prepare_many(
-                self._dialect, self._clock, drafts, owner=owner, lease_for=lease_for
-            )
-        )
-
-    async def approve(
-        self,
-        tenant_id: str,
-        operation_id: str,
-        *,
-        payload_digest: str,
-        by: str,
-        reason: str = "",
-        answer: str | None = None,
-        claimed_by: str | None = None,
-        verified_by: str | None = None,
-    ) -> Operation:
-        return await self._execute(
-            programs.approve(
-                self._dialect,
-                self._clock,
-                tenant_id,
-                operation_id,
-                payload_digest=payload_digest,
-                by=by,
-                reason=reason,
-                answer=answer,
-                claimed_by=claimed_by,
-                verified_by=verified_by,
-            )
-        )
-
-    async def claim(
-        self,
-        tenant_id: str,
-        operation_id: str,
-        *,
-        owner: LeaseOwner,
-        lease_for: timedelta = DEFAULT_LEASE,
-        actor: str | None = None,
-    ) -> Operation:
-        return await self._execute(
-            programs.claim(
-                self._dialect,
-                self._clock,
-                tenant_id,
-                operation_id,
-                owner=owner,
-                lease_for=lease_for,
-                actor=actor,
-            )
-        )
-
-    async def renew(
-        self, tenant_id: str, operation_id: str, *, token: int, lease_for: timedelta = DEFAULT_LEASE
-    ) -> Operation:
-        return await self._execute(
-            programs.renew(
-                self._dialect,
-                self._clock,
-                tenant_id,
-                operation_id,
-                token=token,
-                lease_for=lease_for,
-            )
-        )
-
-    async def confirm(
-        self,
-        tenant_id: str,
-        operation_id: str,
-        *,
-        token: int,
-        result: Any = None,
-        provider_result_id: str | None = None,
-        provider_request_id: str | None = None,
-        evidence: Evidence | None = None,
-    ) -> Operation:
-        return await self._execute(
-            programs.confirm(
-                self._dialect,
-                self._clock,
-                tenant_id,
-                operation_id,
-                token=token,
-                result=result,
-                provider_result_id=provider_result_id,
-                provider_request_id=provider_request_id,
-                evidence=evidence,
-            )
-        )
-
-    async def confirm_many(
-        self, confirmations: Sequence[Confirmation]
-    ) -> builtins.list[Operation | EffectsError]:
-        return self._counted(
-            confirmations,
-            await self._execute(programs.confirm_many(self._dialect, self._clock, confirmations)),
-        )
-
-    async def reject(
-        self,
-        tenant_id: str,
-        operation_id: str,
-        *,
-        token: int | None,
-        reason: str,
-        evidence: Evidence | None = None,
-        actor: str | None = None,
-        answer: str | None = None,
-        claimed_by: str | None = None,
-        verified_by: str | None = None,
-    ) -> Operation:
-        return await self._execute(
-            programs.reject(
-                self._dialect,
-                self._clock,
-                tenant_id,
-                operation_id,
-                token=token,
-                reason=reason,
-                evidence=evidence,
-                actor=actor,
-                answer=answer,
-                claimed_by=claimed_by,
-                verified_by=verified_by,
-            )
-        )
-
-    async def release(
-        self, tenant_id: str, operation_id: str, *, token: int, reason: str
-    ) -> Operation:
-        return await self._execute(
-            programs.release(
-                self._dialect, self._clock, tenant_id, operation_id, token=token, reason=reason
-            )
-        )
-
-    async def mark_unknown(
-        self,
-        tenant_id: str,
-        operation_id: str,
-        *,
-        token: int,
-        reason: str,
-        evidence: Evidence | None = None,
-        actor: str | None = None,
-    ) -> Operation:
-        return await self._execute(
-            programs.mark_unknown(
-                self._dialect,
-                self._clock,
-                tenant_id,
-                operation_id,
-                token=token,
-                reason=reason,
-                evidence=evidence,
-                actor=actor,
-            )
-        )
-
-    async def resolve(self, tenant_id: str, operation_id: str, resolution: Resolution) -> Operation:
-        return await self._execute(
-            _resolve.resolve(self._dialect, self._clock, tenant_id, operation_id, resolution)
-        )
-
-    async def record_evidence(
-        self, tenant_id: str, operation_id: str, evidence: Evidence, answer: str | None = None
-    ) -> Operation:
-        return await self._execute(
-            programs.record_evidence(
-                self._dialect, self._clock, tenant_id, operation_id, evidence, answer
-            )
-        )
-
-    async def bind_thread(self, workflow_id: str, tenant_id: str) -> str:
-        return await self._execute(
-            queries.bind_thread(self._dialect, self._clock, workflow_id, tenant_id)
-        )
-
-    async def adopt(
-        self, tenant_id: str, operation_id: str, *, origin: str, expected: str | None
-    ) -> Operation | None:
-        return await self._execute(
-            queries.adopt(self._dialect, tenant_id, operation_id, origin, expected)
-        )
-
-    async def get(self, tenant_id: str, operation_id: str) -> Operation | None:
-        return await self._execute(queries.get(self._dialect, tenant_id, operation_id))
-
-    async def list(
-        self,
-        *,
-        tenant_id: str | None = None,
-        status: OperationStatus | str | None = None,
-        action: str | None = None,
-        updated_before: datetime | None = None,
-        limit: int = 100,
-        id_prefix: str | None = None,
-    ) -> builtins.list[Operation]:
-        return await self._execute(
-            queries.list_operations(
-                self._dialect,
-                tenant_id=tenant_id,
-                status=status,
-                action=action,
-                updated_before=updated_before,
-                limit=limit,
-                id_prefix=id_prefix,
-            )
-        )
-
-    async def open_operations(
-        self, tenant_id: str, *, action: str, target: str, limit: int = 10
-    ) -> OpenOperations:
-        return await self._execute(
-            queries.open_operations(
-                self._dialect, tenant_id, action=action, target=target, limit=limit
-            )
-        )
-
-    async def events(self, tenant_id: str, operation_id: str) -> builtins.list[OperationEvent]:
-        return await self._execute(queries.events(self._dialect, tenant_id, operation_id))
-
-    async def feed(
-        self, *, after_id: int = 0, tenant_id: str | None = None, limit: int = 100
-    ) -> builtins.list[OperationEvent]:
-        return await self._execute(
-            queries.feed(self._dialect, after_id=after_id, tenant_id=tenant_id, limit=limit)
-        )
-
     async def stats(self, *, tenant_id: str | None = None) -> LedgerStats:
-        return await self._execute(
-            queries.stats(
-                self._dialect,
-                tenant_id=tenant_id,
-                stale_token_refusals=self._stale_token_refusals,
-            )
-        )
+        return await self._execute(self._stats(tenant_id))
+
+    prepare = async_verb(_prepare.prepare)
+    prepare_many = async_verb(_prepare.prepare_many)
+    approve = async_verb(programs.approve)
+    claim = async_verb(programs.claim)
+    renew = async_verb(programs.renew)
+    confirm = async_verb(programs.confirm)
+    confirm_many = async_verb(programs.confirm_many)
+    reject = async_verb(programs.reject)
+    release = async_verb(programs.release)
+    mark_unknown = async_verb(programs.mark_unknown)
+    resolve = async_verb(_resolve.resolve)
+    record_evidence = async_verb(programs.record_evidence)
+    bind_thread = async_verb(queries.bind_thread)
+    adopt = async_verb(queries.adopt)
+    get = async_verb(queries.get)
+    list = async_verb(queries.list_operations)
+    open_operations = async_verb(queries.open_operations)
+    events = async_verb(queries.events)
+    feed = async_verb(queries.feed)
+
+
+_named(SyncFace)
+_named(AsyncFace)

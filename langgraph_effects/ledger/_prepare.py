@@ -40,6 +40,7 @@ from langgraph_effects.ledger._statements import (
     Statement,
     Statements,
 )
+from langgraph_effects.ledger.base import DEFAULT_LEASE
 
 S = OperationStatus
 
@@ -89,13 +90,38 @@ def _recorded(
     return [_prepared(ops[(d.tenant_id, d.operation_id)], created=False) for d in drafts]
 
 
+def prepare(
+    dialect: Dialect,
+    clock: Callable[[], datetime],
+    /,
+    draft: OperationDraft,
+    *,
+    owner: LeaseOwner | None = None,
+    lease_for: timedelta = DEFAULT_LEASE,
+) -> Program[Prepared]:
+    """The program of ``Ledger.prepare``: ``prepare_many`` of one draft."""
+    many = prepare_many(dialect, clock, [draft], owner=owner, lease_for=lease_for)
+    return Program(
+        _first(many.statements),
+        writes=many.writes,
+        atomic=many.atomic,
+        reads_first=many.reads_first,
+    )
+
+
+def _first(statements: Statements[Result[list[Prepared]]]) -> Statements[Result[Prepared]]:
+    result = yield from statements
+    return Result(result.value[0], result.logged)
+
+
 def prepare_many(
     dialect: Dialect,
     clock: Callable[[], datetime],
-    drafts: Iterable[OperationDraft],
+    /,
+    drafts: Sequence[OperationDraft],
     *,
-    owner: LeaseOwner | None,
-    lease_for: timedelta,
+    owner: LeaseOwner | None = None,
+    lease_for: timedelta = DEFAULT_LEASE,
 ) -> Program[list[Prepared]]:
     """Insert the drafts not yet recorded (claimed at once with ``owner``), all or nothing."""
     drafts = list(drafts)

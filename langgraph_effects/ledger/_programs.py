@@ -56,7 +56,7 @@ from langgraph_effects.ledger._statements import (
     Statements,
 )
 from langgraph_effects.ledger._values import json_text, text, who, with_answer
-from langgraph_effects.ledger.base import Confirmation
+from langgraph_effects.ledger.base import DEFAULT_LEASE, Confirmation
 
 S = OperationStatus
 
@@ -360,12 +360,13 @@ def _fenced(
 def approve(
     dialect: Dialect,
     clock: Callable[[], datetime],
+    /,
     tenant_id: str,
     operation_id: str,
     *,
     payload_digest: str,
     by: str,
-    reason: str,
+    reason: str = "",
     answer: str | None = None,
     claimed_by: str | None = None,
     verified_by: str | None = None,
@@ -404,12 +405,13 @@ def approve(
 def claim(
     dialect: Dialect,
     clock: Callable[[], datetime],
+    /,
     tenant_id: str,
     operation_id: str,
     *,
     owner: LeaseOwner,
-    lease_for: timedelta,
-    actor: str | None,
+    lease_for: timedelta = DEFAULT_LEASE,
+    actor: str | None = None,
 ) -> Program[Operation]:
     """The program of ``Ledger.claim`` (see its contract in ``ledger.base``)."""
 
@@ -439,11 +441,12 @@ def claim(
 def renew(
     dialect: Dialect,
     clock: Callable[[], datetime],
+    /,
     tenant_id: str,
     operation_id: str,
     *,
     token: int,
-    lease_for: timedelta,
+    lease_for: timedelta = DEFAULT_LEASE,
 ) -> Program[Operation]:
     """Extend a live lease: one conditional write, no event."""
     diagnose = _fenced(tenant_id, operation_id, token, S.DISPATCHING)
@@ -473,14 +476,15 @@ def renew(
 def confirm(
     dialect: Dialect,
     clock: Callable[[], datetime],
+    /,
     tenant_id: str,
     operation_id: str,
     *,
     token: int,
-    result: Any,
-    provider_result_id: str | None,
-    provider_request_id: str | None,
-    evidence: Evidence | None,
+    result: Any = None,
+    provider_result_id: str | None = None,
+    provider_request_id: str | None = None,
+    evidence: Evidence | None = None,
 ) -> Program[Operation]:
     """The program of ``Ledger.confirm`` (see its contract in ``ledger.base``)."""
     return transition(
@@ -507,6 +511,7 @@ def confirm(
 def confirm_many(
     dialect: Dialect,
     clock: Callable[[], datetime],
+    /,
     confirmations: Sequence[Confirmation],
 ) -> Program[list[Operation | EffectsError]]:
     """Several fenced ``dispatching -> confirmed`` moves in one statement (one per row on
@@ -587,7 +592,13 @@ def confirm_many(
                     raise verdict
         for k in pending:
             done[k] = ConcurrentUpdate(k[1], expected="a row confirm can move", status="moving")
-        return Result([done[k] for k in keys], tuple(logged))
+        outcomes = [done[k] for k in keys]
+        refused = tuple(
+            (k[0], outcome)
+            for k, outcome in zip(keys, outcomes, strict=True)
+            if isinstance(outcome, StaleFencingToken)
+        )
+        return Result(outcomes, tuple(logged), refused)
 
     # Each receipt is its own conditional write: statements that commit apart
     # lose nothing, so an autocommit connection needs no explicit transaction.
@@ -597,13 +608,14 @@ def confirm_many(
 def reject(
     dialect: Dialect,
     clock: Callable[[], datetime],
+    /,
     tenant_id: str,
     operation_id: str,
     *,
     token: int | None,
     reason: str,
-    evidence: Evidence | None,
-    actor: str | None,
+    evidence: Evidence | None = None,
+    actor: str | None = None,
     answer: str | None = None,
     claimed_by: str | None = None,
     verified_by: str | None = None,
@@ -647,6 +659,7 @@ def reject(
 def release(
     dialect: Dialect,
     clock: Callable[[], datetime],
+    /,
     tenant_id: str,
     operation_id: str,
     *,
@@ -671,13 +684,14 @@ def release(
 def mark_unknown(
     dialect: Dialect,
     clock: Callable[[], datetime],
+    /,
     tenant_id: str,
     operation_id: str,
     *,
     token: int,
     reason: str,
-    evidence: Evidence | None,
-    actor: str | None,
+    evidence: Evidence | None = None,
+    actor: str | None = None,
 ) -> Program[Operation]:
     """The program of ``Ledger.mark_unknown`` (see its contract in ``ledger.base``)."""
     return transition(
@@ -702,6 +716,7 @@ def mark_unknown(
 def record_evidence(
     dialect: Dialect,
     clock: Callable[[], datetime],
+    /,
     tenant_id: str,
     operation_id: str,
     evidence: Evidence,

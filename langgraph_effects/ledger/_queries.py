@@ -1,5 +1,9 @@
 """The ledger's read-only programs (and ``bind_thread``'s one upsert): get, list, events,
-feed, stats. Statement names and row loading are ``_programs``'s."""
+feed, stats. Statement names and row loading are ``_programs``'s.
+
+Like every verb's program they take the dialect and the ledger's clock first (the
+faces hand both to every verb, ``ledger._faces``); a read leaves the clock unused.
+"""
 
 from __future__ import annotations
 
@@ -40,7 +44,7 @@ S = OperationStatus
 
 
 def bind_thread(
-    dialect: Dialect, clock: Callable[[], datetime], workflow_id: str, tenant_id: str
+    dialect: Dialect, clock: Callable[[], datetime], /, workflow_id: str, tenant_id: str
 ) -> Program[str]:
     """Bind a thread to a tenant the first time; return the tenant it is bound to.
 
@@ -63,7 +67,14 @@ def bind_thread(
 
 
 def adopt(
-    dialect: Dialect, tenant_id: str, operation_id: str, origin: str, expected: str | None
+    dialect: Dialect,
+    clock: Callable[[], datetime],
+    /,
+    tenant_id: str,
+    operation_id: str,
+    *,
+    origin: str,
+    expected: str | None,
 ) -> Program[Operation | None]:
     """The program of ``Ledger.adopt``: one conditional write of the ``origin`` column."""
 
@@ -77,7 +88,9 @@ def adopt(
     return Program(steps(), writes=True)
 
 
-def get(dialect: Dialect, tenant_id: str, operation_id: str) -> Program[Operation | None]:
+def get(
+    dialect: Dialect, clock: Callable[[], datetime], /, tenant_id: str, operation_id: str
+) -> Program[Operation | None]:
     """The program of ``Ledger.get`` (see its contract in ``ledger.base``)."""
 
     def steps() -> Statements[Result[Operation | None]]:
@@ -89,12 +102,14 @@ def get(dialect: Dialect, tenant_id: str, operation_id: str) -> Program[Operatio
 
 def list_operations(
     dialect: Dialect,
+    clock: Callable[[], datetime],
+    /,
     *,
-    tenant_id: str | None,
-    status: OperationStatus | str | None,
-    action: str | None,
-    updated_before: datetime | None,
-    limit: int,
+    tenant_id: str | None = None,
+    status: OperationStatus | str | None = None,
+    action: str | None = None,
+    updated_before: datetime | None = None,
+    limit: int = 100,
     id_prefix: str | None = None,
 ) -> Program[list[Operation]]:
     """The program of ``Ledger.list`` (see its contract in ``ledger.base``)."""
@@ -120,7 +135,14 @@ def list_operations(
 
 
 def open_operations(
-    dialect: Dialect, tenant_id: str, *, action: str, target: str, limit: int
+    dialect: Dialect,
+    clock: Callable[[], datetime],
+    /,
+    tenant_id: str,
+    *,
+    action: str,
+    target: str,
+    limit: int = 10,
 ) -> Program[OpenOperations]:
     """The program of ``Ledger.open_operations`` (see its contract in ``ledger.base``)."""
     if limit < 0:
@@ -138,7 +160,9 @@ def open_operations(
     return Program(steps(), writes=False)
 
 
-def events(dialect: Dialect, tenant_id: str, operation_id: str) -> Program[list[OperationEvent]]:
+def events(
+    dialect: Dialect, clock: Callable[[], datetime], /, tenant_id: str, operation_id: str
+) -> Program[list[OperationEvent]]:
     """The program of ``Ledger.events`` (see its contract in ``ledger.base``)."""
 
     def steps() -> Statements[Result[list[OperationEvent]]]:
@@ -154,7 +178,13 @@ _FEED_WAITS = 20
 
 
 def feed(
-    dialect: Dialect, *, after_id: int, tenant_id: str | None, limit: int
+    dialect: Dialect,
+    clock: Callable[[], datetime],
+    /,
+    *,
+    after_id: int = 0,
+    tenant_id: str | None = None,
+    limit: int = 100,
 ) -> Program[list[OperationEvent]]:
     """Events with ``event_id > after_id`` in order, never skipping one that commits late.
 

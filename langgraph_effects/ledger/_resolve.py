@@ -70,6 +70,7 @@ def resolution_plan(resolution: Resolution) -> tuple[OperationStatus, Evidence, 
 def resolve(
     dialect: Dialect,
     clock: Callable[[], datetime],
+    /,
     tenant_id: str,
     operation_id: str,
     resolution: Resolution,

@@ -29,7 +29,7 @@ from datetime import datetime
 from typing import Any, Generic, TypeVar
 
 from langgraph_effects.core.model import Operation, OperationEvent
-from langgraph_effects.errors import LedgerNotSetUp
+from langgraph_effects.errors import LedgerNotSetUp, StaleFencingToken
 
 __all__ = [
     "RECORD_SCHEMA_VERSION",
@@ -99,6 +99,9 @@ class Result(Generic[T]):
 
     value: T
     logged: tuple[tuple[Operation, OperationEvent], ...] = ()
+    refused: tuple[tuple[str, StaleFencingToken], ...] = ()
+    """Stale-token refusals returned, not raised (``confirm_many``), each with its tenant:
+    counted and reported after commit as a raised one is."""
 
 
 Statements = Generator[Statement, Rows, T]

@@ -30,18 +30,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib
+import inspect
 import os
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Concatenate, Literal, ParamSpec, TypeVar
 from urllib.parse import urlsplit
 
 from langgraph_effects.core.model import utcnow
 from langgraph_effects.errors import InvalidInput
 from langgraph_effects.ledger._defaults import LEDGER_URL_ENV
+from langgraph_effects.ledger.base import AsyncLedger
 
 __all__ = [
     "DEFAULT_LEDGER_URL",
@@ -53,6 +55,9 @@ __all__ = [
     "parse_ledger_url",
     "redacted",
 ]
+
+P = ParamSpec("P")
+T = TypeVar("T")
 
 DEFAULT_LEDGER_URL = "sqlite:///effects.db"
 """``ledger_from_env``'s ledger when no variable is set: ``effects.db`` in the working dir."""
@@ -117,13 +122,20 @@ def _authority(url: str) -> str:
 # -- the lazy async ledger -------------------------------------------------------------
 
 
-def _delegate(name: str) -> Callable[..., Awaitable[Any]]:
-    async def method(self: LazyLedger, *args: Any, **kwargs: Any) -> Any:
-        ledger = await self.opened()
-        return await getattr(ledger, name)(*args, **kwargs)
+def _delegate(
+    verb: Callable[Concatenate[AsyncLedger, P], Coroutine[Any, Any, T]],
+) -> Callable[Concatenate[LazyLedger, P], Coroutine[Any, Any, T]]:
+    """``LazyLedger``'s method for an ``AsyncLedger`` verb: its parameters, checked by mypy."""
+    name = verb.__name__
 
-    method.__name__ = method.__qualname__ = name
+    async def method(self: LazyLedger, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        ledger = await self.opened()
+        return await getattr(ledger, name)(*args, **kwargs)  # type: ignore[no-any-return]
+
+    method.__name__ = name
+    method.__qualname__ = f"LazyLedger.{name}"
     method.__doc__ = f"``AsyncLedger.{name}`` on the ledger opened for the running loop."
+    method.__signature__ = inspect.signature(verb)  # type: ignore[attr-defined]
     return method
 
 
@@ -206,27 +218,27 @@ class LazyLedger:
         if entry is not None:
             await entry[1].aclose()
 
-    setup = _delegate("setup")
-    prepare = _delegate("prepare")
-    prepare_many = _delegate("prepare_many")
-    approve = _delegate("approve")
-    claim = _delegate("claim")
-    renew = _delegate("renew")
-    confirm = _delegate("confirm")
-    confirm_many = _delegate("confirm_many")
-    reject = _delegate("reject")
-    release = _delegate("release")
-    mark_unknown = _delegate("mark_unknown")
-    resolve = _delegate("resolve")
-    record_evidence = _delegate("record_evidence")
-    bind_thread = _delegate("bind_thread")
-    adopt = _delegate("adopt")
-    get = _delegate("get")
-    list = _delegate("list")
-    open_operations = _delegate("open_operations")
-    events = _delegate("events")
-    feed = _delegate("feed")
-    stats = _delegate("stats")
+    setup = _delegate(AsyncLedger.setup)
+    prepare = _delegate(AsyncLedger.prepare)
+    prepare_many = _delegate(AsyncLedger.prepare_many)
+    approve = _delegate(AsyncLedger.approve)
+    claim = _delegate(AsyncLedger.claim)
+    renew = _delegate(AsyncLedger.renew)
+    confirm = _delegate(AsyncLedger.confirm)
+    confirm_many = _delegate(AsyncLedger.confirm_many)
+    reject = _delegate(AsyncLedger.reject)
+    release = _delegate(AsyncLedger.release)
+    mark_unknown = _delegate(AsyncLedger.mark_unknown)
+    resolve = _delegate(AsyncLedger.resolve)
+    record_evidence = _delegate(AsyncLedger.record_evidence)
+    bind_thread = _delegate(AsyncLedger.bind_thread)
+    adopt = _delegate(AsyncLedger.adopt)
+    get = _delegate(AsyncLedger.get)
+    list = _delegate(AsyncLedger.list)
+    open_operations = _delegate(AsyncLedger.open_operations)
+    events = _delegate(AsyncLedger.events)
+    feed = _delegate(AsyncLedger.feed)
+    stats = _delegate(AsyncLedger.stats)
 
 
 def _sqlite(
