@@ -40,16 +40,12 @@ LEDGERS: list[type] = [
 def parameters(function: Any) -> list[tuple[str, Any, Any, str]]:
     """A signature's parameters after ``self``: name, kind, default and annotation."""
     params = list(inspect.signature(function).parameters.values())[1:]
-    return [
-        (p.name, p.kind, p.default, str(p.annotation).replace("builtins.", "")) for p in params
-    ]
+    return [(p.name, p.kind, p.default, str(p.annotation).replace("builtins.", "")) for p in params]
 
 
 def test_the_protocol_names_every_verb() -> None:
     """The verbs read off ``Ledger`` are the transitions and queries of the house style."""
-    assert {"prepare", "claim", "confirm", "reject", "mark_unknown", "resolve", "get"} <= set(
-        VERBS
-    )
+    assert {"prepare", "claim", "confirm", "reject", "mark_unknown", "resolve", "get"} <= set(VERBS)
     assert {"list", "events", "stats", "setup", "confirm_many", "open_operations"} <= set(VERBS)
 
 
