@@ -132,7 +132,7 @@ def build_call(
     """The ``EffectCall`` of a tool call, for a tenant and thread resolved by the face;
     ``timeline``: where its task runs (``timeline_of``; shared by the calls of a task);
     ``user``: the run's authenticated user (``decide.answers.authenticated_user``);
-    ``place``: its position among the task's calls (``call_id_of``)."""
+    ``place``: its place among the task's calls of its tool (``call_id_of``)."""
     spec = effect_spec(tool)
     if spec is None:
         raise EffectsError(f"tool {tool.name!r} is not an effect")

@@ -189,8 +189,8 @@ class _Task:
 
         ToolNode hands each request the very dict of its AIMessage: that one's place.
         A wrapper's copy (``request.override``) takes the first equal place not given
-        yet (identical copies are interchangeable), the same place each time it comes
-        back. None: the call has an id, or is not among the task's calls.
+        yet (identical copies are interchangeable), and keeps it whenever that copy
+        comes back. None: the call has an id, or is not among the task's calls.
         """
         if tool_call["id"]:
             return None

@@ -211,3 +211,34 @@ def test_identical_calls_of_one_aimessage_are_two_operations(
     assert len(env.ops()) == 2
     env.invoke(graph, None, CFG)
     assert crm.effects == 2
+
+
+def test_id_less_twins_copied_by_a_wrapper_are_two_operations(env: Env, crm: FakeCRM) -> None:
+    """A ``wrap_tool_call`` that hands on a copy of each call (``request.override``): the
+    node cannot tell the copies by identity, so each takes the first equal place not
+    given yet: still two operations, two acts."""
+    call = {"name": "close_case", "args": {"case_id": "A"}, "id": ""}
+
+    def agent(state: State) -> dict[str, Any]:
+        if isinstance(state["messages"][-1], ToolMessage):
+            return {"messages": [AIMessage(content="done")]}
+        return {"messages": [AIMessage(content="", tool_calls=[call, dict(call)], id="ai")]}
+
+    def copying(request: Any, handler: Any) -> Any:
+        return handler(request.override(tool_call=dict(request.tool_call)))
+
+    async def acopying(request: Any, handler: Any) -> Any:
+        return await handler(request.override(tool_call=dict(request.tool_call)))
+
+    node = EffectToolNode(
+        [close_tool(crm)], ledger=env.ledger, wrap_tool_call=copying, awrap_tool_call=acopying
+    )
+    builder = StateGraph(State)
+    builder.add_node("agent", agent)
+    builder.add_node("tools", node)
+    builder.add_edge(START, "agent")
+    builder.add_conditional_edges("agent", tools_condition, ["tools", END])
+    builder.add_edge("tools", "agent")
+    ask(env, builder.compile(checkpointer=env.checkpointer))
+    assert crm.effects == 2
+    assert len(env.ops()) == 2
