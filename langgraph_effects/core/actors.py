@@ -20,6 +20,8 @@ __all__ = [
     "RESERVED_PREFIXES",
     "SYSTEM_ACTORS",
     "TAKEOVER_PREFIX",
+    "approval_ref",
+    "approver",
     "person_name",
     "person_refusal",
     "reconciler_source",
@@ -42,6 +44,20 @@ SYSTEM_ACTORS = frozenset(
 """Actors the system itself writes into the event log: never a person's name."""
 APPROVED_BY_PREFIX = "approved-by:"
 """The ``authorization_ref`` of an approved operation: ``approved-by:`` + who approved it."""
+
+
+def approval_ref(by: str) -> str:
+    """The ``authorization_ref`` that records ``by``'s approval (``approved-by:NAME``)."""
+    return f"{APPROVED_BY_PREFIX}{by}"
+
+
+def approver(ref: str | None) -> str | None:
+    """Who an ``authorization_ref`` says approved (``approval_ref``'s inverse); None: nobody."""
+    if ref is None or not ref.startswith(APPROVED_BY_PREFIX):
+        return None
+    return ref.removeprefix(APPROVED_BY_PREFIX)
+
+
 TAKEOVER_PREFIX = "takeover:"
 """How the event log names a process that took over a lapsed lease: ``takeover:`` + owner."""
 RESERVED_PREFIXES = (

@@ -17,7 +17,12 @@ from pydantic import (
     model_validator,
 )
 
-from langgraph_effects.core.actors import APPROVED_BY_PREFIX, TAKEOVER_PREFIX, reconciler_source
+from langgraph_effects.core.actors import (
+    APPROVED_BY_PREFIX,
+    TAKEOVER_PREFIX,
+    approver,
+    reconciler_source,
+)
 from langgraph_effects.core.digest import DIGEST_PATTERN, canonical_json
 from langgraph_effects.core.storable import (
     MAX_SOURCE,
@@ -521,8 +526,7 @@ class Operation(_Frozen):
     def approved_by(self) -> str | None:
         """Who approved the first dispatch out of band (``Ledger.approve``, an operator's
         ``approve``): ``authorization_ref`` is then ``approved-by:NAME``. None: nobody."""
-        ref = self.authorization_ref or ""
-        return ref.removeprefix(APPROVED_BY_PREFIX) if ref.startswith(APPROVED_BY_PREFIX) else None
+        return approver(self.authorization_ref)
 
     @property
     def owner(self) -> LeaseOwner | None:

@@ -27,8 +27,8 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
+from langgraph_effects.core.actors import approval_ref
 from langgraph_effects.core.model import (
-    APPROVED_BY_PREFIX,
     EventKind,
     Evidence,
     LeaseOwner,
@@ -392,7 +392,7 @@ def approve(
         operation_id,
         {
             "payload_digest": payload_digest,
-            "authorization_ref": f"{APPROVED_BY_PREFIX}{by}",
+            "authorization_ref": approval_ref(by),
             "from_status": S.PREPARED.value,
         },
         kind=EventKind.APPROVE,

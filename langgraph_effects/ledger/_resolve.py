@@ -7,8 +7,8 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
+from langgraph_effects.core.actors import approval_ref
 from langgraph_effects.core.model import (
-    APPROVED_BY_PREFIX,
     Decision,
     EventKind,
     Evidence,
@@ -209,7 +209,7 @@ def _approve_prepared(
         operation_id,
         {
             "payload_digest": None,
-            "authorization_ref": f"{APPROVED_BY_PREFIX}{resolution.by}",
+            "authorization_ref": approval_ref(resolution.by),
             "from_status": S.PREPARED.value,
         },
         kind=EventKind.APPROVE,

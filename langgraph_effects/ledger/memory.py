@@ -13,8 +13,8 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
+from langgraph_effects.core.actors import approval_ref
 from langgraph_effects.core.model import (
-    APPROVED_BY_PREFIX,
     Decision,
     EventKind,
     Evidence,
@@ -255,7 +255,7 @@ class InMemoryLedger(Ledger):
                 return row  # already past approval: idempotent
             new = row.model_copy(
                 update={
-                    "authorization_ref": f"{APPROVED_BY_PREFIX}{by}",
+                    "authorization_ref": approval_ref(by),
                     "record_version": row.record_version + 1,
                     "updated_at": self._clock(),
                 }
@@ -516,7 +516,7 @@ class InMemoryLedger(Ledger):
                 raise IllegalTransition(operation_id, status=row.status, target=S.PREPARED, why=why)
             new = row.model_copy(
                 update={
-                    "authorization_ref": f"{APPROVED_BY_PREFIX}{resolution.by}",
+                    "authorization_ref": approval_ref(resolution.by),
                     "record_version": row.record_version + 1,
                     "updated_at": self._clock(),
                 }

@@ -271,3 +271,13 @@ def test_a_value_built_from_bad_input_names_the_model_and_the_field(
         build()
     assert "errors.pydantic.dev" not in str(refused.value)
     assert "\n" not in str(refused.value)
+
+
+def test_an_approval_ref_names_its_approver_and_nothing_else_does() -> None:
+    """``approver`` reads back exactly who ``approval_ref`` recorded; any other ref names nobody."""
+    from langgraph_effects.core.actors import approval_ref, approver
+
+    assert approval_ref("alice") == "approved-by:alice"
+    assert approver(approval_ref("alice")) == "alice"
+    assert approver(approval_ref("a:b")) == "a:b"
+    assert [approver(ref) for ref in (None, "", "alice", "takeover:x")] == [None] * 4
