@@ -96,7 +96,7 @@ from langgraph_effects.core.model import (
     key_retention_seconds,
     utcnow,
 )
-from langgraph_effects.core.plan import Outcome, classify
+from langgraph_effects.core.plan import Outcome, backoff_delay, classify
 from langgraph_effects.core.storable import storable_text
 from langgraph_effects.decide import EffectCall, EffectRunner, Policy, ProviderResult
 from langgraph_effects.decide.actions import Action, Hook, Reject, ledger
@@ -777,13 +777,12 @@ def _received(answer: Receipt | str) -> ProviderResult:
 def _backoff(contract: ProviderContract | None, failures: int, retry_after: float | None) -> float:
     """Seconds an entry waits after its ``failures``-th transient refusal.
 
-    Not ``core.plan.backoff``: that one gives up when the wait would hold a
+    The engine's exponential (``core.plan.backoff_delay``), but not
+    ``core.plan.backoff``'s limits: that one gives up when the wait would hold a
     worker; an entry waits in the table for free, so the provider's
     retry-after is always honoured and ``max_failures`` alone ends retries.
     """
-    policy = contract or ProviderContract()
-    delay: float = min(policy.backoff_initial * 2.0 ** (failures - 1), policy.backoff_max)
-    return max(delay, retry_after or 0.0)
+    return max(backoff_delay(contract, failures - 1), retry_after or 0.0)
 
 
 class OutboxRelay:

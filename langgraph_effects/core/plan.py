@@ -48,6 +48,7 @@ __all__ = [
     "ResendRisk",
     "Step",
     "backoff",
+    "backoff_delay",
     "classify",
     "earlier_attempt_ambiguous",
     "key_expires_at",
@@ -281,6 +282,13 @@ def earlier_attempt_ambiguous(op: Operation, events: Iterable[OperationEvent]) -
     return op.attempts > 1 and any(e.to_status is S.UNKNOWN for e in events)
 
 
+def backoff_delay(contract: ProviderContract | None, retries_done: int) -> float:
+    """The exponential wait after ``retries_done`` retries: ``backoff_initial`` doubled each
+    time, capped at ``backoff_max`` (the one formula of ``backoff`` and the outbox relay's)."""
+    policy = contract or ProviderContract()
+    return float(min(policy.backoff_initial * 2.0**retries_done, policy.backoff_max))
+
+
 def backoff(
     contract: ProviderContract | None, retries_done: int, retry_after: float | None
 ) -> float | None:
@@ -295,7 +303,7 @@ def backoff(
     policy = contract or ProviderContract()
     if retries_done >= policy.max_transient_retries:
         return None
-    delay = float(min(policy.backoff_initial * (2**retries_done), policy.backoff_max))
+    delay = backoff_delay(policy, retries_done)
     if retry_after is not None:
         if retry_after > policy.backoff_max:
             return None
