@@ -32,6 +32,7 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = [
+    "RECORD_MOVED",
     "ConcurrentUpdate",
     "EffectRejected",
     "EffectUnconfirmed",
@@ -261,3 +262,13 @@ class TransientProviderError(ProviderError):
         self.reason = reason
         self.retry_after = retry_after
         super().__init__(reason)
+
+
+RECORD_MOVED: tuple[type[EffectsError], ...] = (
+    StaleFencingToken,
+    IllegalTransition,
+    ConcurrentUpdate,
+    LeaseHeld,
+)
+"""The refusals of a conditional write that mean "the record moved under you": nothing was
+changed, and the caller reads the record again (the decision loop) or says so (the CLI)."""

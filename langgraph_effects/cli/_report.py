@@ -15,13 +15,10 @@ from rich.text import Text
 from langgraph_effects.cli._app import ExitCode
 from langgraph_effects.cli._text import _console, _lit
 from langgraph_effects.errors import (
-    ConcurrentUpdate,
-    IllegalTransition,
+    RECORD_MOVED,
     InvalidInput,
-    LeaseHeld,
     LedgerError,
     OperationNotFound,
-    StaleFencingToken,
 )
 from langgraph_effects.ledger.connect import _authority
 
@@ -67,7 +64,7 @@ def _reporting(as_json: bool) -> Iterator[None]:
         _fail(exc, as_json)
     except OperationNotFound as exc:
         _fail(_Failure(ExitCode.NOT_FOUND, "not_found", str(exc)), as_json)
-    except (IllegalTransition, LeaseHeld, ConcurrentUpdate, StaleFencingToken) as exc:
+    except RECORD_MOVED as exc:
         _fail(_Failure(ExitCode.REFUSED, "refused", f"{exc}; nothing was changed"), as_json)
     except (InvalidInput, pydantic.ValidationError) as exc:
         _fail(_Failure(ExitCode.USAGE, "usage", str(exc)), as_json)

@@ -16,11 +16,7 @@ from langgraph_effects.cli._text import _age, _console, _iso, _lit, _summary, _t
 from langgraph_effects.core.model import (
     utcnow,
 )
-from langgraph_effects.errors import (
-    ConcurrentUpdate,
-    IllegalTransition,
-    StaleFencingToken,
-)
+from langgraph_effects.errors import RECORD_MOVED
 from langgraph_effects.ledger.sweep import Sweep, find_stuck
 
 
@@ -64,7 +60,7 @@ def stuck(
                             actor=who.verified,
                         )
                         outcomes[op.operation_id] = None
-                    except (IllegalTransition, StaleFencingToken, ConcurrentUpdate) as exc:
+                    except RECORD_MOVED as exc:
                         outcomes[op.operation_id] = f"{exc}; nothing was changed"
             refused = [m for m in outcomes.values() if m is not None]
             if as_json:

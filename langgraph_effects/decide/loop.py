@@ -108,6 +108,7 @@ from langgraph_effects.decide.identity import find_operation
 from langgraph_effects.decide.messages import Trace, Via, conflicted, message_text, recordable
 from langgraph_effects.decide.policy import Policy
 from langgraph_effects.errors import (
+    RECORD_MOVED,
     ConcurrentUpdate,
     EffectRejected,
     EffectsError,
@@ -396,7 +397,7 @@ class Loop:
         """Run a conditional write; if the record moved under us, re-read it instead."""
         try:
             return (yield from ledger(action))
-        except (StaleFencingToken, IllegalTransition, ConcurrentUpdate, LeaseHeld):
+        except RECORD_MOVED:
             p.claimed = False
             fresh = yield from ledger(Get(op.key))
             assert fresh is not None
