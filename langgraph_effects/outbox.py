@@ -121,6 +121,7 @@ from langgraph_effects.ledger._statements import (
 )
 from langgraph_effects.ledger._tables import Backend, Tables
 from langgraph_effects.ledger.base import AsyncLedger, Ledger
+from langgraph_effects.ledger.connect import parse_ledger_url
 
 __all__ = [
     "Delivery",
@@ -869,15 +870,23 @@ class OutboxRelay:
     @classmethod
     @contextmanager
     def from_conn_string(cls, conn_string: str | Path, **kwargs: Any) -> Iterator[OutboxRelay]:
-        """Open the relay's own connection: a SQLite path, or a ``postgresql://`` URL."""
-        text = str(conn_string)
-        if text.startswith(("postgres://", "postgresql://")):
+        """Open the relay's own connection on the database a ledger URL names
+        (``ledger.connect.parse_ledger_url``: a SQLite path or ``sqlite:///`` URL, or a
+        ``postgresql://`` URL).
+
+        Raises:
+            InvalidInput: the URL is malformed or names an unsupported scheme.
+        """
+        location = parse_ledger_url(str(conn_string))
+        if location.backend == "postgres":
             import psycopg
 
-            with psycopg.connect(text, autocommit=True) as pg:
+            with psycopg.connect(location.target, autocommit=True) as pg:
                 yield cls(pg, **kwargs)
             return
-        conn = sqlite3.connect(text, isolation_level=None, timeout=30.0, check_same_thread=False)
+        conn = sqlite3.connect(
+            location.target, isolation_level=None, timeout=30.0, check_same_thread=False
+        )
         try:
             conn.execute("PRAGMA busy_timeout = 30000")
             yield cls(conn, **kwargs)

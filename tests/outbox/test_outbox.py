@@ -285,6 +285,30 @@ def test_committed_then_killed_before_relay_sends_exactly_once(
     assert op.provider_result_id == entry.provider_message_id
 
 
+def test_the_relay_opens_the_database_any_ledger_url_form_names(
+    app: App, mail: FakeMail, ledger: Ledger, clock: FakeClock
+) -> None:
+    """``from_conn_string`` reads a URL as a ledger URL does: ``sqlite:///`` and
+    ``postgresql+psycopg://`` name the database the plain forms name; another scheme is
+    refused."""
+    business(app, "case-9")
+    if app.backend == "sqlite":
+        url = f"sqlite:///{app.target}"
+    else:
+        url = app.target.replace("postgresql://", "postgresql+psycopg://", 1)
+    with OutboxRelay.from_conn_string(
+        url, ledger=ledger, deliver=sender(mail), clock=clock.now
+    ) as r:
+        assert r.run_until_idle().claimed == 1
+    assert mail.effects == 1
+    assert [e.status for e in entries(app)] == [OutboxStatus.SENT]
+    with (
+        pytest.raises(InvalidInput, match="unsupported ledger URL"),
+        OutboxRelay.from_conn_string("mysql://h/db", ledger=ledger, deliver=sender(mail)),
+    ):
+        pass
+
+
 def test_dedupe_key_makes_one_entry_and_refuses_another_payload(app: App) -> None:
     """The same dedupe key is one entry; reused with another payload it is refused."""
     outbox = Outbox()
