@@ -38,7 +38,7 @@ import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from datetime import timedelta
+from datetime import datetime, timedelta
 from itertools import count
 from typing import Any
 
@@ -67,7 +67,9 @@ _lock = threading.Lock()
 _places: weakref.WeakKeyDictionary[Any, tuple[object, Callable[[], int]]] = (
     weakref.WeakKeyDictionary()
 )
-_runners: OrderedDict[tuple[int, timedelta, bool, bool], EffectRunner] = OrderedDict()
+_runners: OrderedDict[tuple[int, timedelta, bool, bool, Callable[[], datetime]], EffectRunner] = (
+    OrderedDict()
+)
 
 
 def _outside(what: str) -> EffectsError:
@@ -97,17 +99,21 @@ def _position(config: Mapping[str, Any]) -> int:
 
 
 def _runner(
-    ledger: Ledger | AsyncLedger, lease_for: timedelta, unknown_asks: bool, anonymous: bool
+    ledger: Ledger | AsyncLedger,
+    lease_for: timedelta,
+    unknown_asks: bool,
+    anonymous: bool,
+    clock: Callable[[], datetime],
 ) -> EffectRunner:
     """The runner for this ledger and these options (made once, kept)."""
-    key = (id(ledger), lease_for, unknown_asks, anonymous)
+    key = (id(ledger), lease_for, unknown_asks, anonymous, clock)
     with _lock:
         runner = _runners.get(key)
         if runner is None or runner.ledger is not ledger:
             runner = _runners[key] = EffectRunner(
                 ledger,
                 lease_for=lease_for,
-                clock=utcnow,
+                clock=clock,
                 interrupt_on_unknown=unknown_asks,
                 anonymous_answers=anonymous,
             )
@@ -183,6 +189,7 @@ def run_effect(
     lease_for: timedelta = DEFAULT_LEASE,
     interrupt_on_unknown: bool = True,
     anonymous_answers: bool = False,
+    clock: Callable[[], datetime] = utcnow,
 ) -> Any:
     """Run the effect ``tool`` with ``args`` inside a ``@task`` or ``@entrypoint``, once.
 
@@ -191,7 +198,8 @@ def run_effect(
         args: its arguments, as the model would give them.
         ledger: a sync ``Ledger`` (an ``AsyncLedger`` needs ``arun_effect``).
         tenant_id: default ``config["configurable"]["tenant_id"]``, else ``"default"``.
-        lease_for, interrupt_on_unknown, anonymous_answers: as for ``EffectToolNode``.
+        lease_for, interrupt_on_unknown, anonymous_answers, clock: as for ``EffectToolNode``
+            (``clock``: the time source, shared with the ledger in tests).
 
     Returns:
         The recorded result (what the tool returned, as JSON), replayed from the
@@ -205,7 +213,7 @@ def run_effect(
     _checked(tool, args)
     config = _config()
     warn_durability(config)
-    runner = _runner(ledger, lease_for, interrupt_on_unknown, anonymous_answers)
+    runner = _runner(ledger, lease_for, interrupt_on_unknown, anonymous_answers, clock)
     call = _call(tool, args, config, runner.tenant_for(config, tenant_id))
     return _answer(runner.run(call, lambda a: tool.invoke(a, config)))
 
@@ -220,12 +228,13 @@ async def arun_effect(
     lease_for: timedelta = DEFAULT_LEASE,
     interrupt_on_unknown: bool = True,
     anonymous_answers: bool = False,
+    clock: Callable[[], datetime] = utcnow,
 ) -> Any:
     """The async twin of ``run_effect``; the ledger may be sync or async."""
     _checked(tool, args)
     config = _config()
     warn_durability(config)
-    runner = _runner(ledger, lease_for, interrupt_on_unknown, anonymous_answers)
+    runner = _runner(ledger, lease_for, interrupt_on_unknown, anonymous_answers, clock)
     call = _call(tool, args, config, await runner.atenant_for(config, tenant_id))
 
     async def execute(a: dict[str, Any]) -> Any:

@@ -213,13 +213,17 @@ SQUARE = Preset(
 ZENDESK = Preset(
     name="zendesk",
     contract=_keyed(timedelta(hours=2), timedelta(minutes=15)),
-    key="Idempotency-Key header",
+    key="Idempotency-Key header (ticket creation, POST /api/v2/tickets)",
     marker_at="a ticket tag or external_id",
     search_hint="Search API: type:ticket external_id:<marker> (indexed with a delay)",
     source="https://developer.zendesk.com/api-reference/ticketing/introduction/#idempotency",
     limits=(
-        "Keys expire after 2 hours (resends stop 15 minutes before); another payload under "
-        "the same key is an error. The search index lags ticket creation."
+        "Documented: the same body under the same key creates no second ticket and gets the "
+        "cached response; keys expire after two hours, and a duplicate key sent later creates a "
+        "new ticket (resends stop 15 minutes before); another body under the key is a 400 "
+        "IdempotentRequestError. Unpublished: whether an error response is cached, what a resend "
+        "meets while the first request is in flight, the key's scope beyond the account. Only "
+        "ticket creation takes a key. The search index lags ticket creation."
     ),
 )
 SALESFORCE = Preset(

@@ -14,9 +14,11 @@ Five parts, each a row group of the printed table:
   under the default durability (the AIMessage lost, or the request sent
   again), ``EffectMiddleware`` in ``create_agent`` (with LangChain's
   ``ToolRetryMiddleware`` absent, listed before it or after it), subgraphs, a node
-  ``RetryPolicy``. People answer by position or by interrupt id, sometimes
-  with a bad answer first. Schedule ``i`` has seed ``--seed + i``: a failing
-  one prints its seed and replays alone with ``--seed SEED --schedules 1``.
+  ``RetryPolicy``, a Functional API workflow (``run_effect`` in tasks or the
+  entrypoint's body), an in-process MCP server's tools through ``mcp_effects``.
+  People answer by position or by interrupt id, sometimes with a bad answer first.
+  Schedule ``i`` has seed ``--seed + i``: a failing one prints its seed and
+  replays alone with ``--seed SEED --schedules 1``.
   The table below the main one breaks the schedules down per kind.
 * **control**: the same schedules through a plain ``ToolNode`` (no ledger, the
   stock ``tools_condition``, or ``create_agent`` without the middleware): its

@@ -686,10 +686,7 @@ class FakeProvider:
         stored = self._stored(conn, key, now)
         if stored is not None and stored[0] != digest:
             self._bump(conn, "rejections")
-            reason = f"{self.name}.{method}: idempotency key {key!r} was used with another payload"
-            return None, EffectRejected(
-                reason, code="idempotency_key_reused", detail={"status": 422}
-            )
+            return None, self._key_reused(method, key)
         if stored is not None:
             self._bump(conn, "replays")
             return json.loads(stored[1]), None
@@ -698,6 +695,11 @@ class FakeProvider:
             reason = f"{self.name}.{method}: a request with this key is still in progress (409)"
             return None, TransientProviderError(reason, retry_after=1.0)
         return None, None
+
+    def _key_reused(self, method: str, key: str) -> EffectRejected:
+        """The refusal of another payload under a stored key (Stripe's 422)."""
+        reason = f"{self.name}.{method}: idempotency key {key!r} was used with another payload"
+        return EffectRejected(reason, code="idempotency_key_reused", detail={"status": 422})
 
     def _answer(self, method: str, scripted: _Scripted, error: Exception | None) -> None:
         """After commit: kill the process, lose the response (whatever it was), or refuse."""
@@ -1125,6 +1127,14 @@ class FakeTicketing(FakeProvider):
 # --------------------------------------------------------------------------- presets
 
 
+_KEY_REUSED = {
+    # developer.zendesk.com/api-reference/ticketing/introduction/#idempotency: "Request
+    # parameters don't match the given idempotency key" (zendesk-java-client: a 400).
+    "zendesk": (400, "IdempotentRequestError"),
+}
+"""The HTTP status and error name of another payload under a key, where it is not Stripe's 422."""
+
+
 class FakeAPI(FakeProvider):
     """The API a ``langgraph_effects.presets.Preset`` describes, as its documentation says.
 
@@ -1132,7 +1142,8 @@ class FakeAPI(FakeProvider):
       ``idempotency_key`` for ``retention`` (default: the preset's window): the first
       response is replayed, and a definitive error too (``Fault.REJECT``, Stripe's
       "errors included"); another payload under the key is
-      ``EffectRejected(code="idempotency_key_reused")``; a resend while the first
+      ``EffectRejected(code="idempotency_key_reused")`` (its ``detail`` the API's status:
+      Zendesk's 400 ``IdempotentRequestError``, else 422); a resend while the first
       request is in flight (``Fault.LATE``) is a ``TransientProviderError`` (409); after
       the window the key is forgotten and a resend acts again.
     * Convergent presets (Salesforce, HubSpot): ``upsert(natural_key, fields)`` with the
@@ -1179,6 +1190,14 @@ class FakeAPI(FakeProvider):
 
     def _init_kwargs(self) -> dict[str, Any]:
         return {**super()._init_kwargs(), "preset": self.preset, "search_delay": self.search_delay}
+
+    def _key_reused(self, method: str, key: str) -> EffectRejected:
+        """The refusal of another payload under a stored key, as the preset's API answers it."""
+        refused = super()._key_reused(method, key)
+        answer = _KEY_REUSED.get(self.preset.name)
+        if answer is not None:
+            refused.detail = {"status": answer[0], "error": answer[1]}
+        return refused
 
     def create(
         self, target: str, payload: dict[str, Any], *, idempotency_key: str | None = None

@@ -123,6 +123,7 @@ from langgraph_effects.testing.faults import (
     crash_point,
     scaled,
 )
+from langgraph_effects.testing.mcp_server import READ_ONLY, SERVER, mcp_tools
 from langgraph_effects.testing.models import ScriptedChatModel
 from langgraph_effects.testing.providers import (
     FakeClock,
@@ -132,6 +133,7 @@ from langgraph_effects.testing.providers import (
     FakeTicketing,
     Fault,
 )
+from langgraph_effects.testing.workflows import LAYOUTS, ORIGIN, Layout, build_workflow
 
 __all__ = [
     "DRAWN",
@@ -193,11 +195,20 @@ class ProviderKind(StrEnum):
     """No key, no lookup: only a person can resolve an unknown."""
 
 
+_MCP_ACTIONS = {
+    f"{SERVER}.close_case": ProviderKind.CRM,
+    f"{SERVER}.send_mail": ProviderKind.MAIL,
+    f"{SERVER}.create_ticket": ProviderKind.TICKETING,
+}
+"""The effects of the in-process MCP server (``testing.mcp_server``): no key reaches the fakes."""
 _ACTIONS = {
     "crm.close_case": ProviderKind.CRM,
     "mail.send": ProviderKind.MAIL,
     "ticketing.create": ProviderKind.TICKETING,
+    **_MCP_ACTIONS,
 }
+_KEYLESS = frozenset({"ticketing.create", *_MCP_ACTIONS})
+"""Actions whose effects the providers count by target alone (no idempotency key reaches them)."""
 
 
 @dataclass(eq=False)
@@ -254,21 +265,23 @@ class Providers:
         """Ground truth: effects the provider applied for a built-in operation (None: not ours).
 
         CRM and mail match by target and idempotency key; ticketing has no key,
-        so by title (the built-in calls give every intent its own title).
+        so by title (the built-in calls give every intent its own title), and an MCP
+        tool's effect by its target (MCP carries no key).
         """
         kind = _ACTIONS.get(op.action)
         if kind is None or op.target is None:
             return None
-        key = None if kind is ProviderKind.TICKETING else op.idempotency_key
+        key = None if op.action in _KEYLESS else op.idempotency_key
         return self[kind].effects_for(op.target, idempotency_key=key)
 
     def shows(self, request: Mapping[str, Any]) -> bool:
         """What an operator sees in the provider's own console for a review request."""
-        kind = _ACTIONS.get(str(request.get("action")))
+        action = str(request.get("action"))
+        kind = _ACTIONS.get(action)
         target = request.get("target")
         if kind is None or target is None:
             return False
-        key = None if kind is ProviderKind.TICKETING else request.get("idempotency_key")
+        key = None if action in _KEYLESS else request.get("idempotency_key")
         return self[kind].effects_for(str(target), idempotency_key=key) > 0
 
     def close(self) -> None:
@@ -892,8 +905,10 @@ class Scenario:
             the thread goes on from the checkpoint before the model ran) or
             ``resend`` (the person sends the request again in a new turn; see
             ``reused_ids`` and ``summarize``).
-        face: ``node`` (``EffectToolNode`` in a hand-built graph) or
-            ``middleware`` (``EffectMiddleware`` in ``create_agent``).
+        face: ``node`` (``EffectToolNode`` in a hand-built graph),
+            ``middleware`` (``EffectMiddleware`` in ``create_agent``) or ``functional``
+            (an ``@entrypoint`` + ``@task`` workflow calling ``run_effect``, laid out as
+            ``layout``).
         tool_retry: ``middleware`` face: ``ToolRetryMiddleware`` listed ``before``
             ``EffectMiddleware`` (a retry re-runs the decision) or ``after`` it (a retry
             would re-enter the tool inside its dispatch: refused with
@@ -944,7 +959,9 @@ class Scenario:
     """The thread first runs to its end; then its answered exchange is removed from the
     messages (``RemoveMessage``, as summarization and the delete-messages recipe do)
     before the request is sent again."""
-    face: Literal["node", "middleware"] = "node"
+    face: Literal["node", "middleware", "functional"] = "node"
+    layout: Layout = "tasks"
+    """``functional`` face: where the workflow runs the calls (``testing.workflows``)."""
     tool_retry: ToolRetryOrder = "none"
     subgraph: bool = False
     flakes: int = 0
@@ -1342,15 +1359,15 @@ def _attributable(
 ) -> Callable[[Operation], int | None] | None:
     """``applied``, but None where the provider cannot tell operations apart.
 
-    A provider without idempotency key (the ticketing fake) counts by title:
-    two operations on one title (twins, a deliberate repeat) share its count.
+    A provider without idempotency key (the ticketing fake, any MCP tool) counts by
+    target: two operations on one target (twins, a deliberate repeat) share its count.
     """
     if applied is None:
         return None
     shared = Counter((op.action, op.target) for op in ops)
 
     def attributable(op: Operation) -> int | None:
-        keyless = _ACTIONS.get(op.action) is ProviderKind.TICKETING
+        keyless = op.action in _KEYLESS
         return None if keyless and shared[(op.action, op.target)] > 1 else applied(op)
 
     return attributable
@@ -1477,11 +1494,21 @@ def _lost_effects(
     """
     problems = []
     by_id = {op.operation_id: op for op in ops}
+    # A Functional API answer names the call's origin (its task and place), which the
+    # operation records as its tool-call id (testing.workflows).
+    origins = {op.tool_call_id: op.operation_id for op in ops if op.tool_call_id}
     done: Counter[str] = Counter()
     for m in delivered:
         trace = m.response_metadata.get(TRACE_KEY) if isinstance(m, ToolMessage) else None
-        if isinstance(trace, Mapping) and trace.get("status") == S.CONFIRMED.value:
-            done[str(trace.get("operation_id"))] += 1
+        if not isinstance(trace, Mapping) or trace.get("status") != S.CONFIRMED.value:
+            continue
+        if ORIGIN in trace and str(trace[ORIGIN]) not in origins:
+            problems.append(
+                f"{name}: call {m.tool_call_id} was answered done from {trace[ORIGIN]}, "
+                "which no operation of the thread records"
+            )
+            continue
+        done[str(trace.get("operation_id") or origins.get(str(trace.get(ORIGIN))))] += 1
     for op_id, answers in sorted(done.items()):
         op = by_id.get(op_id)
         n = None if op is None or applied is None or op_id in decided else applied(op)
@@ -1521,7 +1548,9 @@ def _count(
         problems = [f"{sc.name}: {duplicates} duplicate effect(s) at the providers"] * bool(
             duplicates
         )
-    intents = len(sc.tool_calls) + sum(tally.repeated.values())
+    # A read among the calls (the MCP server's lookup) is no intended effect.
+    effect_calls = sum(1 for call in sc.tool_calls if target_of(call) is not None)
+    intents = effect_calls + sum(tally.repeated.values())
     messages = (state.values or {}).get("messages", [])
     if sc.control:
         unsent = _lost_effects(sc.name, None, (), messages, (), decided=(), finished=finished)
@@ -1588,7 +1617,7 @@ def _count(
         duplicates=duplicates,
         unknown=sum(1 for op in ops if op.status is S.UNKNOWN),
         human_resolved=human,
-        completed=int(finished and settled and len(ops) >= len(sc.tool_calls)),
+        completed=int(finished and settled and len(ops) >= effect_calls),
         stale_token_refusals=stats.stale_token_refusals,
         mislabelled=len(wrong),
         lost_receipts=len(lost),
@@ -1652,6 +1681,11 @@ def _start(
     }
 
     def graph_of(tools: Sequence[BaseTool]) -> Any:
+        if sc.face == "functional":
+            reply = _Script([dict(tc) for tc in sc.tool_calls]).reply
+            return build_workflow(
+                tools, reply, layout=sc.layout, asynchronous=sc.asynchronous, **common
+            )
         if sc.face == "middleware":
             return build_agent(tools, sc.tool_calls, tool_retry=sc.tool_retry, **common)
         return build_graph(
@@ -1822,14 +1856,27 @@ class Kind(StrEnum):
     """Agent and tools as a subgraph of the graph the person talks to."""
     RETRY_POLICY = "retry_policy"
     """A sibling read fails; the node's ``RetryPolicy`` re-runs every call of the node."""
+    FUNCTIONAL = "functional_api"
+    """The graph is an ``@entrypoint`` + ``@task`` workflow calling ``run_effect`` /
+    ``arun_effect``: a task per call, every call in one task, or in the entrypoint's body."""
+    MCP = "mcp_tools"
+    """The tools are an in-process MCP server's (``testing.mcp_server``), declared with
+    ``mcp_effects`` from its annotations (trusted, or not: every tool an effect); async."""
 
 
 _FIRST_KINDS: tuple[Kind, ...] = tuple(
-    k for k in Kind if k not in (Kind.REUSED_IDS, Kind.KEY_ROTATION, Kind.SUMMARIZED)
+    k
+    for k in Kind
+    if k not in (Kind.REUSED_IDS, Kind.KEY_ROTATION, Kind.SUMMARIZED, Kind.FUNCTIONAL, Kind.MCP)
 )
 """The kinds drawn before the variants below existed: each seed still draws among these
 first, so its schedule is the one it always was."""
-_VARIANTS = {Kind.BASE: Kind.KEY_ROTATION, Kind.RESENT: Kind.REUSED_IDS}
+_VARIANTS = {
+    Kind.BASE: Kind.KEY_ROTATION,
+    Kind.RESENT: Kind.REUSED_IDS,
+    Kind.NO_TENANT: Kind.FUNCTIONAL,
+    Kind.OTHER_TENANT: Kind.MCP,
+}
 """Half the schedules of a kind become its variant, by a random stream of their own."""
 DRAWN: tuple[Kind, ...] = (*_FIRST_KINDS, *_VARIANTS.values())
 """The kinds a schedule draws by default: those the library passes today. The others
@@ -1888,6 +1935,10 @@ class Schedule:
     bad_answers: float = 0.0
     tool_retry: ToolRetryOrder = "none"
     """``middleware`` kind: where ``ToolRetryMiddleware`` sits (``Scenario.tool_retry``)."""
+    layout: Layout = "tasks"
+    """``functional_api`` kind: where the workflow runs the calls (``Scenario.layout``)."""
+    trusted: bool = True
+    """``mcp_tools`` kind: whether ``mcp_effects`` believes the server's annotations."""
 
     @classmethod
     def generate(cls, seed: int, kinds: Sequence[Kind] | None = None) -> Schedule:
@@ -1910,16 +1961,30 @@ class Schedule:
             lost = (Fault.LOSE_RESPONSE, Fault.LOSE_REQUEST, Fault.LOSE_RESPONSE, Fault.LATE)
             faults = tuple(rng.choice(lost) for _ in calls)
         operator_answers = kind in (Kind.REVIEW_ROUNDS, Kind.APPROVAL) or rng.random() < 0.6
+        # The kinds drawn later draw what is theirs from streams of their own.
+        faces = random.Random(f"faces-{seed}")
         return base.with_(
             kind=kind,
             faults=faults,
             refaults=tuple(rng.choice(_FAULTS) for _ in calls),
             key_window_zero=rng.random() < (0.7 if kind is Kind.REVIEW_ROUNDS else 0.25),
             approval=kind is Kind.APPROVAL
-            or (kind in (Kind.MIDDLEWARE, Kind.SUBGRAPH) and rng.random() < 0.3),
-            twins=kind in (Kind.REISSUED, Kind.RESENT, Kind.REUSED_IDS, Kind.SUMMARIZED)
-            and calls[0] is not ProviderKind.TICKETING
-            and rng.random() < 0.4,
+            or (kind in (Kind.MIDDLEWARE, Kind.SUBGRAPH) and rng.random() < 0.3)
+            or (kind in (Kind.FUNCTIONAL, Kind.MCP) and faces.random() < 0.3),
+            twins=(
+                kind in (Kind.REISSUED, Kind.RESENT, Kind.REUSED_IDS, Kind.SUMMARIZED)
+                and calls[0] is not ProviderKind.TICKETING
+                and rng.random() < 0.4
+            )
+            or (
+                kind in (Kind.FUNCTIONAL, Kind.MCP)
+                and calls[0] is not ProviderKind.TICKETING
+                and faces.random() < 0.4
+            ),
+            layout=faces.choice(LAYOUTS) if kind is Kind.FUNCTIONAL else "tasks",
+            trusted=faces.random() < 0.75 if kind is Kind.MCP else True,
+            # langchain-mcp-adapters' tools are async only.
+            asynchronous=base.asynchronous or kind is Kind.MCP,
             flakes=rng.choice((1, 2)) if kind is Kind.RETRY_POLICY else 0,
             policy="operator" if operator_answers else base.policy,
             by_position=rng.choice((0.0, 0.5, 1.0)),
@@ -1995,9 +2060,14 @@ class Schedule:
         calls = [builtin_call(k, n, tag=tag) for n, k in enumerate(self.calls)]
         if self.twins:
             calls.insert(1, {**calls[0], "id": f"{calls[0]['id']}-twin"})
+        if self.kind is Kind.MCP:  # and a read of the server's, which stays a plain tool
+            lookup = {"case_id": f"case-{tag}-0"}
+            calls.append({"name": "lookup_case", "args": lookup, "id": f"call-{tag}-lookup"})
         rotated = self.kind is Kind.KEY_ROTATION and not control
 
         def tools_of(keys: Sequence[str] | None) -> list[Any]:
+            if self.kind is Kind.MCP:
+                return self._mcp_tools(providers, control=control)
             if control:
                 return list(control_tools(providers))
             return list(
@@ -2025,13 +2095,16 @@ class Schedule:
             between=between,
             applied=providers.applied,
             control=control,
-            asynchronous=self.asynchronous and not control,
+            # MCP tools are async only: their control runs async too.
+            asynchronous=self.asynchronous and (not control or story is Kind.MCP),
             thread_id=tag,
             # Short in real time: a resumer meeting a lease left by a cancelled
             # sibling waits at most this long before it reports LeaseHeld.
             lease_for=timedelta(seconds=0.5),
             name=f"schedule {self.seed} ({story.value}"
             + (f", ToolRetryMiddleware {self.tool_retry}" if self.tool_retry != "none" else "")
+            + (f", {self.layout}" if story is Kind.FUNCTIONAL else "")
+            + ("" if self.trusted else ", untrusted server")
             + ")",
             tenant_from_config=story is not Kind.BASE,
             resume_tenant=_RESUME_TENANT.get(story, "same"),
@@ -2039,7 +2112,8 @@ class Schedule:
             reissue=_REISSUE.get(story, "none"),
             reused_ids=story is Kind.REUSED_IDS,
             summarize=story is Kind.SUMMARIZED,
-            face="middleware" if story is Kind.MIDDLEWARE else "node",
+            face=_FACES.get(story, "node"),
+            layout=self.layout,
             tool_retry=self.tool_retry,
             subgraph=story is Kind.SUBGRAPH,
             flakes=self.flakes,
@@ -2054,11 +2128,31 @@ class Schedule:
         """A copy with some fields changed (to pin a dimension in a test)."""
         return replace(self, **changes)
 
+    def _mcp_tools(self, providers: Providers, *, control: bool) -> list[BaseTool]:
+        """The in-process MCP server's tools: plain for a control, else through ``mcp_effects``."""
+        from langgraph_effects.mcp import mcp_effects
+
+        served = mcp_tools(providers, control=control)
+        if control:
+            return served
+        asked = [t.name for t in served if t.name not in READ_ONLY] if self.approval else []
+        return mcp_effects(
+            served,
+            trusted=self.trusted,
+            server=SERVER,
+            target={"close_case": "case_id", "send_mail": "to", "create_ticket": "title"},
+            require_approval=asked,
+        )
+
 
 _OLD_KEY, _NEW_KEY = "campaign-key-old-" + "5a" * 8, "campaign-key-new-" + "c3" * 8
 """The ``payload_key`` a ``key_rotation`` schedule starts with, and the one it rotates to."""
 
 _TRAVEL: dict[Kind, Literal["history", "fork"]] = {Kind.HISTORY: "history", Kind.FORK: "fork"}
+_FACES: dict[Kind, Literal["middleware", "functional"]] = {
+    Kind.MIDDLEWARE: "middleware",
+    Kind.FUNCTIONAL: "functional",
+}
 _REISSUE: dict[Kind, Literal["lost", "resend"]] = {
     Kind.REISSUED: "lost",
     Kind.RESENT: "resend",

@@ -209,7 +209,8 @@ def test_the_control_toolnode_duplicates_under_every_kind(randomized: CampaignRe
 def test_schedules_draw_every_human_and_graph_dimension() -> None:
     """Across 2,000 seeds: answers by position and by id, bad answers first, approvals, edits
     are possible (approval kind), twins, retried nodes, all three providers and both modes,
-    and ToolRetryMiddleware absent, before and after EffectMiddleware."""
+    ToolRetryMiddleware absent, before and after EffectMiddleware, the Functional API's three
+    layouts, MCP servers trusted and not, and deliberate repeats in both."""
     schedules = [Schedule.generate(seed) for seed in range(SCHEDULES)]
     human = [s for s in schedules if s.policy == "operator"]
     assert len(human) > SCHEDULES // 3
@@ -223,6 +224,12 @@ def test_schedules_draw_every_human_and_graph_dimension() -> None:
     assert {s.asynchronous for s in schedules} == {False, True}
     retried = [s.tool_retry for s in schedules if s.kind is Kind.MIDDLEWARE]
     assert min(retried.count(order) for order in ("none", "before", "after")) > len(retried) // 6
+    laid = [s.layout for s in schedules if s.kind is Kind.FUNCTIONAL]
+    assert min(laid.count(layout) for layout in ("tasks", "one_task", "body")) > len(laid) // 6
+    served = [s for s in schedules if s.kind is Kind.MCP]
+    assert {s.trusted for s in served} == {True, False}
+    assert all(s.asynchronous for s in served)  # the adapter's MCP tools are async only
+    assert sum(s.twins for s in served + [s for s in schedules if s.kind is Kind.FUNCTIONAL]) > 10
 
 
 def test_the_command_prints_the_table_and_its_status_says_pass_or_fail(

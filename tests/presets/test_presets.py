@@ -27,6 +27,7 @@ from langgraph_effects.presets import (
     SALESFORCE,
     SQUARE,
     STRIPE,
+    ZENDESK,
     Preset,
 )
 from langgraph_effects.testing import CrashPoint, FakeAPI, FakeClock, Fault, Scenario, defer
@@ -112,6 +113,28 @@ def test_a_keyed_fake_replays_refuses_expires_and_409s(preset: Preset, clock: Fa
     clock.advance(fake.retention)
     fake.create("a", {"amount": 5}, idempotency_key="k1")
     assert fake.duplicates == 1
+
+
+def test_zendesk_keeps_a_key_two_hours_and_refuses_another_body_with_a_400(
+    clock: FakeClock,
+) -> None:
+    """As developer.zendesk.com documents: "Keys expire after two hours"; the same key with
+    another body is a 400 IdempotentRequestError; resends stop 15 minutes before expiry."""
+    assert ZENDESK.contract is not None
+    assert ZENDESK.contract.idempotency_window == timedelta(hours=2)
+    assert ZENDESK.contract.key_retention == timedelta(hours=1, minutes=45)
+    fake = api(ZENDESK, clock)
+    assert fake.retention == timedelta(hours=2)
+    first = fake.create("t", {"subject": "help"}, idempotency_key="z1")
+    clock.advance(timedelta(hours=1, minutes=59))
+    assert fake.create("t", {"subject": "help"}, idempotency_key="z1") == first
+    with pytest.raises(EffectRejected) as mismatch:
+        fake.create("t", {"subject": "other"}, idempotency_key="z1")
+    assert mismatch.value.code == "idempotency_key_reused"
+    assert mismatch.value.detail == {"status": 400, "error": "IdempotentRequestError"}
+    clock.advance(timedelta(minutes=1))  # two hours after the original request
+    assert fake.create("t", {"subject": "help"}, idempotency_key="z1") != first
+    assert (fake.effects, fake.duplicates) == (2, 1)
 
 
 def test_stripe_replays_a_definitive_error_under_its_key(clock: FakeClock) -> None:

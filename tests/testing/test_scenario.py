@@ -477,3 +477,145 @@ def test_the_delivered_answers_are_those_of_the_final_timeline() -> None:
     head = snap("5", "3", _done(5))
     history = [head, abandoned, summarized, answered, root]
     assert sorted(str(m.id) for m in _delivered(history, head)) == ["m1", "m5"]
+
+
+def _run(sc: Scenario, providers: Providers) -> Any:
+    """``sc`` on a fresh SQLite ``:memory:`` ledger (async when the scenario is)."""
+    conn = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
+    try:
+        if sc.asynchronous:
+            aledger = AsyncSQLiteLedger(conn, clock=providers.clock.now)
+            asyncio.run(aledger.setup())
+            return run_scenario(sc, ledger=aledger)
+        ledger = SQLiteLedger(conn, clock=providers.clock.now)
+        ledger.setup()
+        return run_scenario(sc, ledger=ledger)
+    finally:
+        conn.close()
+
+
+@pytest.mark.filterwarnings("ignore::langgraph_effects.DurabilityWarning")  # as the campaign
+@pytest.mark.parametrize("layout", ["tasks", "one_task", "body"])
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_functional_api_schedule_acts_once_per_intent_where_plain_tasks_act_again(
+    providers: Providers, layout: str, mode: str
+) -> None:
+    """A ``functional_api`` schedule: a case closed twice on purpose (twins) and a ticket, the
+    run killed after the provider acted, in tasks, one task or the entrypoint's body: each
+    intended effect once, every "done" traced to its operation; plain tasks act again."""
+    schedule = Schedule.generate(0).with_(
+        kind=Kind.FUNCTIONAL,
+        layout=layout,
+        calls=(ProviderKind.CRM, ProviderKind.TICKETING),
+        faults=(None, None),
+        refaults=(),
+        twins=True,
+        approval=False,
+        crash_at=CrashPoint.AFTER_PROVIDER,
+        crash_hit=2,
+        revoke="none",
+        expire_keys=False,
+        asynchronous=mode == "async",
+        resumers=1,
+        policy="confirm_if_seen",
+        bad_answers=0.0,
+    )
+    sc = schedule.scenario(providers)
+    assert (sc.face, sc.layout, len(sc.tool_calls)) == ("functional", layout, 3)
+    report = _run(sc, providers)
+    assert report.crashes == 1
+    assert (providers.crm.effects, providers.ticketing.effects) == (2, 1)
+    assert (report.duplicates, report.lost_effects, report.lost_receipts) == (0, 0, 0)
+    assert (report.mislabelled, report.violations, report.completed) == (0, 0, 1), report.problems
+
+    control = Providers.open(None)
+    try:
+        report = run_scenario(schedule.scenario(control, control=True))
+        assert report.duplicates > 0
+    finally:
+        control.close()
+
+
+def test_a_functional_answer_is_traced_to_the_operation_its_origin_names() -> None:
+    """A Functional API answer names its origin (task and place), not its operation: it counts
+    for the operation recording that origin, and one whose origin no operation records is lost."""
+    ledger = InMemoryLedger()
+    ledger.setup()
+    draft = OperationDraft(
+        tenant_id="t", operation_id="op-1", action="a", payload_digest="0" * 64, tool_call_id="k#0"
+    )
+    op = ledger.prepare(draft).operation
+
+    def done(n: int, origin: str) -> ToolMessage:
+        trace = {"origin": origin, "status": "confirmed"}
+        meta = {TRACE_KEY: trace}
+        return ToolMessage("ok", tool_call_id=f"c{n}", id=f"m{n}", response_metadata=meta)
+
+    once = lambda _: 1  # noqa: E731
+    assert _lost_effects("s", once, [op], [], [done(1, "k#0")], decided=(), finished=True) == []
+    twice = _lost_effects(
+        "s", once, [op], [], [done(1, "k#0"), done(2, "k#0")], decided=(), finished=True
+    )
+    assert len(twice) == 1
+    assert "answered done 2 time(s)" in twice[0]
+    nowhere = _lost_effects("s", once, [op], [], [done(3, "k#1")], decided=(), finished=True)
+    assert len(nowhere) == 1
+    assert "which no operation of the thread records" in nowhere[0]
+
+
+@pytest.mark.filterwarnings("ignore::langgraph_effects.DurabilityWarning")  # as the campaign
+@pytest.mark.parametrize(
+    ("call", "trusted", "resent"),
+    [
+        (ProviderKind.CRM, True, True),  # idempotentHint: resent, the server converges
+        (ProviderKind.CRM, False, False),  # untrusted: never resent blindly
+        (ProviderKind.MAIL, True, False),  # no annotations: destructive, not idempotent
+    ],
+)
+def test_an_mcp_schedule_resends_only_what_the_trusted_server_calls_idempotent(
+    providers: Providers, call: ProviderKind, trusted: bool, resent: bool
+) -> None:
+    """An ``mcp_tools`` schedule over the in-process MCP server: a lost response, then a kill
+    after the server acted again or not: one effect; an idempotent tool of a trusted server
+    is resent (and converges), any other goes to a person, who sees it at the provider; the
+    read-only lookup stays a plain tool. Plain MCP tools in a ToolNode send the mail again."""
+    schedule = Schedule.generate(0).with_(
+        kind=Kind.MCP,
+        trusted=trusted,
+        calls=(call,),
+        faults=(Fault.LOSE_RESPONSE,),
+        refaults=(),
+        twins=False,
+        approval=False,
+        crash_at=None,
+        revoke="none",
+        expire_keys=False,
+        asynchronous=True,
+        resumers=1,
+        policy="confirm_if_seen",
+        bad_answers=0.0,
+    )
+    sc = schedule.scenario(providers)
+    names = [t.name for t in sc.tools]
+    assert names == ["close_case", "send_mail", "create_ticket", "lookup_case"]
+    effects = {t.name for t in sc.tools if getattr(t, "effect_spec", None) is not None}
+    assert ("lookup_case" in effects) is not trusted
+    report = _run(sc, providers)
+    assert providers[call].effects == 1
+    # The CRM sees the server's look before it closes, the close, and the lookup tool's read;
+    # a resend is one more look (the case is closed with that resolution: nothing to do).
+    first = {ProviderKind.CRM: 3, ProviderKind.MAIL: 1}[call]
+    assert providers[call].stats().requests == first + resent
+    assert report.human_resolved == (0 if resent else 1)
+    assert (report.duplicates, report.lost_effects, report.lost_receipts) == (0, 0, 0)
+    assert (report.mislabelled, report.violations, report.completed) == (0, 0, 1), report.problems
+
+    control = Providers.open(None)
+    try:
+        crashed = schedule.with_(faults=(None,), crash_at=CrashPoint.AFTER_PROVIDER)
+        report = run_scenario(crashed.scenario(control, control=True))
+        # The server's idempotent close converges even without a ledger; the mail acts again.
+        twice = call is not ProviderKind.CRM
+        assert (control[call].effects, report.duplicates) == (1 + twice, int(twice))
+    finally:
+        control.close()
