@@ -46,6 +46,7 @@ __all__ = [
     "LedgerUnavailable",
     "MiddlewareOrderError",
     "OperationNotFound",
+    "PayloadKeyMissing",
     "PayloadMismatch",
     "ProviderError",
     "StaleFencingToken",
@@ -82,6 +83,27 @@ _KEYED_HINT = (
     " (one digest is keyed, 'hmac:', the other plain SHA-256: the effect's store_payload "
     "policy changed since the record was written, or it predates keyed digests)"
 )
+
+
+class PayloadKeyMissing(PayloadMismatch):
+    """This very call (its task and tool call) has an open record whose keyed digest none
+    of the effect's payload keys gives: the key it was digested under was dropped from
+    ``payload_key`` before the record settled. Nothing was written or sent."""
+
+    def __init__(self, operation_id: str, *, expected: str, actual: str, action: str) -> None:
+        InvalidInput.__init__(
+            self,
+            f"effect {action!r}: this call's own record {operation_id!r} is still open and "
+            f"was digested under a payload key no longer listed ({expected[:12]}…; the "
+            f"current key gives {actual[:12]}…). Sending it under the new key would act "
+            "twice and orphan that record: list the old key after the new one, "
+            "payload_key=[new, old] or LGE_PAYLOAD_OLD_KEYS, until its records are settled "
+            "(docs/payload-keys.md)",
+        )
+        self.operation_id = operation_id
+        self.expected = expected
+        self.actual = actual
+
 
 _ROTATED_HINT = (
     " (both digests are keyed: the payload differs, or payload_key changed since the "

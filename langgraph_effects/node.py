@@ -65,6 +65,7 @@ from langgraph_effects.decide import (
     warn_durability,
 )
 from langgraph_effects.decide.identity import timeline_of
+from langgraph_effects.decide.loop import keyed_unknown_check
 from langgraph_effects.effects import effect_spec
 from langgraph_effects.errors import EffectsError
 from langgraph_effects.ledger.base import DEFAULT_LEASE
@@ -563,11 +564,13 @@ class EffectToolNode(ToolNode):
     @staticmethod
     def _batch(calls: list[EffectCall]) -> list[EffectCall]:
         """The calls prepared together: parallel, no approval or authorization to ask, no
-        payload key rotated out (such a call first looks for its record: ``recognised``)."""
+        payload key rotated out or keyed digest (such a call first looks for its record:
+        ``recognised``)."""
         batch = [
             c
             for c in calls
             if not (c.spec.require_approval or c.spec.authorize or c.spec.older_payload_keys)
+            and not keyed_unknown_check(c)
             and not c.single
         ]
         ids = [c.tool_call_id for c in batch]

@@ -53,7 +53,7 @@ from langgraph_effects.decide.answers import (
 )
 from langgraph_effects.decide.call import EffectCall
 from langgraph_effects.decide.identity import find_operation
-from langgraph_effects.decide.loop import Loop, recognised
+from langgraph_effects.decide.loop import Loop, keyed_unknown_check, recognised
 from langgraph_effects.errors import EffectsError
 from langgraph_effects.review import (
     Answer,
@@ -188,7 +188,7 @@ def ask_approvals(loop: Loop, calls: Sequence[EffectCall]) -> Generator[Action, 
     for call in calls:
         if not call.spec.require_approval or call.preapproved_by is not None:
             continue
-        if call.spec.older_payload_keys:
+        if call.spec.older_payload_keys or keyed_unknown_check(call):
             call = yield from recognised(call)  # asked before a key rotation: the same
         if call.fixed_id and call.operation_id in ops:
             continue  # the same operation twice (an intent key): asked once

@@ -127,3 +127,25 @@ def test_a_list_of_keys_is_checked_like_one_key(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.delenv("LGE_PAYLOAD_KEY")
     with pytest.raises(InvalidInput, match="LGE_PAYLOAD_KEY"):
         _spec(None)  # old keys alone are no current key
+
+
+def test_an_approval_answered_without_the_old_key_is_refused_naming_it(
+    backend: tuple[str, str, str], tmp_path: Path
+) -> None:
+    """Asked under the old key, answered after the old key was dropped: the answer would
+    approve a new operation and orphan the asked one; the call is refused
+    (``PayloadKeyMissing`` naming the fix), nothing is sent, and the asked record is
+    still answered once the old key is listed again."""
+    kind, mode, where = backend
+    mail_path = str(tmp_path / "mail.db")
+    FakeMail(mail_path).close()
+    first = run(kind, mode, where, mail_path, [OLD], "approval", True)
+    [(op_id, _)] = first["ops"]
+    refused = run(kind, mode, where, mail_path, [NEW], "approval", False)
+    assert "PayloadKeyMissing" in refused["error"]
+    assert op_id in refused["error"]
+    assert sent(Path(mail_path)) == 0
+    answered = run(kind, mode, where, mail_path, [NEW, OLD], "approval", False)
+    assert answered.get("error") is None, answered
+    assert answered["ops"] == [(op_id, "confirmed")]
+    assert sent(Path(mail_path)) == 1

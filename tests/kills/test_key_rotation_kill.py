@@ -53,3 +53,30 @@ def test_a_receipt_lost_before_the_rotation_is_settled_after_it(
     [(_, status)] = resumed.value["ops"]
     assert status == "confirmed"
     assert sent(mail_path) == 1
+
+
+@pytest.mark.parametrize("mode", MODES, ids=lambda m: "-".join(m))
+def test_a_resume_without_the_old_key_is_refused_naming_it_and_sends_nothing(
+    mode: tuple[str, str], request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """The old key dropped before the record settled (issue 22, row 8): the resumed task's
+    call derives another id, but its own record is found open (its task and tool call,
+    another keyed digest): refused with ``PayloadKeyMissing`` naming the fix, nothing
+    written or sent. With the old key listed again: settled, one SMS, one record."""
+    kind, mode_ = mode
+    where = request.getfixturevalue("pg_url") if kind == "postgres" else str(tmp_path / "app.db")
+    mail_path = tmp_path / "mail.db"
+    with FakeMail(mail_path) as mail:
+        mail.faults.push(Fault.CRASH)
+    died = run_in_child(run, kind, mode_, where, str(mail_path), [OLD], "lost", True)
+    assert died.crashed, died.error
+    refused = run_in_child(run, kind, mode_, where, str(mail_path), [NEW], "lost", False)
+    assert refused.ok, refused.error
+    assert "PayloadKeyMissing" in refused.value["error"]
+    assert "payload_key=[new, old]" in refused.value["error"]
+    assert sent(mail_path) == 1
+    fixed = run_in_child(run, kind, mode_, where, str(mail_path), [NEW, OLD], "lost", False)
+    assert fixed.ok, fixed.error
+    assert "error" not in fixed.value, fixed.value["error"]
+    assert [s for _, s in fixed.value["ops"]] == ["confirmed"]
+    assert sent(mail_path) == 1
