@@ -102,6 +102,7 @@ from langgraph_effects.testing.scenario import (
 )
 
 __all__ = [
+    "PROBLEM_KINDS",
     "CampaignResult",
     "KillCase",
     "StaleCase",
@@ -109,8 +110,10 @@ __all__ = [
     "kill_cases",
     "kill_matrix",
     "main",
+    "problem_kinds",
     "randomized",
     "randomized_by_kind",
+    "replay_line",
     "run_campaign",
     "run_schedule",
     "stale_cases",
@@ -167,18 +170,45 @@ def randomized_by_kind(
     summed report per scenario kind (problems capped)."""
     _quiet_langgraph()
     by_kind: dict[str, ScenarioReport] = {}
-    drawn = "" if kinds is None else f" --kinds {','.join(k.value for k in kinds)}"
     for seed in seeds:
         kind = Schedule.generate(seed, kinds).kind.value
         report = run_schedule(seed, control=control, kinds=kinds)
         if report.problems and not control:
-            replay = f"replay: python -m {_MODULE} --seed {seed} --schedules 1{drawn}"
+            replay = replay_line(seed, report, kinds)
             report = replace(report, problems=(*report.problems, replay))
         total = by_kind.get(kind, ScenarioReport.empty(kind))
         if len(total.problems) >= _MAX_PROBLEMS:
             report = replace(report, problems=())
         by_kind[kind] = replace(total + report, scenario=kind)
     return by_kind
+
+
+PROBLEM_KINDS = (
+    "duplicates",
+    "lost_receipts",
+    "lost_answers",
+    "lost_effects",
+    "mislabelled",
+    "violations",
+)
+"""The counts of a report that are broken promises: each names a kind of problem."""
+
+
+def problem_kinds(report: ScenarioReport) -> tuple[str, ...]:
+    """The kinds of problem ``report`` counts (``PROBLEM_KINDS`` whose count is not 0), as a
+    schedule's replay line names them: a check replays only the seeds of its own kind."""
+    return tuple(kind for kind in PROBLEM_KINDS if getattr(report, kind))
+
+
+def replay_line(seed: int, report: ScenarioReport, kinds: Sequence[Kind] | None = None) -> str:
+    """How a schedule with problems is replayed, naming the kinds of problem it showed
+    (``problem_kinds``): ``replay (lost_answers): python -m ... --seed N --schedules 1``."""
+    named = ", ".join(problem_kinds(report))
+    drawn = "" if kinds is None else f" --kinds {','.join(k.value for k in kinds)}"
+    return (
+        f"replay{f' ({named})' if named else ''}: "
+        f"python -m {_MODULE} --seed {seed} --schedules 1{drawn}"
+    )
 
 
 def _merge(a: dict[str, ScenarioReport], b: dict[str, ScenarioReport]) -> dict[str, ScenarioReport]:

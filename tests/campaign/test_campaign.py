@@ -3,9 +3,10 @@
 Heavy (about three minutes on 2 cores in all): marked ``slow``. The
 randomized part runs 2,000 seeded schedules of every scenario kind once per
 session and several tests read its result; a failing schedule's seed is in
-the failure message (replay: ``python -m langgraph_effects.testing.campaign
---seed SEED --schedules 1``). The control (plain ``ToolNode``) runs every
-fourth of the same schedules and must show duplicates under every kind.
+the failure message with its kinds of problem (replay (lost_answers): ``python -m
+langgraph_effects.testing.campaign --seed SEED --schedules 1``). The control
+(plain ``ToolNode``) runs every fourth of the same schedules and must show
+duplicates under every kind.
 """
 
 from __future__ import annotations
@@ -20,24 +21,33 @@ import pytest
 
 from langgraph_effects.testing.campaign import (
     COLUMNS,
+    PROBLEM_KINDS,
     CampaignResult,
     concurrency,
     kill_cases,
     kill_matrix,
     main,
+    problem_kinds,
+    replay_line,
     run_campaign,
     stale_cases,
     stale_matrix,
 )
 from langgraph_effects.testing.faults import CrashPoint, run_in_child
-from langgraph_effects.testing.scenario import DRAWN, Kind, ProviderKind, Schedule
+from langgraph_effects.testing.scenario import (
+    DRAWN,
+    Kind,
+    ProviderKind,
+    ScenarioReport,
+    Schedule,
+)
 
 # A hang guard, not the budget: the randomized fixture is charged to its first test,
 # and on a loaded machine it can take minutes.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 SCHEDULES = 2000
-_SEED = re.compile(r"--seed (\d+) --schedules 1")
+_SEED = re.compile(r"replay \(([a-z_, ]+)\): .*--seed (\d+) --schedules 1")
 CONTROL_EVERY = 4  # the control shows the failures plainly on a quarter of the schedules
 
 
@@ -87,36 +97,48 @@ def _problems(result: CampaignResult) -> str:
     return "\n".join(line for row in result.node_rows for line in row.problems)
 
 
-_REPLAYED: dict[int, list[str]] = {}
+_REPLAYED: dict[int, tuple[list[str], tuple[str, ...]]] = {}
 
 
-def _replay(seed: int) -> list[str]:
-    """The problems of one schedule replayed alone, in a fresh interpreter."""
+def _replay(seed: int) -> tuple[list[str], tuple[str, ...]]:
+    """The problems of one schedule replayed alone, in a fresh interpreter, and their kinds."""
     if seed not in _REPLAYED:
         done = run_in_child(_one_schedule, seed, timeout=300)
         assert done.ok, done.error
-        _REPLAYED[seed] = list(done.value)
+        _REPLAYED[seed] = done.value
     return _REPLAYED[seed]
 
 
-def _one_schedule(seed: int) -> list[str]:
+def _one_schedule(seed: int) -> tuple[list[str], tuple[str, ...]]:
     result = run_campaign(schedules=1, seed=seed, parts=("randomized",), workers=1)
-    return [line for row in result.node_rows for line in row.problems]
+    (node,) = result.node_rows
+    return list(node.problems), problem_kinds(node)
 
 
-def _reproduced(result: CampaignResult) -> list[str]:
-    """The problems whose schedule fails again when replayed alone.
+def _reproduced(result: CampaignResult, kind: str) -> list[str]:
+    """The problems of ``kind`` (a ``PROBLEM_KINDS`` name) whose schedule shows that kind
+    again when replayed alone.
 
-    A few schedules race in real time (leases renewed and waited for on the wall
-    clock) and, beside the rest of the suite's load, have reported problems that
-    their replay never shows. Those are printed; a problem that replays fails.
+    Only the seeds whose replay line names ``kind`` are replayed, and a replay counts
+    only if it shows ``kind`` again: each check stands alone, and a flaky problem of
+    another kind never fails it. A few schedules race in real time (leases renewed and
+    waited for on the wall clock) and, beside the rest of the suite's load, have
+    reported problems that their replay never shows. Those are printed; a problem that
+    replays fails.
     """
+    assert kind in PROBLEM_KINDS, kind
     seeds = sorted(
-        {int(m.group(1)) for line in _problems(result).splitlines() if (m := _SEED.search(line))}
+        {
+            int(m.group(2))
+            for line in _problems(result).splitlines()
+            if (m := _SEED.search(line)) and kind in m.group(1).split(", ")
+        }
     )
-    reproduced = [line for seed in seeds for line in _replay(seed)]
+    reproduced = [
+        line for seed in seeds for line in (_replay(seed)[0] if kind in _replay(seed)[1] else [])
+    ]
     if seeds and not reproduced:
-        print(f"campaign problems that did not replay (seeds {seeds}):\n{_problems(result)}")
+        print(f"campaign {kind} that did not replay (seeds {seeds}):\n{_problems(result)}")
     return reproduced
 
 
@@ -137,7 +159,7 @@ def test_randomized_schedules_apply_no_effect_twice(randomized: CampaignResult) 
 def test_randomized_schedules_lose_no_receipt(randomized: CampaignResult) -> None:
     """Every effect a provider applied is confirmed or an evidenced unknown, never "not done"."""
     if randomized.lost_receipts:
-        assert _reproduced(randomized) == [], _problems(randomized)
+        assert _reproduced(randomized, "lost_receipts") == [], _problems(randomized)
 
 
 @pytest.mark.xfail(
@@ -152,14 +174,14 @@ def test_randomized_schedules_lose_no_answer(randomized: CampaignResult) -> None
     see nothing, across a crash between the ledger's answer and LangGraph's save) applies,
     is refused, or is asked again saying why: none is consumed silently."""
     if randomized.lost_answers:
-        assert _reproduced(randomized) == [], _problems(randomized)
+        assert _reproduced(randomized, "lost_answers") == [], _problems(randomized)
 
 
 def test_randomized_schedules_lose_no_intended_effect(randomized: CampaignResult) -> None:
     """Every call meant acts: none is answered done from an earlier call's record, none is
     left unanswered when its thread ends."""
     if randomized.lost_effects:
-        assert _reproduced(randomized) == [], _problems(randomized)
+        assert _reproduced(randomized, "lost_effects") == [], _problems(randomized)
 
 
 @pytest.mark.xfail(
@@ -171,7 +193,7 @@ def test_randomized_schedules_lose_no_intended_effect(randomized: CampaignResult
 def test_randomized_schedules_leave_no_mislabelled_unknown(randomized: CampaignResult) -> None:
     """No operation is confirmed without an effect, rejected with one, or rejected unevidenced."""
     if randomized.mislabelled:
-        assert _reproduced(randomized) == [], _problems(randomized)
+        assert _reproduced(randomized, "mislabelled") == [], _problems(randomized)
 
 
 @pytest.mark.xfail(
@@ -183,7 +205,20 @@ def test_randomized_schedules_leave_no_mislabelled_unknown(randomized: CampaignR
 def test_randomized_schedules_keep_every_promise(randomized: CampaignResult) -> None:
     """Bad answers are refused, valid ones applied, foreign tenants refused, repeats kept apart."""
     if randomized.violations:
-        assert _reproduced(randomized) == [], _problems(randomized)
+        assert _reproduced(randomized, "violations") == [], _problems(randomized)
+
+
+def test_each_check_replays_only_the_seeds_of_its_own_kind() -> None:
+    """A schedule's replay line names the kinds of problem it showed, and the seeds a check
+    replays are read from it: a violation's seed is not a lost answer's."""
+    report = ScenarioReport(scenario="s", lost_answers=1, violations=2, problems=("x",))
+    assert problem_kinds(report) == ("lost_answers", "violations")
+    assert problem_kinds(ScenarioReport(scenario="s")) == ()
+    line = replay_line(439, report)
+    match = _SEED.search(line)
+    assert match is not None, line
+    assert (match.group(1).split(", "), match.group(2)) == (["lost_answers", "violations"], "439")
+    assert "lost_receipts" not in match.group(1).split(", ")
 
 
 def test_every_scenario_kind_is_drawn_and_reported(randomized: CampaignResult) -> None:
