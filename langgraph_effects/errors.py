@@ -95,10 +95,10 @@ class PayloadKeyMissing(PayloadMismatch):
             self,
             f"effect {action!r}: this call's own record {operation_id!r} is still open and "
             f"was digested under a payload key no longer listed ({expected[:12]}…; the "
-            f"current key gives {actual[:12]}…). Sending it under the new key would act "
-            "twice and orphan that record: list the old key after the new one, "
-            "payload_key=[new, old] or LGE_PAYLOAD_OLD_KEYS, until its records are settled "
-            "(docs/payload-keys.md)",
+            f"current key gives {actual[:12]}…; or the effect's version changed). Sending "
+            "it under the new key would act twice and orphan that record: list the old key "
+            "after the new one, payload_key=[new, old] or LGE_PAYLOAD_OLD_KEYS, until its "
+            "records are settled (docs/payload-keys.md)",
         )
         self.operation_id = operation_id
         self.expected = expected
