@@ -49,8 +49,9 @@ from langgraph_effects.decide import (
     traced,
 )
 from langgraph_effects.decide.identity import Timeline, timeline_of, warn_no_checkpointer
-from langgraph_effects.effects import current_call, effect_spec
+from langgraph_effects.effects import effect_spec
 from langgraph_effects.errors import EffectsError
+from langgraph_effects.slot import current_slot
 
 __all__ = [
     "NO_CALL_ID",
@@ -366,7 +367,7 @@ class Execution:
         return self.request.override(tool_call={**self.request.tool_call, "args": args})
 
     def _keep(self, out: Any) -> Any:
-        slot = current_call()
+        slot = current_slot()
         self.produced = self.answered = None
         if slot is not None and slot.started and slot.error is None:
             self.produced, self.value = out, slot.value  # what the chain made of a return

@@ -7,14 +7,13 @@ and authorization hooks, the intent key and the payload policy.
 
 An effect tool only runs under the decision core (``EffectToolNode``,
 ``EffectMiddleware``): called anywhere else it raises instead of acting
-unguarded. The core hands the call its ``EffectContext`` through a context
-variable; a parameter annotated ``EffectContext`` receives it and is hidden
-from the model's schema.
+unguarded. The core hands the call its ``EffectContext`` through the call's
+slot (``slot``); a parameter annotated ``EffectContext`` receives it and is
+hidden from the model's schema.
 """
 
 from __future__ import annotations
 
-import contextvars
 import inspect
 import os
 import typing
@@ -33,7 +32,8 @@ from langgraph_effects.core.digest import (
 )
 from langgraph_effects.core.identity import FORK_MODES, ForkMode
 from langgraph_effects.core.model import Evidence, Operation, ProviderContract
-from langgraph_effects.errors import EffectsError, InvalidInput, MiddlewareOrderError
+from langgraph_effects.errors import InvalidInput
+from langgraph_effects.slot import CallSlot, body_slot, enter
 
 __all__ = [
     "Answerer",
@@ -130,103 +130,22 @@ class EffectSpec:
         return None if value is None else str(value)
 
 
-class _Call:
-    """The running call's slot: its context in, the tool's raw outcome out.
-
-    The core sets it before handing the call to ToolNode's ``execute`` (which
-    injects state, validates arguments and may turn exceptions into error
-    messages); the tool body records here whether it started and what it
-    returned or raised, so the core classifies the real outcome.
-
-    A body runs at most once per slot (one dispatch): a second entry (a wrapper
-    between the face and the tool calling it again, ``ToolRetryMiddleware``
-    listed after ``EffectMiddleware``) raises ``MiddlewareOrderError`` before the
-    provider is called again, and is kept in ``reentry`` for the core to raise
-    once the first entry's outcome is recorded, whatever the wrapper made of it.
-    """
-
-    __slots__ = ("context", "error", "reentry", "started", "value")
-
-    def __init__(self, context: EffectContext) -> None:
-        self.context = context
-        self.started = False
-        self.value: Any = None
-        self.error: BaseException | None = None
-        self.reentry: MiddlewareOrderError | None = None
-
-
-_CURRENT: contextvars.ContextVar[_Call | None] = contextvars.ContextVar(
-    "langgraph_effects_call", default=None
-)
-
-_REENTERED = (
-    "effect {action!r} (operation {operation_id}) was entered a second time in one "
-    "dispatch: a wrapper between EffectMiddleware (or EffectToolNode) and the tool ran it "
-    "again, such as ToolRetryMiddleware listed after EffectMiddleware. The second entry was "
-    "refused before the provider was called again, and the first one's outcome is recorded. "
-    "List ToolRetryMiddleware before EffectMiddleware (middleware=[ToolRetryMiddleware(...), "
-    "EffectMiddleware(...)]) or leave effect tools out of it (its tools=[...]): "
-    "EffectMiddleware already resends only what is provably safe (a TransientProviderError, "
-    "a key the provider deduplicates), never an ambiguous failure."
-)
-
-
-def _start(call: _Call) -> _Call:
-    """Mark ``call``'s body started; refuse a second entry in the same dispatch."""
-    if call.started:
-        ctx = call.context
-        call.reentry = MiddlewareOrderError(
-            _REENTERED.format(action=ctx.action, operation_id=ctx.operation_id)
-        )
-        raise call.reentry
-    call.started = True
-    return call
-
-
-def _enter(action: str) -> _Call:
-    call = _CURRENT.get()
-    if call is None or call.context.action != action:
-        raise EffectsError(
-            f"effect tool {action!r} ran outside EffectToolNode / EffectMiddleware: "
-            "refused, because nothing would record or deduplicate its side effect "
-            "(inside a @task or @entrypoint, call it with run_effect(tool, args, ledger=...))"
-        )
-    return _start(call)
-
-
-def _body_slot(name: str) -> _Call:
-    call = _CURRENT.get()
-    if call is None:
-        raise EffectsError(f"{name} runs inside the decision engine's dispatch only")
-    return _start(call)
-
-
 def run_body(body: Callable[[EffectContext], Any]) -> Any:
     """Run ``body`` as the body of the effect being dispatched, given its ``EffectContext``.
 
     For a face whose effect is a plain callable, not an ``@effect`` tool (the
     outbox relay's ``deliver``): inside the decision engine's dispatch, it
-    records in the call's slot that the body started and what it returned or
-    raised, as an ``@effect`` tool's body does.
+    records in the call's slot (``slot``) that the body started and what it
+    returned or raised, as an ``@effect`` tool's body does.
     """
-    call = _body_slot("run_body")
-    try:
-        call.value = body(call.context)
-    except BaseException as exc:
-        call.error = exc
-        raise
-    return call.value
+    call = body_slot("run_body")
+    return call.record(body, call.context)
 
 
 async def arun_body(body: Callable[[EffectContext], Awaitable[Any]]) -> Any:
     """The async twin of ``run_body``."""
-    call = _body_slot("arun_body")
-    try:
-        call.value = await body(call.context)
-    except BaseException as exc:
-        call.error = exc
-        raise
-    return call.value
+    call = body_slot("arun_body")
+    return await call.arecord(body, call.context)
 
 
 class EffectTool(StructuredTool):
@@ -273,15 +192,10 @@ def _without_param(func: Callable[..., Any], name: str | None) -> inspect.Signat
 
 def _bind_sync(func: Callable[..., Any], action: str, ctx_param: str | None) -> Callable[..., Any]:
     def run(*args: Any, **kwargs: Any) -> Any:
-        call = _enter(action)
+        call = enter(action)
         if ctx_param is not None:
             kwargs[ctx_param] = call.context
-        try:
-            call.value = func(*args, **kwargs)
-        except BaseException as exc:
-            call.error = exc
-            raise
-        return call.value
+        return call.record(func, *args, **kwargs)
 
     return run
 
@@ -290,15 +204,10 @@ def _bind_async(
     func: Callable[..., Awaitable[Any]], action: str, ctx_param: str | None
 ) -> Callable[..., Awaitable[Any]]:
     async def arun(*args: Any, **kwargs: Any) -> Any:
-        call = _enter(action)
+        call = enter(action)
         if ctx_param is not None:
             kwargs[ctx_param] = call.context
-        try:
-            call.value = await func(*args, **kwargs)
-        except BaseException as exc:
-            call.error = exc
-            raise
-        return call.value
+        return await call.arecord(func, *args, **kwargs)
 
     return arun
 
@@ -399,7 +308,7 @@ def _from_tool(tool: BaseTool, spec: EffectSpec) -> EffectTool:
 
     # Any other BaseTool: run it through its public invoke / ainvoke, as a tool call
     # (so its injected tool-call id, response format and error handling all apply).
-    def as_call(call: _Call, kwargs: dict[str, Any]) -> dict[str, Any]:
+    def as_call(call: CallSlot, kwargs: dict[str, Any]) -> dict[str, Any]:
         return {
             "name": tool.name,
             "args": kwargs,
@@ -408,22 +317,12 @@ def _from_tool(tool: BaseTool, spec: EffectSpec) -> EffectTool:
         }
 
     def run(**kwargs: Any) -> Any:
-        call = _enter(spec.action)
-        try:
-            call.value = tool.invoke(as_call(call, kwargs))
-        except BaseException as exc:
-            call.error = exc
-            raise
-        return call.value
+        call = enter(spec.action)
+        return call.record(tool.invoke, as_call(call, kwargs))
 
     async def arun(**kwargs: Any) -> Any:
-        call = _enter(spec.action)
-        try:
-            call.value = await tool.ainvoke(as_call(call, kwargs))
-        except BaseException as exc:
-            call.error = exc
-            raise
-        return call.value
+        call = enter(spec.action)
+        return await call.arecord(tool.ainvoke, as_call(call, kwargs))
 
     return EffectTool(
         name=tool.name,
@@ -589,8 +488,3 @@ def effect(
         return _from_function(obj, spec, name=name, description=description)
 
     return decorate
-
-
-def current_call() -> _Call | None:
-    """The slot of the effect call running in this context (for the runner)."""
-    return _CURRENT.get()

@@ -28,7 +28,7 @@ again". Leave effect tools out of ``ToolRetryMiddleware`` or list it *before*
 ``EffectMiddleware`` (a retry then re-runs the decision, answered from the record).
 Listed after it, its retry would re-enter the tool body inside one dispatch: the
 second entry raises ``MiddlewareOrderError`` before the provider is called again
-(``effects._Call``: a body runs at most once per dispatch). See
+(``slot.CallSlot``: a body runs at most once per dispatch). See
 ``docs/middleware-order.md``.
 """
 
@@ -170,7 +170,7 @@ class EffectMiddleware(AgentMiddleware[EffectAgentState, Any, Any]):
                 "approvals='batched' needs the agent's effect tools: EffectMiddleware(tools=[...])"
             )
         # create_agent runs each tool call as its own task: group commit coalesces
-        # the sibling tasks' write-aheads and receipts (``decide.group``).
+        # the sibling tasks' write-aheads and receipts (``decide.commit``).
         self.runner = EffectRunner(
             ledger,
             lease_for=lease_for,

@@ -50,7 +50,6 @@ from langgraph_effects._faces import (
     trace_decision,
     unanswered_calls,
 )
-from langgraph_effects._owners import current_owner
 from langgraph_effects.core.model import OperationDraft, OperationStatus, Prepared, utcnow
 from langgraph_effects.decide import (
     APPROVAL_MODES,
@@ -58,14 +57,12 @@ from langgraph_effects.decide import (
     ApprovalMode,
     EffectCall,
     EffectRunner,
-    PrepareMany,
     Release,
     Trace,
     authenticated_user,
     warn_durability,
 )
 from langgraph_effects.decide.identity import timeline_of
-from langgraph_effects.decide.loop import keyed_unknown_check
 from langgraph_effects.effects import effect_spec
 from langgraph_effects.errors import EffectsError
 from langgraph_effects.ledger.base import DEFAULT_LEASE
@@ -149,7 +146,7 @@ def _same_call(a: ToolCall, b: ToolCall) -> bool:
 # answer naming one of them).
 #
 # Each call's receipt is committed as soon as its provider answers, through the
-# runner's group commit (``decide.group``: receipts arriving together share a
+# runner's group commit (``decide.commit``: receipts arriving together share a
 # commit), never held for a sibling still at work; a call answers only once its
 # receipt is committed, so the task's answers reach LangGraph only after the
 # ledger holds them. The same goes for a claimed write-ahead of a call the task
@@ -540,104 +537,50 @@ class EffectToolNode(ToolNode):
     # -- one prepare_many for the parallel effect calls of a task -------------------
 
     def _task_calls(
-        self,
-        task: _Task,
-        config: RunnableConfig,
-        task_id: str | None,
-        thread: Thread,
-        user: str | None,
-        drafts: dict[str, OperationDraft],
-    ) -> list[EffectCall]:
-        """The task's effect calls, built in one pass (``single``: the task's only one),
-        each knowing the others (``drafts``, filled here) as its siblings."""
+        self, task: _Task, config: RunnableConfig, task_id: str | None, thread: Thread
+    ) -> tuple[list[EffectCall], dict[str, OperationDraft]]:
+        """The task's effect calls, built in one pass, each knowing the others' drafts
+        (returned beside them, by operation id) as its siblings."""
         tools = self.tools_by_name
-        return effect_calls(
+        drafts: dict[str, OperationDraft] = {}
+        calls = effect_calls(
             tools,
             [tc for tc in task.tool_calls if effect_spec(tools.get(tc["name"]))],
             thread=thread,
             timeline=timeline_of(config, task_id),
             task_id=task_id,
-            user=user,
+            user=authenticated_user(config),
             siblings=drafts,
         )
-
-    @staticmethod
-    def _batch(calls: list[EffectCall]) -> list[EffectCall]:
-        """The calls prepared together: parallel, no approval or authorization to ask, no
-        payload key rotated out or keyed digest (such a call first looks for its record:
-        ``recognised``)."""
-        batch = [
-            c
-            for c in calls
-            if not (c.spec.require_approval or c.spec.authorize or c.spec.older_payload_keys)
-            and not keyed_unknown_check(c)
-            and not c.single
-        ]
-        ids = [c.tool_call_id for c in batch]
-        if len(batch) < 2 or len(set(ids)) != len(ids):
-            return []
-        # Identical calls share their first candidate id: only the first is prepared
-        # with the batch, the others walk on from its record (``decide.identity``).
-        first = {c.operation_id: c for c in reversed(batch)}
-        return [c for c in batch if first[c.operation_id] is c]
+        return calls, drafts
 
     def _prepare(self, task: _Task, task_id: str | None, config: RunnableConfig) -> Thread:
         """The task's thread, resolved once; its effect calls, prepared together.
 
         Done before the fan-out when the node's input is the calls' state (see
-        ``invoke``), else by the first effect call to reach the hook.
+        ``invoke``), else by the first effect call to reach the hook. When the
+        parallel calls' write-aheads commit together is ``decide.commit``'s
+        (``EffectRunner.prepare_siblings``).
         """
-        if task.thread is not None:
-            return task.thread
-        with task.preparing:
-            if task.thread is None:
-                with _before_the_calls():
-                    thread = self.runner.tenant_for(config, self.tenant_id)
-                drafts: dict[str, OperationDraft] = {}
-                user = authenticated_user(config)
-                calls = self._task_calls(task, config, task_id, thread, user, drafts)
-                batch = self._batch(calls) if not self.runner.is_async else []
-                prepared: list[Prepared] = []
-                if batch:
-                    try:
-                        prepared = self.runner.perform(
-                            PrepareMany(
-                                [c.draft() for c in batch],
-                                owner=current_owner(),
-                                lease_for=self.lease_for,
-                            )
-                        )
-                    except Exception:
-                        prepared = []  # e.g. PayloadMismatch: each call meets it on its own
-                task.ready(thread, calls, drafts, prepared)
+        if task.thread is None:
+            with task.preparing:
+                if task.thread is None:
+                    with _before_the_calls():
+                        thread = self.runner.tenant_for(config, self.tenant_id)
+                    calls, drafts = self._task_calls(task, config, task_id, thread)
+                    task.ready(thread, calls, drafts, self.runner.prepare_siblings(calls))
         assert task.thread is not None
         return task.thread
 
     async def _aprepare(self, task: _Task, task_id: str | None, config: RunnableConfig) -> Thread:
         """The async twin of ``_prepare``."""
-        if task.thread is not None:
-            return task.thread
-        async with task.apreparing:
-            if task.thread is None:
-                with _before_the_calls():
-                    thread = await self.runner.atenant_for(config, self.tenant_id)
-                drafts: dict[str, OperationDraft] = {}
-                user = authenticated_user(config)
-                calls = self._task_calls(task, config, task_id, thread, user, drafts)
-                batch = self._batch(calls)
-                prepared: list[Prepared] = []
-                if batch:
-                    try:
-                        prepared = await self.runner.aperform(
-                            PrepareMany(
-                                [c.draft() for c in batch],
-                                owner=current_owner(),
-                                lease_for=self.lease_for,
-                            )
-                        )
-                    except Exception:
-                        prepared = []
-                task.ready(thread, calls, drafts, prepared)
+        if task.thread is None:
+            async with task.apreparing:
+                if task.thread is None:
+                    with _before_the_calls():
+                        thread = await self.runner.atenant_for(config, self.tenant_id)
+                    calls, drafts = self._task_calls(task, config, task_id, thread)
+                    task.ready(thread, calls, drafts, await self.runner.aprepare_siblings(calls))
         assert task.thread is not None
         return task.thread
 

@@ -29,8 +29,8 @@ from langgraph_effects.decide.actions import ConfirmMany, LedgerAction, PrepareM
 from langgraph_effects.decide.answers import ANONYMOUS, authenticated_user
 from langgraph_effects.decide.approvals import APPROVAL_MODES, ApprovalMode, record_refusals
 from langgraph_effects.decide.call import EffectCall, Execute, ProviderResult
+from langgraph_effects.decide.commit import GroupCommit
 from langgraph_effects.decide.drive import AsyncExecute, EffectRunner
-from langgraph_effects.decide.group import GroupCommit
 from langgraph_effects.decide.messages import (
     Trace,
     Via,

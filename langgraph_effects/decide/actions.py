@@ -34,7 +34,7 @@ from langgraph_effects.core.model import (
     Prepared,
     Resolution,
 )
-from langgraph_effects.effects import EffectContext, _Call
+from langgraph_effects.effects import EffectContext
 from langgraph_effects.errors import EffectsError
 from langgraph_effects.ledger.base import (
     DEFAULT_LEASE,
@@ -43,6 +43,7 @@ from langgraph_effects.ledger.base import (
     Ledger,
     OpenOperations,
 )
+from langgraph_effects.slot import CallSlot
 
 __all__ = [
     "Action",
@@ -180,7 +181,7 @@ class Renew(LedgerAction[Operation]):
 
 @dataclass(frozen=True, slots=True)
 class Confirm(LedgerAction[Operation]):
-    """A receipt. A driver with group commit records it with its neighbours' (``decide.group``)."""
+    """A receipt. A driver with group commit records it with its neighbours' (``decide.commit``)."""
 
     key: OperationKey
     token: int
@@ -378,7 +379,7 @@ class Dispatch:
 class Dispatched:
     """What one dispatch did: the tool's raw outcome, and ToolNode's message."""
 
-    call: _Call
+    call: CallSlot
     message: ToolMessage | Command[Any] | None = None
     error: BaseException | None = None
     bubble: BaseException | None = None

@@ -32,24 +32,16 @@ from langgraph_effects.decide.actions import (
     Action,
     Ask,
     BindThread,
-    Confirm,
     Dispatch,
     Dispatched,
     Hook,
     LedgerAction,
-    Prepare,
     Renew,
     Sleep,
 )
 from langgraph_effects.decide.approvals import ask_approvals
 from langgraph_effects.decide.call import EffectCall, Execute
-from langgraph_effects.decide.group import (
-    GroupCommit,
-    InFlight,
-    confirm_group,
-    finish,
-    prepare_group,
-)
+from langgraph_effects.decide.commit import Commits, InFlight, finish, together
 from langgraph_effects.decide.loop import Decide, Loop
 from langgraph_effects.decide.messages import Trace
 from langgraph_effects.decide.policy import Policy
@@ -60,9 +52,9 @@ from langgraph_effects.decide.thread import (
     checked_tenant,
     tenant_request,
 )
-from langgraph_effects.effects import _CURRENT, _Call
 from langgraph_effects.errors import EffectsError
 from langgraph_effects.ledger.base import DEFAULT_LEASE, AsyncLedger, Ledger
+from langgraph_effects.slot import dispatching
 
 __all__ = ["AsyncExecute", "EffectRunner"]
 
@@ -97,8 +89,9 @@ class EffectRunner:
             it replaces ``interrupt_on_unknown`` (its ``ask_on_unknown``).
         group_commit: coalesce the claimed write-aheads and the receipts of
             concurrent calls (sibling tool calls, sibling tasks) into one
-            ``prepare_many`` / ``confirm_many`` each (``decide.group``); the
-            groups are ``prepares`` and ``confirms``. Off: one commit per write.
+            ``prepare_many`` / ``confirm_many`` each (``decide.commit``, which
+            decides when every write of a decision commits). Off: one commit
+            per write.
         anonymous_answers: accept an answer that names nobody (no ``by``, no
             authenticated user on the run), recorded as actor ``anonymous``.
             False (default): such an answer is refused (``InvalidAnswer``, nothing
@@ -136,8 +129,8 @@ class EffectRunner:
         self._bound: dict[str, str] = {}
         self.bindings = InFlight()
         """Callers racing to bind one uncached thread make one ``bind_thread``."""
-        self.prepares: GroupCommit[Prepare] | None = prepare_group() if group_commit else None
-        self.confirms: GroupCommit[Confirm] | None = confirm_group() if group_commit else None
+        self.commits = Commits(grouped=group_commit)
+        """When each write of a decision commits (``decide.commit``)."""
 
     @property
     def lease_for(self) -> timedelta:
@@ -184,6 +177,31 @@ class EffectRunner:
         assert self._sync is not None
         return await _off_loop(action.on, self._sync, cancelled=cancelled)
 
+    # -- the write-aheads of one task's parallel calls (decide.commit.together) ----
+
+    def prepare_siblings(self, calls: Sequence[EffectCall]) -> list[Prepared]:
+        """Claim the write-aheads of one task's parallel ``calls`` in one commit before
+        the fan-out, where ``decide.commit.together`` batches them; each call's ``run``
+        then takes its record (``handoff``). [] when nothing is batched, or the batch
+        failed (e.g. ``PayloadMismatch``: each call meets it on its own)."""
+        batch = together(calls, owner=current_owner(), lease_for=self.lease_for)
+        if batch is None or self._sync is None:
+            return []  # an async ledger: ``run`` refuses each call on its own
+        try:
+            return self.perform(batch)
+        except Exception:
+            return []
+
+    async def aprepare_siblings(self, calls: Sequence[EffectCall]) -> list[Prepared]:
+        """The async twin of ``prepare_siblings``; the ledger may be sync or async."""
+        batch = together(calls, owner=current_owner(), lease_for=self.lease_for)
+        if batch is None:
+            return []
+        try:
+            return await self.aperform(batch)
+        except Exception:
+            return []
+
     # -- the thread's tenant (rules in decide.thread) -----------------------------
 
     def tenant_for(
@@ -193,7 +211,7 @@ class EffectRunner:
 
         Bindings never change, so each is read once per process; callers racing to
         bind one thread (the tasks of a superstep) share one ``bind_thread``
-        (``decide.group.InFlight``).
+        (``decide.commit.InFlight``).
 
         Raises:
             InvalidInput: the config's ``tenant_id`` is not a non-empty string.
@@ -316,13 +334,8 @@ class EffectRunner:
                 error = exc
 
     def _write(self, action: LedgerAction[T]) -> T:
-        """One ledger call of a decision, made at once: a claimed write-ahead or a receipt
-        through its group commit when the face asked for one (``decide.group``)."""
-        group = self._group_of(action)
-        if group is None:
-            return self._perform(action)
-        result: T = group.write(action, self._perform)
-        return result
+        """One ledger call of a decision, committed as ``decide.commit`` says."""
+        return self.commits.write(action, self._perform)
 
     def _hold_lease(self, key: OperationKey, token: int) -> Callable[[], None]:
         """Renew ``key``'s lease every third of it (``decide.renew``) until the returned
@@ -337,13 +350,6 @@ class EffectRunner:
         assert self._sync is not None
         return action.on(self._sync)
 
-    def _group_of(self, action: LedgerAction[Any]) -> GroupCommit[Any] | None:
-        if isinstance(action, Confirm):
-            return self.confirms
-        if isinstance(action, Prepare) and action.owner is not None:
-            return self.prepares
-        return None
-
     def _act(self, action: Action, execute: Execute) -> Any:
         """Do one action other than a ledger call or a question, synchronously."""
         match action:
@@ -354,19 +360,17 @@ class EffectRunner:
                 time.sleep(seconds)
                 return None
             case Dispatch(op, context, args):
-                slot = _Call(context)
                 stop_renewing = self._hold_lease(op.key, op.fencing_token)
-                reset = _CURRENT.set(slot)
-                out = Dispatched(call=slot)
-                try:
-                    out.message = execute(args)
-                except GraphBubbleUp as exc:
-                    out.bubble = exc
-                except Exception as exc:
-                    out.error = exc
-                finally:
-                    _CURRENT.reset(reset)
-                    stop_renewing()
+                with dispatching(context) as slot:
+                    out = Dispatched(call=slot)
+                    try:
+                        out.message = execute(args)
+                    except GraphBubbleUp as exc:
+                        out.bubble = exc
+                    except Exception as exc:
+                        out.error = exc
+                    finally:
+                        stop_renewing()
                 return out
         raise AssertionError(f"unknown action {action!r}")  # pragma: no cover
 
@@ -423,11 +427,7 @@ class EffectRunner:
 
     async def _awrite(self, action: LedgerAction[T], cancelled: list[bool]) -> T:
         """The async twin of ``_write``."""
-        group = self._group_of(action)
-        if group is None:
-            return await self._aledger(action, cancelled)
-        result: T = await group.awrite(action, self._aledger, cancelled)
-        return result
+        return await self.commits.awrite(action, self._aledger, cancelled)
 
     def _arenewing(self, key: OperationKey, token: int) -> asyncio.Task[None]:
         """The async twin of ``_hold_lease``: a task renewing ``key``'s lease until cancelled."""
@@ -451,26 +451,24 @@ class EffectRunner:
                 await (finish(nap, cancelled) if outlast else nap)
                 return None
             case Dispatch(op, context, args):
-                slot = _Call(context)
                 renewing = self._arenewing(op.key, op.fencing_token)
-                reset = _CURRENT.set(slot)
-                out = Dispatched(call=slot)
-                # A task of its own, shielded (``finish``): when a sibling's interrupt
-                # or failure cancels this one (asyncio.gather; LangGraph cancels a
-                # failed superstep's tasks, then again on its way out), the provider
-                # call already in flight (perhaps in a worker thread) finishes and its
-                # receipt is recorded (``_aledger`` shields that write too) first.
-                flight = asyncio.ensure_future(execute(args))
-                try:
-                    out.message = await finish(flight, cancelled)
-                except GraphBubbleUp as exc:
-                    out.bubble = exc
-                except Exception as exc:
-                    out.error = exc
-                finally:
-                    _CURRENT.reset(reset)
-                    renewing.cancel()
-                    await finish(asyncio.ensure_future(asyncio.wait([renewing])), cancelled)
+                with dispatching(context) as slot:
+                    out = Dispatched(call=slot)
+                    # A task of its own, shielded (``finish``): when a sibling's interrupt
+                    # or failure cancels this one (asyncio.gather; LangGraph cancels a
+                    # failed superstep's tasks, then again on its way out), the provider
+                    # call already in flight (perhaps in a worker thread) finishes and its
+                    # receipt is recorded (``_aledger`` shields that write too) first.
+                    flight = asyncio.ensure_future(execute(args))
+                    try:
+                        out.message = await finish(flight, cancelled)
+                    except GraphBubbleUp as exc:
+                        out.bubble = exc
+                    except Exception as exc:
+                        out.error = exc
+                    finally:
+                        renewing.cancel()
+                        await finish(asyncio.ensure_future(asyncio.wait([renewing])), cancelled)
                 return out
         raise AssertionError(f"unknown action {action!r}")  # pragma: no cover
 

@@ -24,9 +24,9 @@ Crash windows (``crash_point`` names them; the ledger makes each safe)::
 What a face chooses: its ``Policy`` (``decide.policy``: ask a person about an
 unknown outcome or return it; wait for another worker's live lease or return;
 sleep before a transient resend or release and return); its driver decides how
-an ``Ask`` is put (LangGraph's ``interrupt()``), how a ``Sleep`` waits, and
-whether a claimed ``Prepare`` and a ``Confirm`` are committed alone or with
-those of concurrent calls (``decide.group``).
+an ``Ask`` is put (LangGraph's ``interrupt()``) and how a ``Sleep`` waits, and
+its commit path (``decide.commit``) whether a claimed ``Prepare`` and a
+``Confirm`` are committed alone or with those of concurrent calls.
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ from langgraph_effects.core.model import (
 )
 from langgraph_effects.decide import EffectCall, EffectRunner, GroupCommit
 from langgraph_effects.decide.actions import Confirm, Get, LedgerAction, Prepare
-from langgraph_effects.decide.group import confirm_group, prepare_group
+from langgraph_effects.decide.commit import confirm_group, prepare_group
 from langgraph_effects.effects import EffectContext, EffectTool
 from langgraph_effects.errors import LedgerUnavailable, PayloadMismatch
 from langgraph_effects.ledger.sqlite import SQLiteLedger
@@ -320,7 +320,7 @@ def test_a_refused_receipt_in_a_group_commit_is_a_late_receipt_of_that_call_only
     ]
     for thread in others:
         thread.start()
-    confirms = env.runner.confirms
+    confirms = env.runner.commits.confirms
     assert confirms is not None
     while confirms.waiting < 2:
         time.sleep(0.001)
@@ -358,7 +358,7 @@ def test_ledger_actions_are_typed_calls_on_the_protocol() -> None:
     assert found.key == call.key
 
 
-# -- group commit (decide.group) ---------------------------------------------------------------
+# -- group commit (decide.commit) --------------------------------------------------------------
 
 
 class Held:

@@ -16,7 +16,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("core",),
     ("observe", "_owners", "_faults"),
     ("ledger",),
-    ("effects", "review", "journal", "mcp", "presets"),
+    ("effects", "slot", "review", "journal", "mcp", "presets"),
     ("decide",),
     ("node", "middleware", "outbox", "_faces", "functional"),
     ("cli", "testing"),

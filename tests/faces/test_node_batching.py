@@ -2,7 +2,7 @@
 
 ``tools_condition`` puts every call of the AIMessage in one task; EffectToolNode
 prepares them with one ``prepare_many`` before the fan-out. Everything else goes
-through group commit (``decide.group``): a receipt, or the write-ahead of a call
+through group commit (``decide.commit``): a receipt, or the write-ahead of a call
 in a task of its own (``route_tool_calls``), that arrives while no commit is in
 flight commits at once; one that arrives during a commit joins the next. No call
 waits for a sibling, and no receipt is held for one. Commits are counted on the
@@ -121,7 +121,7 @@ def test_receipts_arriving_during_a_commit_share_the_next(
     node: Any = None
 
     def together() -> None:  # the four tools return at once: their receipts arrive together
-        held.arm(node.runner.confirms, 3)
+        held.arm(node.runner.commits.confirms, 3)
 
     barrier = threading.Barrier(4, action=together)
 
@@ -141,7 +141,7 @@ def test_receipts_arriving_during_a_commit_share_the_next(
         asyncio.run(node.runner.atenant_for({"configurable": {"thread_id": "t1"}}))
     held.commits.clear()
     if per_call:
-        held.arm(node.runner.prepares, 3)
+        held.arm(node.runner.commits.prepares, 3)
     config = {"configurable": {"thread_id": "t1"}}
     value = {"messages": [("user", "go")]}
     result = _invoke(graph, mode, value, config)
@@ -233,7 +233,7 @@ def test_the_receipts_of_sibling_tasks_share_a_commit(
 
     ledger.confirm_many = confirm_many if mode == "sync" else aconfirm_many
     node: Any = None
-    barrier = threading.Barrier(6, action=lambda: held.arm(node.runner.confirms, 5))
+    barrier = threading.Barrier(6, action=lambda: held.arm(node.runner.commits.confirms, 5))
 
     @effect("tickets.create", target=lambda a: a["title"])
     def create_ticket(title: str, ctx: EffectContext) -> dict[str, Any]:
@@ -277,7 +277,7 @@ def test_a_stale_receipt_in_a_shared_commit_settles_only_its_own_call(sqlite_pat
     ledger.setup()
     held = HeldCommit(conn)
     node: Any = None
-    barrier = threading.Barrier(6, action=lambda: held.arm(node.runner.confirms, 2))
+    barrier = threading.Barrier(6, action=lambda: held.arm(node.runner.commits.confirms, 2))
 
     @effect("tickets.create", target=lambda a: a["title"])
     def create_ticket(title: str, ctx: EffectContext) -> dict[str, Any]:

@@ -1,6 +1,45 @@
-"""Group commit: the ledger writes of concurrent calls, coalesced into one transaction.
+"""When a decision's writes commit: the one commit path of every face.
 
-The calls of one superstep run at the same time: ToolNode's threads for the
+A decision (``decide.loop``) yields two writes that matter for "exactly once",
+and this module alone decides how each reaches the ledger (``Commits``, one per
+runner; the drivers of ``decide.drive`` hand it every ledger action):
+
+==================  =================================================================
+write               committed
+==================  =================================================================
+write-ahead         ``Prepare`` with an owner (inserted already ``dispatching``):
+                    synchronously, on disk before the provider hears of the call.
+                    Alone; or grouped with the claimed write-aheads of concurrent
+                    calls (below); or, for the parallel calls of one task
+                    (``tools_condition``), with the task's siblings in one
+                    ``prepare_many`` before the fan-out (``together``,
+                    ``EffectRunner.prepare_siblings``). A write-ahead asked first
+                    (approval, ``authorize``) is prepared unclaimed, alone.
+receipt             ``Confirm``: as soon as the provider answers, alone when no
+                    commit is in flight, else with the receipts that arrived during
+                    it: within two commits of the answer, never held for a sibling.
+                    The call answers only after that commit, so LangGraph saves no
+                    answer the ledger does not hold. A commit that lost its
+                    connection is tried again on a fresh one (``decide.loop``,
+                    ``Loop._receipt``).
+everything else     alone, at once (``bind_thread`` is shared by callers asking
+                    together: ``InFlight``).
+==================  =================================================================
+
+Faces: ``EffectToolNode`` and ``EffectMiddleware`` group (``Commits(grouped=True)``);
+``run_effect`` and the ``OutboxRelay`` write alone.
+
+**When is a receipt durable?** Committed, within milliseconds of the provider's
+answer as above, with the ledger's ``receipt_synchronous`` (``ledger.base``,
+"Durability of receipts"): by default relaxed where write-ahead logged, so it
+survives a crash of the process at once, and a crash of the server or the OS once
+the next synchronous commit to the same log has flushed it (where the saver shares
+the ledger's database, the checkpoint write recording the tool's result). A
+receipt lost that way is the crash-before-confirm window: the record stays
+``dispatching``, is taken over and reconciled, never sent again blindly
+(``tests/kills/test_receipt_loss.py``).
+
+Group commit. The calls of one superstep run at the same time: ToolNode's threads for the
 calls of one task (``tools_condition``), LangGraph's tasks for one call each
 (``route_tool_calls``, ``create_agent``), asyncio tasks under ``ainvoke``.
 Each decision loop yields its own write-ahead ``Prepare`` and its own receipt
@@ -52,8 +91,10 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Awaitable, Callable, Sequence
+from datetime import timedelta
 from typing import Any, Generic, TypeVar, cast
 
+from langgraph_effects.core.model import LeaseOwner
 from langgraph_effects.decide.actions import (
     Confirm,
     ConfirmMany,
@@ -61,8 +102,18 @@ from langgraph_effects.decide.actions import (
     Prepare,
     PrepareMany,
 )
+from langgraph_effects.decide.call import EffectCall
+from langgraph_effects.decide.loop import keyed_unknown_check
 
-__all__ = ["GroupCommit", "InFlight", "confirm_group", "finish", "prepare_group"]
+__all__ = [
+    "Commits",
+    "GroupCommit",
+    "InFlight",
+    "confirm_group",
+    "finish",
+    "prepare_group",
+    "together",
+]
 
 A = TypeVar("A", bound=LedgerAction[Any])
 L = TypeVar("L", bound=LedgerAction[Any])
@@ -380,3 +431,73 @@ def prepare_group() -> GroupCommit[Prepare]:
 def confirm_group() -> GroupCommit[Confirm]:
     """Receipts, as one ``confirm_many`` (each fenced by its own token)."""
     return GroupCommit(_confirm_many)
+
+
+class Commits:
+    """How each ledger write of a runner's decisions commits (the table above).
+
+    Args:
+        grouped: coalesce the claimed write-aheads and the receipts of concurrent
+            calls (``prepares``, ``confirms``); False: every write commits alone.
+    """
+
+    __slots__ = ("confirms", "prepares")
+
+    def __init__(self, *, grouped: bool) -> None:
+        self.prepares: GroupCommit[Prepare] | None = prepare_group() if grouped else None
+        self.confirms: GroupCommit[Confirm] | None = confirm_group() if grouped else None
+
+    def group_of(self, action: LedgerAction[Any]) -> GroupCommit[Any] | None:
+        """The group ``action`` commits with, or None: it commits alone."""
+        if isinstance(action, Confirm):
+            return self.confirms
+        if isinstance(action, Prepare) and action.owner is not None:
+            return self.prepares
+        return None
+
+    def write(self, action: LedgerAction[T], perform: Callable[[LedgerAction[T]], T]) -> T:
+        """Commit ``action`` with ``perform`` (a sync ledger call), alone or in its group."""
+        group = self.group_of(action)
+        if group is None:
+            return perform(action)
+        return cast(T, group.write(action, perform))
+
+    async def awrite(
+        self,
+        action: LedgerAction[T],
+        aperform: Callable[[LedgerAction[T], list[bool]], Awaitable[T]],
+        cancelled: list[bool],
+    ) -> T:
+        """The async twin of ``write``: ``aperform(action, cancelled)`` makes one ledger call."""
+        group = self.group_of(action)
+        if group is None:
+            return await aperform(action, cancelled)
+        return cast(T, await group.awrite(action, aperform, cancelled))
+
+
+def together(
+    calls: Sequence[EffectCall], *, owner: LeaseOwner, lease_for: timedelta
+) -> PrepareMany | None:
+    """The write-aheads of one task's parallel calls, claimed in one ``prepare_many``
+    before the fan-out (None: each call prepares on its own).
+
+    Only calls that ask nobody first (no approval, no ``authorize``) and have no
+    payload key rotated out or keyed digest (such a call first looks for its
+    record: ``decide.loop.recognised``, ``keyed_unknown_check``), when two or more
+    remain with distinct tool-call ids. Identical calls share their first candidate id: only the first is
+    prepared with the batch, the others walk on from its record
+    (``decide.identity``).
+    """
+    batch = [
+        c
+        for c in calls
+        if not (c.spec.require_approval or c.spec.authorize or c.spec.older_payload_keys)
+        and not keyed_unknown_check(c)
+        and not c.single
+    ]
+    ids = [c.tool_call_id for c in batch]
+    if len(batch) < 2 or len(set(ids)) != len(ids):
+        return None
+    first = {c.operation_id: c for c in reversed(batch)}
+    drafts = [c.draft() for c in batch if first[c.operation_id] is c]
+    return PrepareMany(drafts, owner=owner, lease_for=lease_for)
