@@ -307,6 +307,24 @@ def _decision_run(
     return f"{call.tool_name} ({via})", inputs
 
 
+def _untraced(config: RunnableConfig) -> bool:
+    """The task has no tracer: the callback manager LangGraph handed it has no handler.
+
+    LangGraph configures a run's callbacks once, when the graph starts (the tracers of
+    the config, of the environment, such as ``LANGSMITH_TRACING``, and of a tracing
+    context), and hands each task a child manager carrying them. An empty one means
+    nobody traces this task, so the decision's run is not configured again per call
+    (``CallbackManager.configure``: a tenth of a millisecond). Anything else (a list
+    of handlers, no manager: a face called outside a graph) is configured as usual.
+    """
+    callbacks = config.get("callbacks")
+    return (
+        isinstance(callbacks, BaseCallbackManager)
+        and not callbacks.handlers
+        and not callbacks.inheritable_handlers
+    )
+
+
 def trace_decision(
     request: ToolCallRequest, call: EffectCall, op: Operation, via: Via, answer: Any
 ) -> None:
@@ -316,6 +334,8 @@ def trace_decision(
     ``via`` is known only then); ``answer`` (the ToolMessage or Command) is its output.
     """
     config: RunnableConfig = (request.runtime.config if request.runtime else None) or {}
+    if _untraced(config):
+        return
     manager = get_callback_manager_for_config(config)
     if manager.handlers:
         name, inputs = _decision_run(manager, request, call, op, via)
@@ -327,6 +347,8 @@ async def atrace_decision(
 ) -> None:
     """``trace_decision`` for the async faces (async tracers awaited in the task's loop)."""
     config: RunnableConfig = (request.runtime.config if request.runtime else None) or {}
+    if _untraced(config):
+        return
     manager = get_async_callback_manager_for_config(config)
     if manager.handlers:
         name, inputs = _decision_run(manager, request, call, op, via)

@@ -102,9 +102,22 @@ _ENCODER = json.JSONEncoder(
 )
 
 
+_STRING = json.encoder.encode_basestring
+"""What ``_ENCODER`` writes for a string (``ensure_ascii=False``), without its Python layers."""
+
+
 def _by_json(value: Any) -> bytes | None:
-    """``rfc8785.dumps(value)``, written by ``json``'s encoder; None where it may differ."""
+    """``rfc8785.dumps(value)``, written by ``json``'s encoder; None where it may differ.
+
+    A string, and a list of strings (every id's parts, ``core.ids``), are written
+    directly, as ``_ENCODER`` writes them, without walking them first.
+    """
     try:
+        kind = type(value)
+        if kind is str:
+            return _STRING(value).encode("utf-8")
+        if kind is list and all(type(item) is str for item in value):
+            return ("[" + ",".join(map(_STRING, value)) + "]").encode("utf-8")
         if _plain(value, 0):
             return _ENCODER.encode(value).encode("utf-8")
     except (UnicodeEncodeError, RecursionError):

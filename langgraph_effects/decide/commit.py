@@ -484,9 +484,9 @@ def together(
     Only calls that ask nobody first (no approval, no ``authorize``) and have no
     payload key rotated out or keyed digest (such a call first looks for its
     record: ``decide.loop.recognised``, ``keyed_unknown_check``), when two or more
-    remain with distinct tool-call ids. Identical calls share their first candidate id: only the first is
-    prepared with the batch, the others walk on from its record
-    (``decide.identity``).
+    remain with distinct tool-call ids. Identical calls share their first
+    candidate id: only the first is prepared with the batch, the others walk on
+    from its record (``decide.identity``).
     """
     batch = [
         c

@@ -1,0 +1,147 @@
+"""What the faces rely on in LangGraph and LangChain beyond their public API, each guarded.
+
+Where no public hook exists, the package uses the private name as it is today; each
+test here fails, with a message naming what changed and where we use it, the day
+LangGraph or LangChain changes it (never a silent fallback).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langchain_core.messages import AIMessage, HumanMessage
+from langchain_core.tools import tool
+from langgraph.errors import GraphInterrupt
+from langgraph.graph import START, MessagesState, StateGraph
+from langgraph.prebuilt import ToolNode
+from langgraph.types import Interrupt
+
+from langgraph_effects.middleware import _HITL_EDITS, _per_call_review
+from langgraph_effects.node import _tool_calls_of
+
+
+@tool
+def echo(text: str) -> str:
+    """Echo the text."""
+    return text
+
+
+def _tool_message(tool_: Any, call: dict[str, Any]) -> Any:
+    """What a plain ToolNode answers ``call`` with, inside a graph (ToolNode needs one)."""
+    builder = StateGraph(MessagesState)
+    builder.add_node("tools", ToolNode([tool_]))
+    builder.add_edge(START, "tools")
+    out = builder.compile().invoke({"messages": [AIMessage(content="", tool_calls=[call])]})
+    return out["messages"][-1]
+
+
+def _changed(what: str, where: str) -> str:
+    return f"LangGraph/LangChain changed {what}: update {where} (tests/faces/{__name__}.py)"
+
+
+@pytest.mark.parametrize(
+    "output",
+    ["text", {"a": 1, "b": [1, 2]}, [{"type": "text", "text": "x"}], ["a", "b"], 3.5, None, object],
+    ids=["str", "dict", "blocks", "strings", "float", "none", "object"],
+)
+def test_msg_content_output_is_how_toolnode_makes_a_tool_message_s_content(output: Any) -> None:
+    """``decide.messages`` and ``_faces.Execution`` build a replayed answer's content as
+    ToolNode builds a first run's: with ``langgraph.prebuilt.tool_node.msg_content_output``
+    (not in ``langgraph.prebuilt.__all__``)."""
+    from langgraph.prebuilt import tool_node
+
+    convert = getattr(tool_node, "msg_content_output", None)
+    assert callable(convert), _changed(
+        "langgraph.prebuilt.tool_node.msg_content_output (gone)",
+        "langgraph_effects/decide/messages.py and _faces.py",
+    )
+
+    @tool
+    def returns() -> Any:
+        """Return the output."""
+        return output
+
+    call = {"name": "returns", "args": {}, "id": "c1", "type": "tool_call"}
+    made = _tool_message(returns, call)
+    assert made.content == convert(output), _changed(
+        "how ToolNode turns a tool's return into ToolMessage content "
+        "(no longer msg_content_output)",
+        "langgraph_effects/decide/messages.py and _faces.py",
+    )
+
+
+def test_toolnode_reads_its_input_as_the_node_does() -> None:
+    """``node._tool_calls_of`` restates ToolNode's input parser (a list of calls, the
+    ``tool_call_with_context`` marker of the Send API, a state): it must find the calls
+    ToolNode runs, or the node's batch is prepared for the wrong calls (or none)."""
+    node = ToolNode([echo])
+    parse = getattr(node, "_parse_input", None)
+    assert callable(parse), _changed("ToolNode._parse_input (gone)", "node._tool_calls_of")
+    call = {"name": "echo", "args": {"text": "x"}, "id": "c1", "type": "tool_call"}
+    other = {"name": "echo", "args": {"text": "y"}, "id": "c2", "type": "tool_call"}
+    ai = AIMessage(content="", tool_calls=[call, other])
+    inputs = {
+        "a list of tool calls": [call, other],
+        "tool_call_with_context": {
+            "__type": "tool_call_with_context",
+            "tool_call": call,
+            "state": {},
+        },
+        "a list of messages": [HumanMessage(content="hi"), ai],
+        "a dict state": {"messages": [HumanMessage(content="hi"), ai]},
+    }
+    for form, given in inputs.items():
+        theirs, _kind = parse(given)
+        ours, _state = _tool_calls_of(given, "messages")
+        assert [dict(c) for c in ours] == [dict(c) for c in theirs], _changed(
+            f"ToolNode's reading of {form}", "node._tool_calls_of"
+        )
+
+
+def test_the_send_api_marker_is_the_one_the_node_reads() -> None:
+    """The marker ``create_react_agent`` (the Send API) puts on one call with its state."""
+    from langgraph.prebuilt import chat_agent_executor, tool_node
+
+    source = Path(chat_agent_executor.__file__).read_text(encoding="utf-8")
+    assert hasattr(tool_node, "ToolCallWithContext"), _changed(
+        "langgraph.prebuilt.tool_node.ToolCallWithContext (gone)", "node._tool_calls_of"
+    )
+    assert '__type="tool_call_with_context"' in source, _changed(
+        'the Send API marker (no longer __type="tool_call_with_context")', "node._tool_calls_of"
+    )
+
+
+def test_hitl_keeps_a_batched_edit_under_the_state_key_the_middleware_reads() -> None:
+    """``middleware._reviewed`` finds a reviewer's batched edit in HITL's private state key."""
+    from langchain.agents.middleware import human_in_the_loop as hitl
+
+    key = getattr(hitl, "_EDITED_TOOL_CALLS_KEY", None)
+    assert key == _HITL_EDITS, _changed(
+        f"HumanInTheLoopMiddleware's edit state key ({key!r}, we read {_HITL_EDITS!r})",
+        "middleware._HITL_EDITS",
+    )
+    fields = getattr(hitl.HumanInTheLoopMiddleware.state_schema, "__annotations__", {})
+    assert _HITL_EDITS in fields, _changed(
+        f"HumanInTheLoopMiddleware's state schema (no {_HITL_EDITS!r})", "middleware._HITL_EDITS"
+    )
+
+
+def test_a_graph_interrupt_carries_its_interrupts_as_its_first_argument() -> None:
+    """``middleware._per_call_review`` reads the interrupts of a ``GraphInterrupt`` from
+    ``args[0]`` (LangGraph has no public attribute for them), and HITL's per-call request
+    is ``type: "tool_approval"``."""
+    from langchain.agents.middleware import human_in_the_loop as hitl
+
+    request = {"type": "tool_approval", "tool_call": {}}
+    raised = GraphInterrupt([Interrupt(value=request, id="i1")])
+    assert list(raised.args[0]) == [Interrupt(value=request, id="i1")], _changed(
+        "where GraphInterrupt keeps its interrupts (args[0])", "middleware._per_call_review"
+    )
+    assert _per_call_review(raised)
+    assert not _per_call_review(GraphInterrupt([Interrupt(value={"type": "other"}, id="i2")]))
+    source = Path(hitl.__file__).read_text(encoding="utf-8")
+    assert 'type="tool_approval"' in source, _changed(
+        'HITL\'s per-call request type (no longer "tool_approval")', "middleware._per_call_review"
+    )
