@@ -58,7 +58,7 @@ class CallSlot:
         self.started = True
         return self
 
-    def record(self, body: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    def record(self, body: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
         """Run ``body`` and keep what it returned or raised."""
         try:
             self.value = body(*args, **kwargs)
@@ -67,7 +67,9 @@ class CallSlot:
             raise
         return self.value
 
-    async def arecord(self, body: Callable[..., Awaitable[Any]], *args: Any, **kwargs: Any) -> Any:
+    async def arecord(
+        self, body: Callable[..., Awaitable[Any]], /, *args: Any, **kwargs: Any
+    ) -> Any:
         """The async twin of ``record``."""
         try:
             self.value = await body(*args, **kwargs)

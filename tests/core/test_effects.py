@@ -83,3 +83,24 @@ def test_docstring_is_required() -> None:
 
     with pytest.raises(InvalidInput):
         effect("a.b")(nodoc)
+
+
+def test_a_tool_argument_named_like_the_slot_s_own_reaches_the_body() -> None:
+    """The call slot runs a body with the tool's arguments as given: one named ``body``
+    or ``self`` (a mail tool's ``body``) is the tool's, never the slot's."""
+    import asyncio
+
+    from langgraph_effects.effects import EffectContext
+    from langgraph_effects.slot import CallSlot
+
+    context = EffectContext(
+        operation_id="op-1", idempotency_key="k", attempt=1, tenant_id="t", action="mail.send"
+    )
+    slot = CallSlot(context)
+    assert slot.record(lambda body, self: (body, self), body="hi", self=2) == ("hi", 2)
+
+    async def send(body: str, self: int) -> tuple[str, int]:
+        return body, self
+
+    assert asyncio.run(slot.arecord(send, body="hi", self=3)) == ("hi", 3)
+    assert slot.value == ("hi", 3)
