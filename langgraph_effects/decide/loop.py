@@ -255,6 +255,19 @@ class _Pass:
     """Why the person's last answer did not decide the operation, for the next request."""
 
 
+def _consumed_unapplied(value: Any, call: EffectCall, op: Operation, mine: Answers) -> bool:
+    """A value about ``op`` that ``_ask`` consumed without applying when LangGraph first
+    handed it (it echoed an earlier question's ``request_id``, or repeated an applied
+    answer): it holds a position in the task, and is never an answer now."""
+    named = parse_answer(value, tool_name=call.tool_name).operation_id
+    if named not in (None, op.operation_id):
+        return False
+    return mine.repeats(answer_mark(call, value)) or named_round(value, op.operation_id) not in (
+        None,
+        round_id(op),
+    )
+
+
 class Loop:
     """The decision loop's rules, with a face's settings.
 
@@ -1019,11 +1032,16 @@ class Loop:
         request["request_id"] = round_id(op)
 
         def answer_of(value: Any) -> Answer | None:
-            """The value as a new answer about ``op``; None: logged, or about another call."""
-            if mine.next_is(answer_mark(call, value)):
+            """The value as a new answer about ``op``; None: logged, about another call, or
+            consumed without applying when it was first handed (``_ask``: it answered an
+            earlier question, or repeats one applied): never read again as a last word."""
+            mark = answer_mark(call, value)
+            if mine.next_is(mark):
                 return None
             named = parse_answer(value, tool_name=call.tool_name).operation_id
             if named not in (None, op.operation_id):
+                return None
+            if _consumed_unapplied(value, call, op, mine):
                 return None
             answer = identify(
                 parse_answer(value, tool_name=call.tool_name, kind=kind),
@@ -1055,6 +1073,9 @@ class Loop:
             if answer is None:
                 if mine.logged[mine.consumed - 1] == answer_mark(call, value):
                     continue  # the answer applied before, handed back
+                if _consumed_unapplied(value, call, op, mine):
+                    mine.consumed -= 1  # not a logged answer: the logged one is still due
+                    continue
                 break  # another call's value: the rest of the task's values are theirs
             if answer.decision in (Decision.APPROVE, Decision.RETRY) and not answer.edited_args:
                 return None  # the same word again: what is recorded stands

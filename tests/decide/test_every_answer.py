@@ -9,6 +9,7 @@ room starts no process).
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ from _graphs import Env, build_graph, call, tool_messages
 from langgraph.types import Command
 from pydantic import ValidationError
 
-from langgraph_effects import EffectContext, Evidence, effect
+from langgraph_effects import EffectContext, Evidence, ProviderContract, effect
 from langgraph_effects.core.actors import person_refusal
 from langgraph_effects.core.model import EventKind, OperationStatus
 from langgraph_effects.errors import InvalidAnswer
@@ -276,3 +277,54 @@ def test_what_a_person_is_told_names_who_decided_what_and_when() -> None:
     assert round_id(op) == "op-1@confirmed.1.1"
     assert named_round({"request_id": "op-1@unknown.1.1"}, "op-1") == "op-1@unknown.1.1"
     assert named_round({"decision": "reject"}, "op-1") is None
+
+
+def test_an_answer_told_and_asked_again_is_never_read_as_a_last_word(
+    env: Env, crm: FakeCRM
+) -> None:
+    """An answer naming an earlier request is told and asked again; it keeps its place in
+    the task, and on a later run (before a safe resend) it is passed over, never read as
+    the person's newest word and refused: the answer given after it applies or is told
+    (campaign seed 1180: the refusal failed the run, and the next answer was lost)."""
+
+    def look(op: Any) -> Evidence:
+        return Evidence.inconclusive("the CRM's search shows nothing yet")
+
+    @effect(
+        "crm.close_case",
+        target=lambda a: a["case_id"],
+        reconcile=look,
+        contract=ProviderContract(idempotency_window=timedelta(hours=24)),
+    )
+    def close_case(case_id: str, resolution: str, ctx: EffectContext) -> dict[str, Any]:
+        """Close a CRM case."""
+        return crm.close_case(case_id, resolution, idempotency_key=ctx.idempotency_key)
+
+    crm.faults.script([Fault.LOSE_RESPONSE] * 12)
+    graph = build_graph(
+        [close_case],
+        [call("close_case", "call-a", case_id="A", resolution="fixed")],
+        ledger=env.ledger,
+        checkpointer=env.checkpointer,
+    )
+    env.invoke(graph, {"messages": [("user", "close A")]}, CFG)
+    [review] = pending(env, graph)
+    op_id = review["operation_id"]
+    earlier = f"{op_id}@unknown.1.2"
+    assert review["request_id"] != earlier
+    stale = {"operation_id": op_id, "decision": "confirm", "by": "ana", "request_id": earlier}
+    env.invoke(graph, Command(resume=stale), CFG)
+    [again] = pending(env, graph)
+    assert earlier in again["notice"]  # told, asked again
+    # Answered by position, no request_id (each resume resends safely first): applied.
+    env.invoke(
+        graph, Command(resume={"operation_id": op_id, "decision": "retry", "by": "ana"}), CFG
+    )
+    [third] = pending(env, graph)
+    assert "notice" not in third
+    assert third["request_id"] != again["request_id"]
+    # A later run resends safely again before it asks: the told answer is passed over.
+    confirm = {"operation_id": op_id, "decision": "confirm", "by": "ana", "reason": "seen"}
+    env.invoke(graph, Command(resume=confirm), CFG)  # not refused
+    op = env.ledger_call("get", "default", op_id)
+    assert (op.status, pending(env, graph)) == (S.CONFIRMED, [])
