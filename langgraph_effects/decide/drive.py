@@ -325,17 +325,14 @@ class EffectRunner:
                 continue
             try:
                 if isinstance(action, LedgerAction):
-                    value = self._write(action)
+                    # Committed as decide.commit says (alone, or in its group).
+                    value = self.commits.write(action, self._perform)
                 else:
                     value = self._act(action, execute)
             except GraphBubbleUp:
                 raise
             except Exception as exc:
                 error = exc
-
-    def _write(self, action: LedgerAction[T]) -> T:
-        """One ledger call of a decision, committed as ``decide.commit`` says."""
-        return self.commits.write(action, self._perform)
 
     def _hold_lease(self, key: OperationKey, token: int) -> Callable[[], None]:
         """Renew ``key``'s lease every third of it (``decide.renew``) until the returned
@@ -417,17 +414,13 @@ class EffectRunner:
                 continue
             try:
                 if isinstance(action, LedgerAction):
-                    value = await self._awrite(action, cancelled)
+                    value = await self.commits.awrite(action, self._aledger, cancelled)
                 else:
                     value = await self._aact(action, execute, cancelled)
             except GraphBubbleUp:
                 raise
             except Exception as exc:
                 error = exc
-
-    async def _awrite(self, action: LedgerAction[T], cancelled: list[bool]) -> T:
-        """The async twin of ``_write``."""
-        return await self.commits.awrite(action, self._aledger, cancelled)
 
     def _arenewing(self, key: OperationKey, token: int) -> asyncio.Task[None]:
         """The async twin of ``_hold_lease``: a task renewing ``key``'s lease until cancelled."""
