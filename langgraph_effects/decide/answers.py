@@ -314,7 +314,6 @@ def answer_schema(
     saving it, so an answer that would fail when applied fails the run instead, and
     the interrupt can be answered again. Values LangGraph hands back from earlier
     rounds (``stale``) pass unchecked: the runner consumes them without applying."""
-    owned = {op.operation_id, *call.siblings}
 
     def check(value: Any) -> Any:
         answer = parse_answer(value, tool_name=call.tool_name)
@@ -323,7 +322,8 @@ def answer_schema(
                 "several effect calls of this step await a person: the answer must name "
                 f"its operation_id (this request is about {op.operation_id!r})"
             )
-        if answer.operation_id is not None and answer.operation_id not in owned:
+        elsewhere = answer.operation_id not in (None, op.operation_id)
+        if elsewhere and call.sibling(str(answer.operation_id)) is None:
             raise ValueError(
                 f"the answer names operation {answer.operation_id!r}, which this step does "
                 f"not own (this request is about {op.operation_id!r})"

@@ -38,6 +38,10 @@ Execute = Callable[[dict[str, Any]], Any]
 """Run the tool with these arguments (through ToolNode / the middleware chain)."""
 
 
+SIBLING_CANDIDATES = 256
+"""How far :meth:`EffectCall.sibling` looks for a sibling moved on by the identity walk."""
+
+
 @dataclass(frozen=True, slots=True)
 class ProviderResult:
     """What an effect's body may return when it knows the provider's id for its result.
@@ -212,6 +216,36 @@ class EffectCall:
             scope=None if self.timeline is None else self.timeline.scope,
         )
         return self.at_id(op_id, index=index)
+
+    def sibling(self, op_id: str) -> OperationDraft | None:
+        """The write-ahead record of the call of this task whose operation is ``op_id``,
+        or None when no call of this task is that operation.
+
+        ``siblings`` holds each call at its first candidate; a call the identity walk
+        moved on (a repeat, a twin, a parallel branch: ``decide.identity``) is at a later
+        one, so an answer naming it is matched against those too, up to
+        ``SIBLING_CANDIDATES`` (beyond: refused as another step's, and asked again).
+        """
+        found = self.siblings.get(op_id)
+        if found is not None or not op_id.startswith("op-"):
+            return found
+        scope = None if self.timeline is None else self.timeline.scope
+        for draft in self.siblings.values():
+            if draft.workflow_id is None:
+                continue
+            for index in range(1, SIBLING_CANDIDATES):
+                candidate = candidate_operation_id(
+                    tenant_id=draft.tenant_id,
+                    workflow_id=draft.workflow_id,
+                    action=draft.action,
+                    payload_digest=draft.payload_digest,
+                    index=index,
+                    scope=scope,
+                )
+                if candidate == op_id:
+                    key = idempotency_key(op_id)
+                    return draft.model_copy(update={"operation_id": op_id, "idempotency_key": key})
+        return None
 
     def at_id(self, op_id: str, *, index: int | None = None) -> EffectCall:
         """The same call under operation id ``op_id`` (a candidate, or a known record's)."""

@@ -1230,9 +1230,10 @@ class Loop:
         """Apply an answer to the sibling operation it names; what the person must be
         told instead when it cannot apply (None: applied)."""
         other = yield from ledger(Get(OperationKey(tenant_id=p.call.tenant_id, operation_id=named)))
-        if other is None and named in p.call.siblings:
+        sibling = p.call.sibling(named) if other is None else None
+        if sibling is not None:
             # A sibling call of this task that has not written its record yet.
-            prepared = yield from ledger(Prepare(p.call.siblings[named], lease_for=self.lease_for))
+            prepared = yield from ledger(Prepare(sibling, lease_for=self.lease_for))
             other = prepared.operation
         if other is None or other.workflow_id != p.call.workflow_id:
             raise InvalidAnswer(

@@ -21,7 +21,7 @@ from langchain_core.messages import (
 )
 from langgraph.graph import END, START, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
-from langgraph.types import Send
+from langgraph.types import Command, Send
 
 from langgraph_effects import EffectToolNode, route_tool_calls
 from langgraph_effects.testing.providers import FakeCRM
@@ -242,3 +242,54 @@ def test_id_less_twins_copied_by_a_wrapper_are_two_operations(env: Env, crm: Fak
     ask(env, builder.compile(checkpointer=env.checkpointer))
     assert crm.effects == 2
     assert len(env.ops()) == 2
+
+
+def two_gated_calls_graph(env: Env, crm: FakeCRM) -> Any:
+    """``tools_condition``: one task runs both calls (close A, close B), each approved by a
+    person; the model proposes the same two calls (same ids) after each human message."""
+    calls = [
+        {"name": "close_case", "args": {"case_id": c}, "id": f"call-{c}", "type": "tool_call"}
+        for c in "AB"
+    ]
+
+    def agent(state: State) -> dict[str, Any]:
+        turn = sum(1 for m in state["messages"] if m.type == "human")
+        if state["messages"][-1].type != "human":
+            return {"messages": [AIMessage(content="done", id=f"done-{turn}")]}
+        return {"messages": [AIMessage(content="", tool_calls=calls, id=f"ai-{turn}")]}
+
+    builder = StateGraph(State)
+    builder.add_node("agent", agent)
+    builder.add_node("tools", tool_node(env, [close_tool(crm, require_approval=True)], False))
+    builder.add_edge(START, "agent")
+    builder.add_conditional_edges("agent", tools_condition, ["tools", END])
+    builder.add_edge("tools", "agent")
+    return builder.compile(checkpointer=env.checkpointer)
+
+
+def test_a_repeat_of_two_approved_calls_in_one_task_is_answered_and_acts(
+    env: Env, crm: FakeCRM
+) -> None:
+    """The repeat's calls are new operations (the walk moves them to their next
+    candidate): an answer LangGraph hands one of them by position naming the other is
+    still that task's, applied to it; both act again. (Found by the campaign's
+    ``parallel_branches`` kind: the calls knew each other only by their first candidate
+    ids, so the answer was refused, or asked again, and B never acted: 3 of 4.)"""
+    graph = two_gated_calls_graph(env, crm)
+    for turn in range(2):
+        out = ask(env, graph, f"close A and B ({turn})")
+        for _ in range(6):
+            if not out.get("__interrupt__"):
+                break
+            answers = {
+                i.id: {
+                    "operation_id": i.value["operation_id"],
+                    "decision": "approve",
+                    "by": "ana",
+                    "reason": "yes",
+                }
+                for i in out["__interrupt__"]
+            }
+            out = env.invoke(graph, Command(resume=answers), CFG)
+        assert "__interrupt__" not in out
+        assert (crm.effects_for("A"), crm.effects_for("B")) == (turn + 1, turn + 1)
