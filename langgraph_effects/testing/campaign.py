@@ -15,7 +15,10 @@ Five parts, each a row group of the printed table:
   again), ``EffectMiddleware`` in ``create_agent`` (with LangChain's
   ``ToolRetryMiddleware`` absent, listed before it or after it), subgraphs, a node
   ``RetryPolicy``, a Functional API workflow (``run_effect`` in tasks or the
-  entrypoint's body), an in-process MCP server's tools through ``mcp_effects``.
+  entrypoint's body), an in-process MCP server's tools through ``mcp_effects``, and
+  issue 22's identity paths (``testing.draws``: summarized threads, hand-made ``Send``
+  fan-outs, no checkpointer, colliding edits, parallel branches, sub-agents), with a
+  deliberate repeat of the request in a third of the other kinds' schedules.
   People answer by position or by interrupt id, sometimes with a bad answer first.
   Schedule ``i`` has seed ``--seed + i``: a failing one prints its seed and
   replays alone with ``--seed SEED --schedules 1``.

@@ -93,6 +93,7 @@ from langchain_core.messages import (
 from langchain_core.tools import BaseTool, tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.graph.message import REMOVE_ALL_MESSAGES
 from langgraph.prebuilt import ToolNode, tools_condition
 from langgraph.types import Command, RetryPolicy
 
@@ -105,6 +106,7 @@ from langgraph_effects.core.model import (
     ProviderContract,
 )
 from langgraph_effects.decide.answers import answer_digest
+from langgraph_effects.decide.loop import _REPLACED
 from langgraph_effects.decide.messages import TRACE_KEY
 from langgraph_effects.decide.thread import durability_chosen
 from langgraph_effects.effects import EffectContext, EffectTool, effect
@@ -113,6 +115,13 @@ from langgraph_effects.ledger.base import DEFAULT_LEASE, AsyncLedger, Ledger
 from langgraph_effects.node import EffectState, EffectToolNode, route_tool_calls
 from langgraph_effects.review import APPROVAL_KIND
 from langgraph_effects.testing.assertions import mislabelled_operations
+from langgraph_effects.testing.draws import (
+    Shape,
+    branch_targets,
+    build_shape,
+    index_ids,
+    stateless_story,
+)
 from langgraph_effects.testing.faults import (
     ChildExit,
     CrashMode,
@@ -208,6 +217,8 @@ _ACTIONS = {
     **_MCP_ACTIONS,
 }
 _KEYLESS = frozenset({"ticketing.create", *_MCP_ACTIONS})
+_SERVER_IDEMPOTENT = frozenset({f"{SERVER}.close_case"})
+"""Actions the server itself makes idempotent (``testing.mcp_server``): a repeat acts once."""
 """Actions whose effects the providers count by target alone (no idempotency key reaches them)."""
 
 
@@ -532,7 +543,13 @@ def edited_args(tool_name: str, args: Mapping[str, Any]) -> dict[str, Any]:
     return {**args, "title": f"{args['title']} (edited)"}
 
 
-def operator(providers: Providers, rng: random.Random, *, by: str = OPERATOR) -> ReviewPolicy:
+def operator(
+    providers: Providers,
+    rng: random.Random,
+    *,
+    by: str = OPERATOR,
+    collide: Sequence[Mapping[str, Any]] = (),
+) -> ReviewPolicy:
     """A truthful person deciding at random among the answers the provider's console allows.
 
     Approvals: approve, reject or edit, in the native or the HITL shape. Reviews:
@@ -540,7 +557,9 @@ def operator(providers: Providers, rng: random.Random, *, by: str = OPERATOR) ->
     inside an open key window, ``retry``; when it shows none and nothing is in
     flight there, ``reject`` or ``retry``; otherwise the review is left pending.
     It never gives an answer that could itself apply an effect twice, so every
-    duplicate a schedule finds is the library's.
+    duplicate a schedule finds is the library's. With ``collide`` (tool calls) an approval
+    is edited more often, and then, half the time, to the arguments of another of these
+    calls of its tool: an edit that collides with a sibling or an earlier answered call.
     """
 
     def policy(request: dict[str, Any]) -> dict[str, Any] | None:
@@ -558,6 +577,15 @@ def operator(providers: Providers, rng: random.Random, *, by: str = OPERATOR) ->
         if request.get("kind") == APPROVAL_KIND:
             choice = rng.choice(("approve", "approve", "hitl-approve", "reject", "hitl-reject"))
             choice = "edit" if rng.random() < 0.25 else choice
+            name = str(request["tool"])
+            others = [
+                dict(tc["args"])
+                for tc in collide
+                if tc["name"] == name and dict(tc["args"]) != request["args"]
+            ]
+            if others and rng.random() < 0.5:
+                edit = {"name": name, "args": rng.choice(others)}
+                return {"decisions": [{"type": "edit", "edited_action": edit}], "by": by}
             if choice == "approve":
                 return {**_approve(request), "by": by}
             if choice == "reject":
@@ -959,6 +987,20 @@ class Scenario:
     """The thread first runs to its end; then its answered exchange is removed from the
     messages (``RemoveMessage``, as summarization and the delete-messages recipe do)
     before the request is sent again."""
+    summary: bool = False
+    """With ``summarize``: every message is replaced by one summary (``RemoveMessage`` of
+    all, as ``SummarizationMiddleware`` does), not only the answered exchange removed."""
+    shape: Shape = "agent"
+    """``node`` face: the graph the calls run in (``testing.draws``): ``agent`` (agent ->
+    tools -> agent), ``parallel``, ``fanout``, ``sub_agent`` or ``stateless``."""
+    repeat: bool = False
+    """After the thread ends, the person asks for the same again (new tool-call ids, but
+    index ids for ``fanout`` and the worker's own for ``sub_agent``)."""
+    requests: int = 1
+    """``stateless`` shape: how many times the same request is sent, each its own invoke."""
+    collide: bool = False
+    """The reviewer's edits give a call the arguments of another call of its tool (a
+    sibling, or one a repeated turn's earlier answer carried out)."""
     face: Literal["node", "middleware", "functional"] = "node"
     layout: Layout = "tasks"
     """``functional`` face: where the workflow runs the calls (``testing.workflows``)."""
@@ -1025,8 +1067,6 @@ class _Tally:
     repeated: Counter[str] = field(default_factory=Counter)
     """Targets of calls repeated on purpose: each needs an operation of its own."""
     violations: list[str] = field(default_factory=list)
-    edits: dict[str, str] = field(default_factory=dict)
-    """Edited target -> original target, for every edit sent."""
     lost_answers: list[str] = field(default_factory=list)
     """Answers neither applied, nor refused, nor asked again with a notice saying why."""
 
@@ -1055,6 +1095,7 @@ def _story(sc: Scenario, tally: _Tally) -> Generator[_Request, Any, ScenarioRepo
     rng = random.Random(sc.seed)
     if sc.count_by_target:
         tally.intended.update(t for t in map(target_of, sc.tool_calls) if t is not None)
+        tally.intended.update(branch_targets(sc))
 
     def settle(outcomes: list[BaseException | None]) -> None:
         for outcome in outcomes:
@@ -1101,15 +1142,13 @@ def _story(sc: Scenario, tally: _Tally) -> Generator[_Request, Any, ScenarioRepo
                 yield from refuse_bad(state, rng.choice(sorted(answers)), lone)
                 continue  # the story looks again: the request must still be there
             if lone and rng.random() < sc.by_position:
-                ((request, answer),) = answers.values()
+                ((_, answer),) = answers.values()
                 command: Command[Any] = Command(resume=answer)
             else:
                 command = Command(resume={i: a for i, (_, a) in answers.items()})
             (outcome,) = yield from run(command)
             if isinstance(outcome, InvalidInput):
                 tally.violations.append(f"a valid answer was refused: {outcome}")
-            for request, answer in answers.values():
-                _note_edit(tally, request, answer)  # whether it took shows in the ledger
             if outcome is None:
                 after = yield _GetState()
                 for line, given in _asked_again(answers.values(), after.interrupts):
@@ -1165,11 +1204,19 @@ def _story(sc: Scenario, tally: _Tally) -> Generator[_Request, Any, ScenarioRepo
         gone = [
             m
             for m in messages
-            if (isinstance(m, AIMessage) and m.tool_calls)
+            if sc.summary
+            or (isinstance(m, AIMessage) and m.tool_calls)
             or (isinstance(m, ToolMessage) and m.tool_call_id in answered)
         ]
         if gone:
-            removal = {"messages": [RemoveMessage(id=str(m.id)) for m in gone]}
+            removal: dict[str, list[Any]] = {
+                "messages": [RemoveMessage(id=str(m.id)) for m in gone]
+            }
+            if sc.summary:  # what SummarizationMiddleware leaves: the summary alone
+                removal["messages"] = [
+                    RemoveMessage(id=REMOVE_ALL_MESSAGES),
+                    HumanMessage(content="Summary: the cases were handled.", id="summary"),
+                ]
             # As the tools node (a plain edge on): a node with a router would read the
             # update once more while routing, and remove each message twice.
             yield _Fork(state.config, removal, "tools")
@@ -1203,6 +1250,12 @@ def _story(sc: Scenario, tally: _Tally) -> Generator[_Request, Any, ScenarioRepo
     else:
         yield from run(*((None,) * max(1, sc.resumers)))
     finished = yield from answer_rounds()
+    if sc.repeat and finished:
+        # A deliberate repeat: every call the first turn answered is meant again.
+        state = yield _GetState()
+        _note_repeats(sc, tally, (state.values or {}).get("messages", []))
+        yield from run({"messages": [HumanMessage(content="the same again", id="human-2")]})
+        finished = yield from answer_rounds()
     if sc.travel != "none":
         history = yield _History()
         past = [h for h in history[1:] if h.next]
@@ -1289,7 +1342,8 @@ def _note_repeats(sc: Scenario, tally: _Tally, messages: Sequence[AnyMessage]) -
     never part of the thread, and its call maps back to the earlier operation.
     """
     answered = _answered_first(messages)
-    for call in sc.tool_calls:
+    meant = [*sc.tool_calls, *([sc.tool_calls[0]] * len(branch_targets(sc)))]
+    for call in meant:
         target = target_of(call)
         if call["id"] in answered and target is not None:
             tally.intended[target] += 1
@@ -1297,39 +1351,91 @@ def _note_repeats(sc: Scenario, tally: _Tally, messages: Sequence[AnyMessage]) -
 
 
 def _answered_first(messages: Sequence[AnyMessage]) -> set[str]:
-    """The ids of the first proposal's calls that a ToolMessage after it answers (a later
-    proposal may reuse the ids: only what comes before the next AIMessage counts)."""
-    first = next(
-        (i for i, m in enumerate(messages) if isinstance(m, AIMessage) and m.tool_calls), None
-    )
+    """The ids of the calls a ToolMessage of the first turn answers (a later turn may reuse
+    the ids: only what comes before the next human message counts). A turn's calls may be
+    proposed by no AIMessage (a hand-made ``Send`` fan-out)."""
+    first = next((i for i, m in enumerate(messages) if isinstance(m, HumanMessage)), None)
     answered: set[str] = set()
     for m in messages[(len(messages) if first is None else first + 1) :]:
-        if isinstance(m, AIMessage):
+        if isinstance(m, HumanMessage):
             break
         if isinstance(m, ToolMessage):
             answered.add(m.tool_call_id)
     return answered
 
 
-def _note_edit(tally: _Tally, request: Mapping[str, Any], answer: Any) -> None:
-    """Remember an edit that moves the call to another target (it may or may not take)."""
-    decisions = answer.get("decisions") if isinstance(answer, Mapping) else None
-    if not decisions or decisions[0].get("type") != "edit":
-        return
-    old = target_of({"name": request.get("tool"), "args": request.get("args")})
-    new = target_of(decisions[0]["edited_action"])
-    if old is not None and new is not None and old != new:
-        tally.edits[new] = old
+def _replaced(ops: Sequence[Operation]) -> dict[str, Operation]:
+    """The operations a reviewer's edit replaced, by id -> the operation that replaced them."""
+    by_id = {op.operation_id: op for op in ops}
+    moved = {}
+    for op in ops:
+        if op.status is S.REJECTED and op.error and op.error.startswith(_REPLACED):
+            new = by_id.get(op.error[len(_REPLACED) :].split(" ", 1)[0])
+            if new is not None:
+                moved[op.operation_id] = new
+    return moved
 
 
 def _apply_edits(tally: _Tally, ops: Sequence[Operation]) -> None:
-    """An edit that took (the ledger has an operation on its target) moves the intended effect."""
-    made = {op.target for op in ops}
-    for new, old in tally.edits.items():
-        if new in made and tally.intended[old] > 0:
+    """Each edit the ledger records moves its call's intended effect to the edited call's
+    target (an edit to a sibling's arguments makes that target meant twice)."""
+    by_id = {op.operation_id: op for op in ops}
+    for old_id, new in _replaced(ops).items():
+        old = by_id[old_id].target
+        if old is not None and new.target is not None and tally.intended[old] > 0:
             tally.intended[old] -= 1
-            tally.intended[new] += 1
-    tally.edits.clear()
+            tally.intended[new.target] += 1
+
+
+def _never_acted(
+    sc: Scenario, tally: _Tally, ops: Sequence[Operation], decided: Collection[str]
+) -> list[str]:
+    """Intended effects the providers never applied, per target, beyond those an operation
+    accounts for (rejected by a person or the provider, failed, left unknown, decided by a
+    person): a call merged into an earlier call's operation, or never sent. Read when the
+    thread has ended; an edited call's intent went to its replacement. Where the server
+    makes a repeat a no-op (``_SERVER_IDEMPOTENT``), each intent needs an operation of its
+    own, not an effect."""
+    log = [e for provider in sc.providers for e in provider.effect_log()]
+    applied: Counter[str] = Counter(e.target for e in log)
+    replaced = _replaced(ops)
+    mine = [op for op in ops if op.target is not None and op.operation_id not in replaced]
+    excused: Counter[str] = Counter(
+        str(op.target) for op in mine if op.status is not S.CONFIRMED or op.operation_id in decided
+    )
+    for target in {str(op.target) for op in mine if op.action in _SERVER_IDEMPOTENT}:
+        applied[target], excused[target] = 0, sum(1 for op in mine if op.target == target)
+    return [
+        f"{sc.name}: target {target!r}: {n} intended, the provider applied "
+        f"{applied[target]}, {excused[target]} operation(s) account for the rest: "
+        f"{n - applied[target] - excused[target]} never acted"
+        for target, n in sorted(tally.intended.items())
+        if n > applied[target] + excused[target]
+    ]
+
+
+def _count_at_providers(
+    sc: Scenario, tally: _Tally, ops: Sequence[Operation], *, finished: bool
+) -> Generator[_Request, Any, dict[str, Any]]:
+    """Counted at the providers and the ledger alone (no thread to read): duplicates and
+    intended effects never acted, by target, and mislabelled operations."""
+    histories = {}
+    for op in ops:
+        histories[op.operation_id] = yield _LedgerCall(functools.partial(_events, op.key))
+    _apply_edits(tally, ops)
+    duplicates, problems = _excess_by_target(sc, tally)
+    decided = _decided_by_person(ops, histories)
+    unsent = _never_acted(sc, tally, ops, decided) if finished else []
+    wrong = mislabelled_operations(ops, histories, applied=_attributable(sc.applied, ops))
+    problems += unsent + [f"{sc.name}: {line}" for line in wrong]
+    return {
+        "effects": sum(p.effects for p in sc.providers),
+        "duplicates": duplicates,
+        "lost_effects": len(unsent),
+        "mislabelled": len(wrong),
+        "unknown": sum(1 for op in ops if op.status is S.UNKNOWN),
+        "problems": tuple(problems),
+    }
 
 
 def _excess_by_target(sc: Scenario, tally: _Tally) -> tuple[int, list[str]]:
@@ -1550,7 +1656,7 @@ def _count(
         )
     # A read among the calls (the MCP server's lookup) is no intended effect.
     effect_calls = sum(1 for call in sc.tool_calls if target_of(call) is not None)
-    intents = effect_calls + sum(tally.repeated.values())
+    intents = effect_calls + len(branch_targets(sc)) + sum(tally.repeated.values())
     messages = (state.values or {}).get("messages", [])
     if sc.control:
         unsent = _lost_effects(sc.name, None, (), messages, (), decided=(), finished=finished)
@@ -1582,6 +1688,8 @@ def _count(
     unsent = _lost_effects(
         sc.name, applied, ops, messages, delivered, decided=decided, finished=finished
     )
+    if sc.count_by_target and finished:
+        unsent += _never_acted(sc, tally, ops, decided)
     problems.extend(unsent)
     violations = list(tally.violations)
     if sc.tenant_from_config:
@@ -1688,18 +1796,29 @@ def _start(
             )
         if sc.face == "middleware":
             return build_agent(tools, sc.tool_calls, tool_retry=sc.tool_retry, **common)
+        if sc.shape != "agent":
+            return build_shape(
+                sc.shape,
+                tools,
+                sc.tool_calls,
+                asynchronous=sc.asynchronous,
+                flakes=sc.flakes,
+                fresh_ids=sc.repeat and sc.shape != "fanout",
+                **common,
+            )
         return build_graph(
             tools,
             sc.tool_calls,
             subgraph=sc.subgraph,
             flakes=sc.flakes,
-            fresh_ids=sc.reissue != "none" and not sc.reused_ids,
+            fresh_ids=(sc.reissue != "none" or sc.repeat) and not sc.reused_ids,
             **common,
         )
 
     graphs = _Graphs(graph_of(sc.tools), lambda: graph_of(sc.tools_after or sc.tools))
     config: dict[str, Any] = {"configurable": {"thread_id": sc.thread_id}}
-    return graphs, config, _story(sc, _Tally())
+    story = stateless_story if sc.shape == "stateless" else _story
+    return graphs, config, story(sc, _Tally())
 
 
 @dataclass(slots=True)
@@ -1848,8 +1967,22 @@ class Kind(StrEnum):
     """Only keyed digests kept (``store_payload=False``); the ``payload_key`` is rotated
     between the first run and the resume, the old key listed after the new one."""
     SUMMARIZED = "summarized_thread"
-    """As ``resent_request``, the answered exchange removed first (``RemoveMessage``):
-    answered calls still repeat on purpose. Not drawn yet (``DRAWN``): issue 22, row 1."""
+    """As ``resent_request``, the answered exchange removed first (``RemoveMessage``, or
+    every message replaced by a summary, as ``SummarizationMiddleware`` does): answered
+    calls still repeat on purpose."""
+    HAND_MADE = "hand_made_ids"
+    """No AIMessage proposes the calls: a router sends each as ``Send("tools", [call])``
+    with an index id (``mail-0``...), the same ids again in the next turn."""
+    NO_CHECKPOINTER = "no_checkpointer"
+    """A stateless service: no checkpointer, each request its own invoke (twice the same),
+    a node ``RetryPolicy`` re-running the calls within one."""
+    COLLIDING = "colliding_edits"
+    """Approvals whose reviewer edits a call to the arguments of a sibling (two calls of
+    one tool) or, in a repeated turn, of an earlier answered call."""
+    PARALLEL = "parallel_branches"
+    """Two tool nodes issue the same call in one superstep (an audit branch)."""
+    SUB_AGENT = "sub_agent"
+    """A supervisor hands a worker subgraph only the latest request, asked again next turn."""
     MIDDLEWARE = "middleware"
     """``EffectMiddleware`` in ``create_agent`` (one task per call)."""
     SUBGRAPH = "subgraph"
@@ -1864,10 +1997,19 @@ class Kind(StrEnum):
     ``mcp_effects`` from its annotations (trusted, or not: every tool an effect); async."""
 
 
-_FIRST_KINDS: tuple[Kind, ...] = tuple(
-    k
-    for k in Kind
-    if k not in (Kind.REUSED_IDS, Kind.KEY_ROTATION, Kind.SUMMARIZED, Kind.FUNCTIONAL, Kind.MCP)
+_FIRST_KINDS: tuple[Kind, ...] = (
+    Kind.BASE,
+    Kind.REVIEW_ROUNDS,
+    Kind.APPROVAL,
+    Kind.HISTORY,
+    Kind.FORK,
+    Kind.NO_TENANT,
+    Kind.OTHER_TENANT,
+    Kind.REISSUED,
+    Kind.RESENT,
+    Kind.MIDDLEWARE,
+    Kind.SUBGRAPH,
+    Kind.RETRY_POLICY,
 )
 """The kinds drawn before the variants below existed: each seed still draws among these
 first, so its schedule is the one it always was."""
@@ -1876,6 +2018,13 @@ _VARIANTS = {
     Kind.RESENT: Kind.REUSED_IDS,
     Kind.NO_TENANT: Kind.FUNCTIONAL,
     Kind.OTHER_TENANT: Kind.MCP,
+    # Issue 22's identity draws (testing.draws).
+    Kind.REISSUED: Kind.SUMMARIZED,
+    Kind.FORK: Kind.HAND_MADE,
+    Kind.HISTORY: Kind.NO_CHECKPOINTER,
+    Kind.APPROVAL: Kind.COLLIDING,
+    Kind.RETRY_POLICY: Kind.PARALLEL,
+    Kind.SUBGRAPH: Kind.SUB_AGENT,
 }
 """Half the schedules of a kind become its variant, by a random stream of their own."""
 DRAWN: tuple[Kind, ...] = (*_FIRST_KINDS, *_VARIANTS.values())
@@ -1939,6 +2088,11 @@ class Schedule:
     """``functional_api`` kind: where the workflow runs the calls (``Scenario.layout``)."""
     trusted: bool = True
     """``mcp_tools`` kind: whether ``mcp_effects`` believes the server's annotations."""
+    repeat: bool = False
+    """After the thread ends the person asks for the same again (a new turn, new ids)."""
+    summary: bool = False
+    """``summarized_thread`` kind: every message replaced by a summary, not only the
+    answered exchange removed."""
 
     @classmethod
     def generate(cls, seed: int, kinds: Sequence[Kind] | None = None) -> Schedule:
@@ -1960,17 +2114,27 @@ class Schedule:
         if kind is Kind.REVIEW_ROUNDS:
             lost = (Fault.LOSE_RESPONSE, Fault.LOSE_REQUEST, Fault.LOSE_RESPONSE, Fault.LATE)
             faults = tuple(rng.choice(lost) for _ in calls)
-        operator_answers = kind in (Kind.REVIEW_ROUNDS, Kind.APPROVAL) or rng.random() < 0.6
+        operator_answers = (
+            kind in (Kind.REVIEW_ROUNDS, Kind.APPROVAL, Kind.COLLIDING) or rng.random() < 0.6
+        )
         # The kinds drawn later draw what is theirs from streams of their own.
         faces = random.Random(f"faces-{seed}")
-        return base.with_(
+        drawn = random.Random(f"identity-{seed}")
+        if kind is Kind.COLLIDING:  # two calls of one tool: an edit can collide
+            calls = (calls[0], *calls)[:3]
+            base = base.with_(calls=calls, faults=(base.faults[0], *base.faults)[:3])
+            faults = base.faults
+        if kind is Kind.NO_CHECKPOINTER:  # nobody can be asked: no unknown is drawn
+            faults = tuple(f if f in _STATELESS_FAULTS else None for f in faults)
+        schedule = base.with_(
             kind=kind,
             faults=faults,
             refaults=tuple(rng.choice(_FAULTS) for _ in calls),
             key_window_zero=rng.random() < (0.7 if kind is Kind.REVIEW_ROUNDS else 0.25),
-            approval=kind is Kind.APPROVAL
+            approval=kind in (Kind.APPROVAL, Kind.COLLIDING)
             or (kind in (Kind.MIDDLEWARE, Kind.SUBGRAPH) and rng.random() < 0.3)
-            or (kind in (Kind.FUNCTIONAL, Kind.MCP) and faces.random() < 0.3),
+            or (kind in (Kind.FUNCTIONAL, Kind.MCP) and faces.random() < 0.3)
+            or (kind in _SHAPES and kind is not Kind.NO_CHECKPOINTER and drawn.random() < 0.3),
             twins=(
                 kind in (Kind.REISSUED, Kind.RESENT, Kind.REUSED_IDS, Kind.SUMMARIZED)
                 and calls[0] is not ProviderKind.TICKETING
@@ -1980,6 +2144,11 @@ class Schedule:
                 kind in (Kind.FUNCTIONAL, Kind.MCP)
                 and calls[0] is not ProviderKind.TICKETING
                 and faces.random() < 0.4
+            )
+            or (
+                kind in (Kind.HAND_MADE, Kind.SUB_AGENT)
+                and calls[0] is not ProviderKind.TICKETING
+                and drawn.random() < 0.4
             ),
             layout=faces.choice(LAYOUTS) if kind is Kind.FUNCTIONAL else "tasks",
             trusted=faces.random() < 0.75 if kind is Kind.MCP else True,
@@ -1993,6 +2162,21 @@ class Schedule:
             tool_retry=random.Random(f"tool-retry-{seed}").choice(_TOOL_RETRY)
             if kind is Kind.MIDDLEWARE
             else "none",
+        )
+        # Issue 22's draws (testing.draws), from a stream of their own.
+        repeat = kind in (Kind.HAND_MADE, Kind.SUB_AGENT) or (
+            kind in _REPEATABLE and random.Random(f"repeat-{seed}").random() < 0.3
+        )
+        if kind is Kind.NO_CHECKPOINTER:
+            return schedule.with_(
+                crash_at=None,  # a crash is the client's retry: a new request by design
+                refaults=tuple(f if f in _STATELESS_FAULTS else None for f in schedule.refaults),
+                flakes=drawn.choice((1, 2)),
+                approval=False,
+                twins=False,
+            )
+        return schedule.with_(
+            repeat=repeat, summary=kind is Kind.SUMMARIZED and drawn.random() < 0.5
         )
 
     @classmethod
@@ -2050,16 +2234,22 @@ class Schedule:
             elif self.revoke == "hook":
                 providers.authorized = False
 
+        calls = [builtin_call(k, n, tag=tag) for n, k in enumerate(self.calls)]
+        if self.twins:
+            calls.insert(1, {**calls[0], "id": f"{calls[0]['id']}-twin"})
+        if self.kind is Kind.HAND_MADE:
+            calls = index_ids(calls)
         careful = confirm_if_seen(providers.shows)
         policy: ReviewPolicy = {
             "confirm_if_seen": careful,
             "retry_when_safe": retry_when_safe(careful),
             "defer": defer,
-            "operator": operator(providers, random.Random(f"operator-{self.seed}")),
+            "operator": operator(
+                providers,
+                random.Random(f"operator-{self.seed}"),
+                collide=calls if self.kind is Kind.COLLIDING else (),
+            ),
         }[self.policy]
-        calls = [builtin_call(k, n, tag=tag) for n, k in enumerate(self.calls)]
-        if self.twins:
-            calls.insert(1, {**calls[0], "id": f"{calls[0]['id']}-twin"})
         if self.kind is Kind.MCP:  # and a read of the server's, which stays a plain tool
             lookup = {"case_id": f"case-{tag}-0"}
             calls.append({"name": "lookup_case", "args": lookup, "id": f"call-{tag}-lookup"})
@@ -2106,12 +2296,19 @@ class Schedule:
             + (f", {self.layout}" if story is Kind.FUNCTIONAL else "")
             + ("" if self.trusted else ", untrusted server")
             + ")",
-            tenant_from_config=story is not Kind.BASE,
+            # A stateless service names no thread: its tenant goes to the node.
+            tenant_from_config=story not in (Kind.BASE, Kind.NO_CHECKPOINTER),
             resume_tenant=_RESUME_TENANT.get(story, "same"),
             travel=_TRAVEL.get(story, "none"),
             reissue=_REISSUE.get(story, "none"),
             reused_ids=story is Kind.REUSED_IDS,
             summarize=story is Kind.SUMMARIZED,
+            summary=self.summary,
+            shape=_SHAPES.get(story, "agent"),
+            repeat=self.repeat,
+            requests=2 if story is Kind.NO_CHECKPOINTER else 1,
+            collide=story is Kind.COLLIDING,
+            interrupt_on_unknown=story is not Kind.NO_CHECKPOINTER,
             face=_FACES.get(story, "node"),
             layout=self.layout,
             tool_retry=self.tool_retry,
@@ -2148,6 +2345,29 @@ class Schedule:
 _OLD_KEY, _NEW_KEY = "campaign-key-old-" + "5a" * 8, "campaign-key-new-" + "c3" * 8
 """The ``payload_key`` a ``key_rotation`` schedule starts with, and the one it rotates to."""
 
+_SHAPES: dict[Kind, Shape] = {
+    Kind.PARALLEL: "parallel",
+    Kind.HAND_MADE: "fanout",
+    Kind.SUB_AGENT: "sub_agent",
+    Kind.NO_CHECKPOINTER: "stateless",
+}
+_REPEATABLE = frozenset(
+    {
+        Kind.REVIEW_ROUNDS,
+        Kind.APPROVAL,
+        Kind.COLLIDING,
+        Kind.NO_TENANT,
+        Kind.OTHER_TENANT,
+        Kind.MIDDLEWARE,
+        Kind.SUBGRAPH,
+        Kind.RETRY_POLICY,
+        Kind.PARALLEL,
+        Kind.MCP,
+    }
+)
+"""The kinds whose person asks for the same again, in a third of their schedules."""
+_STATELESS_FAULTS = (Fault.TRANSIENT, Fault.REJECT)
+"""What a ``no_checkpointer`` schedule's providers may answer besides success."""
 _TRAVEL: dict[Kind, Literal["history", "fork"]] = {Kind.HISTORY: "history", Kind.FORK: "fork"}
 _FACES: dict[Kind, Literal["middleware", "functional"]] = {
     Kind.MIDDLEWARE: "middleware",

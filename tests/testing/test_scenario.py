@@ -263,6 +263,7 @@ def test_two_identical_calls_in_one_message_are_two_intended_effects(
         crash_at=None,
         revoke="none",
         twins=True,
+        repeat=False,
         asynchronous=False,
         resumers=1,
     )
@@ -358,6 +359,7 @@ def test_tool_retry_middleware_in_either_order_applies_nothing_twice(
     create_agent control with ToolRetryMiddleware alone applies it more than once."""
     schedule = Schedule.generate(0).with_(
         kind=Kind.MIDDLEWARE,
+        repeat=False,
         calls=(ProviderKind.TICKETING,),
         faults=(Fault.LOSE_RESPONSE,),
         refaults=(),
@@ -505,6 +507,7 @@ def test_a_functional_api_schedule_acts_once_per_intent_where_plain_tasks_act_ag
     intended effect once, every "done" traced to its operation; plain tasks act again."""
     schedule = Schedule.generate(0).with_(
         kind=Kind.FUNCTIONAL,
+        repeat=False,
         layout=layout,
         calls=(ProviderKind.CRM, ProviderKind.TICKETING),
         faults=(None, None),
@@ -581,6 +584,7 @@ def test_an_mcp_schedule_resends_only_what_the_trusted_server_calls_idempotent(
     read-only lookup stays a plain tool. Plain MCP tools in a ToolNode send the mail again."""
     schedule = Schedule.generate(0).with_(
         kind=Kind.MCP,
+        repeat=False,
         trusted=trusted,
         calls=(call,),
         faults=(Fault.LOSE_RESPONSE,),

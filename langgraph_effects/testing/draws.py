@@ -1,0 +1,223 @@
+"""The graph shapes of the campaign's identity draws (issue 22): where a call meets its
+operation again only when it *is* that operation again.
+
+Each shape runs the scenario's scripted calls (``scenario._Script``) the way LangGraph
+users build agents, and each is drawn as a variant of an older kind
+(``scenario.Kind``):
+
+* ``parallel``: the agent's calls fan out to ``tools_a`` and, in the same superstep,
+  ``tools_b`` issues the first call again (an audit branch): two intents of one call;
+* ``fanout``: no AIMessage proposes the calls; a router builds them by hand
+  (``Send("tools", [tool_call])``) with index ids (``mail-0``, ``mail-1``...) that
+  repeat in the next turn;
+* ``sub_agent``: a supervisor hands a worker agent (a subgraph on the parent's thread)
+  only the latest request; the worker's exchange comes back into the parent;
+* ``stateless``: no checkpointer, each request its own invoke of a tools node behind a
+  ``RetryPolicy`` (a flaky read re-runs the node): protected within one invoke, the
+  same request twice acts twice (:func:`stateless_story`).
+
+A plain ``ToolNode`` runs each shape as the control.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal
+
+from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, HumanMessage
+from langchain_core.runnables import RunnableConfig, RunnableLambda
+from langchain_core.tools import BaseTool
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import END, START, StateGraph
+from langgraph.prebuilt import ToolNode, tools_condition
+from langgraph.types import RetryPolicy, Send
+
+from langgraph_effects.node import EffectToolNode, route_tool_calls
+
+if TYPE_CHECKING:
+    from langgraph_effects.testing.scenario import Scenario, ScenarioReport, _Request, _Tally
+
+__all__ = ["SHAPES", "Shape", "branch_targets", "build_shape", "index_ids", "stateless_story"]
+
+Shape = Literal["agent", "parallel", "fanout", "sub_agent", "stateless"]
+SHAPES: tuple[Shape, ...] = ("agent", "parallel", "fanout", "sub_agent", "stateless")
+_FANNING = "fanning out"
+_FLAKY_CALL = {
+    "name": "check_status",
+    "args": {"ref": "r-1"},
+    "id": "call-flaky",
+    "type": "tool_call",
+}
+
+
+def index_ids(calls: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The calls with the ids a hand-made fan-out gives them: ``<noun>-<index>``, the same
+    in every turn (``mail-0``, ``case-1``...)."""
+    noun = {"send_mail": "mail", "close_case": "case", "create_ticket": "ticket"}
+    return [{**tc, "id": f"{noun.get(str(tc['name']), 'call')}-{i}"} for i, tc in enumerate(calls)]
+
+
+def branch_targets(sc: Scenario) -> list[str]:
+    """The targets the ``parallel`` shape's second branch intends again (its first call's)."""
+    from langgraph_effects.testing.scenario import target_of
+
+    if sc.shape != "parallel" or not sc.tool_calls:
+        return []
+    target = target_of(sc.tool_calls[0])
+    return [] if target is None else [target]
+
+
+def build_shape(
+    shape: Shape,
+    tools: Sequence[BaseTool],
+    tool_calls: Sequence[Mapping[str, Any]],
+    *,
+    ledger: Any = None,
+    checkpointer: Any = None,
+    control: bool = False,
+    node_kwargs: Mapping[str, Any] | None = None,
+    asynchronous: bool = False,
+    flakes: int = 0,
+    fresh_ids: bool = False,
+) -> Any:
+    """The graph of ``shape`` (not ``agent``: that one is ``scenario.build_graph``)."""
+    from langgraph_effects.testing.scenario import _Script, _State, flaky_tool
+
+    def node(name: str, more: Sequence[BaseTool] = ()) -> ToolNode:
+        every = [*tools, *more]
+        if control:
+            return ToolNode(every, name=name)
+        return EffectToolNode(every, ledger=ledger, name=name, **dict(node_kwargs or {}))
+
+    saver = checkpointer if checkpointer is not None else InMemorySaver()
+    builder = StateGraph(_State)
+    if shape == "stateless":
+        flaky = flaky_tool(max(1, flakes))
+        retry = RetryPolicy(
+            max_attempts=max(1, flakes) + 1,
+            initial_interval=0.0,
+            jitter=False,
+            retry_on=ConnectionError,
+        )
+        builder.add_node("tools", node("tools", [flaky]), retry_policy=retry)
+        builder.add_edge(START, "tools")
+        builder.add_edge("tools", END)
+        return builder.compile()  # no checkpointer: a stateless service
+    if shape == "sub_agent":
+        return _supervisor(
+            builder, _worker(node("tools"), tool_calls, control), saver, asynchronous
+        )
+    script = _Script([dict(tc) for tc in tool_calls], fresh_ids=fresh_ids)
+
+    def agent(state: Any) -> dict[str, list[AnyMessage]]:
+        reply = script.reply(state["messages"])
+        if shape == "fanout" and reply.tool_calls:
+            reply = AIMessage(content=_FANNING, id=f"{reply.id}-plan")
+        return {"messages": [reply]}
+
+    calls = [dict(tc) for tc in tool_calls]
+
+    def route(state: Any) -> Any:
+        last = state["messages"][-1]
+        if not isinstance(last, AIMessage):
+            return END
+        if shape == "fanout":
+            return [Send("tools", [tc]) for tc in calls] if last.content == _FANNING else END
+        if not last.tool_calls:
+            return END
+        # The audit branch issues the first call again, in the same superstep.
+        return [Send("tools_a", [tc]) for tc in last.tool_calls] + [
+            Send("tools_b", [last.tool_calls[0]])
+        ]
+
+    builder.add_node("agent", agent)
+    branches = ["tools"] if shape == "fanout" else ["tools_a", "tools_b"]
+    for name in branches:
+        builder.add_node(name, node(name))
+        builder.add_edge(name, "agent")
+    builder.add_edge(START, "agent")
+    builder.add_conditional_edges("agent", route, [*branches, END])
+    return builder.compile(checkpointer=saver)
+
+
+def _worker(tools: ToolNode, tool_calls: Sequence[Mapping[str, Any]], control: bool) -> Any:
+    """agent -> tools -> agent, compiled without a checkpointer of its own: it runs in its
+    parent's task, saved under the parent's thread. It sees one request each time, so it
+    proposes the same ids every turn."""
+    from langgraph_effects.testing.scenario import _Script, _State
+
+    script = _Script([dict(tc) for tc in tool_calls])
+
+    def agent(state: Any) -> dict[str, list[AnyMessage]]:
+        return {"messages": [script.reply(state["messages"])]}
+
+    builder = StateGraph(_State)
+    builder.add_node("agent", agent)
+    builder.add_node("tools", tools)
+    builder.add_edge(START, "agent")
+    builder.add_conditional_edges(
+        "agent", tools_condition if control else route_tool_calls, ["tools", END]
+    )
+    builder.add_edge("tools", "agent")
+    return builder.compile()
+
+
+def _supervisor(builder: Any, worker: Any, saver: Any, asynchronous: bool) -> Any:
+    """The supervisor hands the worker only the latest request, and takes back the worker's
+    whole exchange (renamed per turn: the worker's ids repeat every turn)."""
+
+    def brief(state: Mapping[str, Any]) -> tuple[dict[str, Any], int]:
+        messages: list[BaseMessage] = state["messages"]
+        turn = sum(1 for m in messages if isinstance(m, HumanMessage))
+        return {"messages": [messages[-1]]}, turn
+
+    def back(out: Mapping[str, Any], turn: int) -> dict[str, Any]:
+        exchange = out["messages"][1:]
+        return {"messages": [m.model_copy(update={"id": f"{m.id}-w{turn}"}) for m in exchange]}
+
+    def run(state: Any, config: RunnableConfig) -> dict[str, Any]:
+        request, turn = brief(state)
+        return back(worker.invoke(request, config), turn)
+
+    async def arun(state: Any, config: RunnableConfig) -> dict[str, Any]:
+        request, turn = brief(state)
+        return back(await worker.ainvoke(request, config), turn)
+
+    builder.add_node("supervisor", RunnableLambda(run, afunc=arun) if asynchronous else run)
+    builder.add_edge(START, "supervisor")
+    builder.add_edge("supervisor", END)
+    return builder.compile(checkpointer=saver)
+
+
+def stateless_story(sc: Scenario, tally: _Tally) -> Generator[_Request, Any, ScenarioReport]:
+    """A stateless service: each request its own invoke (no thread), the same request
+    ``sc.requests`` times. Every request is meant: each call acts once per request, never
+    twice within one (the node's ``RetryPolicy`` re-runs it), never merged into an
+    earlier request's operation."""
+    from langgraph_effects.testing.scenario import (
+        ScenarioReport,
+        _count_at_providers,
+        _Invoke,
+        _thread_ops,
+        target_of,
+    )
+
+    calls = [*sc.tool_calls, _FLAKY_CALL]
+    request = {"messages": [AIMessage(content="", tool_calls=calls, id="ai-request")]}
+    done = 0
+    for _ in range(sc.requests):
+        tally.intended.update(t for t in map(target_of, sc.tool_calls) if t is not None)
+        (outcome,) = yield _Invoke((request,), {"configurable": {}})  # no thread
+        if outcome is None:
+            done += 1
+        else:
+            tally.errors += 1
+    ops = yield from _thread_ops(sc)
+    counted = yield from _count_at_providers(sc, tally, ops, finished=done == sc.requests)
+    return ScenarioReport(
+        scenario=sc.name,
+        intents=sum(tally.intended.values()),
+        completed=int(done == sc.requests),
+        errors=tally.errors,
+        **counted,
+    )
