@@ -22,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -154,6 +154,10 @@ class Answers:
     consumed: int = 0
     applied: set[str] = dataclasses.field(default_factory=set)
     """The digests of every answer applied to the operation, in any task."""
+    earlier: frozenset[str] = frozenset()
+    """The operations of the calls this one replaced (a reviewer's edit): their answers
+    in this task come first in ``logged``, and their questions are earlier questions
+    about this one."""
 
     def next_is(self, mark: str | None) -> bool:
         return (
@@ -197,8 +201,9 @@ def round_id(op: Operation) -> str:
 _ROUND_ID = re.compile(r"[^@]+@[a-z]+\.\d+\.\d+")
 
 
-def named_round(value: Any, operation_id: str) -> str | None:
-    """The request id an answer about ``operation_id`` echoes; None: it echoes none.
+def named_round(value: Any, operation_id: str, earlier: Collection[str] = ()) -> str | None:
+    """The request id an answer about ``operation_id`` echoes; None: it echoes none. A
+    request about an operation of ``earlier`` (a call it replaced) is an earlier one.
 
     Raises:
         InvalidAnswer: the ``request_id`` is not a string, or not the id of a
@@ -213,7 +218,8 @@ def named_round(value: Any, operation_id: str) -> str | None:
             f"'request_id' must be the string a request carries, not {type(named).__name__}",
             operation_id=operation_id,
         )
-    if not _ROUND_ID.fullmatch(named) or not named.startswith(f"{operation_id}@"):
+    about = named.partition("@")[0]
+    if not _ROUND_ID.fullmatch(named) or (about != operation_id and about not in earlier):
         raise InvalidAnswer(
             f"'request_id' {named!r:.120} names no request about operation {operation_id!r}: "
             "echo the request_id of the request you answer, or leave it out",
@@ -309,6 +315,7 @@ def answer_schema(
     request_id: str,
     offered: Sequence[str] | None = None,
     anonymous: bool = False,
+    earlier: Collection[str] = (),
 ) -> Any:
     """The interrupt's ``response_schema``: LangGraph checks an answer with it *before*
     saving it, so an answer that would fail when applied fails the run instead, and
@@ -331,7 +338,8 @@ def answer_schema(
         if stale(value):
             return value
         named = answer.operation_id or op.operation_id
-        if named_round(value, named) not in (None, request_id) and named == op.operation_id:
+        echoed = named_round(value, named, earlier if named == op.operation_id else ())
+        if echoed not in (None, request_id) and named == op.operation_id:
             return value  # an earlier question about this operation: told and asked again
         answer = identify(answer, user=call.user, anonymous=anonymous)
         if answer.operation_id in (None, op.operation_id):

@@ -262,7 +262,8 @@ def _consumed_unapplied(value: Any, call: EffectCall, op: Operation, mine: Answe
     named = parse_answer(value, tool_name=call.tool_name).operation_id
     if named not in (None, op.operation_id):
         return False
-    return mine.repeats(answer_mark(call, value)) or named_round(value, op.operation_id) not in (
+    echoed = named_round(value, op.operation_id, mine.earlier)
+    return mine.repeats(answer_mark(call, value)) or echoed not in (
         None,
         round_id(op),
     )
@@ -932,6 +933,7 @@ class Loop:
             request_id=request["request_id"],
             offered=offered,
             anonymous=self.anonymous_answers,
+            earlier=mine.earlier,
         )
         base = request
         if p.notice is not None:
@@ -946,7 +948,7 @@ class Loop:
             if answers.next_is(mark):
                 answers.consumed += 1  # an earlier round's answer, applied already
                 continue
-            echoed = named_round(value, named)
+            echoed = named_round(value, named, answers.earlier if named == op.operation_id else ())
             if named == op.operation_id and echoed not in (None, request["request_id"]):
                 # It answers an earlier question (shown by LangGraph after a crash, or sent
                 # late): not applied; the current request is asked, saying why.
@@ -1221,6 +1223,17 @@ class Loop:
         new_op = yield from ledger(Get(OperationKey(tenant_id=op.tenant_id, operation_id=new_id)))
         if new_op is None or not new_op.payload_stored or not isinstance(new_op.payload, dict):
             return None
+        # The answers this task gave the call it replaced (the edit last) were logged there
+        # and come first among the values LangGraph hands back: consumed before any about
+        # the edited call, never read as its review's answer; a later answer to one of the
+        # replaced call's questions answers an earlier question about the edited call.
+        replaced = yield from self._answers(p, op.operation_id)
+        mine = yield from self._answers(p, new_id)
+        p.answers[new_id] = Answers(
+            replaced.logged[replaced.consumed :] + mine.logged[mine.consumed :],
+            applied=replaced.applied | mine.applied,
+            earlier=replaced.earlier | mine.earlier | {op.operation_id},
+        )
         p.call = p.call.with_args(new_op.payload).at_id(new_op.operation_id)
         return new_op
 

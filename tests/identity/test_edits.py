@@ -11,16 +11,17 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from _graphs import Env, State, call, tool_messages
+from _graphs import Env, State, build_graph, call, tool_messages
 from langchain.agents import create_agent
 from langgraph.graph import END, START, StateGraph
 from langgraph.prebuilt import tools_condition
 from langgraph.types import Command
 
 from langgraph_effects import EffectContext, EffectMiddleware, EffectToolNode, effect
+from langgraph_effects.core.model import ProviderContract
 from langgraph_effects.node import route_tool_calls
 from langgraph_effects.testing import ScriptedChatModel
-from langgraph_effects.testing.providers import FakeCRM
+from langgraph_effects.testing.providers import FakeCRM, Fault
 
 CFG = {"configurable": {"thread_id": "edits", "langgraph_auth_user": {"identity": "ana"}}}
 WHERE = pytest.mark.parametrize("where", ["tools_condition", "route_tool_calls", "agent"])
@@ -105,3 +106,50 @@ def test_an_edit_equal_to_an_answered_call_acts(env: Env, crm: FakeCRM, where: s
     assert (crm.effects_for("A"), crm.effects_for("B")) == (2, 0)
     [_, second] = tool_messages(out)
     assert second.status == "success"
+
+
+@pytest.mark.parametrize("by_position", [False, True], ids=["by-id", "by-position"])
+def test_an_edited_call_left_unknown_takes_the_review_answer_not_the_edit(
+    env: Env, crm: FakeCRM, by_position: bool
+) -> None:
+    """The reviewer edits the call; the edited call's response is lost (unknown, asked for a
+    review). The task re-runs when the review is answered, and LangGraph hands it the edit
+    again first, by position: it was logged on the operation it replaced, so it is consumed,
+    and the review's answer applies. (Campaign seed 82 of the identity kinds,
+    colliding_edits: the edit was read as the review's answer and refused in every run after,
+    so no answer could ever decide the operation.)"""
+
+    @effect(
+        "crm.close_case",
+        target=lambda a: a["case_id"],
+        require_approval=True,
+        contract=ProviderContract(backoff_initial=0.0, backoff_max=0.0),
+    )
+    def close_case(case_id: str, resolution: str, ctx: EffectContext) -> str:
+        """Close a CRM case."""
+        crm.close_case(case_id, resolution)  # no key, no lookup: a lost response is unknown
+        return f"closed {case_id}: {resolution}"
+
+    graph = build_graph(
+        [close_case],
+        [call("close_case", "c-1", case_id="A", resolution="fixed")],
+        ledger=env.ledger,
+        checkpointer=env.checkpointer,
+    )
+    out = env.invoke(graph, {"messages": [("user", "close A")]}, CFG)
+    [approval] = out["__interrupt__"]
+    crm.faults.push(Fault.LOSE_RESPONSE)
+    args = {"case_id": "A", "resolution": "fixed, edited"}
+    edit = {"decisions": [{"type": "edit", "edited_action": {"name": "close_case", "args": args}}]}
+    out = env.invoke(graph, Command(resume={approval.id: edit}), CFG)
+    [review] = out["__interrupt__"]
+    assert review.value["status"] == "unknown"
+    assert crm.effects_for("A") == 1  # the edited call acted; its response was lost
+    confirm = {"operation_id": review.value["operation_id"], "decision": "confirm", "by": "ana"}
+    out = env.invoke(graph, Command(resume=confirm if by_position else {review.id: confirm}), CFG)
+    assert "__interrupt__" not in out
+    assert crm.effects_for("A") == 1
+    [answer] = tool_messages(out)
+    assert answer.status == "success"
+    ops = {op.operation_id: op for op in env.ops()}
+    assert ops[review.value["operation_id"]].status.value == "confirmed"
