@@ -81,6 +81,7 @@ from langgraph.types import Command
 from langgraph_effects.core.model import Operation, OperationStatus, utcnow
 from langgraph_effects.core.plan import receipt_conflict
 from langgraph_effects.decide import DurabilityWarning
+from langgraph_effects.decide.identity import NoCheckpointerWarning
 from langgraph_effects.ledger.base import DEFAULT_LEASE
 from langgraph_effects.testing._progress import Advance, Progress
 from langgraph_effects.testing.assertions import mislabelled_operations
@@ -250,6 +251,8 @@ def _quiet_langgraph() -> None:
     # Schedules run LangGraph's default durability on purpose: the advice is noise
     # here, and where a host turns warnings into errors it must not fail a run.
     warnings.filterwarnings("ignore", category=DurabilityWarning)
+    # The no_checkpointer kind runs without one on purpose (the warning is tested apart).
+    warnings.filterwarnings("ignore", category=NoCheckpointerWarning)
 
 
 # --------------------------------------------------------------------------- kills

@@ -5,13 +5,14 @@ Each shape runs the scenario's scripted calls (``scenario._Script``) the way Lan
 users build agents, and each is drawn as a variant of an older kind
 (``scenario.Kind``):
 
-* ``parallel``: the agent's calls fan out to ``tools_a`` and, in the same superstep,
-  ``tools_b`` issues the first call again (an audit branch): two intents of one call;
+* ``parallel``: the agent's calls go to ``tools_a`` (each sent, or all in one task) and,
+  in the same superstep or one step later, ``tools_b`` issues the first call again (an
+  audit branch): two intents of one call;
 * ``fanout``: no AIMessage proposes the calls; a router builds them by hand
   (``Send("tools", [tool_call])``) with index ids (``mail-0``, ``mail-1``...) that
   repeat in the next turn;
 * ``sub_agent``: a supervisor hands a worker agent (a subgraph on the parent's thread)
-  only the latest request; the worker's exchange comes back into the parent;
+  only the latest request; the worker's exchange, or its last message alone, comes back;
 * ``stateless``: no checkpointer, each request its own invoke of a tools node behind a
   ``RetryPolicy`` (a flaky read re-runs the node): protected within one invoke, the
   same request twice acts twice (:func:`stateless_story`).
@@ -37,10 +38,25 @@ from langgraph_effects.node import EffectToolNode, route_tool_calls
 if TYPE_CHECKING:
     from langgraph_effects.testing.scenario import Scenario, ScenarioReport, _Request, _Tally
 
-__all__ = ["SHAPES", "Shape", "branch_targets", "build_shape", "index_ids", "stateless_story"]
+__all__ = [
+    "SHAPES",
+    "VARIANTS",
+    "Shape",
+    "Variant",
+    "branch_targets",
+    "build_shape",
+    "index_ids",
+    "stateless_story",
+]
 
 Shape = Literal["agent", "parallel", "fanout", "sub_agent", "stateless"]
 SHAPES: tuple[Shape, ...] = ("agent", "parallel", "fanout", "sub_agent", "stateless")
+Variant = Literal["send", "whole", "apart", "last"]
+VARIANTS: dict[Shape, tuple[Variant, ...]] = {
+    "parallel": ("send", "whole", "apart"),
+    "sub_agent": ("whole", "last"),
+}
+"""The variants a shape draws among (the others have one)."""
 _FANNING = "fanning out"
 _FLAKY_CALL = {
     "name": "check_status",
@@ -79,8 +95,13 @@ def build_shape(
     asynchronous: bool = False,
     flakes: int = 0,
     fresh_ids: bool = False,
+    variant: Variant = "send",
 ) -> Any:
-    """The graph of ``shape`` (not ``agent``: that one is ``scenario.build_graph``)."""
+    """The graph of ``shape`` (not ``agent``: that one is ``scenario.build_graph``), in
+    its ``variant``: ``parallel``: ``send`` (each call sent to ``tools_a``), ``whole``
+    (``tools_a`` runs the AIMessage in one task), ``apart`` (as ``whole``, ``tools_b`` one
+    step later); ``sub_agent``: ``whole`` (the worker's exchange comes back) or ``last``
+    (only its last message, ``langgraph-supervisor``'s default ``output_mode``)."""
     from langgraph_effects.testing.scenario import _Script, _State, flaky_tool
 
     def node(name: str, more: Sequence[BaseTool] = ()) -> ToolNode:
@@ -104,10 +125,10 @@ def build_shape(
         builder.add_edge("tools", END)
         return builder.compile()  # no checkpointer: a stateless service
     if shape == "sub_agent":
-        return _supervisor(
-            builder, _worker(node("tools"), tool_calls, control), saver, asynchronous
-        )
+        worker = _worker(node("tools"), tool_calls, control)
+        return _supervisor(builder, worker, saver, asynchronous, whole=variant != "last")
     script = _Script([dict(tc) for tc in tool_calls], fresh_ids=fresh_ids)
+    calls = [dict(tc) for tc in tool_calls]
 
     def agent(state: Any) -> dict[str, list[AnyMessage]]:
         reply = script.reply(state["messages"])
@@ -115,7 +136,9 @@ def build_shape(
             reply = AIMessage(content=_FANNING, id=f"{reply.id}-plan")
         return {"messages": [reply]}
 
-    calls = [dict(tc) for tc in tool_calls]
+    def proposal(state: Any) -> list[Any]:
+        last = next(m for m in reversed(state["messages"]) if isinstance(m, AIMessage))
+        return list(last.tool_calls)
 
     def route(state: Any) -> Any:
         last = state["messages"][-1]
@@ -125,18 +148,28 @@ def build_shape(
             return [Send("tools", [tc]) for tc in calls] if last.content == _FANNING else END
         if not last.tool_calls:
             return END
-        # The audit branch issues the first call again, in the same superstep.
-        return [Send("tools_a", [tc]) for tc in last.tool_calls] + [
-            Send("tools_b", [last.tool_calls[0]])
-        ]
+        # tools_a runs the AIMessage (each call sent, or all in one task as under
+        # tools_condition); the audit branch tools_b issues its first call again, in the
+        # same superstep or (apart) one step later.
+        mine: list[Any] = (
+            [Send("tools_a", [tc]) for tc in last.tool_calls] if variant == "send" else ["tools_a"]
+        )
+        return mine if variant == "apart" else [*mine, Send("tools_b", [last.tool_calls[0]])]
 
     builder.add_node("agent", agent)
     branches = ["tools"] if shape == "fanout" else ["tools_a", "tools_b"]
     for name in branches:
         builder.add_node(name, node(name))
-        builder.add_edge(name, "agent")
     builder.add_edge(START, "agent")
     builder.add_conditional_edges("agent", route, [*branches, END])
+    if variant == "apart":
+        builder.add_conditional_edges(
+            "tools_a", lambda state: [Send("tools_b", proposal(state)[:1])], ["tools_b"]
+        )
+    else:
+        builder.add_edge(branches[0], "agent")
+    if shape == "parallel":
+        builder.add_edge("tools_b", "agent")
     return builder.compile(checkpointer=saver)
 
 
@@ -162,9 +195,10 @@ def _worker(tools: ToolNode, tool_calls: Sequence[Mapping[str, Any]], control: b
     return builder.compile()
 
 
-def _supervisor(builder: Any, worker: Any, saver: Any, asynchronous: bool) -> Any:
+def _supervisor(builder: Any, worker: Any, saver: Any, asynchronous: bool, *, whole: bool) -> Any:
     """The supervisor hands the worker only the latest request, and takes back the worker's
-    whole exchange (renamed per turn: the worker's ids repeat every turn)."""
+    whole exchange (renamed per turn: the worker's ids repeat every turn) or, not
+    ``whole``, its last message alone."""
 
     def brief(state: Mapping[str, Any]) -> tuple[dict[str, Any], int]:
         messages: list[BaseMessage] = state["messages"]
@@ -172,7 +206,7 @@ def _supervisor(builder: Any, worker: Any, saver: Any, asynchronous: bool) -> An
         return {"messages": [messages[-1]]}, turn
 
     def back(out: Mapping[str, Any], turn: int) -> dict[str, Any]:
-        exchange = out["messages"][1:]
+        exchange = out["messages"][1:] if whole else out["messages"][-1:]
         return {"messages": [m.model_copy(update={"id": f"{m.id}-w{turn}"}) for m in exchange]}
 
     def run(state: Any, config: RunnableConfig) -> dict[str, Any]:

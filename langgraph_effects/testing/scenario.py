@@ -116,7 +116,9 @@ from langgraph_effects.node import EffectState, EffectToolNode, route_tool_calls
 from langgraph_effects.review import APPROVAL_KIND
 from langgraph_effects.testing.assertions import mislabelled_operations
 from langgraph_effects.testing.draws import (
+    VARIANTS,
     Shape,
+    Variant,
     branch_targets,
     build_shape,
     index_ids,
@@ -993,6 +995,8 @@ class Scenario:
     shape: Shape = "agent"
     """``node`` face: the graph the calls run in (``testing.draws``): ``agent`` (agent ->
     tools -> agent), ``parallel``, ``fanout``, ``sub_agent`` or ``stateless``."""
+    variant: Variant = "send"
+    """The shape's variant (``draws.VARIANTS``)."""
     repeat: bool = False
     """After the thread ends, the person asks for the same again (new tool-call ids, but
     index ids for ``fanout`` and the worker's own for ``sub_agent``)."""
@@ -1342,6 +1346,9 @@ def _note_repeats(sc: Scenario, tally: _Tally, messages: Sequence[AnyMessage]) -
     never part of the thread, and its call maps back to the earlier operation.
     """
     answered = _answered_first(messages)
+    if sc.shape == "sub_agent" and sc.variant == "last":
+        # Only the worker's last word came back: the turn ended, so it answered every call.
+        answered = {str(tc["id"]) for tc in sc.tool_calls}
     meant = [*sc.tool_calls, *([sc.tool_calls[0]] * len(branch_targets(sc)))]
     for call in meant:
         target = target_of(call)
@@ -1804,6 +1811,7 @@ def _start(
                 asynchronous=sc.asynchronous,
                 flakes=sc.flakes,
                 fresh_ids=sc.repeat and sc.shape != "fanout",
+                variant=sc.variant,
                 **common,
             )
         return build_graph(
@@ -2090,6 +2098,8 @@ class Schedule:
     """``mcp_tools`` kind: whether ``mcp_effects`` believes the server's annotations."""
     repeat: bool = False
     """After the thread ends the person asks for the same again (a new turn, new ids)."""
+    variant: Variant = "send"
+    """``parallel_branches`` and ``sub_agent`` kinds: the graph's variant (``draws.VARIANTS``)."""
     summary: bool = False
     """``summarized_thread`` kind: every message replaced by a summary, not only the
     answered exchange removed."""
@@ -2175,8 +2185,11 @@ class Schedule:
                 approval=False,
                 twins=False,
             )
+        shape = _SHAPES.get(kind, "agent")
         return schedule.with_(
-            repeat=repeat, summary=kind is Kind.SUMMARIZED and drawn.random() < 0.5
+            repeat=repeat,
+            summary=kind is Kind.SUMMARIZED and drawn.random() < 0.5,
+            variant=drawn.choice(VARIANTS[shape]) if shape in VARIANTS else "send",
         )
 
     @classmethod
@@ -2305,6 +2318,7 @@ class Schedule:
             summarize=story is Kind.SUMMARIZED,
             summary=self.summary,
             shape=_SHAPES.get(story, "agent"),
+            variant=self.variant,
             repeat=self.repeat,
             requests=2 if story is Kind.NO_CHECKPOINTER else 1,
             collide=story is Kind.COLLIDING,
