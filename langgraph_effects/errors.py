@@ -117,7 +117,8 @@ class InvalidAnswer(InvalidInput):
     """A resume value is not a valid answer to the request; nothing was recorded.
 
     Marked as an invalid resume for LangGraph, so ``ToolNode`` never turns it
-    into a ToolMessage: the run fails and the same interrupt can be answered again.
+    into a ToolMessage: nothing is saved, and the request is asked again, saying why
+    (``decide.drive``), under the same interrupt id.
     """
 
     def __init__(self, message: str, *, operation_id: str | None = None) -> None:

@@ -36,8 +36,8 @@ applies an answer only to that operation. Every request also carries a
 answer may echo it (``"request_id": ...``, beside either shape). One that names an
 earlier round is not applied: the current request is asked again with a ``notice``
 saying why (``with_notice``); one that names no request of ours is refused. An invalid answer raises
-``InvalidAnswer``, marked so LangGraph fails the run without saving it: the
-interrupt can be answered again and nothing is lost.
+``InvalidAnswer``, marked so LangGraph does not save it: the request is asked
+again under the same interrupt id, saying why (``decide.drive``), and nothing is lost.
 """
 
 from __future__ import annotations

@@ -184,6 +184,28 @@ class Env:
             return self.run(graph.ainvoke(value, config, **kw))
         return graph.invoke(value, config, **kw)
 
+    def refused(self, graph: Any, value: Any, config: dict[str, Any], match: str) -> list[Any]:
+        """Answer with ``value``, which must be refused: the run ends asking the same
+        request again (its interrupt ids unchanged) with a notice whose words match
+        ``match``; returns the pending interrupts."""
+        import re
+
+        from langgraph_effects.decide.answers import REFUSED_NOTE
+
+        def interrupts() -> list[Any]:
+            state = (
+                graph.get_state(config) if not self.is_async else self.run(graph.aget_state(config))
+            )
+            return [i for task in state.tasks for i in task.interrupts]
+
+        before = [i.id for i in interrupts()]
+        self.invoke(graph, value, config)
+        after = interrupts()
+        assert [i.id for i in after] == before, "the request was not asked again"
+        notices = [i.value.get("notice", "") for i in after]
+        assert any(n.startswith(REFUSED_NOTE) and re.search(match, n) for n in notices), notices
+        return after
+
     def ledger_call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         result = getattr(self.ledger, method)(*args, **kwargs)
         if self.is_async and self.kind != "memory":

@@ -26,7 +26,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-from pydantic import AfterValidator
+from pydantic import AfterValidator, ValidationError
 
 from langgraph_effects.core.actors import person_refusal
 from langgraph_effects.core.digest import canonical_json
@@ -44,6 +44,7 @@ from langgraph_effects.review import Answer, InvalidAnswer, RequestKind, parse_a
 __all__ = [
     "ANONYMOUS",
     "AUTH_USER_KEY",
+    "REFUSED_NOTE",
     "Answers",
     "agrees",
     "answer_digest",
@@ -56,6 +57,7 @@ __all__ = [
     "earlier_round",
     "identify",
     "named_round",
+    "refused_note",
     "repeated_answer",
     "round_id",
     "verified_as",
@@ -237,6 +239,18 @@ def repeated_answer(operation_id: str) -> str:
     )
 
 
+REFUSED_NOTE = "Your answer was refused, nothing was recorded: "
+"""How the request asked again after a refused answer begins (``refused_note``)."""
+
+
+def refused_note(error: ValidationError) -> str:
+    """What a person is told when the request's schema refused their answer: what was wrong."""
+    errors = error.errors()
+    cause = (errors[0].get("ctx") or {}).get("error") if errors else None
+    why = str(cause) if cause is not None else str(errors[0]["msg"] if errors else error)
+    return f"{REFUSED_NOTE}{why.rstrip('.')}. Answer this request again."
+
+
 def earlier_round(named: str, op: Operation) -> str:
     """What a person is told when their answer names an earlier question about ``op``."""
     return (
@@ -318,9 +332,10 @@ def answer_schema(
     earlier: Collection[str] = (),
 ) -> Any:
     """The interrupt's ``response_schema``: LangGraph checks an answer with it *before*
-    saving it, so an answer that would fail when applied fails the run instead, and
-    the interrupt can be answered again. Values LangGraph hands back from earlier
-    rounds (``stale``) pass unchecked: the runner consumes them without applying."""
+    saving it, so an answer that would fail when applied is refused instead (asked
+    again, saying why: ``decide.drive``), and the interrupt can be answered again.
+    Values LangGraph hands back from earlier rounds (``stale``) pass unchecked: the
+    runner consumes them without applying."""
 
     def check(value: Any) -> Any:
         answer = parse_answer(value, tool_name=call.tool_name)

@@ -21,10 +21,12 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any, TypeVar, cast
+from typing import Annotated, Any, TypeVar, cast
 
-from langgraph.errors import GraphBubbleUp
+from langgraph.config import get_config
+from langgraph.errors import GraphBubbleUp, is_invalid_resume
 from langgraph.types import interrupt
+from pydantic import ValidationError, ValidatorFunctionWrapHandler, WrapValidator
 
 from langgraph_effects._owners import current_owner
 from langgraph_effects.core.model import Operation, OperationKey, Prepared, utcnow
@@ -39,6 +41,7 @@ from langgraph_effects.decide.actions import (
     Renew,
     Sleep,
 )
+from langgraph_effects.decide.answers import refused_note
 from langgraph_effects.decide.approvals import ask_approvals
 from langgraph_effects.decide.call import EffectCall, Execute
 from langgraph_effects.decide.commit import Commits, InFlight, finish, together
@@ -54,6 +57,7 @@ from langgraph_effects.decide.thread import (
 )
 from langgraph_effects.errors import EffectsError
 from langgraph_effects.ledger.base import DEFAULT_LEASE, AsyncLedger, Ledger
+from langgraph_effects.review import with_notice
 from langgraph_effects.slot import dispatching
 
 __all__ = ["AsyncExecute", "EffectRunner"]
@@ -485,9 +489,51 @@ async def _ano_dispatch(args: dict[str, Any]) -> Any:
     raise AssertionError("asking approvals dispatches nothing")  # pragma: no cover
 
 
+_SCRATCHPAD = "__pregel_scratchpad"
+"""Where LangGraph keeps a task's resume values in its ``configurable`` (a private key)."""
+
+
 def _interrupt(request: dict[str, Any], schema: Any) -> Any:
-    """Ask through LangGraph: it checks the answer with ``schema`` before saving it."""
-    return interrupt(request, response_schema=schema)
+    """Ask through LangGraph: it checks the answer with ``schema`` before saving it.
+
+    An answer the schema refuses is not saved, and the same request is asked again
+    at once with why (``answers.refused_note``), as an interrupt: a ``GraphBubbleUp``,
+    which a wrapper retrying the tool's exceptions (``ToolRetryMiddleware`` listed
+    before ``EffectMiddleware``) lets through, and which every UI shows. LangGraph
+    keeps a refused answer given by interrupt id among the task's values; it is
+    dropped first, so the request asked again has the id LangGraph answers next
+    (the one the person answered)::
+
+        answer {id0: bad} ─▶ refused ─▶ asked again under id0, with a notice ─▶ {id0: good}
+    """
+    refused: list[Any] = []
+
+    def keep(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+        try:
+            return handler(value)
+        except ValueError:
+            refused.append(value)
+            raise
+
+    checked = Annotated[schema, WrapValidator(keep)]
+    try:
+        return interrupt(request, response_schema=checked)
+    except ValidationError as exc:
+        if not is_invalid_resume(exc) or not refused or not _forget(refused[-1]):
+            raise
+        return interrupt(with_notice(request, refused_note(exc)), response_schema=checked)
+
+
+def _forget(value: Any) -> bool:
+    """Drop a refused answer LangGraph holds among the task's values; False: it was
+    saved before (a value in the middle), so it cannot be answered again."""
+    resume = getattr(get_config()["configurable"].get(_SCRATCHPAD), "resume", None)
+    if not isinstance(resume, list):
+        return False
+    if resume and resume[-1] is value:
+        resume.pop()  # given by interrupt id: it would take this request's place
+        return True
+    return all(v is not value for v in resume)  # given by position: consumed, not kept
 
 
 def _run_coroutine_sync(awaitable: Awaitable[Any]) -> Any:

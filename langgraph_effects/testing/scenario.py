@@ -1170,9 +1170,10 @@ def _story(sc: Scenario, tally: _Tally) -> Generator[_Request, Any, ScenarioRepo
         if isinstance(outcome, InjectedCrash):
             return
         if outcome is None:
-            # Not refused: harmless only if it was not applied. LangGraph may never
-            # hand it to a task (its interrupt id went stale) while the run applies a
-            # good answer saved before a crash; the ledger logs every answer it applies
+            # Refused in words (asked again with a notice), or not read at all: harmless
+            # only if it was not applied. LangGraph may never hand it to a task (its
+            # interrupt id went stale) while the run applies a good answer saved before a
+            # crash; the ledger logs every answer it applies
             # with its value's digest, so only the bad value's own digest convicts it.
             if (yield from _answer_applied(sc, bad)):
                 tally.violations.append(f"a bad answer was applied: {bad!r}")
@@ -1294,9 +1295,10 @@ def _asked_again(answered: Any, interrupts: Sequence[Any]) -> list[tuple[str, An
     """The answers whose question the next state asks again, unchanged and unexplained.
 
     An answer applies (the operation moves on: another status or attempt, or no
-    question at all, or the ledger logged it), is refused (the run fails), or the
+    question at all, or the ledger logged it), or the
     question is asked again with a ``notice`` saying why. The same question asked
-    again without one, by an answer the ledger never logged, is a lost answer.
+    again without one, by an answer the ledger never logged, is a lost answer (a
+    refusal asks again with a notice too: ``decide.answers.REFUSED_NOTE``).
     """
     asked = {
         (str(i.value.get("operation_id")), i.value.get("status"), i.value.get("attempts")): i.value

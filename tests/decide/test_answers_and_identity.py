@@ -19,7 +19,6 @@ from _graphs import Env, State, build_graph, call, tool_messages
 from langchain_core.messages import AIMessage
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command
-from pydantic import ValidationError
 
 from langgraph_effects import (
     DurabilityWarning,
@@ -227,7 +226,8 @@ def test_a_positional_answer_is_not_handed_to_a_later_question(env: Env, crm: Fa
 def test_an_answer_that_would_fail_is_refused_before_it_is_saved(
     env: Env, crm: FakeCRM, bad: dict[str, Any]
 ) -> None:
-    """A bad answer fails the resume and is not saved: the next correct answer applies."""
+    """A bad answer is not saved: the same request is asked again saying why, and the next
+    correct answer applies."""
     crm.faults.script([Fault.LOSE_RESPONSE])
     config = {"configurable": {"thread_id": "t1"}}
     graph = build_graph(
@@ -236,8 +236,7 @@ def test_an_answer_that_would_fail_is_refused_before_it_is_saved(
     env.invoke(graph, {"messages": [("user", "close A")]}, config)
     [review] = pending(env, graph, config)
     op_id = review.value["operation_id"]
-    with pytest.raises(ValidationError):
-        env.invoke(graph, Command(resume={"operation_id": op_id, **bad}), config)
+    env.refused(graph, Command(resume={"operation_id": op_id, **bad}), config, ".")
     assert env.ledger_call("get", "default", op_id).status is S.UNKNOWN
 
     good = {"operation_id": op_id, "decision": "confirm", "by": "ana", "reason": "seen"}

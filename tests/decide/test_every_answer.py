@@ -126,8 +126,7 @@ def test_a_request_id_of_no_request_of_ours_is_refused(env: Env, crm: FakeCRM) -
         "approvals:0123456789abcdef01234567",
     ):
         bad = {"operation_id": op_id, "decision": "reject", "by": "ana", "request_id": request_id}
-        with pytest.raises(REFUSED, match="request_id"):
-            env.invoke(graph, Command(resume=bad), CFG)
+        env.refused(graph, Command(resume=bad), CFG, "request_id")
     assert env.ledger_call("get", "default", op_id).status is S.UNKNOWN
     good = {"operation_id": op_id, "decision": "reject", "by": "ana", "reason": "not there"}
     env.invoke(graph, Command(resume=good), CFG)
@@ -173,8 +172,7 @@ def test_a_graph_answer_in_a_system_name_is_refused(env: Env, crm: FakeCRM) -> N
     graph = gated_graph(env, crm)
     env.invoke(graph, {"messages": [("user", "close A")]}, CFG)
     for by in ("receipt", "takeover:x", "langgraph-auth:admin", "anonymous", "\x1b[2Jana"):
-        with pytest.raises(REFUSED, match="cannot decide"):
-            env.invoke(graph, Command(resume={**APPROVE, "by": by}), CFG)
+        env.refused(graph, Command(resume={**APPROVE, "by": by}), CFG, "cannot decide")
     assert crm.effects == 0
     env.invoke(graph, Command(resume=APPROVE), CFG)
     assert crm.effects == 1
@@ -328,3 +326,59 @@ def test_an_answer_told_and_asked_again_is_never_read_as_a_last_word(
     env.invoke(graph, Command(resume=confirm), CFG)  # not refused
     op = env.ledger_call("get", "default", op_id)
     assert (op.status, pending(env, graph)) == (S.CONFIRMED, [])
+
+
+# -- a refused answer is asked again under the id LangGraph answers next ---------------
+
+
+@pytest.mark.parametrize("by_id", [True, False], ids=["by-id", "by-position"])
+def test_a_bad_answer_under_tool_retry_is_refused_in_words_and_the_next_applies(
+    env: Env, crm: FakeCRM, by_id: bool
+) -> None:
+    """``ToolRetryMiddleware`` listed before ``EffectMiddleware`` retries every exception a
+    tool call raises: a bad answer's refusal travels as the same request asked again with a
+    notice (an interrupt, which it lets through), under the interrupt id the person
+    answered, so the next answer, by id or by position, applies: 1 act (campaign seeds
+    439, 1153, 1619, 868: the request came back under an id LangGraph never answered)."""
+    from langchain.agents import create_agent
+    from langchain.agents.middleware import ToolRetryMiddleware
+
+    from langgraph_effects import EffectMiddleware
+    from langgraph_effects.testing import ScriptedChatModel
+
+    @effect("crm.close_case", target=lambda a: a["case_id"], require_approval=True)
+    def close_case(case_id: str, resolution: str) -> dict[str, Any]:
+        """Close a CRM case (a person approves first)."""
+        return crm.close_case(case_id, resolution)
+
+    graph = create_agent(
+        ScriptedChatModel(plan=[[call("close_case", "c1", case_id="A", resolution="fixed")]]),
+        tools=[close_case],
+        middleware=[
+            ToolRetryMiddleware(initial_delay=0.0, jitter=False),
+            EffectMiddleware(ledger=env.ledger),
+        ],
+        checkpointer=env.checkpointer,
+    )
+    env.invoke(graph, {"messages": [("user", "close A")]}, CFG)
+    state = graph.get_state(CFG) if not env.is_async else env.run(graph.aget_state(CFG))
+    [asked] = state.interrupts
+    op_id = asked.value["operation_id"]
+
+    def resume(value: Any) -> Command[Any]:
+        return Command(resume={asked.id: value} if by_id else value)
+
+    for bad, why in (
+        ({"operation_id": op_id, "decision": "confirm", "by": "ana"}, "'confirm'"),
+        ({"operation_id": op_id, "decision": "approve", "by": "receipt"}, "cannot decide"),
+    ):
+        env.refused(graph, resume(bad), CFG, why)
+    op = env.ledger_call("get", "default", op_id)
+    assert (op.status, op.authorization_ref, crm.effects) == (S.PREPARED, None, 0)
+    out = env.invoke(
+        graph, resume({"operation_id": op_id, "decision": "approve", "by": "ana"}), CFG
+    )
+    assert pending(env, graph) == []
+    assert env.ledger_call("get", "default", op_id).status is S.CONFIRMED
+    assert [m.status for m in tool_messages(out)] == ["success"]
+    assert crm.effects == 1

@@ -19,11 +19,9 @@ from langchain.agents import create_agent
 from langgraph.graph import END, START, StateGraph
 from langgraph.prebuilt import tools_condition
 from langgraph.types import Command
-from pydantic import ValidationError
 
 from langgraph_effects import EffectContext, EffectMiddleware, EffectToolNode, effect
 from langgraph_effects.core.model import OperationStatus
-from langgraph_effects.errors import InvalidAnswer
 from langgraph_effects.node import route_tool_calls
 from langgraph_effects.testing import Fault, ScriptedChatModel
 from langgraph_effects.testing.faults import CrashPlan, CrashPoint, InjectedCrash
@@ -165,8 +163,8 @@ def test_an_answer_that_does_not_fit_is_refused_and_can_be_given_again(
     env: Env, where: str
 ) -> None:
     """Two decisions for three calls, an earlier round's request id, a decision not offered:
-    each is refused before LangGraph saves it, nothing is recorded, and a right answer
-    still applies."""
+    each is refused before LangGraph saves it (the request asked again, saying why), nothing
+    is recorded, and a right answer still applies."""
     crm = FakeCRM()
     g = graph(env, [close_tool(crm)], CALLS, where=where)
     env.invoke(g, {"messages": [("user", "close A, B, C")]}, CFG)
@@ -176,9 +174,8 @@ def test_an_answer_that_does_not_fit_is_refused_and_can_be_given_again(
         {"decisions": [{"type": "respond", "message": "x"}] * 3},
         {"decisions": [{"type": "approve"}, {"type": "approve"}, {"type": "maybe"}]},
     ]
-    for value in wrong:
-        with pytest.raises((ValidationError, InvalidAnswer)):
-            env.invoke(g, Command(resume=value), CFG)
+    for value, why in zip(wrong, ["2 decision", "request_id", "respond", "maybe"], strict=True):
+        env.refused(g, Command(resume=value), CFG, why)
     assert all(op.status is S.PREPARED and op.authorization_ref is None for op in env.ops())
     out = env.invoke(g, Command(resume={"decisions": [{"type": "approve"}] * 3}), CFG)
     assert "__interrupt__" not in out

@@ -16,7 +16,6 @@ from typing import Any
 import pytest
 from _graphs import Env, build_graph, call, tool_messages
 from langgraph.types import Command
-from pydantic import ValidationError
 
 from langgraph_effects import (
     EffectContext,
@@ -245,12 +244,12 @@ def test_answer_naming_another_operation_is_refused(env: Env) -> None:
     """An answer for an operation this thread does not own is refused and can be re-answered."""
     crm = FakeCRM()
     graph = _review_graph(env, crm)
-    with pytest.raises(ValidationError, match="does not own"):
-        env.invoke(
-            graph,
-            Command(resume={"operation_id": "op-elsewhere", "decision": "confirm", "by": "eve"}),
-            CFG,
-        )
+    env.refused(
+        graph,
+        Command(resume={"operation_id": "op-elsewhere", "decision": "confirm", "by": "eve"}),
+        CFG,
+        "does not own",
+    )
     [op] = env.ops()
     assert op.status is S.UNKNOWN
     env.invoke(graph, Command(resume={"decision": "confirm", "by": "alice"}), CFG)
@@ -492,8 +491,7 @@ def test_parallel_sibling_not_rerun_when_one_interrupts(env: Env) -> None:
     assert effects <= 1 if env.is_async else effects == 1
     [intr] = pending_interrupts(env, graph, CFG)
     # Several effect calls share this task, so the answer must name its operation.
-    with pytest.raises(ValidationError, match="must name"):
-        env.invoke(graph, Command(resume={"decision": "approve", "by": "alice"}), CFG)
+    env.refused(graph, Command(resume={"decision": "approve", "by": "alice"}), CFG, "must name")
     answer = {"operation_id": intr.value["operation_id"], "decision": "approve", "by": "alice"}
     env.invoke(graph, Command(resume=answer), CFG)
     assert crm.effects == 2
