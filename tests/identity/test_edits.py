@@ -8,6 +8,8 @@ and sends the edited one, on every place a batch is asked.
 
 from __future__ import annotations
 
+import time
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -21,6 +23,7 @@ from langgraph_effects import EffectContext, EffectMiddleware, EffectToolNode, e
 from langgraph_effects.core.model import ProviderContract
 from langgraph_effects.node import route_tool_calls
 from langgraph_effects.testing import ScriptedChatModel
+from langgraph_effects.testing.faults import CrashPlan, CrashPoint, InjectedCrash
 from langgraph_effects.testing.providers import FakeCRM, Fault
 
 CFG = {"configurable": {"thread_id": "edits", "langgraph_auth_user": {"identity": "ana"}}}
@@ -108,6 +111,23 @@ def test_an_edit_equal_to_an_answered_call_acts(env: Env, crm: FakeCRM, where: s
     assert second.status == "success"
 
 
+def unkeyed_gated_close(crm: FakeCRM) -> Any:
+    """A gated close with no key and no lookup: a lost response leaves it unknown, for a person."""
+
+    @effect(
+        "crm.close_case",
+        target=lambda a: a["case_id"],
+        require_approval=True,
+        contract=ProviderContract(backoff_initial=0.0, backoff_max=0.0),
+    )
+    def close_case(case_id: str, resolution: str, ctx: EffectContext) -> str:
+        """Close a CRM case."""
+        crm.close_case(case_id, resolution)
+        return f"closed {case_id}: {resolution}"
+
+    return close_case
+
+
 @pytest.mark.parametrize("by_position", [False, True], ids=["by-id", "by-position"])
 def test_an_edited_call_left_unknown_takes_the_review_answer_not_the_edit(
     env: Env, crm: FakeCRM, by_position: bool
@@ -119,19 +139,8 @@ def test_an_edited_call_left_unknown_takes_the_review_answer_not_the_edit(
     colliding_edits: the edit was read as the review's answer and refused in every run after,
     so no answer could ever decide the operation.)"""
 
-    @effect(
-        "crm.close_case",
-        target=lambda a: a["case_id"],
-        require_approval=True,
-        contract=ProviderContract(backoff_initial=0.0, backoff_max=0.0),
-    )
-    def close_case(case_id: str, resolution: str, ctx: EffectContext) -> str:
-        """Close a CRM case."""
-        crm.close_case(case_id, resolution)  # no key, no lookup: a lost response is unknown
-        return f"closed {case_id}: {resolution}"
-
     graph = build_graph(
-        [close_case],
+        [unkeyed_gated_close(crm)],
         [call("close_case", "c-1", case_id="A", resolution="fixed")],
         ledger=env.ledger,
         checkpointer=env.checkpointer,
@@ -153,3 +162,49 @@ def test_an_edited_call_left_unknown_takes_the_review_answer_not_the_edit(
     assert answer.status == "success"
     ops = {op.operation_id: op for op in env.ops()}
     assert ops[review.value["operation_id"]].status.value == "confirmed"
+
+
+def test_an_approval_answered_again_after_a_crash_lost_the_edit_is_told_not_refused(
+    env: Env, crm: FakeCRM
+) -> None:
+    """The reviewer's edit is applied and the edited call acts, then the process dies before
+    LangGraph saved the answer (its default durability): the approval is shown again and
+    answered again, echoing its request_id. That answer is about the call the edit
+    replaced: the edited call's review says so and asks (a notice), nothing is sent again,
+    and its answer applies. (Campaign seed 684, colliding_edits: the answer was refused
+    as naming another operation in every run after, so the review could never be
+    answered.)"""
+    if env.is_async:
+        pytest.skip("the in-process crash (a BaseException) is raised through the sync driver")
+    graph = build_graph(
+        [unkeyed_gated_close(crm)],
+        [call("close_case", "c-1", case_id="A", resolution="fixed")],
+        ledger=env.ledger,
+        checkpointer=env.checkpointer,
+        node_kwargs={"lease_for": timedelta(seconds=0.3)},
+    )
+    out = env.invoke(graph, {"messages": [("user", "close A")]}, CFG)
+    [approval] = out["__interrupt__"]
+    args = {"case_id": "A", "resolution": "fixed, edited"}
+    edit = {
+        "decisions": [{"type": "edit", "edited_action": {"name": "close_case", "args": args}}],
+        "request_id": approval.value["request_id"],
+    }
+    with CrashPlan.arm(CrashPoint.AFTER_PROVIDER, mode="raise"), pytest.raises(InjectedCrash):
+        env.invoke(graph, Command(resume={approval.id: edit}), CFG, durability=None)
+    assert crm.effects_for("A") == 1
+    [shown] = graph.get_state(CFG).interrupts
+    assert shown.value["operation_id"] == approval.value["operation_id"]  # LangGraph lost it
+    time.sleep(0.4)  # the dead run's lease lapses
+    again = {"decisions": [{"type": "approve"}], "request_id": shown.value["request_id"]}
+    out = env.invoke(graph, Command(resume={shown.id: again}), CFG, durability=None)
+    [review] = out["__interrupt__"]
+    assert review.value["status"] == "unknown"
+    assert approval.value["request_id"] in review.value["notice"]
+    assert crm.effects_for("A") == 1
+    confirm = {"operation_id": review.value["operation_id"], "decision": "confirm"}
+    out = env.invoke(graph, Command(resume={review.id: confirm}), CFG, durability=None)
+    assert "__interrupt__" not in out
+    [answer] = tool_messages(out)
+    assert answer.status == "success"
+    assert crm.effects_for("A") == 1
