@@ -59,6 +59,7 @@ __all__ = [
     "recorded_receipt",
     "renewal_delay",
     "resend_risk",
+    "resent_unanswered",
     "retry_allowed",
 ]
 
@@ -280,6 +281,25 @@ def earlier_attempt_ambiguous(op: Operation, events: Iterable[OperationEvent]) -
     events only on this rare path (``op.attempts > 1``).
     """
     return op.attempts > 1 and any(e.to_status is S.UNKNOWN for e in events)
+
+
+def resent_unanswered(events: Sequence[OperationEvent]) -> bool:
+    """True when a safe resend (a claim from ``unknown``) ended ``unknown`` again and no
+    decision followed it: a person decides now, and their answer is read before any
+    other dispatch (the last word before dispatch wins).
+
+    The ``retried`` of ``plan`` across runs of a task: a review's resume runs the task
+    from its first line, and resending first would make every answer late (its round
+    gone, a reject read after a resend that may have acted). A person's ordered retry
+    (``resolve``: ``unknown`` -> ``prepared``) or an approval is a decision: a safe
+    resend is allowed again after the dispatch it orders.
+    """
+    for event in reversed(events):
+        if event.kind is EventKind.CLAIM and event.from_status is S.UNKNOWN:
+            return True
+        if event.kind in (EventKind.RESOLVE, EventKind.APPROVE):
+            return False
+    return False
 
 
 def backoff_delay(contract: ProviderContract | None, retries_done: int) -> float:

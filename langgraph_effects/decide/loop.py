@@ -67,6 +67,7 @@ from langgraph_effects.core.plan import (
     receipt_conflict,
     receipt_retry_delay,
     recorded_receipt,
+    resent_unanswered,
 )
 from langgraph_effects.decide.actions import (
     Action,
@@ -400,10 +401,8 @@ class Loop:
                     )
                 case Step.ASK_APPROVAL:
                     op = yield from self._ask(p, op, kind="approval")
-                case Step.RETRY_SAFE if (yield from self._resend_refused(op)):
-                    # An earlier pass saw the provider refuse a resend: only a person
-                    # may order another one (the review offers no retry).
-                    p.retry_forbidden = True
+                case Step.RETRY_SAFE if (yield from self._resend_held(p, op)):
+                    pass  # a person decides first (``_resend_held``): planned again
                 case Step.AUTHORIZE_AND_CLAIM | Step.RETRY_SAFE:
                     changed = yield from self._last_word(p, op)
                     if changed is not None:
@@ -806,19 +805,24 @@ class Loop:
         events = yield from ledger(Events(op.key))
         return earlier_attempt_ambiguous(op, events)
 
-    def _resend_refused(self, op: Operation) -> Generator[Action, Any, bool]:
-        """True when ``op`` became unknown because the provider definitively refused a resend.
+    def _resend_held(self, p: _Pass, op: Operation) -> Generator[Action, Any, bool]:
+        """True when a safe resend of ``op`` must wait for a person: the provider
+        definitively refused an earlier one (only a person may order another: the review
+        offers no retry), or an earlier run's resend ended unknown and nobody decided
+        since (``core.plan.resent_unanswered``: the person's answer is read first).
 
         Read from the event log, so it holds across passes (a review's resume re-runs
         the node from its first line); one read, only on the rare safe-retry path.
         """
         events = yield from ledger(Events(op.key))
         last = next((e for e in reversed(events) if e.to_status is S.UNKNOWN), None)
-        return (
+        p.retry_forbidden = (
             last is not None
             and last.evidence is not None
             and last.evidence.source == _RESEND_REFUSED
         )
+        p.retried = not p.retry_forbidden and resent_unanswered(events)
+        return p.retry_forbidden or p.retried
 
     def _back_to_unknown(
         self, p: _Pass, op: Operation, token: int, summary: str, *, source: str = "provider"

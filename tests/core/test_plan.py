@@ -11,7 +11,9 @@ from hypothesis import strategies as st
 
 from langgraph_effects.core.model import (
     Decision,
+    EventKind,
     Operation,
+    OperationEvent,
     OperationStatus,
     ProviderContract,
     key_retention_seconds,
@@ -27,6 +29,7 @@ from langgraph_effects.core.plan import (
     plan,
     recorded_contract,
     resend_risk,
+    resent_unanswered,
     retry_allowed,
 )
 from langgraph_effects.errors import EffectRejected, TransientProviderError
@@ -280,3 +283,40 @@ def test_what_an_operator_may_decide_follows_the_record() -> None:
     assert operator_decisions(op(S.PREPARED, attempts=1)) == (D.REJECT,)
     for status in (S.DISPATCHING, S.CONFIRMED, S.REJECTED):
         assert operator_decisions(op(status)) == ()
+
+
+def _event(kind: EventKind, frm: OperationStatus | None, to: OperationStatus) -> OperationEvent:
+    return OperationEvent(
+        tenant_id="t",
+        operation_id="op",
+        seq=0,
+        kind=kind,
+        from_status=frm,
+        to_status=to,
+        actor="a",
+        at=NOW,
+    )
+
+
+def test_a_safe_resend_nobody_decided_since_holds_the_next_one() -> None:
+    """A claim from unknown (a safe resend) with no decision after it: a person decides
+    first; after a person's ordered retry (resolve) or approval, a safe resend is allowed."""
+    first = [
+        _event(EventKind.PREPARE, None, S.DISPATCHING),
+        _event(EventKind.MARK_UNKNOWN, S.DISPATCHING, S.UNKNOWN),
+        _event(EventKind.EVIDENCE, S.UNKNOWN, S.UNKNOWN),
+    ]
+    assert not resent_unanswered(first)
+    resent = [
+        *first,
+        _event(EventKind.CLAIM, S.UNKNOWN, S.DISPATCHING),
+        _event(EventKind.MARK_UNKNOWN, S.DISPATCHING, S.UNKNOWN),
+    ]
+    assert resent_unanswered(resent)
+    ordered = [
+        *resent,
+        _event(EventKind.RESOLVE, S.UNKNOWN, S.PREPARED),
+        _event(EventKind.CLAIM, S.PREPARED, S.DISPATCHING),
+        _event(EventKind.MARK_UNKNOWN, S.DISPATCHING, S.UNKNOWN),
+    ]
+    assert not resent_unanswered(ordered)

@@ -314,14 +314,14 @@ def test_an_answer_told_and_asked_again_is_never_read_as_a_last_word(
     env.invoke(graph, Command(resume=stale), CFG)
     [again] = pending(env, graph)
     assert earlier in again["notice"]  # told, asked again
-    # Answered by position, no request_id (each resume resends safely first): applied.
+    # Answered by position, no request_id: applied (the retry is sent, then one safe resend).
     env.invoke(
         graph, Command(resume={"operation_id": op_id, "decision": "retry", "by": "ana"}), CFG
     )
     [third] = pending(env, graph)
     assert "notice" not in third
     assert third["request_id"] != again["request_id"]
-    # A later run resends safely again before it asks: the told answer is passed over.
+    # A later run reads the answer before any resend: the told answer is passed over.
     confirm = {"operation_id": op_id, "decision": "confirm", "by": "ana", "reason": "seen"}
     env.invoke(graph, Command(resume=confirm), CFG)  # not refused
     op = env.ledger_call("get", "default", op_id)
@@ -382,3 +382,107 @@ def test_a_bad_answer_under_tool_retry_is_refused_in_words_and_the_next_applies(
     assert env.ledger_call("get", "default", op_id).status is S.CONFIRMED
     assert [m.status for m in tool_messages(out)] == ["success"]
     assert crm.effects == 1
+
+
+# -- the last word before dispatch wins: a resume reads the answer before a safe resend --
+
+
+@pytest.mark.parametrize(
+    ("env", "echo"),
+    [((k, m), True) for k, m in BACKENDS] + [(("sqlite", "sync"), False)],
+    indirect=["env"],
+    ids=[f"{k}-{m}-echoed" for k, m in BACKENDS] + ["sqlite-sync-not-echoed"],
+)
+def test_a_review_after_a_safe_resend_is_answered_before_any_other_send(
+    env: Env, crm: FakeCRM, echo: bool
+) -> None:
+    """A provider that deduplicates by key: the first send and one safe resend lose their
+    responses, and a person is asked. Their answer is read before anything is sent again:
+    a ``retry`` (echoing the request_id or not) sends once more, then one safe resend, and
+    the ``confirm`` given to the review after them applies the first time, nothing sent
+    after it (4 sends in all, counted at the provider).
+    Before, every resume resent first: the echoed answer named a gone round, and a reject
+    arrived after a resend that may have acted."""
+    sends: list[str] = []
+
+    def look(op: Any) -> Evidence:
+        return Evidence.inconclusive("the CRM's search shows nothing yet")
+
+    @effect(
+        "crm.close_case",
+        target=lambda a: a["case_id"],
+        reconcile=look,
+        contract=ProviderContract(idempotency_window=timedelta(hours=24)),
+    )
+    def close_case(case_id: str, resolution: str, ctx: EffectContext) -> dict[str, Any]:
+        """Close a CRM case."""
+        sends.append(ctx.idempotency_key)
+        return crm.close_case(case_id, resolution, idempotency_key=ctx.idempotency_key)
+
+    crm.faults.script([Fault.LOSE_RESPONSE] * 4)
+    graph = build_graph(
+        [close_case],
+        [call("close_case", "call-a", case_id="A", resolution="fixed")],
+        ledger=env.ledger,
+        checkpointer=env.checkpointer,
+    )
+    env.invoke(graph, {"messages": [("user", "close A")]}, CFG)
+    [review] = pending(env, graph)
+    op_id = review["operation_id"]
+    assert len(sends) == 2
+    retry = {"operation_id": op_id, "decision": "retry", "by": "ana"}
+    if echo:
+        retry["request_id"] = review["request_id"]
+    env.invoke(graph, Command(resume=retry), CFG)
+    [again] = pending(env, graph)
+    # The ordered retry and one safe resend after it, both lost: asked again.
+    assert (len(sends), "notice" in again) == (4, False)
+    confirm = {"operation_id": op_id, "decision": "confirm", "by": "ana", "reason": "seen"}
+    if echo:
+        confirm["request_id"] = again["request_id"]
+    out = env.invoke(graph, Command(resume=confirm), CFG)
+    op = env.ledger_call("get", "default", op_id)
+    assert (op.status, pending(env, graph), len(sends)) == (S.CONFIRMED, [], 4)
+    assert [m.status for m in tool_messages(out)] == ["success"]
+    assert crm.effects == 1  # one key: the provider applied it once
+
+
+@pytest.mark.parametrize("env", BACKENDS, indirect=True, ids=[f"{k}-{m}" for k, m in BACKENDS])
+def test_a_reject_given_to_the_review_after_a_safe_resend_stops_the_resends(
+    env: Env, crm: FakeCRM
+) -> None:
+    """The review that follows a safe resend, answered ``reject``: recorded rejected under
+    who said so, with nothing sent after the answer (2 sends, counted at the provider)."""
+    sends: list[str] = []
+
+    @effect(
+        "crm.close_case",
+        target=lambda a: a["case_id"],
+        reconcile=lambda op: Evidence.inconclusive("nothing seen"),
+        contract=ProviderContract(idempotency_window=timedelta(hours=24)),
+    )
+    def close_case(case_id: str, resolution: str, ctx: EffectContext) -> dict[str, Any]:
+        """Close a CRM case."""
+        sends.append(ctx.idempotency_key)
+        return crm.close_case(case_id, resolution, idempotency_key=ctx.idempotency_key)
+
+    crm.faults.script([Fault.LOSE_REQUEST] * 3)
+    graph = build_graph(
+        [close_case],
+        [call("close_case", "call-a", case_id="A", resolution="fixed")],
+        ledger=env.ledger,
+        checkpointer=env.checkpointer,
+    )
+    env.invoke(graph, {"messages": [("user", "close A")]}, CFG)
+    [review] = pending(env, graph)
+    reject = {"operation_id": review["operation_id"], "decision": "reject", "by": "ana"}
+    out = env.invoke(graph, Command(resume={**reject, "request_id": review["request_id"]}), CFG)
+    op = env.ledger_call("get", "default", review["operation_id"])
+    assert (op.status, pending(env, graph), len(sends), crm.effects) == (S.REJECTED, [], 2, 0)
+    assert [m.status for m in tool_messages(out)] == ["error"]
+    [rejected] = [
+        e
+        for e in env.ledger_call("events", "default", op.operation_id)
+        if e.kind is EventKind.RESOLVE
+    ]
+    assert rejected.actor == "ana"
