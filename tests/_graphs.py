@@ -78,6 +78,7 @@ class Env:
         import contextlib
 
         self.kind, self.mode = kind, mode
+        self.where = url if kind == "postgres" else str(path)  # what a child process opens
         self.is_async = mode == "async"
         self.loop = asyncio.new_event_loop() if self.is_async else None
         self._stack = contextlib.ExitStack()

@@ -1,4 +1,10 @@
-"""Shared fixtures: a fresh SQLite file or PostgreSQL schema per test.
+"""Shared fixtures: a fresh SQLite file or PostgreSQL schema per test, and the backend fixtures.
+
+``env`` (an open ``_graphs.Env``: a ledger and a checkpointer) and ``backend`` (``(kind, mode,
+where)``, for tests that open their own in a child process) run once per backend of the module's
+``BACKENDS``, a list of ``(kind, mode)``: kind ``memory``, ``sqlite`` or ``postgres``, mode
+``sync`` or ``async``; without one, SQLite and PostgreSQL, sync and async. A test's own
+``parametrize("env", [...], indirect=True)`` chooses for that test.
 
 PostgreSQL: ``LGE_TEST_POSTGRES_URL`` (default
 ``postgresql://postgres@127.0.0.1:5432/test``). Unreachable -> the tests skip
@@ -16,6 +22,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from _pg import (
@@ -26,6 +33,7 @@ from _pg import (
 
 from langgraph_effects.testing.faults import timeout_scale
 
+ALL_BACKENDS = [(k, m) for k in ("sqlite", "postgres") for m in ("sync", "async")]
 DEFAULT_WORKERS = 2  # the suite's parallelism when the command line does not choose
 
 
@@ -57,6 +65,54 @@ def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
         scaled = pytest.mark.timeout(float(seconds) * timeout_scale(), **kwargs)
         item.add_marker(scaled, append=False)
     yield
+
+
+def _parametrized(metafunc: pytest.Metafunc, name: str) -> bool:
+    """The test (or its class or module) parametrizes ``name`` itself."""
+    for mark in metafunc.definition.iter_markers("parametrize"):
+        names = mark.args[0] if mark.args else mark.kwargs["argnames"]
+        if isinstance(names, str):
+            names = [n.strip() for n in names.split(",")]
+        if name in names:
+            return True
+    return False
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """``env`` and ``backend`` once per backend of the module's ``BACKENDS`` (module docstring)."""
+    for name in ("env", "backend"):
+        if name not in metafunc.fixturenames or _parametrized(metafunc, name):
+            continue
+        if hasattr(metafunc.module, name):  # the module's own fixture of that name
+            continue
+        modes = getattr(metafunc.module, "BACKENDS", ALL_BACKENDS)
+        metafunc.parametrize(name, modes, indirect=True, ids=[f"{k}-{m}" for k, m in modes])
+
+
+def _where(request: pytest.FixtureRequest, kind: str, tmp_path: Path) -> str:
+    """A fresh PostgreSQL schema's URL, else a fresh SQLite file's path."""
+    return (
+        str(request.getfixturevalue("pg_url")) if kind == "postgres" else str(tmp_path / "app.db")
+    )
+
+
+@pytest.fixture
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, str, str]:
+    """``(kind, mode, where)`` of one backend, nothing opened."""
+    kind, mode = request.param
+    return kind, mode, _where(request, kind, tmp_path)
+
+
+@pytest.fixture
+def env(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
+    """One backend's ledger and checkpointer, opened sync or async (``_graphs.Env``)."""
+    from _graphs import Env
+
+    kind, mode = request.param
+    where = _where(request, kind, tmp_path)
+    opened = Env(kind, mode, path=Path(where), url=where if kind == "postgres" else None)
+    yield opened
+    opened.close()
 
 
 @pytest.fixture

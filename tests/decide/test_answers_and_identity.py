@@ -34,17 +34,7 @@ from langgraph_effects.testing.faults import scaled
 from langgraph_effects.testing.providers import FakeCRM, Fault
 
 S = OperationStatus
-BACKENDS = [(k, m) for k in ("sqlite", "postgres") for m in ("sync", "async")]
 CLOSE_A = call("close_case", "call-a", case_id="A", resolution="fixed")
-
-
-@pytest.fixture(params=BACKENDS, ids=[f"{k}-{m}" for k, m in BACKENDS])
-def env(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
-    kind, mode = request.param
-    url = request.getfixturevalue("pg_url") if kind == "postgres" else None
-    e = Env(kind, mode, path=tmp_path / "app.db", url=url)
-    yield e
-    e.close()
 
 
 @pytest.fixture

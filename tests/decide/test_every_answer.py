@@ -30,16 +30,6 @@ BACKENDS = [(k, m) for k in ("sqlite", "postgres") for m in ("sync", "async")]
 REFUSED = (ValidationError, InvalidAnswer)
 
 
-@pytest.fixture(params=BACKENDS, ids=[f"{k}-{m}" for k, m in BACKENDS])
-def env(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
-    kind, mode = request.param
-    url = request.getfixturevalue("pg_url") if kind == "postgres" else None
-    e = Env(kind, mode, path=tmp_path / "app.db", url=url)
-    e.where = url or str(tmp_path / "app.db")  # type: ignore[attr-defined]
-    yield e
-    e.close()
-
-
 @pytest.fixture
 def crm(tmp_path: Path) -> Any:
     with FakeCRM(path=tmp_path / "crm.db") as fake:

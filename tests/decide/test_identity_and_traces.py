@@ -48,16 +48,7 @@ from langgraph_effects.testing.providers import FakeCRM, Fault
 
 S = OperationStatus
 T = "default"
-MODES = [("memory", "sync"), ("sqlite", "async"), ("postgres", "sync")]
-
-
-@pytest.fixture(params=MODES, ids=[f"{k}-{m}" for k, m in MODES])
-def env(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
-    kind, mode = request.param
-    url = request.getfixturevalue("pg_url") if kind == "postgres" else None
-    e = Env(kind, mode, path=tmp_path / "app.db", url=url)
-    yield e
-    e.close()
+BACKENDS = [("memory", "sync"), ("sqlite", "async"), ("postgres", "sync")]
 
 
 @pytest.fixture

@@ -24,14 +24,6 @@ from langgraph_effects.errors import InvalidInput
 from langgraph_effects.testing.providers import FakeMail
 
 OLD, NEW = "old-" + "3f9a" * 8, "new-" + "77c1" * 8
-MODES = [("sqlite", "sync"), ("sqlite", "async"), ("postgres", "sync"), ("postgres", "async")]
-
-
-@pytest.fixture(params=MODES, ids=lambda p: f"{p[0]}-{p[1]}")
-def backend(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, str, str]:
-    kind, mode = request.param
-    where = request.getfixturevalue("pg_url") if kind == "postgres" else str(tmp_path / "app.db")
-    return kind, mode, where
 
 
 def sent(mail_path: Path) -> int:

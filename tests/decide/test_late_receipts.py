@@ -15,7 +15,6 @@ import threading
 from pathlib import Path
 from typing import Any
 
-import pytest
 from _graphs import Env, build_graph, call, tool_messages
 
 from langgraph_effects import EffectContext, Evidence, OperationStatus, effect
@@ -26,16 +25,6 @@ from langgraph_effects.testing.providers import FakeCRM, Fault
 S = OperationStatus
 CFG = {"configurable": {"thread_id": "t1"}}
 CLOSE_A = call("close_case", "call-a", case_id="A", resolution="fixed")
-
-
-@pytest.fixture(
-    params=[("sqlite", "sync"), ("sqlite", "async"), ("postgres", "sync"), ("postgres", "async")],
-    ids=lambda p: f"{p[0]}-{p[1]}",
-)
-def backend(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, str, str]:
-    kind, mode = request.param
-    where = request.getfixturevalue("pg_url") if kind == "postgres" else str(tmp_path / "app.db")
-    return kind, mode, where
 
 
 def test_late_receipt_makes_an_ordered_retry_moot(

@@ -26,7 +26,6 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-import pytest
 from _graphs import Env, build_graph, call
 
 from langgraph_effects import EffectContext, OperationStatus, ProviderContract, effect
@@ -106,16 +105,6 @@ class Worker:
                 (self.name,),
             ).fetchall()
         return len(rows)
-
-
-@pytest.fixture(
-    params=[("sqlite", "sync"), ("sqlite", "async"), ("postgres", "sync"), ("postgres", "async")],
-    ids=lambda p: f"{p[0]}-{p[1]}",
-)
-def backend(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, str, str]:
-    kind, mode = request.param
-    where = request.getfixturevalue("pg_url") if kind == "postgres" else str(tmp_path / "app.db")
-    return kind, mode, where
 
 
 def test_dropped_connection_mid_call_keeps_the_lease(

@@ -6,9 +6,7 @@ Through a real graph (``EffectToolNode`` on the in-memory ledger), counted at a 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,14 +17,8 @@ from langgraph_effects.core.model import OperationStatus
 from langgraph_effects.testing.providers import FakeCRM
 
 S = OperationStatus
+BACKENDS = [("memory", "sync")]
 WINDOW = ProviderContract(idempotency_window=timedelta(hours=24))
-
-
-@pytest.fixture
-def env(tmp_path: Path) -> Iterator[Env]:
-    e = Env("memory", "sync", path=tmp_path / "app.db")
-    yield e
-    e.close()
 
 
 def _close_tool(crm: FakeCRM, contract: ProviderContract | None) -> Any:

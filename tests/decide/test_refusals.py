@@ -10,7 +10,6 @@ retry offered. A first dispatch's refusal, by contrast, stays conclusive.
 from __future__ import annotations
 
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,18 +21,12 @@ from langgraph_effects.core.model import EventKind, EvidenceKind
 from langgraph_effects.testing.providers import FakeCRM, Fault
 
 S = OperationStatus
+BACKENDS = [("sqlite", "sync"), ("sqlite", "async")]
 CFG = {"configurable": {"thread_id": "t1"}}
 CLOSE_A = call("close_case", "call-a", case_id="A", resolution="fixed")
 KEYED = ProviderContract(
     idempotency_window=timedelta(hours=24), max_transient_retries=1, backoff_initial=0.0
 )
-
-
-@pytest.fixture(params=["sync", "async"])
-def env(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
-    e = Env("sqlite", request.param, path=tmp_path / "app.db")
-    yield e
-    e.close()
 
 
 def close_tool(crm: FakeCRM) -> Any:

@@ -10,7 +10,6 @@ call the model made acts once, and no run ends with an unanswered call.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,20 +27,10 @@ from langgraph_effects.node import route_tool_calls
 from langgraph_effects.testing import ScriptedChatModel
 from langgraph_effects.testing.providers import FakeCRM
 
-MODES = [("sqlite", "sync"), ("sqlite", "async"), ("postgres", "sync"), ("postgres", "async")]
 # Answers come from a signed-in user (no "by"), as behind a server with auth.
 CFG = {"configurable": {"thread_id": "reused-ids", "langgraph_auth_user": {"identity": "ana"}}}
 # Three turns, each call "call_0": A, then B, then A again (asked for twice, on purpose).
 PLAN = [[call("close_case", "call_0", case_id=case, resolution="fixed")] for case in "ABA"]
-
-
-@pytest.fixture(params=MODES, ids=[f"{k}-{m}" for k, m in MODES])
-def env(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
-    kind, mode = request.param
-    url = request.getfixturevalue("pg_url") if kind == "postgres" else None
-    e = Env(kind, mode, path=tmp_path / "app.db", url=url)
-    yield e
-    e.close()
 
 
 def close_tool(crm: FakeCRM, *, approval: bool = False) -> Any:

@@ -31,7 +31,7 @@ S = OperationStatus
 # Answered as Agent Chat UI does behind a server that signs its users in: no interrupt id and
 # no "by" (the run's authenticated user is who decides; see tests/decide/test_identity_and_traces).
 CFG = {"configurable": {"thread_id": "batched", "langgraph_auth_user": {"identity": "ana"}}}
-MODES = [("memory", "sync"), ("sqlite", "async"), ("postgres", "sync"), ("postgres", "async")]
+BACKENDS = [("memory", "sync"), ("sqlite", "async"), ("postgres", "sync"), ("postgres", "async")]
 CALLS = [
     call("close_case", "c-a", case_id="A", resolution="fixed"),
     call("close_case", "c-b", case_id="B", resolution="fixed"),
@@ -48,15 +48,6 @@ DECISIONS = {
         },
     ]
 }
-
-
-@pytest.fixture(params=MODES, ids=[f"{k}-{m}" for k, m in MODES])
-def env(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
-    kind, mode = request.param
-    url = request.getfixturevalue("pg_url") if kind == "postgres" else None
-    e = Env(kind, mode, path=tmp_path / "app.db", url=url)
-    yield e
-    e.close()
 
 
 def close_tool(crm: FakeCRM, name: str = "close_case") -> Any:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,14 +17,7 @@ from langgraph_effects.testing.providers import FakeCRM, Fault
 
 S = OperationStatus
 CFG = {"configurable": {"thread_id": "t1"}}
-MODES = [("memory", "sync"), ("sqlite", "sync"), ("sqlite", "async")]
-
-
-@pytest.fixture(params=MODES, ids=[f"{k}-{m}" for k, m in MODES])
-def env(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
-    e = Env(*request.param, path=tmp_path / "app.db")
-    yield e
-    e.close()
+BACKENDS = [("memory", "sync"), ("sqlite", "sync"), ("sqlite", "async")]
 
 
 def close_tool(crm: FakeCRM, **kw: Any) -> Any:

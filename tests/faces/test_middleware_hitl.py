@@ -7,7 +7,6 @@ listed before and after HITL; effects counted at fake providers.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,7 +22,7 @@ from langgraph_effects.testing.providers import FakeCRM
 
 S = OperationStatus
 CFG = {"configurable": {"thread_id": "hitl"}}
-MODES = [
+BACKENDS = [
     ("memory", "sync"),
     ("sqlite", "sync"),
     ("sqlite", "async"),
@@ -31,15 +30,6 @@ MODES = [
     ("postgres", "async"),
 ]
 CLOSE = call("close_case", "c1", case_id="A", resolution="fixed")
-
-
-@pytest.fixture(params=MODES, ids=[f"{k}-{m}" for k, m in MODES])
-def env(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
-    kind, mode = request.param
-    url = request.getfixturevalue("pg_url") if kind == "postgres" else None
-    e = Env(kind, mode, path=tmp_path / "app.db", url=url)
-    yield e
-    e.close()
 
 
 def tools(crm: FakeCRM, other: FakeCRM) -> list[Any]:

@@ -11,7 +11,6 @@ no idempotency key, so a second entry would be a second effect.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,17 +26,7 @@ from langgraph_effects.testing.providers import FakeCRM, Fault
 
 S = OperationStatus
 CFG = {"configurable": {"thread_id": "order"}}
-MODES = [("sqlite", "sync"), ("sqlite", "async"), ("postgres", "sync"), ("postgres", "async")]
 CLOSE = call("close_case", "c1", case_id="A", resolution="fixed")
-
-
-@pytest.fixture(params=MODES, ids=[f"{k}-{m}" for k, m in MODES])
-def env(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
-    kind, mode = request.param
-    url = request.getfixturevalue("pg_url") if kind == "postgres" else None
-    e = Env(kind, mode, path=tmp_path / "app.db", url=url)
-    yield e
-    e.close()
 
 
 def close_tool(crm: FakeCRM, *, reconcile: bool = True) -> Any:

@@ -7,7 +7,6 @@ kills live in ``tests/kills/test_node_crash.py``.
 
 from __future__ import annotations
 
-import importlib
 import threading
 from datetime import timedelta
 from pathlib import Path
@@ -38,29 +37,6 @@ BACKENDS = [
     ("postgres", "sync"),
     ("postgres", "async"),
 ]
-
-
-def _module_for(kind: str) -> str:
-    return {
-        "sqlite": "langgraph_effects.ledger.sqlite",
-        "postgres": "langgraph_effects.ledger.postgres",
-    }[kind]
-
-
-@pytest.fixture(params=BACKENDS, ids=[f"{k}-{m}" for k, m in BACKENDS])
-def env(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
-    kind, mode = request.param
-    url = None
-    if kind != "memory":
-        module = importlib.import_module(_module_for(kind))
-        name = {"sqlite": "SQLiteLedger", "postgres": "PostgresLedger"}[kind]
-        if not hasattr(module, name):
-            pytest.skip(f"{name} has not landed yet")
-    if kind == "postgres":
-        url = request.getfixturevalue("pg_url")
-    e = Env(kind, mode, path=tmp_path / "app.db", url=url)
-    yield e
-    e.close()
 
 
 def crm_tools(crm: FakeCRM, **kw: Any) -> Any:

@@ -10,7 +10,6 @@ Ledger scenarios run on the in-memory, SQLite and PostgreSQL ledgers, sync and a
 from __future__ import annotations
 
 import operator
-from pathlib import Path
 from typing import Annotated, Any
 
 import pytest
@@ -36,15 +35,6 @@ BACKENDS = [
     ("postgres", "sync"),
     ("postgres", "async"),
 ]
-
-
-@pytest.fixture(params=BACKENDS, ids=[f"{k}-{m}" for k, m in BACKENDS])
-def env(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
-    kind, mode = request.param
-    url = request.getfixturevalue("pg_url") if kind == "postgres" else None
-    e = Env(kind, mode, path=tmp_path / "app.db", url=url)
-    yield e
-    e.close()
 
 
 class State(MessagesState, EffectState):

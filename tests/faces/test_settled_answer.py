@@ -6,7 +6,6 @@ The crash paths (a ``Command`` effect reconciled or reviewed after a real kill) 
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated, Any, NotRequired
 
 import pytest
@@ -30,15 +29,9 @@ from langgraph_effects.testing import ScriptedChatModel
 from langgraph_effects.testing.providers import FakeCRM, Fault
 
 S = OperationStatus
+BACKENDS = [("sqlite", "sync"), ("sqlite", "async")]
 CFG = {"configurable": {"thread_id": "answer"}}
 CLOSE = call("close_case", "c1", case_id="A", resolution="fixed")
-
-
-@pytest.fixture(params=["sync", "async"])
-def env(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
-    e = Env("sqlite", request.param, path=tmp_path / "app.db")
-    yield e
-    e.close()
 
 
 def close_tool(crm: FakeCRM, answer: Any) -> Any:

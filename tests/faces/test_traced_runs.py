@@ -36,14 +36,7 @@ from langgraph_effects._faces import TRACE_TAG
 from langgraph_effects.testing import ScriptedChatModel
 from langgraph_effects.testing.providers import FakeCRM, Fault
 
-MODES = [("memory", "sync"), ("sqlite", "async")]
-
-
-@pytest.fixture(params=MODES, ids=[f"{k}-{m}" for k, m in MODES])
-def env(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
-    e = Env(*request.param, path=tmp_path / "app.db")
-    yield e
-    e.close()
+BACKENDS = [("memory", "sync"), ("sqlite", "async")]
 
 
 @pytest.fixture

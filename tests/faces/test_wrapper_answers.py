@@ -13,7 +13,6 @@ after ``EffectMiddleware`` that answers without its handler is recorded
 from __future__ import annotations
 
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -30,20 +29,10 @@ from langgraph_effects.testing.providers import FakeCRM
 
 S = OperationStatus
 CFG = {"configurable": {"thread_id": "guard"}}
-MODES = [("sqlite", "sync"), ("sqlite", "async"), ("postgres", "sync"), ("postgres", "async")]
 CALLS = [
     call("close_case", "call-a", case_id="A", resolution="fixed"),
     call("close_case", "call-b", case_id="B", resolution="fixed"),
 ]
-
-
-@pytest.fixture(params=MODES, ids=[f"{k}-{m}" for k, m in MODES])
-def env(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
-    kind, mode = request.param
-    url = request.getfixturevalue("pg_url") if kind == "postgres" else None
-    e = Env(kind, mode, path=tmp_path / "app.db", url=url)
-    yield e
-    e.close()
 
 
 def close_tool(crm: FakeCRM) -> Any:

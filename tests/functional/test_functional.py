@@ -29,17 +29,7 @@ from langgraph_effects import (
 )
 from langgraph_effects.testing.providers import FakeCRM, Fault
 
-BACKENDS = [("sqlite", "sync"), ("sqlite", "async"), ("postgres", "sync"), ("postgres", "async")]
 CFG = {"configurable": {"thread_id": "t1"}}
-
-
-@pytest.fixture(params=BACKENDS, ids=lambda p: f"{p[0]}-{p[1]}")
-def env(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
-    kind, mode = request.param
-    where = request.getfixturevalue("pg_url") if kind == "postgres" else str(tmp_path / "app.db")
-    made = Env(kind, mode, path=Path(where), url=where)
-    yield made
-    made.close()
 
 
 @pytest.fixture

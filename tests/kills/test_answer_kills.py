@@ -20,17 +20,6 @@ from langgraph_effects.testing.providers import FakeCRM
 from langgraph_effects.testing.scenario import run_in_forked_child as run_in_child
 
 S = OperationStatus
-BACKENDS = [(k, m) for k in ("sqlite", "postgres") for m in ("sync", "async")]
-
-
-@pytest.fixture(params=BACKENDS, ids=[f"{k}-{m}" for k, m in BACKENDS])
-def env(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
-    kind, mode = request.param
-    url = request.getfixturevalue("pg_url") if kind == "postgres" else None
-    e = Env(kind, mode, path=tmp_path / "app.db", url=url)
-    e.where = url or str(tmp_path / "app.db")  # type: ignore[attr-defined]
-    yield e
-    e.close()
 
 
 @pytest.fixture
@@ -58,7 +47,7 @@ def test_a_reject_after_a_crash_between_the_ledger_and_the_checkpoint_stops_the_
         answer_in_child,
         env.kind,
         env.mode,
-        env.where,  # type: ignore[attr-defined]
+        env.where,
         str(crm.path),
         durability,
         crash_at=CrashPoint.AFTER_ANSWER,
@@ -93,7 +82,7 @@ def test_the_same_approval_given_again_after_that_crash_sends_once(env: Env, crm
         answer_in_child,
         env.kind,
         env.mode,
-        env.where,  # type: ignore[attr-defined]
+        env.where,
         str(crm.path),
         "sync",
         crash_at=CrashPoint.AFTER_ANSWER,

@@ -20,15 +20,6 @@ from _functional_child import run
 from langgraph_effects.testing.faults import run_in_child
 from langgraph_effects.testing.providers import FakeCRM, Fault
 
-BACKENDS = [("sqlite", "sync"), ("sqlite", "async"), ("postgres", "sync"), ("postgres", "async")]
-
-
-@pytest.fixture(params=BACKENDS, ids=lambda p: f"{p[0]}-{p[1]}")
-def backend(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, str, str]:
-    kind, mode = request.param
-    where = request.getfixturevalue("pg_url") if kind == "postgres" else str(tmp_path / "app.db")
-    return kind, mode, where
-
 
 def killed_then(backend: tuple[str, str, str], crm_path: Path, flavour: str) -> dict[str, Any]:
     """Start in a child the provider kills after applying; resume here, a fresh process."""

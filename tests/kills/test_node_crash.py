@@ -17,16 +17,6 @@ from _crash_child import run
 from langgraph_effects.testing.faults import CrashPoint, run_in_child
 from langgraph_effects.testing.providers import FakeCRM, Fault
 
-SQLITE = [("sqlite", "sync"), ("sqlite", "async")]
-POSTGRES = [("postgres", "sync"), ("postgres", "async")]
-
-
-@pytest.fixture(params=SQLITE + POSTGRES, ids=lambda p: f"{p[0]}-{p[1]}")
-def backend(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, str, str]:
-    kind, mode = request.param
-    where = request.getfixturevalue("pg_url") if kind == "postgres" else str(tmp_path / "app.db")
-    return kind, mode, where
-
 
 def crash_then_resume(
     backend: tuple[str, str, str], crm_path: Path, flavour: str, **crash: Any

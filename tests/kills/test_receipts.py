@@ -94,16 +94,6 @@ def worker_a(kind: str, mode: str, where: str, crm_path: str, flag: str) -> dict
         env.close()
 
 
-@pytest.fixture(
-    params=[("sqlite", "sync"), ("sqlite", "async"), ("postgres", "sync"), ("postgres", "async")],
-    ids=lambda p: f"{p[0]}-{p[1]}",
-)
-def backend(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, str, str]:
-    kind, mode = request.param
-    where = request.getfixturevalue("pg_url") if kind == "postgres" else str(tmp_path / "app.db")
-    return kind, mode, where
-
-
 @pytest.mark.parametrize("decision", ["none", "reject"])
 def test_frozen_worker_receipt_is_kept(
     backend: tuple[str, str, str], tmp_path: Path, decision: str

@@ -12,7 +12,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import pytest
 from _rerun_child import run
 
 from langgraph_effects.testing.faults import CrashPoint, run_in_child
@@ -20,13 +19,6 @@ from langgraph_effects.testing.providers import FakeCRM, Fault
 
 # Each backend and each mode once (test_answers_and_identity.py runs all four in-process).
 BACKENDS = [("sqlite", "sync"), ("postgres", "async")]
-
-
-@pytest.fixture(params=BACKENDS, ids=lambda p: f"{p[0]}-{p[1]}")
-def backend(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, str, str]:
-    kind, mode = request.param
-    where = request.getfixturevalue("pg_url") if kind == "postgres" else str(tmp_path / "app.db")
-    return kind, mode, where
 
 
 def step(backend: tuple[str, str, str], crm_path: Path, name: str, **crash: Any) -> Any:

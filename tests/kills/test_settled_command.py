@@ -21,15 +21,6 @@ from _command_child import run
 from langgraph_effects.testing.providers import FakeCRM, Fault
 from langgraph_effects.testing.scenario import run_in_forked_child
 
-BACKENDS = [("sqlite", "sync"), ("sqlite", "async"), ("postgres", "sync"), ("postgres", "async")]
-
-
-@pytest.fixture(params=BACKENDS, ids=lambda p: f"{p[0]}-{p[1]}")
-def backend(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, str, str]:
-    kind, mode = request.param
-    where = request.getfixturevalue("pg_url") if kind == "postgres" else str(tmp_path / "app.db")
-    return kind, mode, where
-
 
 def crash_then_settle(
     backend: tuple[str, str, str], tmp_path: Path, path: str, *, answer: bool

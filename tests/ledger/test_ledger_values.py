@@ -12,10 +12,8 @@ the fake CRM.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
-import pytest
 from _graphs import Env, build_graph, call, tool_messages
 
 from langgraph_effects import EffectContext, Evidence, OperationStatus, effect
@@ -27,18 +25,6 @@ CFG = {"configurable": {"thread_id": "t1"}}
 CLOSE_A = call("close_case", "call-a", case_id="A", resolution="fixed")
 ODD = "nul\x00 and lone \ud800 surrogate"
 ESCAPED = "nul\\u0000 and lone \\ud800 surrogate"
-
-
-@pytest.fixture(
-    params=[("sqlite", "sync"), ("sqlite", "async"), ("postgres", "sync"), ("postgres", "async")],
-    ids=lambda p: f"{p[0]}-{p[1]}",
-)
-def env(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
-    kind, mode = request.param
-    url = request.getfixturevalue("pg_url") if kind == "postgres" else None
-    e = Env(kind, mode, path=tmp_path / "app.db", url=url)
-    yield e
-    e.close()
 
 
 def odd_tool(crm: FakeCRM, reconcile: Any = None) -> Any:
