@@ -33,6 +33,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
 from langgraph.types import RetryPolicy, Send
 
+from langgraph_effects.core.model import Operation, OperationStatus
 from langgraph_effects.node import EffectToolNode, route_tool_calls
 
 if TYPE_CHECKING:
@@ -81,6 +82,30 @@ def branch_targets(sc: Scenario) -> list[str]:
         return []
     target = target_of(sc.tool_calls[0])
     return [] if target is None else [target]
+
+
+def queued_reviews(sc: Scenario, ops: Sequence[Operation], state: Any) -> set[str]:
+    """The unknown operations whose review waits behind another in the same task: a
+    ``parallel`` graph's ``tools_a`` runs all the calls of an AIMessage in one task (its
+    ``whole`` and ``apart`` variants), and a task asks one question at a time, so a
+    sibling's review comes once the one asked is answered."""
+    if sc.shape != "parallel" or sc.variant == "send" or not state.interrupts:
+        return set()
+    messages = (state.values or {}).get("messages", [])
+    proposal = next(
+        (m for m in reversed(messages) if isinstance(m, AIMessage) and m.tool_calls), None
+    )
+    ids = {str(tc["id"]) for tc in proposal.tool_calls} if proposal is not None else set()
+    asked = {
+        str(i.value.get("tool_call_id")) for i in state.interrupts if isinstance(i.value, dict)
+    }
+    if not ids & asked:
+        return set()
+    return {
+        op.operation_id
+        for op in ops
+        if op.tool_call_id in ids and op.status is OperationStatus.UNKNOWN
+    }
 
 
 def build_shape(

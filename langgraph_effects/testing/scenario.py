@@ -122,6 +122,7 @@ from langgraph_effects.testing.draws import (
     branch_targets,
     build_shape,
     index_ids,
+    queued_reviews,
     stateless_story,
 )
 from langgraph_effects.testing.faults import (
@@ -1686,6 +1687,7 @@ def _count(
     applied = _attributable(sc.applied, ops)
     # Pending a person: every operation an open interrupt asks about.
     pending = tally.pending | {str(i.value.get("operation_id")) for i in state.interrupts}
+    pending |= queued_reviews(sc, ops, state)
     wrong = mislabelled_operations(ops, histories, pending_review=pending, applied=applied)
     problems.extend(f"{sc.name}: {line}" for line in wrong)
     lost = _lost_receipts(
