@@ -24,9 +24,9 @@ from datetime import datetime, timedelta
 from typing import Annotated, Any, TypeVar, cast
 
 from langgraph.config import get_config
-from langgraph.errors import GraphBubbleUp, is_invalid_resume
-from langgraph.types import interrupt
-from pydantic import ValidationError, ValidatorFunctionWrapHandler, WrapValidator
+from langgraph.errors import GraphBubbleUp, GraphInterrupt, is_invalid_resume
+from langgraph.types import Interrupt, _interrupt_id, interrupt
+from pydantic import TypeAdapter, ValidationError, ValidatorFunctionWrapHandler, WrapValidator
 
 from langgraph_effects._owners import current_owner
 from langgraph_effects.core.model import Operation, OperationKey, Prepared, utcnow
@@ -491,6 +491,8 @@ async def _ano_dispatch(args: dict[str, Any]) -> Any:
 
 _SCRATCHPAD = "__pregel_scratchpad"
 """Where LangGraph keeps a task's resume values in its ``configurable`` (a private key)."""
+_CHECKPOINT_NS = "checkpoint_ns"
+"""The task's namespace in its ``configurable``, which its interrupt ids hash."""
 
 
 def _interrupt(request: dict[str, Any], schema: Any) -> Any:
@@ -519,21 +521,37 @@ def _interrupt(request: dict[str, Any], schema: Any) -> Any:
     try:
         return interrupt(request, response_schema=checked)
     except ValidationError as exc:
-        if not is_invalid_resume(exc) or not refused or not _forget(refused[-1]):
+        if not is_invalid_resume(exc) or not refused:
             raise
-        return interrupt(with_notice(request, refused_note(exc)), response_schema=checked)
+        answered = _forget(refused[-1])
+        if answered is None:
+            raise
+        # Raised as interrupt() raises a new question, without calling it again: a second
+        # call would take a value meant for a sibling call of the task (given by position).
+        conf = get_config()["configurable"]
+        raise GraphInterrupt(
+            (
+                Interrupt(
+                    value=with_notice(request, refused_note(exc)),
+                    id=_interrupt_id(conf[_CHECKPOINT_NS], answered),
+                    response_schema=TypeAdapter(checked).json_schema(),
+                ),
+            )
+        ) from None
 
 
-def _forget(value: Any) -> bool:
-    """Drop a refused answer LangGraph holds among the task's values; False: it was
-    saved before (a value in the middle), so it cannot be answered again."""
+def _forget(value: Any) -> int | None:
+    """Drop a refused answer LangGraph holds among the task's values; how many values
+    the task holds then (the place the request asked again fills), or None: it was saved
+    before (a value in the middle), so it cannot be answered again."""
     resume = getattr(get_config()["configurable"].get(_SCRATCHPAD), "resume", None)
     if not isinstance(resume, list):
-        return False
+        return None
     if resume and resume[-1] is value:
         resume.pop()  # given by interrupt id: it would take this request's place
-        return True
-    return all(v is not value for v in resume)  # given by position: consumed, not kept
+    elif any(v is value for v in resume):
+        return None
+    return len(resume)  # given by position: consumed, never kept
 
 
 def _run_coroutine_sync(awaitable: Awaitable[Any]) -> Any:

@@ -145,3 +145,41 @@ def test_a_graph_interrupt_carries_its_interrupts_as_its_first_argument() -> Non
     assert 'type="tool_approval"' in source, _changed(
         'HITL\'s per-call request type (no longer "tool_approval")', "middleware._per_call_review"
     )
+
+
+def test_a_task_s_interrupt_ids_and_resume_values_are_where_a_refusal_reads_them() -> None:
+    """``decide.drive`` asks a refused answer again under the id LangGraph answers next:
+    ``langgraph.types._interrupt_id(checkpoint_ns, values held)``, with the task's values in
+    ``configurable["__pregel_scratchpad"].resume`` (a list)."""
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.config import get_config
+    from langgraph.types import Command, interrupt
+
+    from langgraph_effects.decide import drive
+
+    seen: list[Any] = []
+
+    def node(state: MessagesState) -> dict[str, Any]:
+        conf = get_config()["configurable"]
+        seen.append((conf.get(drive._CHECKPOINT_NS), conf.get(drive._SCRATCHPAD)))
+        interrupt("first")
+        interrupt("second")
+        return {}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("ask", node)
+    builder.add_edge(START, "ask")
+    graph = builder.compile(checkpointer=InMemorySaver())
+    cfg = {"configurable": {"thread_id": "t"}}
+    graph.invoke({"messages": []}, cfg)
+    graph.invoke(Command(resume="one"), cfg)
+    [asked] = graph.get_state(cfg).interrupts
+    ns, scratchpad = seen[-1]
+    resume = getattr(scratchpad, "resume", None)
+    changed = _changed(
+        "a task's interrupt ids or its resume values (_interrupt_id, scratchpad.resume)",
+        "langgraph_effects/decide/drive.py",
+    )
+    assert isinstance(ns, str), changed
+    assert resume == ["one"], changed
+    assert asked.id == drive._interrupt_id(ns, len(resume)), changed
