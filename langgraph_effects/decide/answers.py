@@ -59,6 +59,7 @@ __all__ = [
     "named_round",
     "refused_note",
     "repeated_answer",
+    "replaced_note",
     "round_id",
     "verified_as",
 ]
@@ -257,6 +258,16 @@ def earlier_round(named: str, op: Operation) -> str:
         f"Your answer to request {named} was not applied: it answers an earlier question "
         f"about operation {op.operation_id}, which is now {op.status.value} after "
         f"{op.attempts} attempt(s). Answer this request instead."
+    )
+
+
+def replaced_note(named: str, op: Operation) -> str:
+    """What a person is told when their answer is about ``named``, a call a reviewer's
+    edit replaced with ``op``, once ``op`` was dispatched."""
+    return (
+        f"Your answer about operation {named} was not applied: a reviewer's edit replaced "
+        f"it with operation {op.operation_id}, which was dispatched and is now "
+        f"{op.status.value} after {op.attempts} attempt(s). Answer this request instead."
     )
 
 

@@ -32,7 +32,7 @@ its commit path (``decide.commit``) whether a claimed ``Prepare`` and a
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Annotated, Any
@@ -103,6 +103,7 @@ from langgraph_effects.decide.answers import (
     identify,
     named_round,
     repeated_answer,
+    replaced_note,
     round_id,
     verified_as,
 )
@@ -254,12 +255,27 @@ class _Pass:
     LangGraph has handed back to this run so far (see ``Answers``)."""
     notice: str | None = None
     """Why the person's last answer did not decide the operation, for the next request."""
+    followed: set[str] = field(default_factory=set)
+    """Edited calls whose answers ``_follow_edit`` carried over from the calls they
+    replaced, and ``_last_word`` has not read yet."""
+
+
+def _about_replaced(value: Any, call: EffectCall, mine: Answers) -> str | None:
+    """The call a reviewer's edit replaced (``Answers.earlier``) that ``value`` answers,
+    by its operation_id or an echoed request_id; None: none of them."""
+    named = parse_answer(value, tool_name=call.tool_name).operation_id
+    echoed = value.get("request_id") if isinstance(value, Mapping) else None
+    about = echoed.partition("@")[0] if isinstance(echoed, str) else None
+    return next((o for o in (named, about) if o is not None and o in mine.earlier), None)
 
 
 def _consumed_unapplied(value: Any, call: EffectCall, op: Operation, mine: Answers) -> bool:
     """A value about ``op`` that ``_ask`` consumed without applying when LangGraph first
-    handed it (it echoed an earlier question's ``request_id``, or repeated an applied
-    answer): it holds a position in the task, and is never an answer now."""
+    handed it (it echoed an earlier question's ``request_id``, repeated an applied
+    answer, or answered the approval of a call the dispatched ``op`` replaced): it holds
+    a position in the task, and is never an answer now."""
+    if _about_replaced(value, call, mine) is not None:
+        return op.attempts > 0  # before the edited call is sent, it is the last word
     named = parse_answer(value, tool_name=call.tool_name).operation_id
     if named not in (None, op.operation_id):
         return False
@@ -952,6 +968,11 @@ class Loop:
             if answers.next_is(mark):
                 answers.consumed += 1  # an earlier round's answer, applied already
                 continue
+            if named != op.operation_id and named in mine.earlier:
+                # It answers the approval of the call this one replaced (shown again after
+                # a crash): too late, this call was dispatched; told and asked again.
+                request = with_notice(base, replaced_note(named, op))
+                continue
             echoed = named_round(value, named, answers.earlier if named == op.operation_id else ())
             if named == op.operation_id and echoed not in (None, request["request_id"]):
                 # It answers an earlier question (shown by LangGraph after a crash, or sent
@@ -1027,7 +1048,9 @@ class Loop:
         Read only on that rare path (approved or retried, nothing asked in this pass).
         """
         human = op.authorization_ref is not None or op.attempts > 0
-        if p.call.task_id is None or op.operation_id in p.answers or not human:
+        asked = op.operation_id in p.answers and op.operation_id not in p.followed
+        p.followed.discard(op.operation_id)
+        if p.call.task_id is None or asked or not human:
             return None
         mine = yield from self._answers(p, op.operation_id)
         if mine.consumed >= len(mine.logged):
@@ -1044,10 +1067,10 @@ class Loop:
             mark = answer_mark(call, value)
             if mine.next_is(mark):
                 return None
-            named = parse_answer(value, tool_name=call.tool_name).operation_id
-            if named not in (None, op.operation_id):
-                return None
             if _consumed_unapplied(value, call, op, mine):
+                return None
+            named = parse_answer(value, tool_name=call.tool_name).operation_id
+            if named not in (None, op.operation_id) and _about_replaced(value, call, mine) is None:
                 return None
             answer = identify(
                 parse_answer(value, tool_name=call.tool_name, kind=kind),
@@ -1238,6 +1261,7 @@ class Loop:
             applied=replaced.applied | mine.applied,
             earlier=replaced.earlier | mine.earlier | {op.operation_id},
         )
+        p.followed.add(new_id)
         p.call = p.call.with_args(new_op.payload).at_id(new_op.operation_id)
         return new_op
 
