@@ -42,6 +42,7 @@ from langchain_core.tools import tool
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
 
+from benchmarks import _effects
 from benchmarks._common import (
     PgTrace,
     Report,
@@ -53,7 +54,9 @@ from benchmarks._common import (
     sqlite_dir,
     write_json,
 )
+from benchmarks._floor import PostgresFloor, SQLiteFloor
 from benchmarks.lifecycle import _sqlite_trace
+from langgraph_effects._owners import current_owner
 from langgraph_effects.testing import ScriptedChatModel
 
 __all__ = ["main", "run"]
@@ -148,6 +151,11 @@ Backend = Iterator[tuple[Any, Any, Callable[[], Any], int | None]]
 """A backend yields the saver, the ledger, a trace capture, and the PostgreSQL backend's
 pid (tracing: the pool's only connection) or None."""
 
+FLOOR = "raw-SQL floor"
+"""The fourth timed variant: the invoke's effects as raw statements (``benchmarks._floor``)
+on a throwaway database of the same backend, no graph: the least any ledger adds to a
+plain invoke."""
+
 
 @contextmanager
 def _sqlite(trace: bool = False) -> Backend:
@@ -196,6 +204,50 @@ def _postgres(trace: bool = False) -> Backend:
 BACKENDS: dict[str, Callable[..., Any]] = {"sqlite": _sqlite, "postgres": _postgres}
 
 
+@contextmanager
+def _floor(backend: str) -> Iterator[Any]:
+    """The raw-SQL floor on a throwaway database of the backend (its own SQLite file in WAL,
+    ``synchronous=FULL``; its own PostgreSQL schema, on a pool of the same size)."""
+    if backend == "sqlite":
+        with sqlite_dir() as directory:
+            floor = SQLiteFloor(str(directory / "floor.db"))
+            try:
+                floor.setup()
+                yield floor
+            finally:
+                floor.close()
+        return
+    from psycopg_pool import ConnectionPool
+
+    with (
+        pg_schema() as url,
+        ConnectionPool(url, kwargs=pool_kwargs(), min_size=4, max_size=16) as pool,
+    ):
+        floor = PostgresFloor(pool)
+        floor.setup()
+        pool.wait()
+        yield floor
+
+
+def _floor_invoker(floor: Any, calls: int, router: str, rounds: range) -> Callable[[int], object]:
+    """The invoke's effects on the floor: one batch of ``calls`` (``tools_condition``: the
+    node prepares them together) or ``calls`` single lifecycles (``route_tool_calls``).
+    The drafts of every round in ``rounds`` are built beforehand, untimed."""
+    owner = current_owner()
+    drafts = {i: _effects.drafts(f"floor-{router}-n{calls}-{i}", calls) for i in rounds}
+
+    def invoke(i: int) -> object:
+        ds = drafts[i]
+        if router == "tools_condition":
+            floor.batch(ds, owner)
+        else:
+            for d in ds:
+                floor.fused(d, owner)
+        return None
+
+    return invoke
+
+
 def _backend_cpu(pid: int | None) -> float | None:
     """Seconds of CPU a local PostgreSQL backend has used (None: not readable here)."""
     if pid is None:
@@ -240,7 +292,7 @@ def measure(
             "EffectToolNode": _invoker(_graph(node, calls, saver, router), "effect", calls),
         }
 
-    with BACKENDS[backend]() as (saver, ledger, _, _pid):
+    with BACKENDS[backend]() as (saver, ledger, _, _pid), _floor(backend) as floor:
         provider = FakeTicketing()
         timed_variants = variants(saver, ledger, provider)
         # The engine alone: the same node on an in-memory ledger (no I/O), so the
@@ -251,6 +303,7 @@ def measure(
         timed_variants[ENGINE] = _invoker(
             _graph(EffectToolNode([guarded], ledger=memory), calls, saver, router), "engine", calls
         )
+        timed_variants[FLOOR] = _floor_invoker(floor, calls, router, range(-warmup, threads))
         for fn in timed_variants.values():
             for i in range(warmup):
                 fn(-1 - i)
@@ -277,6 +330,7 @@ def measure(
     plain_ms = median_ms(samples["ToolNode"])
     effect_ms = median_ms(samples["EffectToolNode"])
     engine_ms = median_ms(samples[ENGINE])
+    floor_ms = median_ms(samples[FLOOR])
     # The ratio of medians can hide a shift in the tails; the median of paired
     # ratios (same round, adjacent in time) is the noise-robust companion.
     paired = statistics.median(
@@ -293,6 +347,8 @@ def measure(
         "overhead_per_effect_ms": (effect_ms - plain_ms) / calls,
         "engine_ms": engine_ms,
         "engine_per_effect_ms": (engine_ms - plain_ms) / calls,
+        "floor_ms": floor_ms,
+        "floor_share": floor_ms / plain_ms,
         "ledger_io_per_effect_ms": (effect_ms - engine_ms) / calls,
         "counts_per_invoke": counts,
         "added_per_effect": {
@@ -333,6 +389,7 @@ def run(
             "ToolNode ms",
             "Effect ms",
             "ratio",
+            "floor share",
             "paired",
             "+ms/effect",
             "engine +ms/effect",
@@ -365,6 +422,7 @@ def run(
                 row["toolnode_ms"],
                 row["effect_ms"],
                 row["ratio"],
+                row["floor_share"],
                 row["paired_ratio"],
                 row["overhead_per_effect_ms"],
                 row["engine_per_effect_ms"],
@@ -390,6 +448,11 @@ def run(
         "engine +ms/effect: the same EffectToolNode on an InMemoryLedger, timed in the same "
         "interleaved rounds (the package's Python, LangGraph's share of it, no I/O); ledger "
         "+ms/effect: the rest, what the real ledger's I/O adds (EffectToolNode - engine)"
+    )
+    report.notes.append(
+        "floor share: the invoke's effects written as raw statements on the same backend "
+        "(benchmarks._floor, timed in the same rounds, no graph) / the plain ToolNode invoke: "
+        "the least a ratio can be is 1 + floor share, the rest of the distance is ours"
     )
     report.notes.append(
         "+x/effect: what EffectToolNode adds to a plain ToolNode per effect, untimed, over "
