@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import typer
 from rich.text import Text
 
 from langgraph_effects.cli._app import ExitCode
-from langgraph_effects.cli._identity import _check_policy, _identify, _load_hook
+from langgraph_effects.cli._identity import _check_policy, _identify, _Identity, _load_hook
 from langgraph_effects.cli._ledger import _ledger, _require
 from langgraph_effects.cli._outlook import _outlook, _resend_risk
 from langgraph_effects.cli._parse import _parse_json
@@ -84,6 +86,31 @@ def _not_unknown(op: Operation) -> str:
     return why
 
 
+def _operate(
+    ctx: typer.Context,
+    db: str | None,
+    tenant: str,
+    operation_id: str,
+    who: _Identity,
+    policy: str | None,
+    order: Resolution,
+    why_not: Callable[[Operation], str],
+    as_json: bool,
+    risk: Callable[[Operation], str | None] = lambda op: None,
+) -> None:
+    """Every deciding command's steps: read the record, check the policy, decide or refuse.
+
+    Refused when ``operator_decisions`` does not allow ``order.decision`` on the record
+    (``why_not`` says why), else when ``risk`` names one (``retry``'s resend risk).
+    """
+    loaded = _load_hook("--policy", policy)
+    with _ledger(ctx, db) as ledger:
+        op = _require(ledger, tenant, operation_id)
+        _check_policy(loaded, who.verified, op, order.decision)
+        refusal = risk(op) if order.decision in operator_decisions(op) else why_not(op)
+        _settle(ledger, op, order, refusal, as_json)
+
+
 def _checked_reason(reason: str) -> str:
     if not reason.strip():
         raise _Failure(ExitCode.USAGE, "usage", "--reason must say why")
@@ -138,12 +165,7 @@ def resolve(
             provider_result_id=proof.provider_result_id if proof else None,
             evidence=proof,
         )
-        loaded = _load_hook("--policy", policy)
-        with _ledger(ctx, db) as ledger:
-            op = _require(ledger, tenant, operation_id)
-            _check_policy(loaded, who.verified, op, decision)
-            refusal = None if decision in operator_decisions(op) else _not_unknown(op)
-            _settle(ledger, op, resolution, refusal, as_json)
+        _operate(ctx, db, tenant, operation_id, who, policy, resolution, _not_unknown, as_json)
 
 
 def retry(
@@ -159,22 +181,23 @@ def retry(
     as_json: bool,
 ) -> None:
     """The body of ``retry`` (declared in ``_commands``)."""
+
+    def risky(op: Operation) -> str | None:
+        """Why a retry is refused although the record allows it: the resend's risk."""
+        problem = _resend_risk(op, utcnow())
+        if problem is None or accept_duplicate_risk:
+            return None
+        return (
+            f"{problem}: if the first attempt applied, a retry applies it twice. "
+            "Check the provider and resolve --confirm/--reject, or pass "
+            "--accept-duplicate-risk"
+        )
+
     with _reporting(as_json):
         _checked_reason(reason)
         who = _identify(by, identity)
-        loaded = _load_hook("--policy", policy)
-        with _ledger(ctx, db) as ledger:
-            op = _require(ledger, tenant, operation_id)
-            _check_policy(loaded, who.verified, op, Decision.RETRY)
-            refusal = None if Decision.RETRY in operator_decisions(op) else _not_unknown(op)
-            problem = _resend_risk(op, utcnow()) if refusal is None else None
-            if problem is not None and not accept_duplicate_risk:
-                refusal = (
-                    f"{problem}: if the first attempt applied, a retry applies it twice. "
-                    "Check the provider and resolve --confirm/--reject, or pass "
-                    "--accept-duplicate-risk"
-                )
-            _settle(ledger, op, who.resolution(Decision.RETRY, reason), refusal, as_json)
+        order = who.resolution(Decision.RETRY, reason)
+        _operate(ctx, db, tenant, operation_id, who, policy, order, _not_unknown, as_json, risky)
 
 
 def approve(
@@ -229,9 +252,6 @@ def _decide(
     with _reporting(as_json):
         _checked_reason(reason)
         who = _identify(by, identity)
-        loaded = _load_hook("--policy", policy)
-        with _ledger(ctx, db) as ledger:
-            op = _require(ledger, tenant, operation_id)
-            _check_policy(loaded, who.verified, op, decision)
-            refusal = None if decision in operator_decisions(op) else _REFUSED[decision]
-            _settle(ledger, op, who.resolution(decision, reason), refusal, as_json)
+        order = who.resolution(decision, reason)
+        refused = _REFUSED[decision]
+        _operate(ctx, db, tenant, operation_id, who, policy, order, lambda op: refused, as_json)
