@@ -18,7 +18,6 @@ from langgraph_effects.core.model import (
     Decision,
     EventKind,
     Evidence,
-    EvidenceKind,
     LeaseOwner,
     Operation,
     OperationDraft,
@@ -39,6 +38,7 @@ from langgraph_effects.errors import (
     PayloadMismatch,
     StaleFencingToken,
 )
+from langgraph_effects.ledger._resolve import resolution_plan
 from langgraph_effects.ledger._values import json_text, who, with_answer
 from langgraph_effects.ledger.base import (
     DEFAULT_LEASE,
@@ -446,26 +446,7 @@ class InMemoryLedger(Ledger):
     def resolve(self, tenant_id: str, operation_id: str, resolution: Resolution) -> Operation:
         if resolution.decision is Decision.APPROVE:
             return self._approve_prepared(tenant_id, operation_id, resolution)
-        target = {
-            Decision.CONFIRM: S.CONFIRMED,
-            Decision.REJECT: S.REJECTED,
-            Decision.RETRY: S.PREPARED,
-        }.get(resolution.decision)
-        if target is None:
-            raise InvalidInput(f"resolve takes confirm, reject or retry, not {resolution.decision}")
-        # An operator is a person; a reconciler resolves by evidence alone.
-        is_operator = resolution.evidence is None or resolution.evidence.source == "operator"
-        evidence = resolution.evidence or Evidence(
-            kind={
-                S.CONFIRMED: EvidenceKind.CONFIRMED,
-                S.REJECTED: EvidenceKind.REJECTED,
-                S.PREPARED: EvidenceKind.INCONCLUSIVE,
-            }[target],
-            summary=resolution.reason,
-            result=resolution.result,
-            provider_result_id=resolution.provider_result_id,
-            source="operator",
-        )
+        target, evidence, operator = resolution_plan(resolution)
         changes: dict[str, Any] = {}
         if target is S.CONFIRMED:
             json_text(resolution.result, what="result")
@@ -479,7 +460,7 @@ class InMemoryLedger(Ledger):
             self._require_setup()
             row = self._row(tenant_id, operation_id)
             # An operator may also reject a prepared operation (out of band).
-            prepared_too = target is S.REJECTED and is_operator
+            prepared_too = target is S.REJECTED and operator is not None
             if row.status is not S.UNKNOWN and not (prepared_too and row.status is S.PREPARED):
                 why = (
                     "terminal states never move"
@@ -493,7 +474,7 @@ class InMemoryLedger(Ledger):
                 target,
                 actor=resolution.by,
                 evidence=evidence,
-                operator=resolution.by if is_operator else None,
+                operator=operator,
                 detail=with_answer(resolution.detail(), resolution.answer),
                 **changes,
             )
