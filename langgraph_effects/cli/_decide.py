@@ -23,7 +23,7 @@ from langgraph_effects.core.model import (
     Resolution,
     utcnow,
 )
-from langgraph_effects.core.plan import operator_decisions
+from langgraph_effects.core.plan import AWAITS_APPROVAL, operator_decisions
 from langgraph_effects.errors import (
     InvalidInput,
 )
@@ -231,7 +231,7 @@ def reject_operation(
 
 
 _REFUSED = {
-    Decision.APPROVE: "only a prepared operation never sent nor approved awaits approval",
+    Decision.APPROVE: AWAITS_APPROVAL,
     Decision.REJECT: "only a prepared or unknown operation is rejected",
 }
 

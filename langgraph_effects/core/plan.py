@@ -178,6 +178,10 @@ def retry_allowed(op: Operation, contract: ProviderContract | None, now: datetim
     return resend_risk(op, contract, now) in (ResendRisk.NOT_SENT, ResendRisk.DEDUPLICATED)
 
 
+AWAITS_APPROVAL = "only a prepared operation never sent nor approved awaits approval"
+"""Why an approval is refused where ``operator_decisions`` does not offer one."""
+
+
 def operator_decisions(op: Operation) -> tuple[Decision, ...]:
     """What an operator may decide about ``op`` out of band, from the record alone.
 
@@ -186,7 +190,7 @@ def operator_decisions(op: Operation) -> tuple[Decision, ...]:
     reject; ``prepared`` after an approval or an ordered retry: reject only (the
     next run dispatches it; approving it again decides nothing). In flight or
     final: nothing (a final record never moves; an in-flight one is its owner's).
-    The ledger's ``resolve`` enforces the same; the CLI offers and checks these.
+    The ledger's ``resolve`` enforces the same; the CLI offers these.
     """
     if op.status is S.UNKNOWN:
         return (Decision.CONFIRM, Decision.REJECT, Decision.RETRY)

@@ -4,6 +4,7 @@ and an operator's out-of-band approval or rejection of a ``prepared`` one."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -17,6 +18,7 @@ from langgraph_effects.core.model import (
     OperationStatus,
     Resolution,
 )
+from langgraph_effects.core.plan import AWAITS_APPROVAL, operator_decisions
 from langgraph_effects.core.transitions import check_transition
 from langgraph_effects.errors import IllegalTransition, InvalidInput
 from langgraph_effects.ledger._programs import (
@@ -188,8 +190,9 @@ def _approve_prepared(
     """An operator's out-of-band approval: the next run dispatches without asking.
 
     The approval binds to the record's pinned payload (``payload_digest`` never
-    changes under an operation id). Approving an operation that is no longer
-    ``prepared`` is refused: it was dispatched, decided or rejected meanwhile.
+    changes under an operation id). Only what ``core.plan.operator_decisions``
+    allows is approved: a ``prepared`` operation never sent nor approved; any other
+    is refused (dispatched, decided, rejected, approved or ordered to retry meanwhile).
     """
     if resolution.evidence is not None and resolution.evidence.source != "operator":
         raise InvalidInput("only an operator approves; evidence approves nothing")
@@ -197,11 +200,11 @@ def _approve_prepared(
     def diagnose(op: Operation | None) -> Exception | None:
         if op is None:
             return not_found(tenant_id, operation_id)
-        if op.status is not S.PREPARED:
-            return illegal(op, S.PREPARED, "only a prepared operation is approved")
+        if Decision.APPROVE not in operator_decisions(op):
+            return illegal(op, S.PREPARED, AWAITS_APPROVAL)
         return None
 
-    return transition(
+    write = transition(
         dialect,
         clock,
         APPROVE,
@@ -217,3 +220,14 @@ def _approve_prepared(
         detail=with_answer(resolution.detail(), resolution.answer),
         diagnose=diagnose,
     )
+
+    def steps() -> Statements[Result[Operation]]:
+        # The precondition (core.plan.operator_decisions) is read first, in the write's
+        # transaction; the write itself still requires the record prepared.
+        current = yield from get_row(tenant_id, operation_id)
+        refusal = diagnose(None if current is None else load_operation(dialect, current))
+        if refusal is not None:
+            raise refusal
+        return (yield from write.statements)
+
+    return replace(write, statements=steps(), atomic=True)

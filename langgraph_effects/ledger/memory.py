@@ -27,6 +27,7 @@ from langgraph_effects.core.model import (
     Resolution,
     utcnow,
 )
+from langgraph_effects.core.plan import AWAITS_APPROVAL, operator_decisions
 from langgraph_effects.core.transitions import check_transition, moved
 from langgraph_effects.errors import (
     EffectsError,
@@ -488,12 +489,8 @@ class InMemoryLedger(Ledger):
         with self._lock:
             self._require_setup()
             row = self._row(tenant_id, operation_id)
-            if row.status is not S.PREPARED:
-                why = (
-                    "terminal states never move"
-                    if row.status.terminal
-                    else "only a prepared operation is approved"
-                )
+            if Decision.APPROVE not in operator_decisions(row):
+                why = "terminal states never move" if row.status.terminal else AWAITS_APPROVAL
                 raise IllegalTransition(operation_id, status=row.status, target=S.PREPARED, why=why)
             new = row.model_copy(
                 update={

@@ -648,7 +648,8 @@ class LedgerContract:
         self.assert_consistent(ledger, done)
 
     def test_operator_retry_returns_to_prepared(self, ledger: Ledger) -> None:
-        """An operator's retry moves unknown to prepared; a reconciler may not order one."""
+        """An operator's retry moves unknown to prepared (sent before: no approval to give);
+        a reconciler may not order one."""
         op = self.unknown(ledger)
         with pytest.raises(IllegalTransition):
             ledger.resolve(
@@ -663,6 +664,9 @@ class LedgerContract:
         assert ledger.get(T, "op-1") == op
         retried = ledger.resolve(T, "op-1", Resolution(decision=Decision.RETRY, by="alice"))
         assert retried.status is S.PREPARED
+        with pytest.raises(IllegalTransition, match="never sent nor approved"):
+            ledger.resolve(T, "op-1", Resolution(decision=Decision.APPROVE, by="bob"))
+        assert ledger.get(T, "op-1") == retried
         again = ledger.claim(T, "op-1", owner=OTHER)
         assert (again.attempts, again.fencing_token) == (2, 3)
         self.assert_consistent(ledger, again)
@@ -681,7 +685,8 @@ class LedgerContract:
 
     def test_an_operator_approves_a_prepared_operation_out_of_band(self, ledger: Ledger) -> None:
         """approve on a prepared operation records the approver (claimed and verified) and
-        keeps it prepared; approving anything else, or by evidence, changes nothing."""
+        keeps it prepared; approving it again (the ledger checks ``operator_decisions``, not
+        only the CLI), anything else, or by evidence, changes nothing."""
         ledger.prepare(make_draft())
         approved = ledger.resolve(
             T,
@@ -708,6 +713,10 @@ class LedgerContract:
             "verified_by": "alice",
         }
         self.assert_consistent(ledger, approved)
+        with pytest.raises(IllegalTransition, match="never sent nor approved"):
+            ledger.resolve(T, "op-1", Resolution(decision=Decision.APPROVE, by="bob"))
+        assert ledger.get(T, "op-1") == approved
+        assert [e.kind for e in ledger.events(T, "op-1")].count(EventKind.APPROVE) == 1
         with pytest.raises(InvalidInput):
             ledger.resolve(
                 T,
