@@ -150,13 +150,6 @@ def test_randomized_schedules_apply_no_effect_twice(randomized: CampaignResult) 
     assert node.duplicates == 0, _problems(randomized)
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="open (issue 23) until two clean CI runs: the approved edits left unknown with no "
-    "evidence and no pending review (seeds 30, 1023, 1477, 1508) were fixed in ecf944a, and "
-    "a review queued behind another in one task is counted pending; two runs of 2,000 "
-    "schedules since show none (0 lost receipts, 0 mislabelled)",
-)
 def test_randomized_schedules_lose_no_receipt(randomized: CampaignResult) -> None:
     """Every effect a provider applied is confirmed or an evidenced unknown, never "not done"."""
     if randomized.lost_receipts:
@@ -187,25 +180,12 @@ def test_randomized_schedules_lose_no_intended_effect(randomized: CampaignResult
         assert _reproduced(randomized, "lost_effects") == [], _problems(randomized)
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="open (issue 23) until two clean CI runs: the approved edits left unknown with no "
-    "evidence and no pending review (seeds 30, 1023, 1477, 1508) were fixed in ecf944a, and "
-    "a review queued behind another in one task is counted pending; two runs of 2,000 "
-    "schedules since show none (0 lost receipts, 0 mislabelled)",
-)
 def test_randomized_schedules_leave_no_mislabelled_unknown(randomized: CampaignResult) -> None:
     """No operation is confirmed without an effect, rejected with one, or rejected unevidenced."""
     if randomized.mislabelled:
         assert _reproduced(randomized, "mislabelled") == [], _problems(randomized)
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="open (issue 23): a violation that does not replay sends every problem seed to "
-    "replay, and the seeds of the open findings above (lost answers, the approved edit "
-    "left unknown) replay theirs; until those are fixed this check cannot tell them apart",
-)
 def test_randomized_schedules_keep_every_promise(randomized: CampaignResult) -> None:
     """Bad answers are refused, valid ones applied, foreign tenants refused, repeats kept apart."""
     if randomized.violations:
