@@ -30,6 +30,7 @@ from langgraph_effects.ledger._statements import (
     migrate,
 )
 from langgraph_effects.ledger._tables import Tables
+from langgraph_effects.ledger.connect import table_connection
 
 T = TypeVar("T")
 
@@ -191,22 +192,15 @@ class RunJournal(_JournalBase):
     def from_conn_string(
         cls, conn_string: str | Path, machines: Sequence[RunMachine], **kwargs: Any
     ) -> Iterator[RunJournal]:
-        """Open the journal's own connection: a SQLite path, or a ``postgresql://`` URL."""
-        text = str(conn_string)
-        if text.startswith(("postgres://", "postgresql://")):
-            import psycopg
+        """Open the journal's own connection on the database a ledger URL names
+        (``ledger.connect.table_connection``: a SQLite path or ``sqlite:///`` URL, or a
+        ``postgresql://`` URL).
 
-            with psycopg.connect(text, autocommit=True) as pg:
-                yield cls(pg, machines, **kwargs)
-            return
-        import sqlite3
-
-        conn = sqlite3.connect(text, isolation_level=None, timeout=30.0, check_same_thread=False)
-        try:
-            conn.execute("PRAGMA busy_timeout = 30000")
+        Raises:
+            InvalidInput: the URL is malformed or names an unsupported scheme.
+        """
+        with table_connection(conn_string) as conn:
             yield cls(conn, machines, **kwargs)
-        finally:
-            conn.close()
 
     def _tx(self, program: Program[T]) -> T:
         """Run a write in one transaction; count a stale-version refusal after rollback."""

@@ -33,7 +33,7 @@ import importlib
 import inspect
 import os
 import re
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -54,6 +54,7 @@ __all__ = [
     "ledger_from_url",
     "parse_ledger_url",
     "redacted",
+    "table_connection",
 ]
 
 P = ParamSpec("P")
@@ -100,6 +101,34 @@ def parse_ledger_url(url: str) -> LedgerLocation:
         f"unsupported ledger URL {redacted(url)!r}: use sqlite:///path/to/effects.db "
         "or postgresql://user@host:5432/db"
     )
+
+
+@contextlib.contextmanager
+def table_connection(url: str | Path) -> Iterator[Any]:
+    """A connection of its own on the database a ledger URL names (``parse_ledger_url``),
+    for the outbox relay and the run journal, closed after the block: SQLite in autocommit
+    mode, waiting up to 30 s for another writer; PostgreSQL (psycopg) in autocommit mode.
+
+    Raises:
+        InvalidInput: the URL is malformed or names an unsupported scheme.
+    """
+    location = parse_ledger_url(str(url))
+    if location.backend == "postgres":
+        import psycopg
+
+        with psycopg.connect(location.target, autocommit=True) as pg:
+            yield pg
+        return
+    import sqlite3
+
+    conn = sqlite3.connect(
+        location.target, isolation_level=None, timeout=30.0, check_same_thread=False
+    )
+    try:
+        conn.execute("PRAGMA busy_timeout = 30000")
+        yield conn
+    finally:
+        conn.close()
 
 
 def redacted(url: str) -> str:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-import sqlite3
 import threading
 from collections.abc import Awaitable, Callable, Generator, Iterator
 from contextlib import contextmanager
@@ -42,7 +41,7 @@ from langgraph_effects.ledger._statements import (
 )
 from langgraph_effects.ledger._tables import Tables
 from langgraph_effects.ledger.base import AsyncLedger, Ledger
-from langgraph_effects.ledger.connect import parse_ledger_url
+from langgraph_effects.ledger.connect import table_connection
 from langgraph_effects.outbox.model import (
     DELIVERED,
     Delivery,
@@ -188,27 +187,14 @@ class OutboxRelay:
     @contextmanager
     def from_conn_string(cls, conn_string: str | Path, **kwargs: Any) -> Iterator[OutboxRelay]:
         """Open the relay's own connection on the database a ledger URL names
-        (``ledger.connect.parse_ledger_url``: a SQLite path or ``sqlite:///`` URL, or a
+        (``ledger.connect.table_connection``: a SQLite path or ``sqlite:///`` URL, or a
         ``postgresql://`` URL).
 
         Raises:
             InvalidInput: the URL is malformed or names an unsupported scheme.
         """
-        location = parse_ledger_url(str(conn_string))
-        if location.backend == "postgres":
-            import psycopg
-
-            with psycopg.connect(location.target, autocommit=True) as pg:
-                yield cls(pg, **kwargs)
-            return
-        conn = sqlite3.connect(
-            location.target, isolation_level=None, timeout=30.0, check_same_thread=False
-        )
-        try:
-            conn.execute("PRAGMA busy_timeout = 30000")
+        with table_connection(conn_string) as conn:
             yield cls(conn, **kwargs)
-        finally:
-            conn.close()
 
     # -- drivers (the engine's) -------------------------------------------------
 

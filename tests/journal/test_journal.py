@@ -87,6 +87,28 @@ def test_snapshot_names_the_next_action(journal: RunJournal) -> None:
     assert journal.get("r2") == snap
 
 
+def test_the_journal_opens_the_database_any_ledger_url_form_names(
+    target: str, clock: FakeClock
+) -> None:
+    """``from_conn_string`` reads a URL as a ledger URL does (``ledger.connect``):
+    ``sqlite:///`` and ``postgresql+psycopg://`` name the database the plain forms name, and
+    a run started through one is read through the other; another scheme is refused."""
+    if target.startswith("postgresql://"):
+        url = target.replace("postgresql://", "postgresql+psycopg://", 1)
+    else:
+        url = f"sqlite:///{target}"
+    with RunJournal.from_conn_string(url, [MACHINE], clock=clock.now) as journal:
+        journal.setup()
+        started = journal.start("r1", MACHINE.name, resource="box@x", attempts=2)
+    with RunJournal.from_conn_string(target, [MACHINE], clock=clock.now) as journal:
+        assert journal.get("r1") == started
+    with (
+        pytest.raises(InvalidInput, match="unsupported ledger URL"),
+        RunJournal.from_conn_string("mysql://h/db", [MACHINE]),
+    ):
+        pass
+
+
 def test_stale_version_is_refused_and_counted(journal: RunJournal) -> None:
     """An append with an old expected version raises StaleVersion, writes nothing, is counted."""
     requested(journal)
