@@ -63,6 +63,7 @@ from langgraph_effects.decide import (
     warn_durability,
 )
 from langgraph_effects.decide.identity import timeline_of
+from langgraph_effects.decide.turns import Turns
 from langgraph_effects.effects import effect_spec
 from langgraph_effects.errors import EffectsError
 from langgraph_effects.ledger.base import DEFAULT_LEASE
@@ -180,6 +181,8 @@ class _Task:
     """The effect calls under way in ``ainvoke`` (ToolNode's ``gather``), for ``settle``."""
     placed: dict[int, tuple[ToolCall, int]] = field(default_factory=dict)
     """By ``id()`` of a request's tool-call dict (kept alive): its place (``place_of``)."""
+    turns: Turns = field(default_factory=Turns)
+    """The order in which the effect calls ask (``decide.turns``): the AIMessage's."""
 
     def place_of(self, tool_call: ToolCall) -> int | None:
         """Where a call the model sent without an id stands among the task's calls of its
@@ -219,6 +222,7 @@ class _Task:
             self.drafts = drafts
             self.calls = {c.tool_call_id: c for c in calls}
             self.handoff = {p.operation.operation_id: p for p in prepared}
+            self.turns.order(list(self.calls))
             self.thread = thread  # last: a call seeing it finds the rest in place
 
     def known(self, request: ToolCallRequest) -> EffectCall | None:
@@ -228,6 +232,10 @@ class _Task:
         if known is None or known.tool_name != tool_call["name"] or known.args != tool_call["args"]:
             return None
         return known
+
+    def left(self, request: ToolCallRequest) -> None:
+        """``request``'s call left the node: the calls after it may ask (``decide.turns``)."""
+        self.turns.left(call_id_of(request.tool_call, self.place_of(request.tool_call)))
 
     def take(self, call: EffectCall) -> Prepared | None:
         """The record prepared for ``call`` in the batch, once."""
@@ -589,36 +597,44 @@ class EffectToolNode(ToolNode):
     def _wrap(
         self, request: ToolCallRequest, execute: Callable[[ToolCallRequest], Any]
     ) -> ToolMessage | Command[Any]:
-        if self._user_wrap is None:
-            return self._decide(request, execute, carry=True)
         task = self._task()
         try:
-            return self._user_wrap(
-                request, lambda r: self._decide(r, execute, carry=False, task=task)
-            )
+            if self._user_wrap is None:
+                return self._decide(request, execute, carry=True)
+            try:
+                return self._user_wrap(
+                    request, lambda r: self._decide(r, execute, carry=False, task=task)
+                )
+            finally:
+                release = _unsent(task, request)
+                if release is not None:
+                    with _logged(release):
+                        self.runner.perform(release)
         finally:
-            release = _unsent(task, request)
-            if release is not None:
-                with _logged(release):
-                    self.runner.perform(release)
+            if task is not None:
+                task.left(request)
 
     async def _awrap(
         self, request: ToolCallRequest, execute: Callable[[ToolCallRequest], Any]
     ) -> ToolMessage | Command[Any]:
-        if self._user_awrap is None:
-            return await self._adecide(request, execute, carry=True)
         task = self._task()
 
         async def inner(r: ToolCallRequest) -> ToolMessage | Command[Any]:
             return await self._adecide(r, execute, carry=False, task=task)
 
         try:
-            return await self._user_awrap(request, inner)
+            if self._user_awrap is None:
+                return await self._adecide(request, execute, carry=True)
+            try:
+                return await self._user_awrap(request, inner)
+            finally:
+                release = _unsent(task, request)
+                if release is not None:
+                    with _logged(release):
+                        await self.runner.aperform(release)
         finally:
-            release = _unsent(task, request)
-            if release is not None:
-                with _logged(release):
-                    await self.runner.aperform(release)
+            if task is not None:
+                task.left(request)
 
     @staticmethod
     def _config(request: ToolCallRequest) -> RunnableConfig | None:
@@ -680,7 +696,8 @@ class EffectToolNode(ToolNode):
             call = self._call(request, thread, task)
             handoff = None if task is None else task.take(call)
             trace = Trace()
-            op = self.runner.run(call, run, handoff=handoff, trace=trace)
+            with nullcontext() if task is None else task.turns.mine(call.tool_call_id):
+                op = self.runner.run(call, run, handoff=handoff, trace=trace)
         answer = effect_result(
             request,
             call,
@@ -715,7 +732,8 @@ class EffectToolNode(ToolNode):
                 call = self._call(request, thread, task)
                 handoff = None if task is None else task.take(call)
                 trace = Trace()
-                op = await self.runner.arun(call, run.acall, handoff=handoff, trace=trace)
+                with task.turns.mine(call.tool_call_id) if task is not None else nullcontext():
+                    op = await self.runner.arun(call, run.acall, handoff=handoff, trace=trace)
         answer = effect_result(
             request,
             call,

@@ -55,6 +55,7 @@ from langgraph_effects.decide.thread import (
     checked_tenant,
     tenant_request,
 )
+from langgraph_effects.decide.turns import await_turn, wait_turn
 from langgraph_effects.errors import EffectsError
 from langgraph_effects.ledger.base import DEFAULT_LEASE, AsyncLedger, Ledger
 from langgraph_effects.review import with_notice
@@ -325,6 +326,7 @@ class EffectRunner:
                 return result
             value, error = None, None
             if isinstance(action, Ask):
+                wait_turn()  # the calls of one task ask in their order (decide.turns)
                 value = self.ask(action.request, action.schema)
                 continue
             try:
@@ -412,6 +414,7 @@ class EffectRunner:
                 return result
             value, error = None, None
             if isinstance(action, Ask):
+                await await_turn()
                 if cancelled:
                     raise asyncio.CancelledError
                 value = self.ask(action.request, action.schema)

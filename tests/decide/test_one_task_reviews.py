@@ -1,0 +1,91 @@
+"""The reviews of one ``tools_condition`` task with several effect calls (issue 23, issue 22).
+
+ToolNode runs the calls of one AIMessage in one task (threads, or ``asyncio.gather``),
+and they share one LangGraph scratchpad: one interrupt counter, one list of resume
+values handed out by position. The calls' questions are asked in the AIMessage's order,
+one at a time, so the k-th question of the task is always the same call's, whatever the
+thread timing: an answer given by position reaches the call it was given to, and a
+refused answer dropped from the resume values never races a sibling's ``interrupt()``
+(LangGraph's ``assert len(scratchpad.resume) == idx``; campaign seeds 756, 6797).
+
+Real graphs on SQLite and PostgreSQL, sync and async; sends counted at a file-backed
+fake CRM that honours no idempotency key.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from _graphs import Env, build_graph, call, tool_messages
+from langgraph.types import Command
+
+from langgraph_effects import effect
+from langgraph_effects.core.model import OperationStatus
+from langgraph_effects.testing.providers import FakeCRM
+
+S = OperationStatus
+BACKENDS = [(k, m) for k in ("sqlite", "postgres") for m in ("sync", "async")]
+CASES = ("A", "B", "C")
+
+
+@pytest.fixture
+def crm(tmp_path: Path) -> Any:
+    with FakeCRM(path=tmp_path / "crm.db") as fake:
+        yield fake
+
+
+def _interrupts(env: Env, graph: Any, config: dict[str, Any]) -> list[Any]:
+    state = graph.get_state(config) if not env.is_async else env.run(graph.aget_state(config))
+    return [i for task in state.tasks for i in task.interrupts]
+
+
+@pytest.mark.parametrize("rerun", range(3))
+def test_one_tasks_reviews_are_asked_in_order_and_every_answer_applies_once(
+    env: Env, crm: FakeCRM, rerun: int
+) -> None:
+    """Three approvals in one task, answered by position and by id over several rounds,
+    with one bad answer between them: each question is the next call's in the AIMessage's
+    order; the bad answer is refused with a notice and asked again; every answer applies
+    (two approvals act once each at the CRM, the rejected call never acts)."""
+
+    @effect("crm.close_case", target=lambda a: a["case_id"], require_approval=True)
+    def close_case(case_id: str, resolution: str) -> dict[str, Any]:
+        """Close a CRM case (a person approves first)."""
+        return crm.close_case(case_id, resolution)
+
+    calls = [call("close_case", f"c-{c}", case_id=c, resolution="fixed") for c in CASES]
+    graph = build_graph(
+        [close_case], calls, ledger=env.ledger, checkpointer=env.checkpointer, per_call=False
+    )
+    config = {"configurable": {"thread_id": f"one-task-{rerun}"}}
+    env.invoke(graph, {"messages": [("user", "close A, B and C")]}, config)
+
+    def asked() -> Any:
+        pending = _interrupts(env, graph, config)
+        assert pending, "nothing is asked"
+        return pending[0]
+
+    def answer(case: str, decision: str, *, by_id: bool) -> None:
+        question = asked()
+        assert question.value["action_requests"][0]["args"]["case_id"] == case, repr(question.value)
+        value = {"operation_id": question.value["operation_id"], "decision": decision, "by": "ana"}
+        resume = {question.id: value} if by_id else value
+        if decision == "confirm":
+            env.refused(graph, Command(resume=resume), config, "'confirm'")
+        else:
+            env.invoke(graph, Command(resume=resume), config)
+
+    answer("A", "approve", by_id=False)
+    answer("B", "confirm", by_id=False)  # refused, with a notice; B asked again
+    answer("B", "reject", by_id=True)
+    answer("C", "approve", by_id=False)
+
+    assert _interrupts(env, graph, config) == []
+    assert {c: crm.effects_for(c) for c in CASES} == {"A": 1, "B": 0, "C": 1}
+    status = {op.target: op.status for op in env.ops()}
+    assert status == {"A": S.CONFIRMED, "B": S.REJECTED, "C": S.CONFIRMED}
+    state = graph.get_state(config) if not env.is_async else env.run(graph.aget_state(config))
+    answered = {m.tool_call_id: m.status for m in tool_messages(state.values)}
+    assert answered == {"c-A": "success", "c-B": "error", "c-C": "success"}
