@@ -1026,6 +1026,20 @@ class Loop:
             operations=others[:OPEN_SHOWN], total=max(found.total - counted_self, len(others))
         )
 
+    def _reviews_answered(self, op: Operation) -> Generator[Action, Any, set[str]]:
+        """The logged answers to ``op`` given to a review (its record was not prepared).
+
+        After a crash LangGraph shows again the question whose logged answer it lost:
+        a review if that answer is one of these, else the approval."""
+        events = yield from ledger(Events(op.key))
+        return {
+            e.detail["answer"]
+            for e in events
+            if isinstance(e.detail, dict)
+            and "answer" in e.detail
+            and e.from_status not in (None, S.PREPARED)
+        }
+
     def _last_word(self, p: _Pass, op: Operation) -> Generator[Action, Any, Operation | None]:
         """Before a dispatch that follows a person's answer in an earlier run of this task:
         the last word before dispatch wins. Returns the record when an answer changed it.
@@ -1056,7 +1070,8 @@ class Loop:
         if mine.consumed >= len(mine.logged):
             return None
         call = p.call
-        kind: RequestKind = "approval" if op.attempts == 0 else "review"
+        reviewed = yield from self._reviews_answered(op)
+        kind: RequestKind = "review" if mine.logged[mine.consumed] in reviewed else "approval"
         request = approval_request(op, tool_name=call.tool_name, args=call.args)
         request["request_id"] = round_id(op)
 
@@ -1077,6 +1092,14 @@ class Loop:
                 user=call.user,
                 anonymous=self.anonymous_answers,
             )
+            if kind == "approval" and op.attempts > 0 and answer.decision is not Decision.APPROVE:
+                # The approval was followed and the call sent: too late to change it.
+                raise InvalidAnswer(
+                    f"operation {op.operation_id!r} was approved and sent already; "
+                    f"{answer.decision.value!r} cannot apply to its approval now (an operator "
+                    "may decide it once it is unknown): answer approve",
+                    operation_id=op.operation_id,
+                )
             if kind == "review" and answer.decision is not Decision.RETRY:
                 # A retry was ordered and not sent yet: a reject now would say nothing
                 # about the earlier attempt (it may have acted), so it cannot stand as
@@ -1096,6 +1119,7 @@ class Loop:
 
         schema = Annotated[Any, AfterValidator(check)]
         while mine.consumed < len(mine.logged):
+            kind = "review" if mine.logged[mine.consumed] in reviewed else "approval"
             value = yield Ask(request, schema)
             answer = answer_of(value)
             mine.consumed += 1
