@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import importlib.util
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
+from _journal_example import MACHINE
 
 from langgraph_effects.errors import IllegalTransition, InvalidInput, StaleVersion
 from langgraph_effects.journal import (
@@ -26,23 +23,6 @@ from langgraph_effects.journal import (
 )
 from langgraph_effects.testing.faults import run_in_child, scaled
 from langgraph_effects.testing.providers import FakeClock
-
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "email_verification.py"
-
-
-def _load_example() -> ModuleType:
-    if str(EXAMPLE.parent) not in sys.path:
-        sys.path.insert(0, str(EXAMPLE.parent))  # its sibling _common, as when run as a script
-    spec = importlib.util.spec_from_file_location("email_verification_example", EXAMPLE)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-ex = _load_example()
-MACHINE: RunMachine = ex.EMAIL_VERIFICATION
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
@@ -296,29 +276,6 @@ def test_event_data_refuses_bodies() -> None:
     """Event data over 4 KiB (a message body) is refused: ids and hashes only."""
     with pytest.raises(ValueError, match="not bodies"):
         RunEvent(event_id="e", type="message_received", data={"body": "x" * 5000})
-
-
-@pytest.mark.parametrize("crash_at", ["after_request", "waiting", "after_receive"])
-def test_example_resumes_after_a_kill_without_a_second_request(
-    tmp_path: Path, crash_at: str
-) -> None:
-    """Killed at a crash point and resumed in a new process, it verifies; one request applies."""
-    cmd = [sys.executable, str(EXAMPLE), "--dir", str(tmp_path)]
-    crashed = subprocess.run([*cmd, "--crash-at", crash_at], capture_output=True, text=True)
-    assert crashed.returncode == 137, crashed.stderr
-    resumed = subprocess.run([*cmd, "--resume"], capture_output=True, text=True, check=True)
-    assert "final_state: verified" in resumed.stdout
-    assert "runs_resumed_successfully: 1" in resumed.stdout
-    assert "verification_requests_applied: 1" in resumed.stdout
-    assert "discarded_for_another_run_id: 1" in resumed.stdout
-    provider = ex.FakeVerificationProvider(tmp_path / "provider.db")
-    # Resumed in LEASED (after_request), the run finds the request by its key instead of
-    # asking again; resumed later, it only polls: the app received exactly one request.
-    assert provider.count("requests_received") == 1
-    with RunJournal.from_conn_string(tmp_path / "runs.db", [MACHINE]) as journal:
-        types = [e.type for e in journal.events(ex.RUN_ID)]
-        assert types.count("message_requested") == 1
-        assert all("body" not in e.data for e in journal.events(ex.RUN_ID))
 
 
 @pytest.mark.postgres
