@@ -492,8 +492,10 @@ def test_a_call_its_wrapper_answers_holds_no_receipt_back(sqlite_path: Path) -> 
 def test_a_sibling_asking_a_person_leaves_the_receipts_committed(
     sqlite_path: Path, mode: str
 ) -> None:
-    """Two calls prepared together and a third that needs an approval, in one task: the
-    approval interrupts the task while the two providers are still at work; the node waits
+    """An approval first in the AIMessage and two calls prepared together after it, in one
+    task (the first call asks at once: ``decide.turns`` holds a question only behind the
+    calls before it): the approval interrupts the task while the two providers are still at
+    work; the node waits
     for them and their receipts are committed before it raises (under ``ainvoke`` too, where
     ToolNode's ``gather`` would leave them running past the task). Approved, the task runs
     again: the two replay, the third dispatches. Each ticket created once."""
@@ -530,7 +532,7 @@ def test_a_sibling_asking_a_person_leaves_the_receipts_committed(
     ledger = _ledger(conn, mode)
     graph = build_graph(
         [_ticket_tool(provider), escalate],
-        [*_calls(2), call("escalate", "call-e", title="e")],
+        [call("escalate", "call-e", title="e"), *_calls(2)],
         ledger=ledger,
         checkpointer=InMemorySaver(),
         per_call=False,

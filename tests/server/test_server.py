@@ -792,15 +792,19 @@ def test_agent_chat_ui_without_a_key_is_refused_with_a_message_it_shows(
     server: Server, client: Any
 ) -> None:
     """No API key (an unauthenticated visitor, who names nobody): "Approve" is refused,
-    nothing is sent, the error event carries the reason the UI shows in its toast, and the
-    approval stays open; the same click with the key ``demo-ana`` closes the case once."""
+    nothing is sent, and the approval is asked again at once (not a failed run) with the
+    reason in its ``notice`` and in front of the action's description, which the UI renders;
+    the same click with the key ``demo-ana`` closes the case once."""
     case = f"case-{uuid.uuid4().hex[:8]}"
     thread = _ui_ask(server, f"close {case}", None)
     events = _ui_answer(server, thread, [{"type": "approve"}], None)
-    [error] = [data for event, data in events if event == "error"]
-    assert "who decides" in error["message"], error
+    assert not [data for event, data in events if event == "error"], events
     assert server.crm().effects_for(case) == 0
-    assert len(client.threads.get_state(thread)["interrupts"]) == 1
+    [asked] = client.threads.get_state(thread)["interrupts"]
+    assert "who decides" in asked["value"]["notice"], asked
+    [action] = asked["value"]["action_requests"]
+    assert action["description"].startswith(asked["value"]["notice"])
+    assert _agent_chat_ui_renders(asked["value"])
 
     events = _ui_answer(server, thread, [{"type": "approve"}], "demo-ana")
     assert not [data for event, data in events if event == "error"], events
