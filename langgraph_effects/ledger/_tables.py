@@ -11,6 +11,7 @@ and the same error boundary as the ledger (``sqlite/_driver.py``,
 from __future__ import annotations
 
 import sqlite3
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
@@ -73,12 +74,12 @@ class Tables:
         connection; ``commit`` commits after them (a no-op in autocommit mode).
         """
         if self.backend == "sqlite":
-            from langgraph_effects.ledger.sqlite import _driver as sqlite_driver
+            from langgraph_effects.ledger.sqlite._driver import Driver
 
-            return sqlite_driver.run(self.conn, self.dialect, program, commit=commit)
+            return Driver(self.conn, self.dialect).run(program, commit=commit).value
         from langgraph_effects.ledger.postgres import _driver as pg_driver
 
-        return pg_driver.run(self.conn, self.dialect, program, commit=commit)
+        return pg_driver.run(nullcontext(self.conn), self.dialect, program, commit=commit).value
 
     async def arun(self, program: Program[T], *, commit: bool = False) -> T:
         """``run`` on a psycopg ``AsyncConnection``."""
@@ -86,4 +87,6 @@ class Tables:
             raise InvalidInput("the async methods take a psycopg AsyncConnection")
         from langgraph_effects.ledger.postgres import _driver as pg_driver
 
-        return await pg_driver.arun(self.conn, self.dialect, program, commit=commit)
+        return (
+            await pg_driver.arun(nullcontext(self.conn), self.dialect, program, commit=commit)
+        ).value

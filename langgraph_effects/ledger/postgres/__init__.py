@@ -37,28 +37,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator
 from datetime import datetime
 from typing import Any, Self, TypeVar
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
-from psycopg.rows import DictRow, dict_row
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from langgraph_effects.core.model import utcnow
 from langgraph_effects.errors import LedgerUnavailable
 from langgraph_effects.ledger._faces import AsyncFace, SyncFace
-from langgraph_effects.ledger._statements import (
-    Dialect,
-    Program,
-    Result,
-    adrive,
-    compile_statements,
-    drive,
-)
+from langgraph_effects.ledger._statements import Dialect, Program, Result
 from langgraph_effects.ledger.base import Synchronous, check_synchronous
-from langgraph_effects.ledger.postgres._driver import boundary, has_rows
+from langgraph_effects.ledger.postgres._driver import arun, run
 from langgraph_effects.ledger.postgres._sql import DIALECT, RECEIPT_DIALECT
 
 __all__ = ["AsyncPostgresLedger", "PostgresLedger"]
@@ -67,14 +59,6 @@ T = TypeVar("T")
 
 POOL_KWARGS: dict[str, Any] = {"autocommit": True, "prepare_threshold": 0}
 """Connections of the pool ``from_conn_string`` opens (LangGraph's saver uses the same)."""
-
-
-def _needs_transaction(
-    conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any], atomic: bool
-) -> bool:
-    # A plain connection needs one to commit at all; an autocommit one only
-    # when the program may write more than one statement (or write, then raise).
-    return atomic or not conn.autocommit
 
 
 def _probe_args(url: str, pool_timeout: float) -> dict[str, Any]:
@@ -204,40 +188,8 @@ class PostgresLedger(SyncFace):
                 yield self._conn
 
     def _run(self, program: Program[T]) -> Result[T]:
-        with (
-            boundary(DIALECT),
-            self._connection() as conn,
-            conn.cursor(row_factory=dict_row) as cur,
-        ):
-            pipes: list[psycopg.Pipeline] = []
-
-            def execute(sql: str, params: Mapping[str, Any], adhoc: bool) -> list[DictRow]:
-                cur.execute(sql, params, prepare=False if adhoc else None)
-                for pipe in pipes:
-                    pipe.sync()  # the queued BEGIN and this statement: one round trip
-                return cur.fetchall() if has_rows(cur) else []
-
-            raw = compile_statements(
-                self._receipt_dialect if program.relaxed else DIALECT, program.statements
-            )
-            if not _needs_transaction(conn, program.atomic):
-                return drive(execute, raw)
-            if not (conn.autocommit and psycopg.Pipeline.is_supported()):
-                with conn.transaction():
-                    return drive(execute, raw)
-            # Pipeline mode: BEGIN travels with the first statement and COMMIT
-            # (or ROLLBACK) with the pipeline's closing sync, instead of each
-            # waiting for its own answer: two round trips fewer per transaction.
-            with conn.pipeline() as pipe:
-                pipes.append(pipe)
-                cur.execute("BEGIN")
-                try:
-                    outcome = drive(execute, raw)
-                except BaseException:
-                    cur.execute("ROLLBACK")
-                    raise
-                cur.execute("COMMIT")
-                return outcome
+        dialect = self._receipt_dialect if program.relaxed else DIALECT
+        return run(self._connection(), dialect, program, own=True)
 
 
 class AsyncPostgresLedger(AsyncFace):
@@ -334,33 +286,5 @@ class AsyncPostgresLedger(AsyncFace):
                 yield self._conn
 
     async def _arun(self, program: Program[T]) -> Result[T]:
-        with boundary(DIALECT):
-            async with self._connection() as conn, conn.cursor(row_factory=dict_row) as cur:
-                pipes: list[psycopg.AsyncPipeline] = []
-
-                async def execute(
-                    sql: str, params: Mapping[str, Any], adhoc: bool
-                ) -> list[DictRow]:
-                    await cur.execute(sql, params, prepare=False if adhoc else None)
-                    for pipe in pipes:
-                        await pipe.sync()
-                    return await cur.fetchall() if has_rows(cur) else []
-
-                raw = compile_statements(
-                    self._receipt_dialect if program.relaxed else DIALECT, program.statements
-                )
-                if not _needs_transaction(conn, program.atomic):
-                    return await adrive(execute, raw)
-                if not (conn.autocommit and psycopg.AsyncPipeline.is_supported()):
-                    async with conn.transaction():
-                        return await adrive(execute, raw)
-                async with conn.pipeline() as pipe:  # see PostgresLedger._run
-                    pipes.append(pipe)
-                    await cur.execute("BEGIN")
-                    try:
-                        outcome = await adrive(execute, raw)
-                    except BaseException:
-                        await cur.execute("ROLLBACK")
-                        raise
-                    await cur.execute("COMMIT")
-                    return outcome
+        dialect = self._receipt_dialect if program.relaxed else DIALECT
+        return await arun(self._connection(), dialect, program, own=True)

@@ -42,25 +42,16 @@ import asyncio
 import contextlib
 import functools
 import sqlite3
-import threading
-import time
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator
 from datetime import datetime
-from typing import Any, Self, TypeVar
+from typing import Self, TypeVar
 
 from langgraph_effects.core.model import utcnow
 from langgraph_effects.errors import LedgerUnavailable
 from langgraph_effects.ledger._faces import AsyncFace, SyncFace
-from langgraph_effects.ledger._statements import (
-    Execute,
-    Program,
-    Result,
-    Rows,
-    compile_statements,
-    drive,
-)
+from langgraph_effects.ledger._statements import Program, Result
 from langgraph_effects.ledger.base import Synchronous, check_synchronous
-from langgraph_effects.ledger.sqlite._driver import boundary, executor, plain_cursor
+from langgraph_effects.ledger.sqlite._driver import Driver, boundary
 from langgraph_effects.ledger.sqlite._sql import DIALECT
 
 __all__ = ["AsyncSQLiteLedger", "SQLiteLedger", "Synchronous"]
@@ -70,109 +61,35 @@ T = TypeVar("T")
 BUSY_TIMEOUT_MS = 5000
 """How long a statement waits for another connection holding the file's write lock."""
 
-_SQLITE_BUSY = 5
-_FIRST_WAIT, _LONGEST_WAIT = 20e-6, 1e-3
-"""The driver's own waits for a lock under WAL: 20 us, doubling up to 1 ms."""
 
-
-class _Driver:
-    """Runs programs on one connection: the lock, the transaction, the error boundary."""
-
-    def __init__(
-        self,
-        conn: sqlite3.Connection,
-        synchronous: Synchronous,
-        receipt_synchronous: Synchronous | None = None,
-    ) -> None:
-        check_synchronous("synchronous", synchronous)
-        if receipt_synchronous is not None:
-            check_synchronous("receipt_synchronous", receipt_synchronous)
-        self.conn = conn
-        self.synchronous = synchronous
-        self.lock = threading.Lock()
-        with self.lock, boundary(conn, DIALECT):
-            # WAL persists in the file; ":memory:" keeps its own journal mode,
-            # and a file system without shared memory may refuse WAL.
-            (mode,) = conn.execute("PRAGMA journal_mode=WAL").fetchone()
-            conn.execute(f"PRAGMA synchronous={synchronous}")
-            wal = str(mode).lower() == "wal"
-            # Under WAL only a writer waits, for another writer (the saver's commit on
-            # its own connection, ~0.1 ms), and SQLite's busy handler would sleep 1, 2,
-            # 5 ... ms: the driver waits in its own short steps instead (``_patiently``).
-            # Outside WAL, SQLite's handler waits as usual.
-            conn.execute(f"PRAGMA busy_timeout={0 if wal else BUSY_TIMEOUT_MS}")
-        self.busy_timeout = BUSY_TIMEOUT_MS / 1000 if wal else 0.0
-        """Seconds the driver itself waits for a lock (0: SQLite's busy handler does)."""
+def _ledger_driver(
+    conn: sqlite3.Connection, synchronous: Synchronous, receipt_synchronous: Synchronous | None
+) -> Driver:
+    """The ledger's driver on ``conn``, once its durability and lock waits are set."""
+    check_synchronous("synchronous", synchronous)
+    if receipt_synchronous is not None:
+        check_synchronous("receipt_synchronous", receipt_synchronous)
+    with boundary(conn, DIALECT):
+        # WAL persists in the file; ":memory:" keeps its own journal mode,
+        # and a file system without shared memory may refuse WAL.
+        (mode,) = conn.execute("PRAGMA journal_mode=WAL").fetchone()
+        conn.execute(f"PRAGMA synchronous={synchronous}")
+        wal = str(mode).lower() == "wal"
+        # Under WAL only a writer waits, for another writer (the saver's commit on
+        # its own connection, ~0.1 ms), and SQLite's busy handler would sleep 1, 2,
+        # 5 ... ms: the driver waits in its own short steps instead (``busy_timeout``).
+        # Outside WAL, SQLite's handler waits as usual.
+        conn.execute(f"PRAGMA busy_timeout={0 if wal else BUSY_TIMEOUT_MS}")
+    return Driver(
+        conn,
+        DIALECT,
+        own=True,
+        busy_timeout=BUSY_TIMEOUT_MS / 1000 if wal else 0.0,
+        synchronous=synchronous,
         # A NORMAL commit under WAL loses at most the last transactions on a power
         # loss, never the file; outside WAL NORMAL is not that, so it is not a default.
-        self.receipt_synchronous: Synchronous = receipt_synchronous or (
-            "NORMAL" if wal else synchronous
-        )
-        # One cursor for every program: they all run under the lock.
-        self.cur = plain_cursor(conn)
-        self.execute = executor(self.cur, DIALECT)
-        self.patient = self._outside_transactions(self.execute)
-
-    def _patiently(self, statement: Callable[[str], T], sql: str) -> T:
-        """Run ``statement(sql)``; while the file is locked (SQLITE_BUSY), wait and run it
-        again, in short steps, up to ``busy_timeout`` (then the error is raised as before).
-
-        Only a statement outside a transaction is run again: ``BEGIN IMMEDIATE`` and
-        a read in autocommit, which changed nothing when refused.
-        """
-        try:
-            return statement(sql)  # the usual case: no lock to wait for, no clock read
-        except sqlite3.OperationalError as exc:
-            if not self.busy_timeout or exc.sqlite_errorcode & 0xFF != _SQLITE_BUSY:
-                raise
-        deadline, wait = time.monotonic() + self.busy_timeout, _FIRST_WAIT
-        while True:
-            time.sleep(wait)
-            wait = min(wait * 2, _LONGEST_WAIT)
-            try:
-                return statement(sql)
-            except sqlite3.OperationalError as exc:
-                if exc.sqlite_errorcode & 0xFF != _SQLITE_BUSY or time.monotonic() >= deadline:
-                    raise
-
-    def _outside_transactions(self, execute: Execute) -> Execute:
-        def patient(sql: str, params: Mapping[str, Any], adhoc: bool) -> Rows:
-            if self.conn.in_transaction:
-                return execute(sql, params, adhoc)
-            return self._patiently(lambda sql: execute(sql, params, adhoc), sql)
-
-        return patient
-
-    def run(self, program: Program[T]) -> Result[T]:
-        with self.lock, boundary(self.conn, DIALECT):
-            if not program.writes:
-                return drive(self.patient, compile_statements(DIALECT, program.statements))
-            cur = self.cur
-            # synchronous applies at commit time, per connection: switch it for
-            # this one receipt transaction only, and back before anything else.
-            relaxed = program.relaxed and self.receipt_synchronous != self.synchronous
-            if relaxed:
-                cur.execute(f"PRAGMA synchronous={self.receipt_synchronous}")
-            try:
-                if program.reads_first:
-                    # It opens its transaction itself (``WRITE_LOCK``) if its reads do not
-                    # answer: statements outside it may wait for the lock (``patient``).
-                    execute = self.patient
-                else:
-                    self._patiently(cur.execute, "BEGIN IMMEDIATE")
-                    execute = self.execute  # inside the transaction: no lock to wait for
-                try:
-                    result = drive(execute, compile_statements(DIALECT, program.statements))
-                except BaseException:
-                    with contextlib.suppress(sqlite3.Error):
-                        self.conn.rollback()
-                    raise
-                # Rollback and commit do nothing without a transaction (a read answered).
-                self.conn.commit()
-            finally:
-                if relaxed:
-                    cur.execute(f"PRAGMA synchronous={self.synchronous}")
-            return result
+        receipt_synchronous=receipt_synchronous or ("NORMAL" if wal else synchronous),
+    )
 
 
 def _connect(path: str) -> sqlite3.Connection:
@@ -221,7 +138,7 @@ class SQLiteLedger(SyncFace):
         clock: Callable[[], datetime] = utcnow,
     ) -> None:
         super().__init__(clock=clock)
-        self._driver = _Driver(conn, synchronous, receipt_synchronous)
+        self._driver = _ledger_driver(conn, synchronous, receipt_synchronous)
 
     @classmethod
     def open(
@@ -287,7 +204,7 @@ class AsyncSQLiteLedger(AsyncFace):
         clock: Callable[[], datetime] = utcnow,
     ) -> None:
         super().__init__(clock=clock)
-        self._driver = _Driver(conn, synchronous, receipt_synchronous)
+        self._driver = _ledger_driver(conn, synchronous, receipt_synchronous)
 
     @classmethod
     async def open(
@@ -331,4 +248,4 @@ class AsyncSQLiteLedger(AsyncFace):
             await ledger.close()
 
     async def _arun(self, program: Program[T]) -> Result[T]:
-        return await asyncio.to_thread(self._driver.run, program)
+        return await self._driver.arun(program)

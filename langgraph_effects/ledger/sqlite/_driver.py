@@ -9,9 +9,12 @@ looking at the schema, never at the message: the dialect's tables in
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import sqlite3
-from collections.abc import Mapping
+import threading
+import time
+from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -28,9 +31,13 @@ from langgraph_effects.ledger._statements import (
     not_set_up,
 )
 
-__all__ = ["boundary", "executor", "plain_cursor", "run"]
+__all__ = ["Driver", "boundary", "executor", "plain_cursor"]
 
 T = TypeVar("T")
+
+_SQLITE_BUSY = 5
+_FIRST_WAIT, _LONGEST_WAIT = 20e-6, 1e-3
+"""The driver's own waits for a lock under WAL: 20 us, doubling up to 1 ms."""
 
 
 def plain_cursor(conn: sqlite3.Connection) -> sqlite3.Cursor:
@@ -125,38 +132,146 @@ def _missing_schema(conn: sqlite3.Connection, dialect: Dialect) -> LedgerNotSetU
     return None
 
 
-def run(conn: sqlite3.Connection, dialect: Dialect, program: Program[T], *, commit: bool) -> T:
-    """Run ``program`` on a connection the caller owns.
+class Driver:
+    """The one SQLite driver: runs statement programs on one ``sqlite3`` connection.
 
-    An ``atomic`` program runs in the caller's open transaction, or else in
-    one of its own (``BEGIN IMMEDIATE``: one writer at a time), committed here.
-    Any other runs its statements as they come; with ``commit``, a transaction
-    the driver opened implicitly (legacy sqlite3 mode) is committed after them,
-    rolled back on an error.
+    The ledger keeps one on its own connection (``own``: every write is its own
+    ``BEGIN IMMEDIATE ... COMMIT``, under ``lock``, a busy file waited for in short
+    steps up to ``busy_timeout`` s, a receipt committed with ``receipt_synchronous``);
+    the outbox and the journal make one per call on the application's connection,
+    where ``atomic`` alone asks for a transaction and the caller's open one holds it.
+
+    Args:
+        conn: the connection; its cursor and ``execute`` are made once.
+        dialect: the tables' SQL.
+        own: the connection is the ledger's: a ``writes`` program takes the write
+            lock first (SQLite's chains write several rows), unless ``reads_first``
+            (it takes the lock itself, ``WRITE_LOCK``); every program is committed.
+        busy_timeout: seconds the driver itself waits for a lock (0: SQLite's busy
+            handler, or none, does).
+        synchronous: the connection's ``synchronous``, restored after a receipt.
+        receipt_synchronous: ``synchronous`` for a ``relaxed`` program's commit.
     """
-    with boundary(conn, dialect):
-        cur = plain_cursor(conn)
-        execute = executor(cur, dialect)
-        raw = compile_statements(dialect, program.statements)
-        if not program.atomic:
-            try:
-                result: Result[T] = drive(execute, raw)
+
+    __slots__ = (
+        "busy_timeout",
+        "conn",
+        "cur",
+        "dialect",
+        "execute",
+        "lock",
+        "own",
+        "patient",
+        "receipt_synchronous",
+        "synchronous",
+    )
+
+    def __init__(
+        self,
+        conn: sqlite3.Connection,
+        dialect: Dialect,
+        *,
+        own: bool = False,
+        busy_timeout: float = 0.0,
+        synchronous: str = "",
+        receipt_synchronous: str = "",
+    ) -> None:
+        self.conn = conn
+        self.dialect = dialect
+        self.own = own
+        self.lock: contextlib.AbstractContextManager[Any] = (
+            threading.Lock() if own else contextlib.nullcontext()
+        )
+        self.busy_timeout = busy_timeout
+        self.synchronous = synchronous
+        self.receipt_synchronous = receipt_synchronous
+        with boundary(conn, dialect):  # a closed connection has no cursor
+            self.cur = plain_cursor(conn)  # one cursor for every program: they run under the lock
+        self.execute = executor(self.cur, dialect)
+        self.patient = self._outside_transactions(self.execute) if busy_timeout else self.execute
+
+    def run(self, program: Program[T], *, commit: bool = False) -> Result[T]:
+        """Run ``program``: in a transaction of its own when it asks for one (``own``:
+        ``writes``; else ``atomic``) and none is open, committed or rolled back here;
+        otherwise its statements as they come, then, with ``commit`` (a no-op without a
+        transaction), the transaction they opened (legacy sqlite3 mode, ``WRITE_LOCK``)."""
+        conn, own = self.conn, self.own
+        with self.lock, boundary(conn, self.dialect), self._durability(program):
+            if own:
+                begin, commit = program.writes and not program.reads_first, True
+            elif program.atomic:  # in the caller's open transaction, else in one of its own
+                begin = commit = not conn.in_transaction
+            else:
+                begin = False
+            if begin:
+                self._patiently(self.cur.execute, "BEGIN IMMEDIATE")
+            statements = compile_statements(self.dialect, program.statements)
+            try:  # inside a transaction of ours no lock is waited for
+                result = drive(self.execute if begin else self.patient, statements)
             except BaseException:
                 if commit:
                     with contextlib.suppress(sqlite3.Error):
                         conn.rollback()
                 raise
             if commit:
-                conn.commit()
-            return result.value
-        if conn.in_transaction:
-            return drive(execute, raw).value
-        cur.execute("BEGIN IMMEDIATE")
+                conn.commit()  # nothing without a transaction (a read answered)
+            return result
+
+    async def arun(self, program: Program[T]) -> Result[T]:
+        """``run`` in a worker thread: there is no second code path and no aiosqlite."""
+        return await asyncio.to_thread(self.run, program)
+
+    def _durability(self, program: Program[Any]) -> contextlib.AbstractContextManager[None]:
+        """A receipt's commit with ``receipt_synchronous``: ``synchronous`` applies at
+        commit time, per connection, so it is switched for this one transaction only."""
+        if program.relaxed and self.receipt_synchronous != self.synchronous:
+            return _Synchronous(self)
+        return _AS_IS
+
+    def _patiently(self, statement: Callable[[str], T], sql: str) -> T:
+        """Run ``statement(sql)``; while the file is locked (SQLITE_BUSY), wait and run it
+        again, in short steps, up to ``busy_timeout`` (then the error is raised as before).
+
+        Only a statement outside a transaction is run again: ``BEGIN IMMEDIATE`` and
+        a read in autocommit, which changed nothing when refused.
+        """
         try:
-            result = drive(execute, raw)
-        except BaseException:
-            with contextlib.suppress(sqlite3.Error):
-                cur.execute("ROLLBACK")
-            raise
-        cur.execute("COMMIT")
-        return result.value
+            return statement(sql)  # the usual case: no lock to wait for, no clock read
+        except sqlite3.OperationalError as exc:
+            if not self.busy_timeout or exc.sqlite_errorcode & 0xFF != _SQLITE_BUSY:
+                raise
+        deadline, wait = time.monotonic() + self.busy_timeout, _FIRST_WAIT
+        while True:
+            time.sleep(wait)
+            wait = min(wait * 2, _LONGEST_WAIT)
+            try:
+                return statement(sql)
+            except sqlite3.OperationalError as exc:
+                if exc.sqlite_errorcode & 0xFF != _SQLITE_BUSY or time.monotonic() >= deadline:
+                    raise
+
+    def _outside_transactions(self, execute: Execute) -> Execute:
+        def patient(sql: str, params: Mapping[str, Any], adhoc: bool) -> Rows:
+            if self.conn.in_transaction:
+                return execute(sql, params, adhoc)
+            return self._patiently(lambda sql: execute(sql, params, adhoc), sql)
+
+        return patient
+
+
+_AS_IS = contextlib.nullcontext()
+
+
+class _Synchronous:
+    """``PRAGMA synchronous`` set to the receipt's for one transaction, and back."""
+
+    __slots__ = ("driver",)
+
+    def __init__(self, driver: Driver) -> None:
+        self.driver = driver
+
+    def __enter__(self) -> None:
+        self.driver.cur.execute(f"PRAGMA synchronous={self.driver.receipt_synchronous}")
+
+    def __exit__(self, *exc: object) -> None:
+        self.driver.cur.execute(f"PRAGMA synchronous={self.driver.synchronous}")
