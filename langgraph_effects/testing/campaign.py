@@ -41,6 +41,7 @@ Counted at the fake providers: **duplicates** (effects beyond the intended
 ones), **lost receipts** (an applied effect the ledger does not own up to, or
 that the model was told was not carried out), **lost answers** (a person's
 answer consumed silently: the same question asked again, unexplained),
+**refused answers** (a valid answer to the question still asked, refused in words),
 **lost effects** (an intended effect that never acted: the model told it was
 done more often than the provider applied it, or the thread ended with a call
 never answered),
@@ -191,6 +192,7 @@ PROBLEM_KINDS = (
     "duplicates",
     "lost_receipts",
     "lost_answers",
+    "refused_answers",
     "lost_effects",
     "mislabelled",
     "violations",
@@ -1024,6 +1026,8 @@ COLUMNS: dict[str, str] = {
     "that the model was told were not carried out (must be 0)",
     "lost-answers": "answers a person gave that were consumed silently: the same question "
     "asked again, neither applied nor refused, with no notice saying why (must be 0)",
+    "refused-answers": "valid answers to the question the ledger still asked, refused in "
+    "words: that question asked again unchanged, its notice a refusal (must be 0)",
     "lost-effects": "intended effects that never acted: an operation answered done in its "
     "timeline more often than its provider applied it, or a call the thread ended without "
     "(must be 0; the control's count is what a plain ToolNode does)",
@@ -1073,6 +1077,11 @@ class CampaignResult:
         return sum(r.lost_answers for r in self.node_rows)
 
     @property
+    def refused_answers(self) -> int:
+        """Valid answers to the current question refused in words (must be 0)."""
+        return sum(r.refused_answers for r in self.node_rows)
+
+    @property
     def lost_effects(self) -> int:
         """Intended effects that never acted: answered done more often than applied, or a
         call the thread ended without (must be 0)."""
@@ -1089,6 +1098,7 @@ class CampaignResult:
         control_shows = self.control is None or self.control.duplicates > 0
         counts = (self.duplicates, self.mislabelled, self.lost_receipts, self.lost_answers)
         clean = counts == (0, 0, 0, 0) and self.lost_effects == self.violations == 0
+        clean = clean and self.refused_answers == 0
         return clean and control_shows
 
     def table(self) -> str:
@@ -1109,6 +1119,7 @@ class CampaignResult:
                     "-" if control else str(r.mislabelled),
                     "-" if control else str(r.lost_receipts),
                     "-" if control else str(r.lost_answers),
+                    "-" if control else str(r.refused_answers),
                     str(r.lost_effects),
                     "-" if control else str(r.violations),
                     str(r.stale_token_refusals),
@@ -1123,6 +1134,8 @@ class CampaignResult:
             "schedules",
             "duplicates",
             "lost-receipts",
+            "lost-answers",
+            "refused-answers",
             "lost-effects",
             "mislabelled",
         )
@@ -1136,6 +1149,8 @@ class CampaignResult:
                     str(r.runs),
                     str(r.duplicates),
                     str(r.lost_receipts),
+                    str(r.lost_answers),
+                    str(r.refused_answers),
                     str(r.lost_effects),
                     str(r.mislabelled),
                     str(r.violations),
@@ -1371,7 +1386,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("PROBLEM the control shows no duplicates: the schedules prove nothing")
     print(
         f"\nEffectToolNode: {result.duplicates} duplicates, {result.lost_receipts} lost receipts, "
-        f"{result.lost_answers} lost answers, {result.lost_effects} lost effects, "
+        f"{result.lost_answers} lost answers, {result.refused_answers} refused answers, "
+        f"{result.lost_effects} lost effects, "
         f"{result.mislabelled} mislabelled, {result.violations} violations"
         + ("" if result.control is None else f"; control: {result.control.duplicates} duplicates")
     )

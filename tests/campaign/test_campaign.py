@@ -173,6 +173,23 @@ def test_randomized_schedules_lose_no_answer(randomized: CampaignResult) -> None
         assert _reproduced(randomized, "lost_answers") == [], _problems(randomized)
 
 
+@pytest.mark.xfail(
+    strict=False,
+    reason="open (issue 23): a few valid answers are refused in words, the question still "
+    "asked (decide, not the harness): in a Functional API workflow running several effect "
+    "calls in one task (one_task, body) an answer reaches another call of the task after a "
+    "crash ('the answer names operation ..., which this step does not own'; seeds 22, 691, "
+    "820, 894, 936, 1088, 1486, 1633, 1944); a HITL-shaped answer by interrupt id to one "
+    "call of a parallel_branches task is refused for naming no operation_id (6759, 6797); "
+    "a stale refused value handed again to the same review (6960)",
+)
+def test_randomized_schedules_refuse_no_valid_answer(randomized: CampaignResult) -> None:
+    """A valid answer to the question the ledger still asks is applied: never asked again
+    unchanged with a refusal."""
+    if randomized.refused_answers:
+        assert _reproduced(randomized, "refused_answers") == [], _problems(randomized)
+
+
 def test_randomized_schedules_lose_no_intended_effect(randomized: CampaignResult) -> None:
     """Every call meant acts: none is answered done from an earlier call's record, none is
     left unanswered when its thread ends."""
@@ -280,7 +297,8 @@ def test_the_command_prints_the_table_and_its_status_says_pass_or_fail(
     assert "randomized ToolNode (control)" in out
     assert "control-duplicates" in out
     clean = (
-        "EffectToolNode: 0 duplicates, 0 lost receipts, 0 lost answers, 0 lost effects, "
+        "EffectToolNode: 0 duplicates, 0 lost receipts, 0 lost answers, 0 refused answers, "
+        "0 lost effects, "
         "0 mislabelled, "
         "0 violations" in out
     )

@@ -623,3 +623,50 @@ def test_an_mcp_schedule_resends_only_what_the_trusted_server_calls_idempotent(
         assert (control[call].effects, report.duplicates) == (1 + twice, int(twice))
     finally:
         control.close()
+
+
+def test_a_valid_answer_refused_in_words_counts_only_when_its_question_was_current(
+    providers: Providers,
+) -> None:
+    """A refusal (``REFUSED_NOTE``) of an answer to the question the ledger still asks is a
+    valid answer refused; the same refusal of an answer to an approval shown again after
+    the call was approved and sent (the ledger moved on) is not: it came too late."""
+    from langgraph_effects.decide.answers import REFUSED_NOTE
+    from langgraph_effects.review import APPROVAL_KIND
+    from langgraph_effects.testing.scenario.count import _awaited, _refused_in_words
+
+    ledger = _ledger(providers)
+    sc = _scenario(providers, ProviderKind.CRM)
+    for op_id in ("op-asked", "op-sent"):
+        draft = OperationDraft(
+            tenant_id=sc.thread_id, operation_id=op_id, action="a", payload_digest="0" * 64
+        )
+        ledger.prepare(draft)
+    ledger.approve(sc.thread_id, "op-sent", payload_digest="0" * 64, by="ana")
+    requests = [
+        {
+            "kind": APPROVAL_KIND,
+            "operation_id": op_id,
+            "request_id": f"{op_id}@0",
+            "attempts": 0,
+            "status": "prepared",
+        }
+        for op_id in ("op-asked", "op-sent")
+    ]
+    story = _awaited(sc, requests)
+    reply = None
+    try:
+        while True:
+            reply = story.send(reply).read(ledger)
+    except StopIteration as done:
+        current = done.value
+    assert current == {"op-asked"}
+    answers = [(r, {"decision": "reject", "by": "ana"}) for r in requests]
+    refused = [SimpleNamespace(value={**r, "notice": f"{REFUSED_NOTE}too late."}) for r in requests]
+    lines = _refused_in_words(answers, current, refused)
+    assert len(lines) == 1, lines
+    assert "op-asked@0" in lines[0]
+    told = [
+        SimpleNamespace(value={**r, "notice": "Your reject was not applied."}) for r in requests
+    ]
+    assert _refused_in_words(answers, current, told) == []

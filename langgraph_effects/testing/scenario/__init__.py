@@ -67,7 +67,8 @@ confirmed or as an evidenced/pending unknown, or that the model was told was
 not carried out), **lost effects** (an intended effect that never acted: the
 model told it was done more often than the provider applied it, or the thread
 ended with a call never answered) and **violations** (a bad answer accepted or a valid one
-refused, a resume under another tenant not refused, an operation recorded
+refused: with an error, or in words, asked again with a refusal although the ledger still
+asked that question; a resume under another tenant not refused, an operation recorded
 under a tenant the thread is not bound to, a call repeated on purpose that got
 no operation of its own). A person's own decision is theirs: an operator who
 rejects what later turns out applied is not counted against the library.

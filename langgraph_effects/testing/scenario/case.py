@@ -10,6 +10,7 @@ from typing import Any, Literal
 from langchain_core.tools import BaseTool
 
 from langgraph_effects.core.model import (
+    Decision,
     Operation,
 )
 from langgraph_effects.ledger.base import DEFAULT_LEASE
@@ -141,6 +142,12 @@ class Scenario:
     collide: bool = False
     """The reviewer's edits give a call the arguments of another call of its tool (a
     sibling, or one a repeated turn's earlier answer carried out)."""
+    console: Callable[[dict[str, Any]], Decision | None] | None = None
+    """An operator at the console (``policies.console``): before the person in the UI
+    answers the pending questions, it may decide one of them (None: it does not), as
+    ``langgraph-effects approve/reject/resolve`` do; the person answers the question
+    still shown anyway. Their word is the last before dispatch: it wins over the
+    operator's approval; a decision the operator made final stands, and is not redone."""
     face: Literal["node", "middleware", "functional"] = "node"
     layout: Layout = "tasks"
     """``functional`` face: where the workflow runs the calls (``testing.workflows``)."""

@@ -15,21 +15,25 @@ from langchain_core.messages import (
 )
 
 from langgraph_effects.core.model import (
+    Decision,
     Operation,
     OperationEvent,
     OperationKey,
+    Resolution,
 )
-from langgraph_effects.decide.answers import answer_digest
+from langgraph_effects.core.plan import operator_decisions
+from langgraph_effects.decide.answers import REFUSED_NOTE, answer_digest
 from langgraph_effects.decide.loop import _REPLACED
 from langgraph_effects.decide.messages import TRACE_KEY
 from langgraph_effects.ledger.base import AsyncLedger, Ledger
+from langgraph_effects.review import APPROVAL_KIND, REVIEW_KIND
 from langgraph_effects.testing.assertions import mislabelled_operations
 from langgraph_effects.testing.draws import (
     branch_targets,
     queued_reviews,
 )
 from langgraph_effects.testing.scenario.case import Scenario
-from langgraph_effects.testing.scenario.policies import target_of
+from langgraph_effects.testing.scenario.policies import CONSOLE, decision_of, target_of
 from langgraph_effects.testing.scenario.report import ScenarioReport
 from langgraph_effects.testing.scenario.requests import _History, _LedgerCall, _Request, _Tally
 from langgraph_effects.testing.scenario.tools import _KEYLESS, _SERVER_IDEMPOTENT, S
@@ -79,6 +83,109 @@ def _asked_again(answered: Any, interrupts: Sequence[Any]) -> list[tuple[str, An
     return again
 
 
+def _awaited(sc: Scenario, requests: Collection[Any]) -> Generator[_Request, Any, set[str]]:
+    """The operations of ``requests`` whose question the ledger still asks: an approval of a
+    record never approved nor sent, a review of an unknown record after the attempts the
+    request shows. An answer to such a request is the answer to the current question; a
+    request LangGraph shows again after a crash lost its answer (the ledger moved on) is
+    not current, and an answer contradicting what was applied may be refused."""
+    asked = {str(r.get("operation_id")): r for r in requests if isinstance(r, Mapping)}
+    current = set()
+    for op in (yield from _thread_ops(sc)) if asked else []:
+        request = asked.get(op.operation_id)
+        if request is None:
+            continue
+        if request.get("kind") == APPROVAL_KIND:
+            awaited = op.status is S.PREPARED and op.authorization_ref is None
+            awaited = awaited and op.attempts == 0
+        else:
+            awaited = request.get("kind") == REVIEW_KIND and op.status is S.UNKNOWN
+            awaited = awaited and op.attempts == request.get("attempts")
+        if awaited:
+            current.add(op.operation_id)
+    return current
+
+
+def _refused_in_words(
+    answered: Any, current: Collection[str], interrupts: Sequence[Any]
+) -> list[str]:
+    """The valid answers to a current question (``_awaited``) whose question the next state
+    asks again, unchanged (same operation, status and attempts), with a refusal
+    (``decide.answers.REFUSED_NOTE``): a truthful answer the person was allowed to give,
+    refused. (A question that moved on was answered.)"""
+
+    def question(request: Mapping[str, Any]) -> tuple[str, Any, Any]:
+        return (str(request.get("operation_id")), request.get("status"), request.get("attempts"))
+
+    refused = {
+        question(i.value): str(i.value["notice"])
+        for i in interrupts
+        if isinstance(i.value, dict) and str(i.value.get("notice", "")).startswith(REFUSED_NOTE)
+    }
+    return [
+        f"a valid answer {answer!r:.160} to the current request {request.get('request_id')} "
+        f"was refused in words: {refused[question(request)]:.240}"
+        for request, answer in answered
+        if str(request.get("operation_id")) in current and question(request) in refused
+    ]
+
+
+def _decide_at_console(
+    request: Mapping[str, Any], decision: Decision
+) -> Generator[_Request, Any, Operation | None]:
+    """``decision`` on the request's operation as ``langgraph-effects approve/reject/resolve``
+    take it (``cli._decide``): the record read, the decision taken only where
+    ``core.plan.operator_decisions`` allows it (the CLI refuses the rest), through the
+    ledger's ``resolve``. The decided record, or None: refused."""
+    tenant, op_id = str(request.get("tenant_id")), str(request.get("operation_id"))
+    op: Operation | None = yield _LedgerCall(lambda ledger: ledger.get(tenant, op_id))
+    if op is None or decision not in operator_decisions(op):
+        return None
+    order = Resolution(
+        decision=decision,
+        by=CONSOLE,
+        reason="decided at the console",
+        claimed_by=CONSOLE,
+        verified_by=f"os:{CONSOLE}",
+    )
+    decided: Operation = yield _LedgerCall(lambda ledger: ledger.resolve(tenant, op_id, order))
+    return decided
+
+
+def _last_word_kept(
+    console: Mapping[str, tuple[Decision, Operation]],
+    answered: Any,
+    ops: Mapping[str, Operation],
+) -> list[str]:
+    """The person's answers, given after an operator decided their question at the console,
+    that did not end as promised: a reject or an edit after the operator's approve is the
+    last word before dispatch (the call is not sent: rejected, or replaced by the edit); a
+    decision the operator made final (rejected, confirmed) stands, whatever the answer."""
+    lines = []
+    for request, answer in answered:
+        op_id = str(request.get("operation_id"))
+        if op_id not in console or op_id not in ops:
+            continue
+        (decision, decided), now, ui = console[op_id], ops[op_id], decision_of(answer)
+        if decision is Decision.APPROVE and ui in ("reject", "edit"):
+            if now.status is not S.REJECTED or now.attempts:
+                lines.append(
+                    f"the person's {ui} of operation {op_id} after the operator approved it "
+                    f"at the console, the last word before dispatch, did not stand: it is "
+                    f"{now.status.value} after {now.attempts} attempt(s)"
+                )
+        elif decided.status.terminal and (now.status, now.attempts) != (
+            decided.status,
+            decided.attempts,
+        ):
+            lines.append(
+                f"the operator's {decision.value} of operation {op_id} at the console was "
+                f"undone by the person's {ui}: it is {now.status.value} after "
+                f"{now.attempts} attempt(s)"
+            )
+    return lines
+
+
 def _thread_ops(sc: Scenario) -> Generator[_Request, Any, list[Operation]]:
     """The thread's operations: of its tenant, or (tenant from the config) of any tenant.
 
@@ -109,8 +216,9 @@ def _note_repeats(sc: Scenario, tally: _Tally, messages: Sequence[AnyMessage]) -
     never part of the thread, and its call maps back to the earlier operation.
     """
     answered = _answered_first(messages)
-    if sc.shape == "sub_agent" and sc.variant == "last":
-        # Only the worker's last word came back: the turn ended, so it answered every call.
+    if sc.shape == "sub_agent" and (sc.variant == "last" or (sc.variant == "tool" and answered)):
+        # Only the worker's last word came back (as the supervisor's message, or as the
+        # answer of the tool that ran it): the turn ended, so it answered every call.
         answered = {str(tc["id"]) for tc in sc.tool_calls}
     meant = [*sc.tool_calls, *([sc.tool_calls[0]] * len(branch_targets(sc)))]
     for call in meant:
@@ -479,6 +587,7 @@ def _count(
             )
     problems.extend(f"{sc.name}: {line}" for line in violations)
     problems.extend(f"{sc.name}: {line}" for line in tally.lost_answers)
+    problems.extend(f"{sc.name}: {line}" for line in tally.refused_answers)
     stats = yield _LedgerCall(lambda ledger: ledger.stats(tenant_id=sc.thread_id))
     human = sum(
         1
@@ -501,6 +610,7 @@ def _count(
         mislabelled=len(wrong),
         lost_receipts=len(lost),
         lost_answers=len(tally.lost_answers),
+        refused_answers=len(tally.refused_answers),
         lost_effects=len(unsent),
         violations=len(violations),
         crashes=tally.crashes,

@@ -6,7 +6,8 @@ import random
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from langgraph_effects.review import APPROVAL_KIND
+from langgraph_effects.core.model import Decision
+from langgraph_effects.review import APPROVAL_KIND, REVIEW_KIND
 from langgraph_effects.testing.scenario.tools import _ACTIONS, OPERATOR, Providers, ReviewPolicy
 
 # --------------------------------------------------------------------------- review policies
@@ -160,6 +161,45 @@ def operator(
         return answer | {"reason": f"{choice} after looking at the provider"}
 
     return policy
+
+
+CONSOLE = "console-operator"
+"""Who decides at the console (``console``): not the person answering in the UI."""
+
+
+def console(
+    providers: Providers, rng: random.Random, *, chance: float = 0.5
+) -> Callable[[dict[str, Any]], Decision | None]:
+    """An operator deciding a pending question at the console, truthfully, with ``chance``:
+    an approval approved or rejected; a review confirmed when the provider shows the
+    effect, rejected when it shows none and nothing is in flight there (else left)."""
+
+    def decide(request: dict[str, Any]) -> Decision | None:
+        if rng.random() >= chance:
+            return None
+        if request.get("kind") == APPROVAL_KIND:
+            return rng.choice((Decision.APPROVE, Decision.APPROVE, Decision.REJECT))
+        if request.get("kind") != REVIEW_KIND:
+            return None
+        if providers.shows(request):
+            return Decision.CONFIRM
+        kind = _ACTIONS.get(str(request.get("action")))
+        in_flight = 0 if kind is None else providers[kind].stats().in_flight
+        return Decision.REJECT if in_flight == 0 else None
+
+    return decide
+
+
+def decision_of(answer: Any) -> str | None:
+    """The decision a UI answer gives (native or HITL shape): approve, reject, edit,
+    confirm or retry; None for anything else."""
+    if not isinstance(answer, Mapping):
+        return None
+    decisions = answer.get("decisions")
+    if isinstance(decisions, list) and len(decisions) == 1 and isinstance(decisions[0], Mapping):
+        return str(decisions[0].get("type"))
+    decision = answer.get("decision")
+    return None if decision is None else str(decision)
 
 
 _NAN = float("nan")

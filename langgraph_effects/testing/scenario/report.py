@@ -28,6 +28,9 @@ class ScenarioReport:
         lost_answers: answers a person gave that were consumed silently: not
             applied, not refused, and the same question (same operation, status and
             attempts) asked again without a ``notice`` saying why.
+        refused_answers: valid answers refused in words: the question the ledger still
+            asked (an approval never approved nor sent, a review of the attempts shown)
+            asked again unchanged, its notice a refusal (``decide.answers.REFUSED_NOTE``).
         lost_effects: intended effects that never acted: the model was told an
             operation was done more often than the provider applied it (a call meant
             again, answered with an earlier call's receipt), or the thread ended with a
@@ -53,6 +56,7 @@ class ScenarioReport:
     mislabelled: int = 0
     lost_receipts: int = 0
     lost_answers: int = 0
+    refused_answers: int = 0
     lost_effects: int = 0
     violations: int = 0
     crashes: int = 0

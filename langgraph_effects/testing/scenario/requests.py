@@ -65,8 +65,12 @@ class _Tally:
     repeated: Counter[str] = field(default_factory=Counter)
     """Targets of calls repeated on purpose: each needs an operation of its own."""
     violations: list[str] = field(default_factory=list)
+    out_of_band: int = 0
+    """Decisions an operator took at the console while their question was pending."""
     lost_answers: list[str] = field(default_factory=list)
     """Answers neither applied, nor refused, nor asked again with a notice saying why."""
+    refused_answers: list[str] = field(default_factory=list)
+    """Valid answers to the current question, refused in words."""
 
 
 def _thread_config(sc: Scenario, tenant: str | None) -> dict[str, Any]:

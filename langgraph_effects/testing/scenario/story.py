@@ -29,9 +29,13 @@ from langgraph_effects.testing.scenario.count import (
     _answer_applied,
     _answered_first,
     _asked_again,
+    _awaited,
     _count,
+    _decide_at_console,
     _ends_with_human,
+    _last_word_kept,
     _note_repeats,
+    _refused_in_words,
     _thread_ops,
 )
 from langgraph_effects.testing.scenario.policies import bad_answer, target_of
@@ -105,6 +109,17 @@ def _story(sc: Scenario, tally: _Tally) -> Generator[_Request, Any, ScenarioRepo
                     answers[pending.id] = (pending.value, answer)
             if not answers:
                 return False
+            # An operator may decide some of these at the console first (Scenario.console).
+            console: dict[str, Any] = {}
+            at_console = sc.console or (lambda request: None)
+            for request, _ in answers.values():
+                decision = at_console(request)
+                decided = (
+                    None if decision is None else (yield from _decide_at_console(request, decision))
+                )
+                if decided is not None:
+                    console[decided.operation_id] = (decision, decided)
+                    tally.out_of_band += 1
             lone = len(state.interrupts) == 1
             if rng.random() < sc.bad_answers:
                 yield from refuse_bad(state, rng.choice(sorted(answers)), lone)
@@ -114,11 +129,17 @@ def _story(sc: Scenario, tally: _Tally) -> Generator[_Request, Any, ScenarioRepo
                 command: Command[Any] = Command(resume=answer)
             else:
                 command = Command(resume={i: a for i, (_, a) in answers.items()})
+            current = yield from _awaited(sc, [r for r, _ in answers.values()])
             (outcome,) = yield from run(command)
             if isinstance(outcome, InvalidInput):
                 tally.violations.append(f"a valid answer was refused: {outcome}")
             if outcome is None:
                 after = yield _GetState()
+                refused = _refused_in_words(answers.values(), current, after.interrupts)
+                tally.refused_answers.extend(refused)
+                if console:
+                    now = {op.operation_id: op for op in (yield from _thread_ops(sc))}
+                    tally.violations.extend(_last_word_kept(console, answers.values(), now))
                 for line, given in _asked_again(answers.values(), after.interrupts):
                     # Asked again is fine when the ledger applied it (LangGraph may still
                     # show a request whose answer a crash kept it from saving).
