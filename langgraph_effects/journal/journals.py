@@ -22,15 +22,15 @@ from langgraph_effects.journal.model import (
     RunSnapshot,
 )
 from langgraph_effects.journal.statements import _append, _count, _start
-from langgraph_effects.ledger._statements import (
+from langgraph_effects.ledger.connect import table_connection
+from langgraph_effects.ledger.engine import (
     Program,
     Result,
     Statement,
     Statements,
     migrate,
 )
-from langgraph_effects.ledger._tables import Tables
-from langgraph_effects.ledger.connect import table_connection
+from langgraph_effects.ledger.engine.tables import Tables
 
 T = TypeVar("T")
 

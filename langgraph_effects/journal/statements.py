@@ -1,4 +1,4 @@
-"""The journal tables' programs for the statement engine (``ledger._statements``); the SQL of
+"""The journal tables' programs for the statement engine (``ledger.engine``); the SQL of
 each backend is in ``ledger/sqlite/_journal.py`` and ``ledger/postgres/_journal.py``."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pydantic import BaseModel
 from langgraph_effects.errors import InvalidInput, StaleVersion
 from langgraph_effects.journal.machine import RunMachine
 from langgraph_effects.journal.model import RunEvent, RunSnapshot
-from langgraph_effects.ledger._statements import (
+from langgraph_effects.ledger.engine import (
     Dialect,
     Program,
     Result,

@@ -29,8 +29,8 @@ from langgraph_effects.errors import StaleFencingToken
 from langgraph_effects.ledger import _prepare, _resolve
 from langgraph_effects.ledger import _programs as programs
 from langgraph_effects.ledger import _queries as queries
-from langgraph_effects.ledger._statements import Dialect, Program, Result, migrate
 from langgraph_effects.ledger.base import AsyncLedger, Ledger, LedgerStats
+from langgraph_effects.ledger.engine import Dialect, Program, Result, migrate
 from langgraph_effects.observe import log_stale_token, log_transition
 
 __all__ = ["AsyncFace", "SyncFace"]

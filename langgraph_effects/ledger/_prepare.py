@@ -32,7 +32,8 @@ from langgraph_effects.ledger._programs import (
     now_of,
     row_key,
 )
-from langgraph_effects.ledger._statements import (
+from langgraph_effects.ledger.base import DEFAULT_LEASE
+from langgraph_effects.ledger.engine import (
     WRITE_LOCK,
     Dialect,
     Program,
@@ -40,7 +41,6 @@ from langgraph_effects.ledger._statements import (
     Statement,
     Statements,
 )
-from langgraph_effects.ledger.base import DEFAULT_LEASE
 
 S = OperationStatus
 

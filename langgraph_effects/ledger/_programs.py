@@ -1,6 +1,6 @@
 """The ledger's transitions as statement programs, written once for SQLite and PostgreSQL.
 
-Each ledger operation is a ``Program`` of the statement engine (``_statements``):
+Each ledger operation is a ``Program`` of the statement engine (``ledger.engine``):
 a generator that yields named ``Statement``s and is sent back their rows. It
 holds every decision (which statement, which error); the backends contribute
 the SQL under the names below (``sqlite/_sql.py``, ``postgres/_sql.py``) and a
@@ -47,7 +47,9 @@ from langgraph_effects.errors import (
     PayloadMismatch,
     StaleFencingToken,
 )
-from langgraph_effects.ledger._statements import (
+from langgraph_effects.ledger._values import json_text, text, who, with_answer
+from langgraph_effects.ledger.base import DEFAULT_LEASE, Confirmation
+from langgraph_effects.ledger.engine import (
     Dialect,
     Program,
     Result,
@@ -55,8 +57,6 @@ from langgraph_effects.ledger._statements import (
     Statement,
     Statements,
 )
-from langgraph_effects.ledger._values import json_text, text, who, with_answer
-from langgraph_effects.ledger.base import DEFAULT_LEASE, Confirmation
 
 S = OperationStatus
 

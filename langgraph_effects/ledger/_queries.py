@@ -29,7 +29,8 @@ from langgraph_effects.ledger._programs import (
     load_operation,
     row_key,
 )
-from langgraph_effects.ledger._statements import (
+from langgraph_effects.ledger.base import LedgerStats, OpenOperations
+from langgraph_effects.ledger.engine import (
     Dialect,
     Program,
     Result,
@@ -37,7 +38,6 @@ from langgraph_effects.ledger._statements import (
     Statement,
     Statements,
 )
-from langgraph_effects.ledger.base import LedgerStats, OpenOperations
 from langgraph_effects.ledger.memory import coerce_status
 
 S = OperationStatus

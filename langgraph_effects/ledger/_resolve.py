@@ -31,8 +31,8 @@ from langgraph_effects.ledger._programs import (
     not_found,
     transition,
 )
-from langgraph_effects.ledger._statements import Dialect, Program, Result, Statements
 from langgraph_effects.ledger._values import json_text, text, with_answer
+from langgraph_effects.ledger.engine import Dialect, Program, Result, Statements
 
 S = OperationStatus
 

@@ -36,12 +36,12 @@ from langgraph_effects.errors import (
     LedgerUnavailable,
     StaleFencingToken,
 )
-from langgraph_effects.ledger._statements import (
-    Program,
-)
-from langgraph_effects.ledger._tables import Tables
 from langgraph_effects.ledger.base import AsyncLedger, Ledger
 from langgraph_effects.ledger.connect import table_connection
+from langgraph_effects.ledger.engine import (
+    Program,
+)
+from langgraph_effects.ledger.engine.tables import Tables
 from langgraph_effects.outbox.model import (
     DELIVERED,
     Delivery,

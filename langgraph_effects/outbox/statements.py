@@ -1,4 +1,4 @@
-"""The outbox table's programs for the statement engine (``ledger._statements``); the SQL of
+"""The outbox table's programs for the statement engine (``ledger.engine``); the SQL of
 each backend is in ``ledger/sqlite/_outbox.py`` and ``ledger/postgres/_outbox.py``."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from langgraph_effects.errors import (
     InvalidInput,
     StaleFencingToken,
 )
-from langgraph_effects.ledger._statements import (
+from langgraph_effects.ledger.engine import (
     Dialect,
     Program,
     Result,
@@ -26,7 +26,7 @@ from langgraph_effects.ledger._statements import (
     Statements,
     single,
 )
-from langgraph_effects.ledger._tables import Backend
+from langgraph_effects.ledger.engine.tables import Backend
 from langgraph_effects.outbox.model import (
     DELIVERED,
     JSON,

@@ -20,7 +20,7 @@ from langgraph_effects.errors import (
     InvalidInput,
     PayloadMismatch,
 )
-from langgraph_effects.ledger._statements import (
+from langgraph_effects.ledger.engine import (
     Dialect,
     Program,
     Result,
@@ -29,7 +29,7 @@ from langgraph_effects.ledger._statements import (
     migrate,
     single,
 )
-from langgraph_effects.ledger._tables import Tables
+from langgraph_effects.ledger.engine.tables import Tables
 from langgraph_effects.outbox.model import JSON, OutboxEntry, OutboxEvent, OutboxStatus, _action
 from langgraph_effects.outbox.statements import (
     _delivered,

@@ -48,9 +48,9 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 from langgraph_effects.core.model import utcnow
 from langgraph_effects.errors import LedgerUnavailable
 from langgraph_effects.ledger._faces import AsyncFace, SyncFace
-from langgraph_effects.ledger._statements import Dialect, Program, Result
 from langgraph_effects.ledger.base import Synchronous, check_synchronous
-from langgraph_effects.ledger.postgres._driver import arun, run
+from langgraph_effects.ledger.engine import Dialect, Program, Result
+from langgraph_effects.ledger.engine.postgres import arun, run
 from langgraph_effects.ledger.postgres._sql import DIALECT, RECEIPT_DIALECT
 
 __all__ = ["AsyncPostgresLedger", "PostgresLedger"]

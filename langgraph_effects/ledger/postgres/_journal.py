@@ -6,7 +6,7 @@ filter on beside them; timestamps are ``timestamptz``.
 
 from __future__ import annotations
 
-from langgraph_effects.ledger._statements import (
+from langgraph_effects.ledger.engine import (
     RECORD_SCHEMA_VERSION,
     SCHEMA_VERSION,
     SCHEMA_VERSION_TABLE,

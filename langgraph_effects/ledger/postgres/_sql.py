@@ -27,7 +27,7 @@ from typing import Any
 from psycopg.types.json import Jsonb
 
 from langgraph_effects.ledger import _programs as ledger
-from langgraph_effects.ledger import _statements as engine
+from langgraph_effects.ledger import engine
 from langgraph_effects.ledger.postgres._migrations import MIGRATIONS
 
 __all__ = ["DIALECT", "RECEIPT_DIALECT", "SETUP_LOCK_KEY", "dump_ts", "load_ts"]

@@ -49,9 +49,9 @@ from typing import Self, TypeVar
 from langgraph_effects.core.model import utcnow
 from langgraph_effects.errors import LedgerUnavailable
 from langgraph_effects.ledger._faces import AsyncFace, SyncFace
-from langgraph_effects.ledger._statements import Program, Result
 from langgraph_effects.ledger.base import Synchronous, check_synchronous
-from langgraph_effects.ledger.sqlite._driver import Driver, boundary
+from langgraph_effects.ledger.engine import Program, Result
+from langgraph_effects.ledger.engine.sqlite import Driver, boundary
 from langgraph_effects.ledger.sqlite._sql import DIALECT
 
 __all__ = ["AsyncSQLiteLedger", "SQLiteLedger", "Synchronous"]

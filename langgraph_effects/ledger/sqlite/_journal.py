@@ -8,7 +8,7 @@ converts.
 
 from __future__ import annotations
 
-from langgraph_effects.ledger._statements import (
+from langgraph_effects.ledger.engine import (
     RECORD_SCHEMA_VERSION,
     SCHEMA_VERSION,
     SCHEMA_VERSION_TABLE,

@@ -8,7 +8,7 @@ versions 1 and 2 stored ISO-8601 text, which migration 3 converts.
 
 from __future__ import annotations
 
-from langgraph_effects.ledger._statements import (
+from langgraph_effects.ledger.engine import (
     RECORD_SCHEMA_VERSION,
     SCHEMA_VERSION,
     SCHEMA_VERSION_TABLE,

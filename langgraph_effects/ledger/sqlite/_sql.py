@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from langgraph_effects.ledger import _programs as ledger
-from langgraph_effects.ledger import _statements as engine
+from langgraph_effects.ledger import engine
 from langgraph_effects.ledger.sqlite._migrations import MIGRATIONS
 
 __all__ = ["DIALECT", "dump_ts", "iso_to_us", "load_ts"]

@@ -1,11 +1,11 @@
 """Statement programs on a connection the caller owns: the outbox's and the run journal's.
 
-The ledger opens and owns its connections (its drivers are in the backends'
-``__init__``); the outbox and the journal run on the application's
-``sqlite3`` or psycopg connection. ``Tables.on(conn, "outbox")`` picks the
-backend's dialect for those tables and runs programs through the same engine
-and the same error boundary as the ledger (``sqlite/_driver.py``,
-``postgres/_driver.py``).
+The ledger opens and owns its connections; the outbox and the journal run on
+the application's ``sqlite3`` or psycopg connection. ``Tables.on(conn, "outbox")``
+picks the backend's dialect for those tables and runs programs through the same
+drivers and error boundaries as the ledger (``engine.sqlite``, ``engine.postgres``),
+which leave the transaction to the caller's connection where the ledger's own
+would take it (``own``).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
 from langgraph_effects.errors import InvalidInput
-from langgraph_effects.ledger._statements import Dialect, Program
+from langgraph_effects.ledger.engine import Dialect, Program
 
 __all__ = ["Backend", "TableSet", "Tables", "backend_of"]
 
@@ -74,19 +74,19 @@ class Tables:
         connection; ``commit`` commits after them (a no-op in autocommit mode).
         """
         if self.backend == "sqlite":
-            from langgraph_effects.ledger.sqlite._driver import Driver
+            from langgraph_effects.ledger.engine.sqlite import Driver
 
             return Driver(self.conn, self.dialect).run(program, commit=commit).value
-        from langgraph_effects.ledger.postgres import _driver as pg_driver
+        from langgraph_effects.ledger.engine import postgres
 
-        return pg_driver.run(nullcontext(self.conn), self.dialect, program, commit=commit).value
+        return postgres.run(nullcontext(self.conn), self.dialect, program, commit=commit).value
 
     async def arun(self, program: Program[T], *, commit: bool = False) -> T:
         """``run`` on a psycopg ``AsyncConnection``."""
         if self.backend != "postgres":
             raise InvalidInput("the async methods take a psycopg AsyncConnection")
-        from langgraph_effects.ledger.postgres import _driver as pg_driver
+        from langgraph_effects.ledger.engine import postgres
 
         return (
-            await pg_driver.arun(nullcontext(self.conn), self.dialect, program, commit=commit)
+            await postgres.arun(nullcontext(self.conn), self.dialect, program, commit=commit)
         ).value

@@ -19,7 +19,7 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from langgraph_effects.errors import InvalidInput, LedgerNotSetUp, LedgerUnavailable
-from langgraph_effects.ledger._statements import (
+from langgraph_effects.ledger.engine import (
     SCHEMA_VERSION,
     Dialect,
     Execute,

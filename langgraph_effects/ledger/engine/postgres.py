@@ -16,7 +16,7 @@ from psycopg import pq
 from psycopg.rows import DictRow, dict_row
 
 from langgraph_effects.errors import InvalidInput, LedgerUnavailable
-from langgraph_effects.ledger._statements import (
+from langgraph_effects.ledger.engine import (
     Dialect,
     Program,
     Result,

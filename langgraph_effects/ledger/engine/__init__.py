@@ -4,19 +4,29 @@ A multi-statement operation is written once, as a generator (checkpoint-postgres
 ``_keep_latest`` pattern): it yields ``Statement``s, named statements with bound
 values, and is sent back the rows each returned. It holds every decision (which
 statement, which error). A backend contributes a ``Dialect`` (its SQL under the
-same names, how it stores timestamps and JSON, its migrations) and a driver of
-about ten lines that runs the compiled statements on a cursor, sync or async,
-inside the transaction the ``Program`` asks for::
+same names, how it stores timestamps and JSON, its migrations); its driver, beside
+this module, runs the compiled statements on a cursor, sync or async, inside the
+transaction the ``Program`` asks for::
 
     program (generator of Statements)
         -> compile_statements(dialect, ...)   names -> (sql, params, adhoc)
         -> drive / adrive(execute, ...)       the backend's cursor, sync or async
 
-Driver errors are mapped into ``errors.py`` by each backend's ``boundary``
-(``ledger/sqlite/_driver.py``, ``ledger/postgres/_driver.py``), the same way for
-every table. A schema older than this release is found here: a row lacking a
-column the program reads makes ``compile_statements`` read the schema version
-and raise ``LedgerNotSetUp`` naming the migrations to run.
+The package, each module's names in its ``__all__``:
+
+* ``ledger.engine``: programs, statements, dialects, ``compile_statements``,
+  ``drive`` / ``adrive``, ``migrate`` and ``single``.
+* ``ledger.engine.sqlite``: the one SQLite driver (``Driver``, sync; ``arun`` runs it
+  in a worker thread) and its error ``boundary``.
+* ``ledger.engine.postgres``: the PostgreSQL driver (``run`` / ``arun``) and its
+  ``boundary``; it imports psycopg, the ``[postgres]`` extra.
+* ``ledger.engine.tables``: ``Tables``, the outbox's and the journal's table sets
+  on the application's connection, run by the same drivers.
+
+Driver errors are mapped into ``errors.py`` by each backend's ``boundary``, the
+same way for every table. A schema older than this release is found here: a row
+lacking a column the program reads makes ``compile_statements`` read the schema
+version and raise ``LedgerNotSetUp`` naming the migrations to run.
 """
 
 from __future__ import annotations
@@ -118,7 +128,7 @@ class Program(Generic[T]):
             explicit transaction even on an autocommit connection. Programs
             with one conditional write are atomic by themselves. On a
             connection the caller owns (outbox, journal) ``atomic`` alone
-            decides the transaction (``_tables.Tables.run``).
+            decides the transaction (``engine.tables.Tables.run``).
     """
 
     statements: Statements[Result[T]]
