@@ -112,8 +112,11 @@ def test_each_action_hands_every_field_to_the_verbs_parameter_of_its_name(
     expected = {name: value for name, value in values.items() if name != "key"}
     if "key" in values:
         expected |= {"tenant_id": "<tenant>", "operation_id": "<operation>"}
-    assert {name: bound.get(name) for name in expected} == expected
+    handed = {name: bound.get(name) for name in expected}
+    assert handed == expected, f"{action.__name__} drifted from Ledger.{verb}: {handed}"
     protocol = inspect.signature(getattr(Ledger, verb)).parameters
     for f in fields:
         if f.default is not dataclasses.MISSING and f.name in protocol:
-            assert f.default == protocol[f.name].default, f"{action.__name__}.{f.name}"
+            assert f.default == protocol[f.name].default, (
+                f"{action.__name__}.{f.name} drifted from Ledger.{verb}'s default"
+            )
