@@ -1,22 +1,21 @@
 """MCP tools as effects (``langgraph_effects.mcp``), against a real FastMCP server over stdio.
 
-The server (``_server.py``) counts every call that acted in a file, so the counts
-survive the kill of the agent process that called it. The crash is real: the
-server kills its client (SIGKILL) after acting, before the client hears back;
-a fresh process resumes the thread. A plain ``create_agent`` beside it is the
-control.
+The server (``tests/_mcp_server.py``) counts every call that acted in a file, so the
+counts survive the kill of the agent process that called it; the tests that kill it
+(SIGKILL after acting, before the client hears back; a fresh process resumes the
+thread, a plain ``create_agent`` beside it the control) are in the kill room,
+``tests/kills/test_mcp_kills.py``.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 from _graphs import Env
-from _mcp_child import CFG, connection, run
+from _mcp_child import CFG, CREATE, PRIORITY, acted, backend, connection, kind_of
 from langchain.agents import create_agent
 from langchain_core.tools import StructuredTool
 from langchain_mcp_adapters.client import MultiServerMCPClient
@@ -27,18 +26,11 @@ from langgraph_effects.core.model import ProviderContract
 from langgraph_effects.effects import effect_spec
 from langgraph_effects.errors import InvalidInput
 from langgraph_effects.mcp import MCPHints, mcp_effects, mcp_hints
-from langgraph_effects.testing import ScriptedChatModel, run_in_forked_child
+from langgraph_effects.testing import ScriptedChatModel
 
-CREATE = {"name": "create_ticket", "args": {"title": "printer", "body": "on fire"}, "id": "c1"}
-PRIORITY = {"name": "set_priority", "args": {"ticket": "T-0", "priority": "high"}, "id": "p1"}
+__all__ = ["backend"]  # the fixture, from _mcp_child
+
 FIND = {"name": "find_tickets", "args": {"title": "printer"}, "id": "f1"}
-
-
-def acted(effects: Path) -> list[dict[str, Any]]:
-    """What the MCP server did, one entry per call that acted."""
-    if not effects.exists():
-        return []
-    return [json.loads(line) for line in effects.read_text().splitlines()]
 
 
 def tool(name: str, metadata: dict[str, Any] | None) -> StructuredTool:
@@ -133,18 +125,6 @@ def test_target_and_intent_from_arguments_and_bad_input() -> None:
 # --------------------------------------------------------------------------- a real server
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def backend(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """Where the ledger and the checkpointer live: a SQLite file or a PostgreSQL URL."""
-    if request.param == "sqlite":
-        return str(tmp_path / "app.db")
-    return str(request.getfixturevalue("pg_url"))
-
-
-def kind_of(where: str) -> str:
-    return "postgres" if where.startswith("postgresql") else "sqlite"
-
-
 def test_create_agent_over_a_real_server(backend: str, tmp_path: Path) -> None:
     """Through langchain-mcp-adapters and create_agent: each intended call acts once."""
     effects = tmp_path / "effects.jsonl"
@@ -186,40 +166,3 @@ def test_create_agent_over_a_real_server(backend: str, tmp_path: Path) -> None:
     created = [m.text for m in out["messages"] if m.type == "tool" and m.name == "create_ticket"]
     assert len(set(created)) == 2, created
     assert all(re.fullmatch(r"T-\d+", c) for c in created), created
-
-
-def kill_then_resume(where: str, tmp_path: Path, call: dict[str, Any], plain: bool) -> Any:
-    """Run in a child the server kills after acting, then resume in a fresh one."""
-    effects, marker = tmp_path / "effects.jsonl", tmp_path / "kill-once"
-    marker.touch()
-    args = (kind_of(where), where, str(effects), str(marker), call, plain)
-    assert run_in_forked_child(run, *args, True).crashed
-    assert len(acted(effects)) == 1
-    assert not marker.exists()
-    resumed = run_in_forked_child(run, *args, False)
-    assert resumed.ok, resumed.error
-    return resumed.value, acted(effects)
-
-
-def test_kill_after_the_server_acted_destructive(backend: str, tmp_path: Path) -> None:
-    """An unannotated tool (destructive by the spec) is never resent: one ticket, then review."""
-    resumed, sent = kill_then_resume(backend, tmp_path, CREATE, plain=False)
-    assert len(sent) == 1
-    assert resumed["statuses"] == ["unknown"]
-    assert resumed["interrupts"] == 1  # a person decides; nothing was resent
-
-
-def test_kill_after_the_server_acted_plain_control(tmp_path: Path) -> None:
-    """The control: a plain create_agent opens the ticket a second time on resume."""
-    _, sent = kill_then_resume(str(tmp_path / "app.db"), tmp_path, CREATE, plain=True)
-    assert len(sent) == 2
-    assert sent[0] == sent[1]
-
-
-def test_kill_after_the_server_acted_idempotent(backend: str, tmp_path: Path) -> None:
-    """idempotentHint: the same arguments are resent after the kill, and the call is answered."""
-    resumed, sent = kill_then_resume(backend, tmp_path, PRIORITY, plain=False)
-    assert len(sent) == 2
-    assert sent[0] == sent[1]
-    assert resumed["statuses"] == ["confirmed"]
-    assert resumed["answers"] == ["T-0 is high"]

@@ -5,7 +5,9 @@ Each backend runs with its real ledger: a SQLite app database with a
 ``PostgresLedger`` in the same schema. ``InMemoryLedger`` is kept only where a
 test is about the relay's own logic. Notifications are counted at the fake
 mail provider (``FakeMail``, a SQLite file shared across processes); entry
-and operation states are read from the outbox table and the ledger.
+and operation states are read from the outbox table and the ledger. The
+application and fixtures are in ``tests/_outbox.py``; the tests that kill a
+process (SIGKILL) are in the kill room, ``tests/kills/test_outbox_kills.py``.
 """
 
 from __future__ import annotations
@@ -14,219 +16,45 @@ import asyncio
 import multiprocessing
 import os
 import sqlite3
-import subprocess
-import sys
-import textwrap
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import AbstractAsyncContextManager, AbstractContextManager, asynccontextmanager
-from datetime import datetime, timedelta
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
-
-from langgraph_effects.core.model import (
-    EventKind,
-    Evidence,
-    Operation,
-    OperationStatus,
-    ProviderContract,
-    utcnow,
+from _outbox import (
+    KEY_WINDOW,
+    App,
+    app,
+    business,
+    clock,
+    entries,
+    ledger,
+    mail,
+    memory_ledger,
+    operations,
+    race_child,
+    sender,
+    sent_search,
 )
+
+from langgraph_effects.core.model import EventKind, Evidence, Operation, OperationStatus
 from langgraph_effects.errors import InvalidInput, LedgerNotSetUp, PayloadMismatch
-from langgraph_effects.ledger.base import AsyncLedger, Ledger
+from langgraph_effects.ledger.base import Ledger
 from langgraph_effects.ledger.memory import InMemoryLedger
 from langgraph_effects.outbox import (
     Delivery,
     Outbox,
-    OutboxEntry,
     OutboxRelay,
     OutboxStatus,
     Receipt,
-    RelayReport,
 )
-from langgraph_effects.testing.faults import CrashPoint, run_in_child, scaled
+from langgraph_effects.testing.faults import scaled
 from langgraph_effects.testing.providers import FakeClock, FakeMail, Fault
 
-BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
-KEY_WINDOW = ProviderContract(idempotency_window=timedelta(hours=24))
-
-
-class App:
-    """The application's own database (a ``cases`` table plus the outbox) and its ledger.
-
-    Plain attributes only: it crosses into spawned relay processes.
-    """
-
-    def __init__(self, backend: str, target: str, ledger_target: str) -> None:
-        self.backend = backend
-        self.target = target  # a SQLite path or a PostgreSQL URL
-        self.ledger_target = ledger_target  # a SQLite ledger file, or the same URL
-
-    def connect(self) -> Any:
-        if self.backend == "sqlite":
-            return sqlite3.connect(self.target, timeout=30)
-        import psycopg
-
-        return psycopg.connect(self.target)
-
-    def relay(self, **kwargs: Any) -> AbstractContextManager[OutboxRelay]:
-        return OutboxRelay.from_conn_string(self.target, **kwargs)
-
-    def ledger(self, clock: Callable[[], datetime] = utcnow) -> AbstractContextManager[Ledger]:
-        """Open this backend's real ledger (its own connection or pool)."""
-        if self.backend == "sqlite":
-            from langgraph_effects.ledger.sqlite import SQLiteLedger
-
-            return SQLiteLedger.from_conn_string(self.ledger_target, clock=clock)
-        from langgraph_effects.ledger.postgres import PostgresLedger
-
-        return PostgresLedger.from_conn_string(self.ledger_target, clock=clock)
-
-    def aledger(
-        self, clock: Callable[[], datetime] = utcnow
-    ) -> AbstractAsyncContextManager[AsyncLedger]:
-        """Open this backend's real async ledger."""
-        if self.backend == "sqlite":
-            from langgraph_effects.ledger.sqlite import AsyncSQLiteLedger
-
-            return AsyncSQLiteLedger.from_conn_string(self.ledger_target, clock=clock)
-        from langgraph_effects.ledger.postgres import AsyncPostgresLedger
-
-        return AsyncPostgresLedger.from_conn_string(self.ledger_target, clock=clock)
-
-
-@pytest.fixture(params=BACKENDS)
-def app(request: pytest.FixtureRequest, tmp_path: Path) -> App:
-    if request.param == "sqlite":
-        application = App("sqlite", str(tmp_path / "app.db"), str(tmp_path / "ledger.db"))
-    else:
-        url = request.getfixturevalue("pg_url")
-        application = App("postgres", url, url)
-    conn = application.connect()
-    try:
-        Outbox().setup(conn)
-        conn.execute("CREATE TABLE cases (id TEXT PRIMARY KEY, status TEXT NOT NULL)")
-        conn.commit()
-    finally:
-        conn.close()
-    with application.ledger() as led:
-        led.setup()
-    return application
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-@pytest.fixture
-def mail(tmp_path: Path, clock: FakeClock) -> Iterator[FakeMail]:
-    with FakeMail(tmp_path / "mail.db", clock=clock) as provider:
-        yield provider
-
-
-@pytest.fixture
-def ledger(app: App, clock: FakeClock) -> Iterator[Ledger]:
-    """The backend's real ledger, on the test's clock (key windows compare ledger and relay)."""
-    with app.ledger(clock.now) as led:
-        yield led
-
-
-@pytest.fixture
-def memory_ledger(clock: FakeClock) -> InMemoryLedger:
-    led = InMemoryLedger(clock=clock.now)
-    led.setup()
-    return led
-
-
-def sender(mail: FakeMail) -> Callable[[Delivery], Receipt]:
-    def deliver(delivery: Delivery) -> Receipt:
-        p = delivery.entry.payload
-        answer = mail.send(
-            p["to"], p["subject"], p["body"], idempotency_key=delivery.idempotency_key
-        )
-        return Receipt(message_id=answer["message_id"])
-
-    return deliver
-
-
-def sent_search(mail: FakeMail) -> Callable[[Operation], Evidence]:
-    """Reconciler: look the idempotency key up in the (eventually consistent) Sent folder."""
-
-    def reconcile(op: Operation) -> Evidence:
-        found = mail.search(idempotency_key=op.idempotency_key)
-        if found:
-            return Evidence.confirmed(
-                "found in Sent by idempotency key",
-                provider_result_id=found[0]["message_id"],
-                result={"message_id": found[0]["message_id"], "state": found[0]["status"]},
-            )
-        return Evidence.inconclusive("not (yet) in Sent: the search lags")
-
-    return reconcile
-
-
-def business(app: App, case_id: str, *, commit: bool = True, **kw: Any) -> str:
-    """Close ``case_id`` and enqueue its notification in one transaction; commit or roll back."""
-    outbox = Outbox()
-    conn = app.connect()
-    mark = "?" if app.backend == "sqlite" else "%s"
-    try:
-        conn.execute(f"INSERT INTO cases (id, status) VALUES ({mark}, 'closed')", (case_id,))
-        payload = kw.pop(
-            "payload", {"to": f"owner-{case_id}@example.com", "subject": case_id, "body": "closed"}
-        )
-        entry_id = outbox.enqueue(conn, topic="case.closed", key=case_id, payload=payload, **kw)
-        if commit:
-            conn.commit()
-        else:
-            conn.rollback()
-        return entry_id
-    finally:
-        conn.close()
-
-
-def entries(app: App) -> list[OutboxEntry]:
-    conn = app.connect()
-    try:
-        return Outbox.list(conn)
-    finally:
-        conn.close()
-
-
-def operations(app: App, ledger: Ledger) -> list[Operation]:
-    """The delivery operation of every entry, in entry order."""
-    ops = [ledger.get(e.tenant_id, e.operation_id) for e in entries(app)]
-    assert all(op is not None for op in ops)
-    return [op for op in ops if op is not None]
-
-
-# --------------------------------------------------------------------------- relay children
-
-# Module level: they run in spawned processes (the module is imported there).
-
-
-def race_child(app: App, mail: FakeMail, start: Any) -> RelayReport:
-    """One of several relay processes: its own connection, ledger pool and relay."""
-    with app.ledger() as ledger, app.relay(ledger=ledger, deliver=sender(mail), batch_size=2) as r:
-        start.wait(scaled(30))
-        return r.run_until_idle()
-
-
-def crash_child(app: App, mail: FakeMail, clock: FakeClock, scenario: str) -> RelayReport:
-    """A relay process on the shared file clock, configured for ``scenario``."""
-    options: dict[str, Any] = {
-        "reconcile": {"reconcile": sent_search(mail)},
-        "review": {},
-        "key": {"contract": KEY_WINDOW},
-    }[scenario]
-    with (
-        app.ledger(clock.now) as ledger,
-        app.relay(ledger=ledger, deliver=sender(mail), clock=clock.now, **options) as relay,
-    ):
-        return relay.run_until_idle()
+__all__ = ["app", "clock", "ledger", "mail", "memory_ledger"]  # fixtures from _outbox
 
 
 # --------------------------------------------------------------------------- enqueue
@@ -243,46 +71,6 @@ def test_rolled_back_business_change_sends_nothing(
     assert entries(app) == []
     assert ledger.list() == []
     assert mail.effects == 0
-
-
-def test_committed_then_killed_before_relay_sends_exactly_once(
-    app: App, mail: FakeMail, ledger: Ledger, clock: FakeClock
-) -> None:
-    """A child commits business + entry and is killed before any relay; a later relay sends once."""
-    script = textwrap.dedent(
-        """
-        import os, signal, sqlite3, sys
-        from langgraph_effects.outbox import Outbox
-        backend, target = sys.argv[1], sys.argv[2]
-        if backend == "sqlite":
-            conn = sqlite3.connect(target, timeout=30); mark = "?"
-        else:
-            import psycopg
-            conn = psycopg.connect(target); mark = "%s"
-        conn.execute(f"INSERT INTO cases (id, status) VALUES ({mark}, 'closed')", ("case-7",))
-        Outbox().enqueue(conn, topic="case.closed", key="case-7",
-                         payload={"to": "o@example.com", "subject": "case-7", "body": "closed"})
-        conn.commit()
-        os.kill(os.getpid(), signal.SIGKILL)
-        """
-    )
-    child = subprocess.run(
-        [sys.executable, "-c", script, app.backend, app.target], check=False, timeout=scaled(60)
-    )
-    assert child.returncode == -9
-    assert [e.status for e in entries(app)] == [OutboxStatus.PENDING]
-    assert mail.effects == 0
-    with app.relay(ledger=ledger, deliver=sender(mail), clock=clock.now) as relay:
-        relay.run_until_idle()
-    with app.relay(ledger=ledger, deliver=sender(mail), clock=clock.now) as second:
-        assert second.run_until_idle().claimed == 0
-    assert mail.effects == 1
-    (entry,) = entries(app)
-    assert entry.status is OutboxStatus.SENT
-    assert entry.receipt_state == "accepted"
-    (op,) = operations(app, ledger)
-    assert op.status is OperationStatus.CONFIRMED
-    assert op.provider_result_id == entry.provider_message_id
 
 
 def test_the_relay_opens_the_database_any_ledger_url_form_names(
@@ -441,68 +229,6 @@ def test_three_relay_processes_deliver_each_entry_once(app: App, mail: FakeMail)
 
 
 # --------------------------------------------------------------------------- lost receipts
-
-
-# Every outcome on SQLite; on PostgreSQL the longest path (take over, mark unknown,
-# claim again, resend, confirm): the decisions are shared, only the SQL differs.
-@pytest.mark.parametrize(
-    ("app", "scenario", "status", "entry_status", "replays"),
-    [
-        ("sqlite", "reconcile", OperationStatus.CONFIRMED, OutboxStatus.SENT, 0),
-        ("sqlite", "review", OperationStatus.UNKNOWN, OutboxStatus.REVIEW, 0),
-        ("sqlite", "key", OperationStatus.CONFIRMED, OutboxStatus.SENT, 1),
-        pytest.param(
-            "postgres",
-            "key",
-            OperationStatus.CONFIRMED,
-            OutboxStatus.SENT,
-            1,
-            marks=pytest.mark.postgres,
-        ),
-    ],
-    indirect=["app"],
-)
-def test_relay_killed_after_the_provider_accepted_never_sends_twice(
-    app: App,
-    tmp_path: Path,
-    scenario: str,
-    status: OperationStatus,
-    entry_status: OutboxStatus,
-    replays: int,
-) -> None:
-    """SIGKILLed between the provider's acceptance and the receipt, a new relay process
-    reconciles (confirmed), leaves it for review, or resends under the same key: one message."""
-    clock = FakeClock(path=tmp_path / "clock.db")
-    mail = FakeMail(tmp_path / "mail.db", clock=clock)
-    business(app, "case-1")
-    died = run_in_child(
-        crash_child, app, mail, clock, scenario, crash_at=CrashPoint.AFTER_PROVIDER, mode="kill"
-    )
-    assert died.crashed_at is CrashPoint.AFTER_PROVIDER, died.error
-    assert died.exitcode == -9
-    with app.ledger(clock.now) as led:
-        (op,) = operations(app, led)
-    assert op.status is OperationStatus.DISPATCHING  # accepted, receipt never saved
-    assert mail.effects == 1
-
-    resumed = run_in_child(crash_child, app, mail, clock, scenario)
-    assert resumed.ok, resumed.error
-    assert mail.effects == 1
-    assert mail.duplicates == 0
-    assert mail.stats().replays == replays  # a resend, if any, was under the same key
-    (entry,) = entries(app)
-    assert entry.status is entry_status
-    with app.ledger(clock.now) as led:
-        (op,) = operations(app, led)
-        kinds = [e.kind for e in led.events(op.tenant_id, op.operation_id)]
-    assert op.status is status
-    assert EventKind.MARK_UNKNOWN in kinds  # the dead relay's lease went to unknown first
-    assert op.attempts == 1 + replays
-    if status is OperationStatus.CONFIRMED:
-        (message,) = mail.search(idempotency_key=op.idempotency_key)
-        assert op.provider_result_id == entry.provider_message_id == message["message_id"]
-    mail.close()
-    clock.close()
 
 
 def test_lost_receipt_is_unknown_then_reconciled(
@@ -775,23 +501,3 @@ def test_sync_relay_never_reads_an_awaitable_as_a_receipt(
     (op,) = operations(app, memory_ledger)
     assert op.status is OperationStatus.DISPATCHING  # claimed, never confirmed
     assert mail.effects == 0
-
-
-# --------------------------------------------------------------------------- example
-
-
-OUTBOX_EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "outbox_notify.py"
-
-
-@pytest.mark.parametrize("crash_at", ["before_relay", "after_send"])
-def test_example_relay_killed_then_resumed_sends_once(tmp_path: Path, crash_at: str) -> None:
-    """Killed before the relay or after the provider sent, a new relay process sends once."""
-    cmd = [sys.executable, str(OUTBOX_EXAMPLE), "--dir", str(tmp_path)]
-    crashed = subprocess.run([*cmd, "--crash-at", crash_at], capture_output=True, text=True)
-    assert crashed.returncode == 137, crashed.stderr
-    resumed = subprocess.run([*cmd, "--resume"], capture_output=True, text=True, check=True)
-    assert "sent, receipt" in resumed.stdout
-    assert ": confirmed, events" in resumed.stdout
-    with FakeMail(tmp_path / "mail.db") as mail:
-        assert mail.effects == 1
-        assert mail.effects_for("owner@example.com") == 1

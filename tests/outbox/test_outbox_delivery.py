@@ -1,6 +1,6 @@
 """The outbox after "accepted": webhooks and status checks record delivery, idempotent and fenced.
 
-Same backends and helpers as ``test_outbox``: a real ledger per backend, the
+Same backends and helpers as ``test_outbox`` (``tests/_outbox.py``): a real ledger per backend, the
 fake mail provider counting sends, entries read from the outbox table.
 """
 
@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_outbox import App, app, business, clock, entries, ledger, mail, sender
+from _outbox import App, app, business, clock, entries, ledger, mail, sender
 
 from langgraph_effects.core.model import OperationStatus
 from langgraph_effects.errors import InvalidInput, LedgerNotSetUp, StaleFencingToken
@@ -27,7 +27,7 @@ from langgraph_effects.outbox import (
 )
 from langgraph_effects.testing.providers import FakeClock, FakeMail
 
-__all__ = ["app", "clock", "ledger", "mail"]  # fixtures shared with test_outbox
+__all__ = ["app", "clock", "ledger", "mail"]  # fixtures from _outbox
 
 
 def sent_entry(app: App, ledger: Ledger, mail: FakeMail, clock: FakeClock) -> OutboxEntry:

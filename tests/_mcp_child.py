@@ -1,20 +1,45 @@
-"""What a child process runs in the MCP crash tests: an agent over a real MCP server.
+"""What a child process runs in the MCP crash tests (tests/kills/test_mcp_kills.py): an agent
+over a real MCP server, and what the MCP room and the kill room share.
 
 Module-level and picklable, so ``run_in_child`` can spawn it in a fresh process.
-The server (``_server.py``) runs over stdio as this process's own child, so its
+The server (``_mcp_server.py``) runs over stdio as this process's own child, so its
 kill of "the client" kills this process, after the server acted.
 """
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 from _graphs import Env, tool_messages
 
-SERVER = str(Path(__file__).with_name("_server.py"))
+SERVER = str(Path(__file__).with_name("_mcp_server.py"))
 CFG = {"configurable": {"thread_id": "t1"}}
+CREATE = {"name": "create_ticket", "args": {"title": "printer", "body": "on fire"}, "id": "c1"}
+PRIORITY = {"name": "set_priority", "args": {"ticket": "T-0", "priority": "high"}, "id": "p1"}
+
+
+def acted(effects: Path) -> list[dict[str, Any]]:
+    """What the MCP server did, one entry per call that acted."""
+    if not effects.exists():
+        return []
+    return [json.loads(line) for line in effects.read_text().splitlines()]
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Where the ledger and the checkpointer live: a SQLite file or a PostgreSQL URL."""
+    if request.param == "sqlite":
+        return str(tmp_path / "app.db")
+    return str(request.getfixturevalue("pg_url"))
+
+
+def kind_of(where: str) -> str:
+    """The backend a ledger location names: a PostgreSQL URL or a SQLite file."""
+    return "postgres" if where.startswith("postgresql") else "sqlite"
 
 
 def connection(effects: Path, kill_marker: Path | None = None) -> dict[str, Any]:
