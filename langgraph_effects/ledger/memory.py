@@ -25,6 +25,7 @@ from langgraph_effects.core.model import (
     OperationStatus,
     Prepared,
     Resolution,
+    unvalidated,
     utcnow,
 )
 from langgraph_effects.core.plan import AWAITS_APPROVAL, operator_decisions
@@ -55,6 +56,21 @@ __all__ = ["InMemoryLedger"]
 S = OperationStatus
 _OPEN = frozenset({S.PREPARED, S.DISPATCHING, S.UNKNOWN})
 _Key = tuple[str, str]
+
+_ROW_DEFAULTS = {name: info.default for name, info in Operation.model_fields.items()}
+"""Every field of a record, in declaration order, at its default (``_new_row`` fills it)."""
+
+
+def _new_row(draft: OperationDraft, now: datetime) -> Operation:
+    """The ``prepared`` record of ``draft`` at ``now``.
+
+    Not validated again (``core.model.unvalidated``): the draft was, and the rest is
+    the ledger's own; the payload is the draft's dumped copy, never shared with it.
+    """
+    values = dict(_ROW_DEFAULTS)  # the declaration order; update keeps it
+    values.update(draft.model_dump())
+    values.update(status=S.PREPARED, created_at=now, updated_at=now, status_changed_at=now)
+    return unvalidated(Operation, values)
 
 
 def coerce_status(status: OperationStatus | str | None) -> OperationStatus | None:
@@ -139,19 +155,24 @@ class InMemoryLedger(Ledger):
     ) -> Operation:
         key = (new.tenant_id, new.operation_id)
         log = self._events.setdefault(key, [])
-        event = OperationEvent(
-            tenant_id=new.tenant_id,
-            operation_id=new.operation_id,
-            seq=new.record_version,
-            kind=kind,
-            from_status=None if old is None else old.status,
-            to_status=new.status,
-            actor=actor,
-            fencing_token=new.fencing_token,
-            evidence=evidence,
-            detail=detail,
-            at=new.updated_at,
-            event_id=len(self._feed) + 1,
+        # Not validated (``core.model.unvalidated``): the record's values and the
+        # transition's own arguments, each already of its field's type.
+        event = unvalidated(
+            OperationEvent,
+            {
+                "tenant_id": new.tenant_id,
+                "operation_id": new.operation_id,
+                "seq": new.record_version,
+                "kind": kind,
+                "from_status": None if old is None else old.status,
+                "to_status": new.status,
+                "actor": actor,
+                "fencing_token": new.fencing_token,
+                "evidence": evidence,
+                "detail": detail,
+                "at": new.updated_at,
+                "event_id": len(self._feed) + 1,
+            },
         )
         log.append(event)
         self._feed.append(event)
@@ -213,20 +234,13 @@ class InMemoryLedger(Ledger):
                 key = (draft.tenant_id, draft.operation_id)
                 existing = self._rows.get(key)
                 if existing is not None:
-                    out.append(Prepared(operation=existing, created=False))
+                    out.append(unvalidated(Prepared, {"operation": existing, "created": False}))
                     continue
-                now = self._clock()
-                row = Operation(
-                    **draft.model_dump(),
-                    status=S.PREPARED,
-                    created_at=now,
-                    updated_at=now,
-                    status_changed_at=now,
-                )
+                row = _new_row(draft, self._clock())
                 self._commit(None, row, EventKind.PREPARE, actor="ledger")
                 if owner is not None:
                     row = self._claimed(row, owner, lease_for, actor=owner.encode())
-                out.append(Prepared(operation=row, created=True))
+                out.append(unvalidated(Prepared, {"operation": row, "created": True}))
             return out
 
     def approve(
