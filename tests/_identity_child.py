@@ -87,36 +87,30 @@ def turn(
     trim: bool = False,
     durability: str | None = None,
     twins: bool = False,
+    face: str = "tools_condition",
 ) -> dict[str, Any]:
     """Send ``text`` (None: resume the thread as it stands); return what the thread holds.
 
-    ``twins``: the model proposes two identical id-less calls in one AIMessage, and
-    ``tools_condition`` runs them in one task."""
+    ``twins``: the model proposes two identical id-less calls in one AIMessage, run by
+    ``face``: ``tools_condition`` (one task for both), ``route_tool_calls`` (a task per
+    call) or ``create_agent`` with ``EffectMiddleware`` (a task per call)."""
     env = Env(kind, mode, path=Path(where), url=where)
     crm = FakeCRM(crm_path)
     try:
         model = ScriptedChatModel(script=_twins if twins else _reply)
+        if twins and face == "create_agent":
+            from langchain.agents import create_agent
 
-        def trimmer(state: State) -> dict[str, Any]:
-            old = state["messages"][:-1]
-            return {"messages": [RemoveMessage(id=m.id) for m in old if m.id is not None]}
+            from langgraph_effects import EffectMiddleware
 
-        def agent(state: State) -> dict[str, Any]:
-            return {"messages": [model.invoke(state["messages"])]}
-
-        tools = [_tool(crm, plain, keyed=twins)]
-        builder = StateGraph(State)
-        builder.add_node("trim", trimmer)
-        builder.add_node("agent", agent)
-        builder.add_node(
-            "tools", ToolNode(tools) if plain else EffectToolNode(tools, ledger=env.ledger)
-        )
-        builder.add_edge(START, "trim" if trim else "agent")
-        builder.add_edge("trim", "agent")
-        router = tools_condition if twins else route_tool_calls
-        builder.add_conditional_edges("agent", router, ["tools", END])
-        builder.add_edge("tools", "agent")
-        graph = builder.compile(checkpointer=env.checkpointer)
+            graph: Any = create_agent(
+                model,
+                tools=[_tool(crm, plain, keyed=True)],
+                middleware=[] if plain else [EffectMiddleware(ledger=env.ledger)],
+                checkpointer=env.checkpointer,
+            )
+        else:
+            graph = _graph(env, crm, model, plain, trim, twins, face)
         value = None if text is None else {"messages": [HumanMessage(text)]}
         env.invoke(graph, value, CFG, durability=durability)
         ops = [] if plain else env.ops()
@@ -124,3 +118,36 @@ def turn(
     finally:
         crm.close()
         env.close()
+
+
+def _graph(
+    env: Env,
+    crm: FakeCRM,
+    model: ScriptedChatModel,
+    plain: bool,
+    trim: bool,
+    twins: bool,
+    face: str,
+) -> Any:
+    """[trim ->] agent -> tools -> agent, on ``EffectToolNode`` (``plain``: a ``ToolNode``)."""
+
+    def trimmer(state: State) -> dict[str, Any]:
+        old = state["messages"][:-1]
+        return {"messages": [RemoveMessage(id=m.id) for m in old if m.id is not None]}
+
+    def agent(state: State) -> dict[str, Any]:
+        return {"messages": [model.invoke(state["messages"])]}
+
+    tools = [_tool(crm, plain, keyed=twins)]
+    builder = StateGraph(State)
+    builder.add_node("trim", trimmer)
+    builder.add_node("agent", agent)
+    builder.add_node(
+        "tools", ToolNode(tools) if plain else EffectToolNode(tools, ledger=env.ledger)
+    )
+    builder.add_edge(START, "trim" if trim else "agent")
+    builder.add_edge("trim", "agent")
+    router = tools_condition if twins and face == "tools_condition" else route_tool_calls
+    builder.add_conditional_edges("agent", router, ["tools", END])
+    builder.add_edge("tools", "agent")
+    return builder.compile(checkpointer=env.checkpointer)

@@ -181,36 +181,103 @@ def test_a_request_repeated_after_summarization_acts_again(
     assert crm.effects == 2
 
 
-@pytest.mark.parametrize("ids", ["distinct", "empty"])
-@pytest.mark.parametrize("router", ["tools_condition", "route_tool_calls"])
+TWIN_IDS = {"distinct": ["twin-1", "twin-2"], "empty": ["", ""]}
+"""The ids of two identical calls in one AIMessage: the model's own, or ``""`` for both."""
+
+FACES = ["tools_condition", "route_tool_calls", "create_agent"]
+"""One task for both calls (``tools_condition``), a task per call (``route_tool_calls``), and
+``create_agent`` with ``EffectMiddleware`` (a task per call)."""
+
+
+def twins_graph(env: Env, crm: FakeCRM, face: str, ids: list[Any], plain: bool = False) -> Any:
+    """agent -> tools -> agent, the model proposing two identical calls with ``ids`` after
+    the human message (kept as given: a ``ScriptedChatModel`` plan would fill empty ids)."""
+    calls = [{"name": "close_case", "args": {"case_id": "A"}, "id": i} for i in ids]
+
+    def reply(messages: Any) -> AIMessage:
+        if isinstance(messages[-1], ToolMessage):
+            return AIMessage(content="done")
+        return AIMessage(content="", tool_calls=calls, id="ai-twins")
+
+    tools = [close_tool(crm, plain=plain)]
+    if face == "create_agent":
+        from langchain.agents import create_agent
+
+        from langgraph_effects import EffectMiddleware
+        from langgraph_effects.testing import ScriptedChatModel
+
+        return create_agent(
+            ScriptedChatModel(script=reply),
+            tools=tools,
+            middleware=[] if plain else [EffectMiddleware(ledger=env.ledger)],
+            checkpointer=env.checkpointer,
+        )
+
+    def agent(state: State) -> dict[str, Any]:
+        return {"messages": [reply(state["messages"])]}
+
+    builder = StateGraph(State)
+    builder.add_node("agent", agent)
+    builder.add_node("tools", tool_node(env, tools, plain))
+    builder.add_edge(START, "agent")
+    route = tools_condition if face == "tools_condition" else route_tool_calls
+    builder.add_conditional_edges("agent", route, ["tools", END])
+    builder.add_edge("tools", "agent")
+    return builder.compile(checkpointer=env.checkpointer)
+
+
+@pytest.mark.parametrize("ids", list(TWIN_IDS))
+@pytest.mark.parametrize("face", FACES)
 def test_identical_calls_of_one_aimessage_are_two_operations(
-    env: Env, crm: FakeCRM, router: str, ids: str
+    env: Env, crm: FakeCRM, face: str, ids: str
 ) -> None:
     """Two identical calls in one AIMessage (ToolNode's thread pool or gather runs them in
     any order, the node batches their write-aheads): two operations, two acts; the turn
     run again sends nothing more. Also when the model gives neither call an id: each is
-    known by its place among the message's calls (``_faces.call_id_of``)."""
-    twin = {"distinct": ["twin-1", "twin-2"], "empty": ["", ""]}[ids]
-    calls = [{"name": "close_case", "args": {"case_id": "A"}, "id": i} for i in twin]
-
-    def agent(state: State) -> dict[str, Any]:
-        if isinstance(state["messages"][-1], ToolMessage):
-            return {"messages": [AIMessage(content="done")]}
-        return {"messages": [AIMessage(content="", tool_calls=calls, id="ai-twins")]}
-
-    builder = StateGraph(State)
-    builder.add_node("agent", agent)
-    builder.add_node("tools", tool_node(env, [close_tool(crm)], False))
-    builder.add_edge(START, "agent")
-    route = tools_condition if router == "tools_condition" else route_tool_calls
-    builder.add_conditional_edges("agent", route, ["tools", END])
-    builder.add_edge("tools", "agent")
-    graph = builder.compile(checkpointer=env.checkpointer)
-    ask(env, graph)
+    known by its place among the message's calls (``_faces.call_id_of``) or its task."""
+    graph = twins_graph(env, crm, face, TWIN_IDS[ids])
+    out = ask(env, graph)
     assert crm.effects == 2
-    assert len(env.ops()) == 2
+    assert sorted(o.status.value for o in env.ops()) == ["confirmed", "confirmed"]
+    assert [m.type for m in out["messages"]].count("tool") == 2
     env.invoke(graph, None, CFG)
     assert crm.effects == 2
+
+
+@pytest.mark.parametrize("plain", [False, True], ids=["effects", "toolnode"])
+@pytest.mark.parametrize("face", FACES)
+def test_identical_calls_with_id_none_act_twice_in_all(
+    env: Env, crm: FakeCRM, face: str, plain: bool
+) -> None:
+    """Two identical calls whose id is None: LangChain's ToolNode runs a tool, then refuses
+    its output (called with no tool-call id, a tool returns its raw value, not a
+    ToolMessage), and LangGraph may cancel the sibling call's task. Each effect is
+    recorded before that refusal, so the run tried again sends only what was not sent and
+    then answers both from their records: two acts in all. A plain ToolNode acts again on
+    every try."""
+    graph = twins_graph(env, crm, face, [None, None], plain=plain)
+    acted: list[int] = []
+    refused: list[str] = []
+    out = None
+    for attempt in range(3):  # each try sends at least one call that never went out
+        try:
+            out = ask(env, graph) if attempt == 0 else env.invoke(graph, None, CFG)
+        except TypeError as exc:
+            refused.append(str(exc))
+            acted.append(crm.effects)
+            continue
+        break
+    assert all("returned unexpected type" in r for r in refused), refused
+    if plain:
+        assert out is None
+        assert len(acted) == 3
+        assert acted == sorted(set(acted))  # more acts on every try
+        assert crm.effects > 2
+        return
+    assert out is not None
+    assert crm.effects == 2
+    assert sorted(o.status.value for o in env.ops()) == ["confirmed", "confirmed"]
+    assert [m.type for m in out["messages"]].count("tool") == 2
 
 
 def test_id_less_twins_copied_by_a_wrapper_are_two_operations(env: Env, crm: FakeCRM) -> None:

@@ -8,10 +8,11 @@
    operation, acting once more; the process dies after the provider acted, and the
    resume in a fresh process settles it without a third send. A ``ToolNode`` sends a
    third time.
-3. Two identical calls without an id in one AIMessage (one task, ``tools_condition``):
-   the process dies as the provider acts on the first; the resume re-runs the task,
-   and each call meets its own record once: two effects, both settled. A ``ToolNode``
-   sends again.
+3. Two identical calls without an id in one AIMessage (one task for both under
+   ``tools_condition``, a task per call under ``route_tool_calls`` and ``create_agent``
+   with ``EffectMiddleware``): the process dies as the provider acts on the first; the
+   resume re-runs the task(s), and each call meets its own record once: two effects,
+   both settled. A ``ToolNode`` sends again.
 """
 
 from __future__ import annotations
@@ -83,19 +84,30 @@ def test_a_trimmed_thread_asking_again_acts_once_more_across_a_kill(
         assert resumed.value["statuses"] == ["confirmed", "confirmed"]
 
 
+TWIN_FACES = [
+    (face, *effects)
+    for face in ("tools_condition", "route_tool_calls", "create_agent")
+    for effects in EFFECTS
+    if face != "route_tool_calls" or not effects[2]  # its control is tools_condition's ToolNode
+]
+"""Each face on both backends; the plain control under tools_condition and create_agent."""
+
+
 @pytest.mark.parametrize(
-    ("kind", "mode", "plain"), EFFECTS, ids=[f"{k}-{m}{'-toolnode' * p}" for k, m, p in EFFECTS]
+    ("face", "kind", "mode", "plain"),
+    TWIN_FACES,
+    ids=[f"{f}-{k}-{m}{'-plain' * p}" for f, k, m, p in TWIN_FACES],
 )
 def test_two_id_less_twins_killed_mid_task_resume_to_two_effects(
-    request: pytest.FixtureRequest, tmp_path: Path, kind: str, mode: str, plain: bool
+    request: pytest.FixtureRequest, tmp_path: Path, kind: str, mode: str, plain: bool, face: str
 ) -> None:
     where, crm_path = _where(request, kind, tmp_path), tmp_path / "crm.db"
     with FakeCRM(crm_path) as crm:
         crm.faults.push(Fault.CRASH)
     thread = (turn, kind, mode, where, str(crm_path), plain)
-    died = run_in_child(*thread, "close case A twice", False, "sync", True)
+    died = run_in_child(*thread, "close case A twice", False, "sync", True, face)
     assert died.crashed, died.error
-    resumed = run_in_child(*thread, None, False, "sync", True)  # the same task, re-run
+    resumed = run_in_child(*thread, None, False, "sync", True, face)  # the same task(s), re-run
     assert resumed.ok, resumed.error
     with FakeCRM(crm_path) as crm:
         if plain:
