@@ -43,6 +43,7 @@ from langgraph_effects.decide import (
     OPERATIONS_KEY,
     EffectCall,
     Via,
+    noticed,
     recorded_command,
     settled_answer,
     tool_message,
@@ -245,6 +246,7 @@ def effect_result(
     messages_key: str = "messages",
     produced: Any = None,
     via: Via | None = None,
+    notices: list[str] | None = None,
 ) -> ToolMessage | Command[Any]:
     """The call's answer, plus the operation id when the state tracks them.
 
@@ -254,7 +256,8 @@ def effect_result(
     ``Command`` with its update, goto and graph), so a first run and every replay
     answer identically. With ``via`` (how the answer was obtained), its ToolMessage
     carries the trace metadata (``decide.messages.traced``: new messages, never the
-    one a tool or ToolNode made, changed).
+    one a tool or ToolNode made, changed). ``notices``: answers this run read and did
+    not apply (too late), said at the end of the ToolMessage (``Trace.notices``).
     """
     tool_call_id = request.tool_call["id"] or ""
     answer: Any = produced
@@ -269,6 +272,9 @@ def effect_result(
         answer = tool_message(op, tool_name=call.tool_name, tool_call_id=tool_call_id, via=via)
     elif via is not None:
         answer = traced(answer, op, via, tool_call_id=tool_call_id)
+    if notices:
+        # Answers read and not applied (too late): said after what the record says.
+        answer = noticed(answer, notices, tool_call_id=tool_call_id)
     state = request.state
     if not (isinstance(state, dict) and OPERATIONS_KEY in state):
         return answer  # type: ignore[no-any-return]

@@ -233,7 +233,9 @@ class EffectMiddleware(AgentMiddleware[EffectAgentState, Any, Any]):
         trace = Trace()
         op = self.runner.run(call, run, trace=trace)
         via = trace.via if self.trace_metadata else None
-        answer = effect_result(request, call, op, produced=run.first_answer(op), via=via)
+        answer = effect_result(
+            request, call, op, produced=run.first_answer(op), via=via, notices=trace.notices
+        )
         trace_decision(request, call, op, trace.via, answer)
         return answer
 
@@ -253,7 +255,9 @@ class EffectMiddleware(AgentMiddleware[EffectAgentState, Any, Any]):
         trace = Trace()
         op = await self.runner.arun(call, run.acall, trace=trace)
         via = trace.via if self.trace_metadata else None
-        answer = effect_result(request, call, op, produced=run.first_answer(op), via=via)
+        answer = effect_result(
+            request, call, op, produced=run.first_answer(op), via=via, notices=trace.notices
+        )
         await atrace_decision(request, call, op, trace.via, answer)
         return answer
 

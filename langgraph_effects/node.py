@@ -705,6 +705,7 @@ class EffectToolNode(ToolNode):
             messages_key=self.messages_key,
             produced=run.first_answer(op),
             via=trace.via if self.trace_metadata else None,
+            notices=trace.notices,
         )
         trace_decision(request, call, op, trace.via, answer)
         return answer
@@ -741,6 +742,7 @@ class EffectToolNode(ToolNode):
             messages_key=self.messages_key,
             produced=run.first_answer(op),
             via=trace.via if self.trace_metadata else None,
+            notices=trace.notices,
         )
         await atrace_decision(request, call, op, trace.via, answer)
         return answer

@@ -34,6 +34,7 @@ from langgraph_effects.decide.drive import AsyncExecute, EffectRunner
 from langgraph_effects.decide.messages import (
     Trace,
     Via,
+    noticed,
     recorded_command,
     settled_answer,
     tool_message,
@@ -70,6 +71,7 @@ __all__ = [
     "Trace",
     "Via",
     "authenticated_user",
+    "noticed",
     "record_refusals",
     "recorded_command",
     "settled_answer",

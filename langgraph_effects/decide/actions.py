@@ -70,6 +70,7 @@ __all__ = [
     "Renew",
     "Resolve",
     "Sleep",
+    "Waiting",
     "ledger",
 ]
 
@@ -405,9 +406,23 @@ class Ask:
 
     request: dict[str, Any]
     schema: Any = field(default=None)
+    held: bool = False
+    """Take the value ``Waiting`` found (LangGraph answers at once); None when another
+    task took it meanwhile (a value given by position goes to the first taker)."""
 
 
-Action: TypeAlias = LedgerAction[Any] | Hook | Dispatch | Sleep | Ask
+@dataclass(frozen=True, slots=True)
+class Waiting:
+    """What LangGraph holds for the task's next ``interrupt()``, without taking it: the
+    value a person gave to a question this run has not asked (yet); None: nothing.
+
+    A call that asks nothing more in this run (its record was decided meanwhile) reads
+    it so that a late answer is applied or refused in words, never dropped
+    (``decide.loop``); it takes it with ``Ask(..., held=True)``.
+    """
+
+
+Action: TypeAlias = LedgerAction[Any] | Hook | Dispatch | Sleep | Ask | Waiting
 
 
 def ledger(action: LedgerAction[T]) -> Generator[Action, Any, T]:

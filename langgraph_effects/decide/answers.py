@@ -44,6 +44,7 @@ from langgraph_effects.review import Answer, InvalidAnswer, RequestKind, parse_a
 __all__ = [
     "ANONYMOUS",
     "AUTH_USER_KEY",
+    "NOT_APPLIED",
     "REFUSED_NOTE",
     "Answers",
     "agrees",
@@ -56,7 +57,9 @@ __all__ = [
     "decided_note",
     "earlier_round",
     "identify",
+    "late_refusal",
     "named_round",
+    "refusals",
     "refused_note",
     "repeated_answer",
     "replaced_note",
@@ -288,26 +291,65 @@ def agrees(op: Operation, answer: Answer) -> bool:
     return answer.decision is Decision.APPROVE and answer.edited_args is None and approved
 
 
+def _since(op: Operation, events: Sequence[OperationEvent]) -> str:
+    """Who decided ``op`` what, and when: the last decision the log holds (an approval,
+    a rejection, a resolution, or the claim of a dispatch)."""
+    last = next((e for e in reversed(events) if e.kind in _DECIDING), None)
+    if last is None:
+        return f"it is {op.status.value}"
+    if last.kind is EventKind.CLAIM:
+        return f"it was dispatched at {last.at:%Y-%m-%d %H:%M:%S} UTC (now {op.status.value})"
+    decided = last.detail.get("decision") if isinstance(last.detail, dict) else None
+    what = decided if isinstance(decided, str) else last.kind.value
+    return f"{last.actor} decided {what} at {last.at:%Y-%m-%d %H:%M:%S} UTC (now {op.status.value})"
+
+
 def decided_note(op: Operation, events: Sequence[OperationEvent], answer: Answer) -> str:
     """Why ``answer`` came too late for ``op``: who decided what, and when.
 
     The last decision the log holds (an approval, a rejection, a resolution,
     or the claim of a dispatch) names its actor and instant.
     """
-    last = next((e for e in reversed(events) if e.kind in _DECIDING), None)
-    if last is None:
-        since = f"it is {op.status.value}"
-    elif last.kind is EventKind.CLAIM:
-        since = f"it was dispatched at {last.at:%Y-%m-%d %H:%M:%S} UTC"
-    else:
-        since = (
-            f"{last.actor} decided {last.kind.value} at {last.at:%Y-%m-%d %H:%M:%S} UTC "
-            f"(now {op.status.value})"
-        )
     return (
         f"Your {answer.decision.value} of operation {op.operation_id} was not applied: "
-        f"{since}. Nothing you answered changed it."
+        f"{_since(op, events)}. Nothing you answered changed it."
     )
+
+
+NOT_APPLIED = "Not applied: "
+"""How the log's record of a late answer begins (``late_refusal``), and its ToolMessage's
+words (``refusals``)."""
+
+
+def late_refusal(op: Operation, events: Sequence[OperationEvent], answer: Answer) -> str:
+    """What the log keeps, and the ToolMessage says, of an answer read after ``op`` was
+    decided for good (it reached a call that asked nothing more): who answered what, who
+    decided the operation what and when, and when it was sent."""
+    since = _since(op, events)
+    sent = "" if since.startswith("it was dispatched") else _sent(op)
+    return (
+        f"{NOT_APPLIED}{answer.by}'s {answer.decision.value} of operation {op.operation_id} "
+        f"came too late: {since}{sent}. Nothing {answer.by} answered changed it."
+    )[:2000]
+
+
+def refusals(events: Sequence[OperationEvent]) -> list[str]:
+    """The late answers the log keeps as not applied (``late_refusal``), in order."""
+    return [
+        e.evidence.summary
+        for e in events
+        if e.kind is EventKind.EVIDENCE
+        and e.evidence is not None
+        and e.evidence.summary.startswith(NOT_APPLIED)
+        and isinstance(e.detail, dict)
+        and isinstance(e.detail.get("answer"), str)
+    ]
+
+
+def _sent(op: Operation) -> str:
+    if op.first_dispatched_at is None:
+        return "; never sent"
+    return f"; sent at {op.first_dispatched_at:%Y-%m-%d %H:%M:%S} UTC"
 
 
 def answer_mark(call: EffectCall, value: Any) -> str | None:

@@ -27,7 +27,11 @@ round's, or, when an operator decided some of its operations out of band since,
 the first round's (every gated call). The last word before dispatch wins: a
 decision applies to an operation still prepared and never dispatched, even one
 approved meanwhile; one that would change an operation already dispatched or
-rejected is not applied, and the request asked next says who decided it, and when.
+rejected is not applied: it is logged on that operation as not applied
+(``answers.late_refusal``), said in its call's ToolMessage, and the request asked
+next (if any) says who decided it, and when. When an operator decided every operation
+meanwhile, nothing is asked, and the answer LangGraph holds for the request asked
+before is read all the same (``_late_answer``), never dropped.
 """
 
 from __future__ import annotations
@@ -40,8 +44,16 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator
 
 from langgraph_effects._faults import CrashPoint, crash_point
-from langgraph_effects.core.model import Decision, Operation, OperationStatus
-from langgraph_effects.decide.actions import Action, Ask, Events, Prepare, ledger
+from langgraph_effects.core.model import Decision, Evidence, Operation, OperationStatus
+from langgraph_effects.decide.actions import (
+    Action,
+    Ask,
+    Events,
+    Prepare,
+    RecordEvidence,
+    Waiting,
+    ledger,
+)
 from langgraph_effects.decide.answers import (
     agrees,
     answer_digest,
@@ -49,6 +61,7 @@ from langgraph_effects.decide.answers import (
     check_decision,
     decided_note,
     identify,
+    late_refusal,
     round_id,
 )
 from langgraph_effects.decide.call import EffectCall
@@ -220,21 +233,29 @@ def ask_approvals(loop: Loop, calls: Sequence[EffectCall]) -> Generator[Action, 
                     done.add(int(found["index"]))
     decided: set[str] = set()
     notices: list[str] = []
+    late = False
     while True:
         waiting = [
             c for c in gated if c.operation_id not in decided and _awaiting(ops[c.operation_id])
         ]
         if not waiting and not logged:
-            return
+            if late or decided or not (yield from _late_answer(gated, ops)):
+                return
+            # Everything was decided meanwhile (out of band), and LangGraph holds the
+            # answer to the request asked before: read, never dropped (``_late_answer``).
+            late = True
         # What the answer's positions may mean: this request, or the one asked before an
         # operator decided some of its operations out of band (every gated call).
         frames = [waiting] if len(waiting) == len(gated) else [waiting, gated]
-        asked = [ops[c.operation_id] for c in waiting]
+        if late:
+            frames = [gated]
+        shown = gated if late else waiting
+        asked = [ops[c.operation_id] for c in shown]
         others = []
         for op in asked:
             others.append((yield from loop.open_on_target(op)))
         request: dict[str, Any] = approvals_request(
-            [(op, c.tool_name, c.args) for op, c in zip(asked, waiting, strict=True)],
+            [(op, c.tool_name, c.args) for op, c in zip(asked, shown, strict=True)],
             request_id=_round(asked),
             open_on_target=others,
         )
@@ -242,9 +263,14 @@ def ask_approvals(loop: Loop, calls: Sequence[EffectCall]) -> Generator[Action, 
             request = with_notice(request, " ".join(notices))
 
         def frame_of(
-            value: Any, frames: list[list[EffectCall]] = frames, request: Any = request
+            value: Any,
+            frames: list[list[EffectCall]] = frames,
+            request: Any = request,
+            late: bool = late,
         ) -> list[EffectCall] | None:
             """The calls the answer's positions decide; None: an earlier round's answer."""
+            if late:
+                return frames[0]  # the request the person saw, whatever was decided since
             echoed = value.get("request_id") if isinstance(value, Mapping) else None
             if echoed is not None:
                 if not isinstance(echoed, str) or not _ROUND_ID.fullmatch(echoed):
@@ -283,7 +309,9 @@ def ask_approvals(loop: Loop, calls: Sequence[EffectCall]) -> Generator[Action, 
             )
             return value
 
-        value = yield Ask(request, Annotated[Any, AfterValidator(check)])
+        value = yield Ask(request, Annotated[Any, AfterValidator(check)], held=late)
+        if value is None:
+            return  # the held answer was taken by another task meanwhile
         digest = answer_digest(value)
         applied: set[int] = set()
         frame: list[EffectCall]
@@ -323,14 +351,53 @@ def ask_approvals(loop: Loop, calls: Sequence[EffectCall]) -> Generator[Action, 
             decided.add(call.operation_id)
             if agrees(op, answer):
                 continue  # decided so already (out of band): nothing to change
+            mark = None if task is None else f"{task}#approvals:{digest}:{index}/{len(frame)}"
             if not _undispatched(op):
-                # Dispatched or rejected meanwhile: too late to change; the person is told.
+                # Dispatched or rejected meanwhile: too late to change; the person is told,
+                # in the request asked next and in the call's ToolMessage (what the log
+                # keeps: ``answers.late_refusal``, with its mark, recognised on a re-run).
                 events = yield from ledger(Events(op.key))
                 notices.append(decided_note(op, events, answer))
+                if op.status.terminal:  # an unknown one's review, asked next, decides it
+                    assert answer.by is not None
+                    refusal = Evidence.inconclusive(
+                        late_refusal(op, events, answer), source=answer.by
+                    )
+                    ops[call.operation_id] = yield from ledger(
+                        RecordEvidence(op.key, refusal, answer=mark)
+                    )
                 continue
-            mark = None if task is None else f"{task}#approvals:{digest}:{index}/{len(frame)}"
             crash_point(CrashPoint.DURING_REVIEW_RESUME)
             ops[call.operation_id] = yield from loop.answer(call, op, answer, mark)
+
+
+_DECIDED = frozenset(
+    {OperationStatus.PREPARED, OperationStatus.CONFIRMED, OperationStatus.REJECTED}
+)
+
+
+def _late_answer(
+    gated: Sequence[EffectCall], ops: Mapping[str, Operation]
+) -> Generator[Action, Any, bool]:
+    """Whether LangGraph holds an answer to this batch's request although nothing is left
+    to ask: an operator decided every operation out of band meanwhile (or a crash after
+    the fan-out lost the answers LangGraph had). The batch asks first in its task, so the
+    value held for the task's first question is the batch's, when it has its shape: one
+    decision per gated call, and no request id but a batch's. Not while an operation is
+    unknown or in flight: the value may answer its review, asked by its own call."""
+    if any(ops[c.operation_id].status not in _DECIDED for c in gated):
+        return False
+    value = yield Waiting()
+    if value is None:
+        return False
+    try:
+        decisions, _ = decisions_of(value)
+    except InvalidAnswer:
+        return False
+    echoed = value.get("request_id") if isinstance(value, Mapping) else None
+    if echoed is not None and not (isinstance(echoed, str) and _ROUND_ID.fullmatch(echoed)):
+        return False
+    return len(decisions) == len(gated)
 
 
 def _offered(request: Mapping[str, Any], call: EffectCall) -> Sequence[str]:

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import itertools
+import re
 import threading
 import time
 from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
@@ -40,6 +42,7 @@ from langgraph_effects.decide.actions import (
     LedgerAction,
     Renew,
     Sleep,
+    Waiting,
 )
 from langgraph_effects.decide.answers import refused_note
 from langgraph_effects.decide.approvals import ask_approvals
@@ -120,6 +123,7 @@ class EffectRunner:
     ) -> None:
         self.ledger = ledger
         self.ask = ask if ask is not None else _interrupt
+        self._held = ask is None  # LangGraph asks: its held values can be read (``Waiting``)
         self.loop = Loop(
             lease_for=lease_for,
             clock=clock,
@@ -327,7 +331,13 @@ class EffectRunner:
             value, error = None, None
             if isinstance(action, Ask):
                 wait_turn()  # the calls of one task ask in their order (decide.turns)
-                value = self.ask(action.request, action.schema)
+                if not action.held or _claim_held():
+                    value = self.ask(action.request, action.schema)
+                continue
+            if isinstance(action, Waiting):
+                if self._held and _holds_values():
+                    wait_turn()  # read at this call's place among the task's questions
+                    value = _next_value()
                 continue
             try:
                 if isinstance(action, LedgerAction):
@@ -417,7 +427,15 @@ class EffectRunner:
                 await await_turn()
                 if cancelled:
                     raise asyncio.CancelledError
-                value = self.ask(action.request, action.schema)
+                if not action.held or _claim_held():
+                    value = self.ask(action.request, action.schema)
+                continue
+            if isinstance(action, Waiting):
+                if self._held and _holds_values():
+                    await await_turn()
+                    if cancelled:
+                        raise asyncio.CancelledError
+                    value = _next_value()
                 continue
             try:
                 if isinstance(action, LedgerAction):
@@ -541,6 +559,84 @@ def _interrupt(request: dict[str, Any], schema: Any) -> Any:
                 ),
             )
         ) from None
+
+
+def _scratchpad() -> Any:
+    """The task's scratchpad (LangGraph's, private), or None outside a task."""
+    try:
+        return get_config()["configurable"].get(_SCRATCHPAD)
+    except RuntimeError:  # not inside a runnable
+        return None
+
+
+def _holds_values() -> bool:
+    """The task holds resume values, or a value given by position waits: read at once,
+    before any turn is waited for (a first run holds none)."""
+    pad = _scratchpad()
+    resume = getattr(pad, "resume", None)
+    if not isinstance(resume, list):
+        return False
+    return bool(resume) or pad.get_null_resume(False) is not None
+
+
+_COUNT = re.compile(r"count\((\d+)\)")
+
+
+def _interrupts_reached(pad: Any) -> int | None:
+    """How many ``interrupt()`` calls this run of the task made so far: LangGraph's
+    interrupt counter (a ``LazyAtomicCounter`` over ``itertools.count``, private), read
+    without moving it; None: not the counter we know (the value is then not read)."""
+    counter = getattr(pad.interrupt_counter, "_counter", ())
+    if counter is None:
+        return 0  # not started: no interrupt() yet
+    owner = getattr(counter, "__self__", None)
+    if not isinstance(owner, itertools.count):
+        return None
+    found = _COUNT.fullmatch(repr(owner))
+    return int(found[1]) if found is not None else None
+
+
+def _next_value() -> Any:
+    """The value LangGraph would hand the task's next ``interrupt()``, not taken: the
+    k-th resume value (k = the interrupts reached), else a value given by position
+    (``Command(resume=value)``) when it would take that place; None: nothing.
+
+    Read where a call asks nothing more in this run (``Waiting``): the value a person
+    gave to its question from an earlier run would otherwise never be read."""
+    pad = _scratchpad()
+    resume = getattr(pad, "resume", None)
+    if not isinstance(resume, list):
+        return None
+    reached = _interrupts_reached(pad)
+    if reached is None:
+        return None
+    if reached < len(resume):
+        return resume[reached]
+    if reached > len(resume):
+        return None
+    given = pad.get_null_resume(False)
+    # Once taken, LangGraph still shows it here: taken by this task, it is in ``resume``.
+    return None if any(v is given for v in resume) else given
+
+
+def _claim_held() -> bool:
+    """Make sure the value ``_next_value`` found is the task's next ``interrupt()``'s:
+    a value given by position is taken from LangGraph's pending writes and put where
+    ``interrupt()`` itself puts it (``resume``); False: it is gone (another task took
+    it), and nothing is asked."""
+    pad = _scratchpad()
+    resume = getattr(pad, "resume", None)
+    reached = None if not isinstance(resume, list) else _interrupts_reached(pad)
+    if reached is None or reached > len(resume):  # type: ignore[arg-type]
+        return False
+    assert isinstance(resume, list)
+    if reached < len(resume):
+        return True
+    given = pad.get_null_resume(True)
+    if given is None:
+        return False
+    resume.append(given)
+    return True
 
 
 def _forget(value: Any) -> int | None:

@@ -31,6 +31,7 @@ its commit path (``decide.commit``) whether a claimed ``Prepare`` and a
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, field
@@ -89,9 +90,11 @@ from langgraph_effects.decide.actions import (
     Release,
     Resolve,
     Sleep,
+    Waiting,
     ledger,
 )
 from langgraph_effects.decide.answers import (
+    ANONYMOUS,
     Answers,
     agrees,
     answer_mark,
@@ -101,7 +104,9 @@ from langgraph_effects.decide.answers import (
     decided_note,
     earlier_round,
     identify,
+    late_refusal,
     named_round,
+    refusals,
     repeated_answer,
     replaced_note,
     round_id,
@@ -388,6 +393,8 @@ class Loop:
                     if last not in _SETTLING:
                         # Confirmed before this pass could act on it: one duplicate prevented.
                         count_replay(op)
+                    if last is None:
+                        yield from self._late_answers(p, op)
                     return op
                 case Step.REPLAY_REJECTED:
                     if op.error and op.error.startswith(_REPLACED):
@@ -398,6 +405,8 @@ class Loop:
                             continue
                     if last is None and op.attempts == 0 and (yield from self._batch_rejected(op)):
                         p.trace.via = Via.REVIEWED  # as when its own interrupt was answered
+                    if last is None:
+                        yield from self._late_answers(p, op)
                     return (yield from self._receipt_conflict(op))
                 case Step.ASK_APPROVAL if p.call.preapproved_by is not None:
                     op = yield from self._guarded(
@@ -1067,11 +1076,16 @@ class Loop:
         if p.call.task_id is None or asked or not human:
             return None
         mine = yield from self._answers(p, op.operation_id)
-        if mine.consumed >= len(mine.logged):
+        # Never sent: an answer given after an operator approved it out of band (the CLI)
+        # still decides it, read although this run asks nothing (``_held``).
+        unsent = op.attempts == 0
+        if mine.consumed >= len(mine.logged) and not unsent:
             return None
         call = p.call
-        reviewed = yield from self._reviews_answered(op)
-        kind: RequestKind = "review" if mine.logged[mine.consumed] in reviewed else "approval"
+        reviewed: set[str] = set()
+        if mine.consumed < len(mine.logged):
+            reviewed = yield from self._reviews_answered(op)
+        kind: RequestKind = "approval"
         request = approval_request(op, tool_name=call.tool_name, args=call.args)
         request["request_id"] = round_id(op)
 
@@ -1118,10 +1132,26 @@ class Loop:
             return value
 
         schema = Annotated[Any, AfterValidator(check)]
-        while mine.consumed < len(mine.logged):
-            kind = "review" if mine.logged[mine.consumed] in reviewed else "approval"
-            value = yield Ask(request, schema)
+        while True:
+            held = mine.consumed >= len(mine.logged)
+            if not held:
+                kind = "review" if mine.logged[mine.consumed] in reviewed else "approval"
+            elif not unsent or (yield from self._held(p, op, mine, any_shape=True)) is None:
+                return None
+            else:
+                # A person's answer to the approval an operator decided meanwhile (out of
+                # band): the last word before dispatch, applied as any other answer.
+                kind = "approval"
+            value = yield Ask(request, schema, held=held)
+            if value is None:
+                return None  # taken by another task meanwhile
             answer = answer_of(value)
+            if held:
+                if answer is None:
+                    continue  # consumed without applying when first handed (answer_of)
+                if answer.decision is Decision.APPROVE and not answer.edited_args:
+                    continue  # agrees with the operator's approval
+                return (yield from self._answered(p, op, answer, answer_mark(call, value)))
             mine.consumed += 1
             if answer is None:
                 if mine.logged[mine.consumed - 1] == answer_mark(call, value):
@@ -1134,6 +1164,92 @@ class Loop:
                 return None  # the same word again: what is recorded stands
             return (yield from self._answered(p, op, answer, answer_mark(call, value)))
         return None
+
+    def _held(
+        self, p: _Pass, op: Operation, mine: Answers, *, any_shape: bool
+    ) -> Generator[Action, Any, Any]:
+        """The value LangGraph holds for this task's next question, when it is about ``op``:
+        it names ``op`` (or a call ``op`` replaced), echoes one of its requests, or names
+        nothing in a task of one effect call. None: nothing held, or a value for another
+        call. A value that is no answer at all is ``op``'s only with ``any_shape`` (the
+        call was never sent: no tool of its asked a question of its own)."""
+        value = yield Waiting()
+        if value is None:
+            return None
+        try:
+            named = parse_answer(value, tool_name=p.call.tool_name).operation_id
+        except InvalidAnswer:
+            return value if any_shape and p.call.single else None
+        echoed = value.get("request_id") if isinstance(value, Mapping) else None
+        about = echoed.partition("@")[0] if isinstance(echoed, str) else None
+        names = {n for n in (named, about) if n is not None}
+        if names:
+            return value if names <= {op.operation_id, *mine.earlier} else None
+        return value if p.call.single else None
+
+    def _late_answers(self, p: _Pass, op: Operation) -> Generator[Action, Any, None]:
+        """Read the answers LangGraph holds for a call whose record was decided before
+        this run asked anything: none is dropped unread.
+
+        LangGraph re-runs the task and hands it the values given to its questions; a
+        call whose operation was sent, confirmed or rejected meanwhile (an operator out of
+        band, a reconciler, a crash after the dispatch that made LangGraph show the
+        approval again) asks nothing, and no ``interrupt()`` would read them::
+
+            review asked ─▶ operator confirms (CLI) ─▶ UI answers reject ─▶ re-run: replayed
+
+        Each is taken (in order) and consumed: one logged before, handed back, or one
+        that agrees with the record, silently; one that would change it is logged on the
+        operation as not applied (``answers.late_refusal``: who answered what, who decided
+        the operation and when, when it was sent), its mark with it (a later re-run
+        consumes it). The ToolMessage says what the log keeps (``Trace.notices``), on
+        every replay that reads the log: one that took a value, or of an effect that
+        needs an approval (a batch's late answer is logged before its calls run).
+        """
+        call = p.call
+        if call.task_id is None or not (call.spec.require_approval or op.attempts > 0):
+            return  # no question was ever asked about it
+        mine = yield from self._answers(p, op.operation_id)
+        request = approval_request(op, tool_name=call.tool_name, args=call.args)
+        events: list[Any] | None = None
+        took = False
+        for _ in range(_MAX_STEPS):
+            value = yield from self._held(p, op, mine, any_shape=False)
+            if value is None or (yield Ask(request, Any, held=True)) is None:
+                break  # nothing (more) held for it, or another task took it meanwhile
+            took = True
+            mark = answer_mark(call, value)
+            if mine.next_is(mark):
+                mine.consumed += 1  # applied (or logged as not applied) before, handed back
+                continue
+            if mine.repeats(mark):
+                continue  # an answer applied before, handed to a later question
+            if events is None:
+                events = yield from ledger(Events(op.key))
+            # The question it answered: the review, if the operation was ever unknown.
+            kind: RequestKind = (
+                "review" if any(e.to_status is S.UNKNOWN for e in events) else "approval"
+            )
+            try:
+                answer = parse_answer(value, tool_name=call.tool_name, kind=kind)
+            except InvalidAnswer:
+                answer = parse_answer(value, tool_name=call.tool_name)
+            try:
+                answer = identify(answer, user=call.user, anonymous=self.anonymous_answers)
+            except InvalidAnswer:
+                answer = dataclasses.replace(answer, by=ANONYMOUS)  # told all the same
+            if agrees(op, answer):
+                continue  # as recorded: nothing to change, nothing to tell
+            assert answer.by is not None
+            evidence = Evidence.inconclusive(late_refusal(op, events, answer), source=answer.by)
+            yield from self._guarded(p, op, RecordEvidence(op.key, evidence, answer=mark))
+            events = None  # read again for the ToolMessage
+            if mark is not None:
+                mine.note(mark)
+        if took or call.spec.require_approval:
+            if events is None:
+                events = yield from ledger(Events(op.key))
+            p.trace.notices.extend(refusals(events))
 
     def _answers(self, p: _Pass, operation_id: str) -> Generator[Action, Any, Answers]:
         """The answers applied to ``operation_id`` in this task, read once per pass."""

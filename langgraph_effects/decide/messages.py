@@ -43,6 +43,7 @@ __all__ = [
     "Via",
     "conflicted",
     "message_text",
+    "noticed",
     "recordable",
     "recorded_command",
     "settled_answer",
@@ -80,6 +81,36 @@ class Trace:
     """What the decision loop tells the face about the answer it is about to build."""
 
     via: Via = Via.REPLAYED
+    notices: list[str] = dataclasses.field(default_factory=list)
+    """Answers this run read and did not apply, and why (``decide.loop._late_answers``):
+    said in the ToolMessage (``noticed``), after what the record says."""
+
+
+def noticed(answer: Any, notices: list[str], *, tool_call_id: str) -> Any:
+    """``answer`` with ``notices`` said at the end of its ToolMessage answering
+    ``tool_call_id`` (a copy; a ``Command`` or a list is rebuilt around it)."""
+    if not notices:
+        return answer
+    words = " ".join(notices)
+    if isinstance(answer, ToolMessage):
+        if answer.tool_call_id != tool_call_id:
+            return answer
+        content = answer.content
+        said: str | list[Any] = (
+            f"{content}\n\n{words}" if isinstance(content, str) else [*content, words]
+        )
+        return answer.model_copy(update={"content": said})
+    if isinstance(answer, list):
+        return [noticed(a, notices, tool_call_id=tool_call_id) for a in answer]
+    if isinstance(answer, Command) and isinstance(answer.update, dict):
+        update = {
+            k: noticed(v, notices, tool_call_id=tool_call_id)
+            if isinstance(v, ToolMessage | list)
+            else v
+            for k, v in answer.update.items()
+        }
+        return dataclasses.replace(answer, update=update)
+    return answer
 
 
 def trace_metadata(op: Operation, via: Via) -> dict[str, Any]:

@@ -183,3 +183,52 @@ def test_a_task_s_interrupt_ids_and_resume_values_are_where_a_refusal_reads_them
     assert isinstance(ns, str), changed
     assert resume == ["one"], changed
     assert asked.id == drive._interrupt_id(ns, len(resume)), changed
+
+
+def test_the_value_held_for_a_task_s_next_interrupt_is_read_where_langgraph_keeps_it() -> None:
+    """``decide.drive._next_value`` reads, without taking it, the value LangGraph hands the
+    task's next ``interrupt()``: ``scratchpad.resume[k]`` where k is the interrupt counter
+    (``scratchpad.interrupt_counter``, a ``LazyAtomicCounter`` over ``itertools.count``,
+    read from its repr), else the value given by position (``get_null_resume``), which
+    ``_claim_held`` moves into ``resume`` as ``interrupt()`` itself does."""
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.types import Command, interrupt
+
+    from langgraph_effects.decide import drive
+
+    changed = _changed(
+        "a task's interrupt counter or where it keeps resume values (interrupt_counter, "
+        "scratchpad.resume, get_null_resume)",
+        "langgraph_effects/decide/drive.py (_next_value, _claim_held)",
+    )
+    seen: list[tuple[Any, ...]] = []
+
+    def node(state: MessagesState) -> dict[str, Any]:
+        pad = drive._scratchpad()
+        seen.append(("start", drive._interrupts_reached(pad), drive._next_value()))
+        if drive._next_value() is not None:
+            assert drive._claim_held(), changed
+        first = interrupt("first")
+        seen.append(("first", drive._interrupts_reached(pad), first, drive._next_value()))
+        second = interrupt("second")
+        seen.append(("second", drive._interrupts_reached(pad), second))
+        return {}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("ask", node)
+    builder.add_edge(START, "ask")
+    graph = builder.compile(checkpointer=InMemorySaver())
+    cfg = {"configurable": {"thread_id": "t"}}
+    graph.invoke({"messages": []}, cfg)
+    assert seen == [("start", 0, None)], changed
+    seen.clear()
+    graph.invoke(Command(resume="one"), cfg)  # by position: the null resume
+    assert seen == [("start", 0, "one"), ("first", 1, "one", None)], changed
+    seen.clear()
+    [asked] = graph.get_state(cfg).interrupts
+    graph.invoke(Command(resume={asked.id: "two"}), cfg)  # by interrupt id
+    assert seen == [
+        ("start", 0, "one"),
+        ("first", 1, "one", "two"),
+        ("second", 2, "two"),
+    ], changed

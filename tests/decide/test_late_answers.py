@@ -1,0 +1,423 @@
+"""The UI's answer after an operator decided out of band: applied before dispatch, told after.
+
+An approval or a review is pending; an operator decides the operation with the Python
+operator API (``ledger.resolve``, what the CLI calls); then the UI answers. Before the
+provider is called, the last word wins: a reject after the operator's approval stops the
+call, an approve agrees with it. Once the operation is decided for good (rejected, or
+sent and confirmed), the re-run task asks nothing, and the UI's answer, which no
+``interrupt()`` would read, is read all the same: one that agrees is consumed, one that
+would change the outcome is logged on the operation as not applied (who, what, why) and
+the ToolMessage says so (issue 23). Real graphs on SQLite and PostgreSQL, sync and async;
+effects counted at a file-backed fake CRM that honours no idempotency key.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from _answer_child import CFG, gated_graph
+from _graphs import Env, build_graph, call, tool_messages
+from langchain.agents import create_agent
+from langchain.agents.middleware import HumanInTheLoopMiddleware
+from langgraph.types import Command
+
+from langgraph_effects import EffectContext, EffectMiddleware, Evidence, effect
+from langgraph_effects.core.model import Decision, EventKind, OperationStatus, Resolution
+from langgraph_effects.decide.answers import NOT_APPLIED
+from langgraph_effects.testing import ScriptedChatModel
+from langgraph_effects.testing.providers import FakeCRM, Fault
+
+S = OperationStatus
+BACKENDS = [(k, m) for k in ("sqlite", "postgres") for m in ("sync", "async")]
+ALL = pytest.mark.parametrize("env", BACKENDS, indirect=True, ids=[f"{k}-{m}" for k, m in BACKENDS])
+
+
+@pytest.fixture
+def crm(tmp_path: Path) -> Any:
+    with FakeCRM(path=tmp_path / "crm.db") as fake:
+        yield fake
+
+
+def interrupts(env: Env, graph: Any) -> list[Any]:
+    state = graph.get_state(CFG) if not env.is_async else env.run(graph.aget_state(CFG))
+    return [i for task in state.tasks for i in task.interrupts]
+
+
+def operator(env: Env, op_id: str, decision: str) -> None:
+    """An operator decides ``op_id`` out of band (the CLI's ``approve`` / ``reject`` /
+    ``resolve`` call this)."""
+    resolution = Resolution(decision=Decision(decision), by="olga", reason="seen on the phone")
+    env.ledger_call("resolve", "default", op_id, resolution)
+
+
+def answer_in(shape: str, decision: str, pending: Any) -> Any:
+    """The UI's answer to the ``pending`` interrupt, in one of the shapes a client sends."""
+    request = pending.value
+    if shape == "hitl":  # Agent Chat UI: no operation, no request id, no interrupt id
+        return Command(resume={"decisions": [{"type": decision}], "by": "ana"})
+    native = {"operation_id": request["operation_id"], "decision": decision, "by": "ana"}
+    if shape == "echoed":
+        return Command(resume={**native, "request_id": request["request_id"]})
+    return Command(resume={pending.id: native})  # by interrupt id
+
+
+def events(env: Env, op_id: str) -> list[Any]:
+    return list(env.ledger_call("events", "default", op_id))
+
+
+def not_applied(env: Env, op_id: str) -> list[Any]:
+    """The events that log an answer as not applied."""
+    return [
+        e
+        for e in events(env, op_id)
+        if e.kind is EventKind.EVIDENCE
+        and e.evidence is not None
+        and e.evidence.summary.startswith(NOT_APPLIED)
+    ]
+
+
+SHAPES = pytest.mark.parametrize("shape", ["hitl", "echoed", "by-id"])
+
+
+# -- before dispatch: the last word wins ----------------------------------------------
+
+
+@ALL
+@SHAPES
+def test_a_reject_after_an_operator_approval_stops_the_call(
+    env: Env, crm: FakeCRM, shape: str
+) -> None:
+    """The operator approves the pending approval out of band; the UI then rejects it:
+    nothing is sent, the record ends rejected, and the log keeps both decisions."""
+    graph = gated_graph(env, crm)
+    env.invoke(graph, {"messages": [("user", "close A")]}, CFG)
+    [pending] = interrupts(env, graph)
+    op_id = pending.value["operation_id"]
+    operator(env, op_id, "approve")
+    out = env.invoke(graph, answer_in(shape, "reject", pending), CFG)
+    assert crm.effects == 0
+    assert env.ledger_call("get", "default", op_id).status is S.REJECTED
+    decided = [(e.kind, e.actor) for e in events(env, op_id) if e.kind is not EventKind.PREPARE]
+    assert decided == [(EventKind.APPROVE, "olga"), (EventKind.REJECT, "ana")]
+    assert interrupts(env, graph) == []
+    [message] = tool_messages(out)
+    assert message.status == "error"
+    assert "NOT carried out" in str(message.content)
+    env.invoke(graph, None, CFG)
+    assert crm.effects == 0
+
+
+@ALL
+@SHAPES
+def test_an_approve_after_an_operator_approval_sends_once(
+    env: Env, crm: FakeCRM, shape: str
+) -> None:
+    """The UI's approve agrees with the operator's: sent once, nothing more logged."""
+    graph = gated_graph(env, crm)
+    env.invoke(graph, {"messages": [("user", "close A")]}, CFG)
+    [pending] = interrupts(env, graph)
+    op_id = pending.value["operation_id"]
+    operator(env, op_id, "approve")
+    out = env.invoke(graph, answer_in(shape, "approve", pending), CFG)
+    assert crm.effects == 1
+    assert env.ledger_call("get", "default", op_id).status is S.CONFIRMED
+    assert not_applied(env, op_id) == []
+    [message] = tool_messages(out)
+    assert (message.status, "not applied" in str(message.content)) == ("success", False)
+    env.invoke(graph, None, CFG)
+    assert crm.effects == 1
+
+
+# -- decided for good: told, in the log and in the ToolMessage -------------------------
+
+
+@ALL
+@SHAPES
+def test_an_approve_after_an_operator_rejection_is_told(env: Env, crm: FakeCRM, shape: str) -> None:
+    """The UI approves after the operator rejected (before the resume ran): nothing is
+    sent, the approve is logged as not applied, by ana, naming olga's rejection, and the
+    ToolMessage says so; the re-run that follows logs nothing more."""
+    graph = gated_graph(env, crm)
+    env.invoke(graph, {"messages": [("user", "close A")]}, CFG)
+    [pending] = interrupts(env, graph)
+    op_id = pending.value["operation_id"]
+    operator(env, op_id, "reject")
+    out = env.invoke(graph, answer_in(shape, "approve", pending), CFG)
+    assert crm.effects == 0
+    assert env.ledger_call("get", "default", op_id).status is S.REJECTED
+    [told] = not_applied(env, op_id)
+    assert told.actor == "ana"
+    assert told.evidence.summary.startswith(
+        f"Not applied: ana's approve of operation {op_id} came too late: olga decided reject at "
+    )
+    assert told.evidence.summary.endswith(
+        "(now rejected); never sent. Nothing ana answered changed it."
+    )
+    [message] = tool_messages(out)
+    assert message.status == "error"
+    assert str(message.content).endswith(f"\n\n{told.evidence.summary}")
+    assert interrupts(env, graph) == []
+    env.invoke(graph, None, CFG)
+    assert (crm.effects, len(not_applied(env, op_id))) == (0, 1)
+
+
+@ALL
+def test_a_reject_after_an_operator_rejection_is_consumed(env: Env, crm: FakeCRM) -> None:
+    """A reject that agrees with the operator's changes nothing and is not told."""
+    graph = gated_graph(env, crm)
+    env.invoke(graph, {"messages": [("user", "close A")]}, CFG)
+    [pending] = interrupts(env, graph)
+    op_id = pending.value["operation_id"]
+    operator(env, op_id, "reject")
+    out = env.invoke(graph, answer_in("hitl", "reject", pending), CFG)
+    assert (crm.effects, not_applied(env, op_id)) == (0, [])
+    [message] = tool_messages(out)
+    assert "not applied" not in str(message.content)
+
+
+def lost_response_tool(crm: FakeCRM) -> Any:
+    """A close whose first response is lost (the CRM acted); its reconciler sees nothing."""
+
+    @effect(
+        "crm.close_case",
+        target=lambda a: a["case_id"],
+        reconcile=lambda op: Evidence.inconclusive("the CRM's search shows nothing yet"),
+    )
+    def close_case(case_id: str, resolution: str, ctx: EffectContext) -> dict[str, Any]:
+        """Close a CRM case."""
+        return crm.close_case(case_id, resolution)
+
+    crm.faults.script([Fault.LOSE_RESPONSE])
+    return close_case
+
+
+REVIEW_FACES = pytest.mark.parametrize("face", ["per-call", "tools_condition", "middleware"])
+
+
+def review_graph(env: Env, crm: FakeCRM, face: str) -> Any:
+    tool = lost_response_tool(crm)
+    close = call("close_case", "call-a", case_id="A", resolution="fixed")
+    if face == "middleware":
+        # HITL on another tool: the review is EffectMiddleware's own.
+        hitl = HumanInTheLoopMiddleware(interrupt_on={"other": True})
+        return create_agent(
+            ScriptedChatModel(plan=[[close]]),
+            tools=[tool],
+            middleware=[hitl, EffectMiddleware(ledger=env.ledger)],
+            checkpointer=env.checkpointer,
+        )
+    return build_graph(
+        [tool],
+        [close],
+        ledger=env.ledger,
+        checkpointer=env.checkpointer,
+        per_call=face == "per-call",
+    )
+
+
+@ALL
+@REVIEW_FACES
+def test_a_review_answer_after_an_operator_confirmed_it_is_told(
+    env: Env, crm: FakeCRM, face: str
+) -> None:
+    """A review is pending (the response was lost); the operator confirms it; the UI then
+    rejects: the record stays confirmed, nothing is sent again, the reject is logged as
+    not applied (naming olga's confirm and when it was sent) and the ToolMessage says so,
+    after the recorded result."""
+    graph = review_graph(env, crm, face)
+    env.invoke(graph, {"messages": [("user", "close A")]}, CFG)
+    [pending] = interrupts(env, graph)
+    op_id = pending.value["operation_id"]
+    assert pending.value["kind"] == "effect_review"
+    operator(env, op_id, "confirm")
+    out = env.invoke(graph, answer_in("hitl", "reject", pending), CFG)
+    assert crm.effects == 1  # the first attempt's, and only it
+    assert env.ledger_call("get", "default", op_id).status is S.CONFIRMED
+    [told] = not_applied(env, op_id)
+    assert told.actor == "ana"
+    summary = told.evidence.summary
+    assert summary.startswith(
+        f"Not applied: ana's reject of operation {op_id} came too late: olga decided confirm at "
+    )
+    assert "(now confirmed); sent at " in summary
+    [message] = tool_messages(out)
+    assert message.status == "success"
+    assert str(message.content).endswith(f"\n\n{summary}")
+    assert interrupts(env, graph) == []
+
+
+@pytest.mark.parametrize("env", [("sqlite", "sync"), ("postgres", "async")], indirect=True)
+@REVIEW_FACES
+def test_a_review_answer_that_agrees_with_the_operator_is_consumed(
+    env: Env, crm: FakeCRM, face: str
+) -> None:
+    """The UI confirms what the operator confirmed: nothing logged, nothing told."""
+    graph = review_graph(env, crm, face)
+    env.invoke(graph, {"messages": [("user", "close A")]}, CFG)
+    [pending] = interrupts(env, graph)
+    op_id = pending.value["operation_id"]
+    operator(env, op_id, "confirm")
+    agree = {"operation_id": op_id, "decision": "confirm", "by": "ana"}
+    out = env.invoke(graph, Command(resume=agree), CFG)
+    assert (crm.effects, not_applied(env, op_id)) == (1, [])
+    [message] = tool_messages(out)
+    assert (message.status, "not applied" in str(message.content)) == ("success", False)
+
+
+# -- a batch of approvals (approvals="batched"), every operation decided out of band -----
+
+
+def batch_graph(env: Env, crm: FakeCRM, where: str) -> Any:
+    """Two gated closes of one AIMessage, their approvals asked in one interrupt: by
+    ``EffectToolNode`` under ``tools_condition``, or by ``EffectMiddleware`` in
+    ``create_agent`` (``after_model``)."""
+
+    @effect("crm.close_case", target=lambda a: a["case_id"], require_approval=True)
+    def close_case(case_id: str, resolution: str, ctx: EffectContext) -> dict[str, Any]:
+        """Close a CRM case (a person approves first)."""
+        return crm.close_case(case_id, resolution)
+
+    calls = [
+        call("close_case", "c-a", case_id="A", resolution="fixed"),
+        call("close_case", "c-b", case_id="B", resolution="fixed"),
+    ]
+    model = ScriptedChatModel(plan=[calls])
+    if where == "agent":
+        mw = EffectMiddleware(ledger=env.ledger, approvals="batched", tools=[close_case])
+        return create_agent(
+            model, tools=[close_case], middleware=[mw], checkpointer=env.checkpointer
+        )
+    return build_graph(
+        [close_case],
+        calls,
+        ledger=env.ledger,
+        checkpointer=env.checkpointer,
+        per_call=False,
+        node_kwargs={"approvals": "batched"},
+    )
+
+
+BATCH = pytest.mark.parametrize("where", ["tools_condition", "agent"])
+BATCH_ENVS = pytest.mark.parametrize(
+    "env", [("sqlite", "sync"), ("postgres", "async")], indirect=True, ids=["sqlite", "pg-async"]
+)
+
+
+def batch_ops(env: Env, graph: Any) -> list[str]:
+    [pending] = interrupts(env, graph)
+    assert pending.value["kind"] == "effect_approvals"
+    return list(pending.value["operation_ids"])
+
+
+def batch_answer(*types: str) -> Command[Any]:
+    return Command(resume={"decisions": [{"type": t} for t in types], "by": "ana"})
+
+
+def by_call(out: dict[str, Any]) -> dict[str, Any]:
+    return {m.tool_call_id: m for m in tool_messages(out)}
+
+
+@BATCH_ENVS
+@BATCH
+def test_a_batch_answer_after_the_operator_decided_every_call_applies_or_is_told(
+    env: Env, crm: FakeCRM, where: str
+) -> None:
+    """The operator approves A and rejects B while the batch is pending, so nothing is
+    left to ask; the UI's answer (reject A, approve B) is read all the same: the reject
+    stops A before dispatch (the last word), the approve of B is logged as not applied
+    and B's ToolMessage says so; nothing is sent."""
+    graph = batch_graph(env, crm, where)
+    env.invoke(graph, {"messages": [("user", "close A and B")]}, CFG)
+    a, b = batch_ops(env, graph)
+    operator(env, a, "approve")
+    operator(env, b, "reject")
+    out = env.invoke(graph, batch_answer("reject", "approve"), CFG)
+    assert crm.effects == 0
+    assert env.ledger_call("get", "default", a).status is S.REJECTED
+    decided = [(e.kind, e.actor) for e in events(env, a) if e.kind is not EventKind.PREPARE]
+    assert decided == [(EventKind.APPROVE, "olga"), (EventKind.REJECT, "ana")]
+    [told] = not_applied(env, b)
+    assert told.actor == "ana"
+    assert told.evidence.summary.startswith(
+        f"Not applied: ana's approve of operation {b} came too late: olga decided reject at "
+    )
+    messages = by_call(out)
+    assert str(messages["c-b"].content).endswith(f"\n\n{told.evidence.summary}")
+    assert "Not applied" not in str(messages["c-a"].content)
+    assert interrupts(env, graph) == []
+    env.invoke(graph, None, CFG)
+    assert (crm.effects, len(not_applied(env, b))) == (0, 1)
+
+
+@BATCH_ENVS
+@BATCH
+def test_a_batch_answer_that_agrees_with_the_operator_sends_what_was_approved(
+    env: Env, crm: FakeCRM, where: str
+) -> None:
+    """The operator approves both; the UI approves both: each is sent once, nothing told."""
+    graph = batch_graph(env, crm, where)
+    env.invoke(graph, {"messages": [("user", "close A and B")]}, CFG)
+    a, b = batch_ops(env, graph)
+    operator(env, a, "approve")
+    operator(env, b, "approve")
+    out = env.invoke(graph, batch_answer("approve", "approve"), CFG)
+    assert crm.effects == 2
+    assert [env.ledger_call("get", "default", o).status for o in (a, b)] == [S.CONFIRMED] * 2
+    assert not_applied(env, a) == not_applied(env, b) == []
+    assert all("Not applied" not in str(m.content) for m in tool_messages(out))
+
+
+@BATCH_ENVS
+@BATCH
+def test_a_batch_decision_about_a_call_rejected_meanwhile_is_told_in_its_tool_message(
+    env: Env, crm: FakeCRM, where: str
+) -> None:
+    """The operator rejects A only; the UI approves both, by the positions it saw: B is
+    sent once, A's approve is logged as not applied and A's ToolMessage says so."""
+    graph = batch_graph(env, crm, where)
+    env.invoke(graph, {"messages": [("user", "close A and B")]}, CFG)
+    a, b = batch_ops(env, graph)
+    operator(env, a, "reject")
+    out = env.invoke(graph, batch_answer("approve", "approve"), CFG)
+    assert crm.effects == 1
+    assert env.ledger_call("get", "default", b).status is S.CONFIRMED
+    [told] = not_applied(env, a)
+    assert "olga decided reject" in told.evidence.summary
+    assert str(by_call(out)["c-a"].content).endswith(f"\n\n{told.evidence.summary}")
+    assert interrupts(env, graph) == []
+
+
+@pytest.mark.parametrize(
+    "env", [("sqlite", "sync"), ("postgres", "sync")], indirect=True, ids=["sqlite", "pg"]
+)
+def test_a_reject_given_after_a_crash_past_the_dispatch_is_told(env: Env, crm: FakeCRM) -> None:
+    """Approved, sent and confirmed, then the process dies before LangGraph saved the
+    answer: LangGraph shows the approval again. The reject given now comes too late (the
+    call replays its receipt, asking nothing): nothing is sent again, and the reject is
+    logged as not applied and said in the ToolMessage; the re-run after logs nothing more."""
+    from langgraph_effects.testing.faults import CrashPlan, CrashPoint, InjectedCrash
+
+    graph = gated_graph(env, crm)
+    env.invoke(graph, {"messages": [("user", "close A")]}, CFG)
+    [pending] = interrupts(env, graph)
+    op_id = pending.value["operation_id"]
+    with CrashPlan.arm(CrashPoint.AFTER_RECEIPT), pytest.raises(InjectedCrash):
+        env.invoke(graph, answer_in("hitl", "approve", pending), CFG)
+    assert crm.effects == 1
+    [again] = interrupts(env, graph)
+    assert again.value["operation_id"] == op_id  # shown again: the answer was lost
+    out = env.invoke(graph, answer_in("hitl", "reject", again), CFG)
+    assert crm.effects == 1
+    assert env.ledger_call("get", "default", op_id).status is S.CONFIRMED
+    [told] = not_applied(env, op_id)
+    assert told.evidence.summary.startswith(
+        f"Not applied: ana's reject of operation {op_id} came too late: it was dispatched at "
+    )
+    assert told.evidence.summary.endswith("UTC (now confirmed). Nothing ana answered changed it.")
+    [message] = tool_messages(out)
+    assert message.status == "success"
+    assert str(message.content).endswith(f"\n\n{told.evidence.summary}")
+    env.invoke(graph, None, CFG)
+    assert (crm.effects, len(not_applied(env, op_id))) == (1, 1)
