@@ -50,7 +50,12 @@ def unevidenced_rejections(op_id: str, events: Sequence[OperationEvent]) -> list
     problems: list[str] = []
     was_unknown = False
     for event in events:
-        if event.to_status is S.REJECTED and (was_unknown or event.from_status is S.UNKNOWN):
+        moved = event.from_status is not event.to_status  # not evidence logged on a record
+        if (
+            moved
+            and event.to_status is S.REJECTED
+            and (was_unknown or event.from_status is S.UNKNOWN)
+        ):
             evidence = event.evidence
             sound = (
                 event.kind is EventKind.RESOLVE
@@ -112,7 +117,15 @@ def mislabelled_operations(
         if applied is None or not op.status.terminal:
             continue
         n = applied(op)
-        final = next((e for e in reversed(events) if e.to_status is op.status), None)
+        # The transition into the final status (evidence logged on it since moves nothing).
+        final = next(
+            (
+                e
+                for e in reversed(events)
+                if e.to_status is op.status and e.from_status is not e.to_status
+            ),
+            None,
+        )
         if n is None or (final is not None and _by_operator(final)):
             continue
         if op.status is S.CONFIRMED and n == 0:

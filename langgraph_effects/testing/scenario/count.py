@@ -22,7 +22,7 @@ from langgraph_effects.core.model import (
     Resolution,
 )
 from langgraph_effects.core.plan import operator_decisions
-from langgraph_effects.decide.answers import REFUSED_NOTE, answer_digest
+from langgraph_effects.decide.answers import NOT_APPLIED, REFUSED_NOTE, answer_digest
 from langgraph_effects.decide.loop import _REPLACED
 from langgraph_effects.decide.messages import TRACE_KEY
 from langgraph_effects.ledger.base import AsyncLedger, Ledger
@@ -46,11 +46,17 @@ def _events(key: OperationKey, ledger: Ledger | AsyncLedger) -> Any:
 
 def _answer_applied(sc: Scenario, value: Any) -> Generator[_Request, Any, bool]:
     """Whether the ledger applied ``value`` as an answer to any operation of the thread
-    (``decide.answers.answer_mark``: every applied answer is logged with its digest)."""
+    (``decide.answers.answer_mark``: every applied answer is logged with its digest). A
+    late answer logged as not applied (``decide.answers.late_refusal``) was not."""
     digest = answer_digest(value)
     for op in (yield from _thread_ops(sc)):
         events = yield _LedgerCall(functools.partial(_events, op.key))
-        marks = (e.detail.get("answer") for e in events if isinstance(e.detail, dict))
+        marks = (
+            e.detail.get("answer")
+            for e in events
+            if isinstance(e.detail, dict)
+            and not (e.evidence is not None and e.evidence.summary.startswith(NOT_APPLIED))
+        )
         if any(isinstance(mark, str) and digest in mark for mark in marks):
             return True
     return False
