@@ -52,7 +52,7 @@ __all__ = [
 
 Shape = Literal["agent", "parallel", "fanout", "sub_agent", "stateless"]
 SHAPES: tuple[Shape, ...] = ("agent", "parallel", "fanout", "sub_agent", "stateless")
-Variant = Literal["send", "whole", "apart", "last"]
+Variant = Literal["send", "whole", "apart", "last", "tool"]
 VARIANTS: dict[Shape, tuple[Variant, ...]] = {
     "parallel": ("send", "whole", "apart"),
     "sub_agent": ("whole", "last"),
