@@ -39,8 +39,9 @@ import pytest
 from _graphs import Env, build_graph, call
 
 from langgraph_effects import EffectContext, Evidence, ProviderContract, effect
-from langgraph_effects.testing.faults import CrashPoint, run_in_child, scaled
+from langgraph_effects.testing.faults import CrashPoint, scaled
 from langgraph_effects.testing.providers import FakeCRM
+from langgraph_effects.testing.scenario import run_in_forked_child
 
 CFG = {"configurable": {"thread_id": "t1"}}
 _BINS = sorted(glob.glob("/usr/lib/postgresql/*/bin"))
@@ -233,7 +234,9 @@ def test_a_failover_at_each_crash_point_keeps_the_write_ahead_and_sends_once(
     the call: one closure at the CRM, no duplicate."""
     crm_path = tmp_path / "crm.db"
     FakeCRM(crm_path).close()
-    died = run_in_child(failover_run, cluster.url, str(crm_path), True, crash_at=point, mode="kill")
+    died = run_in_forked_child(
+        failover_run, cluster.url, str(crm_path), True, crash_at=point, mode="kill"
+    )
     assert died.crashed_at == point, died.error
     cluster.fail_over()
 

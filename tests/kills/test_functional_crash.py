@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 from _functional_child import run
 
-from langgraph_effects.testing.faults import run_in_child
 from langgraph_effects.testing.providers import FakeCRM, Fault
+from langgraph_effects.testing.scenario import run_in_forked_child
 
 
 def killed_then(backend: tuple[str, str, str], crm_path: Path, flavour: str) -> dict[str, Any]:
@@ -26,7 +26,7 @@ def killed_then(backend: tuple[str, str, str], crm_path: Path, flavour: str) -> 
     kind, mode, where = backend
     with FakeCRM(crm_path) as crm:
         crm.faults.push(Fault.CRASH)
-    died = run_in_child(run, kind, mode, where, str(crm_path), flavour, "A")
+    died = run_in_forked_child(run, kind, mode, where, str(crm_path), flavour, "A")
     assert died.crashed, died.error
     return run(kind, mode, where, str(crm_path), flavour, None)
 

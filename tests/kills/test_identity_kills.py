@@ -22,11 +22,11 @@ from pathlib import Path
 import pytest
 from _identity_child import turn
 
-from langgraph_effects.testing.faults import run_in_child
 from langgraph_effects.testing.providers import FakeCRM, Fault
+from langgraph_effects.testing.scenario import run_in_forked_child
 
 EFFECTS = [("sqlite", "sync", False), ("postgres", "async", False), ("sqlite", "sync", True)]
-"""The effect on both backends (sync, async: each spawn costs seconds), the control once."""
+"""The effect on both backends (sync, async: each child costs a run), the control once."""
 
 
 def _where(request: pytest.FixtureRequest, kind: str, tmp_path: Path) -> str:
@@ -51,9 +51,9 @@ def test_a_request_re_sent_after_a_lost_aimessage_meets_its_operation(
     with FakeCRM(crm_path) as crm:
         crm.faults.push(Fault.CRASH)
     ask = (turn, kind, mode, where, str(crm_path), plain, "close case A", False, durability)
-    died = run_in_child(*ask)
+    died = run_in_forked_child(*ask)
     assert died.crashed, died.error
-    again = run_in_child(*ask)  # the user sends the request again
+    again = run_in_forked_child(*ask)  # the user sends the request again
     assert again.ok, again.error
     with FakeCRM(crm_path) as crm:
         assert crm.effects == (2 if plain else 1)
@@ -70,13 +70,13 @@ def test_a_trimmed_thread_asking_again_acts_once_more_across_a_kill(
     where, crm_path = _where(request, kind, tmp_path), tmp_path / "crm.db"
     FakeCRM(crm_path).close()
     thread = (turn, kind, mode, where, str(crm_path), plain)
-    first = run_in_child(*thread, "close case A", True)
+    first = run_in_forked_child(*thread, "close case A", True)
     assert first.ok, first.error
     with FakeCRM(crm_path) as crm:
         crm.faults.push(Fault.CRASH)
-    died = run_in_child(*thread, "close case A again", True)
+    died = run_in_forked_child(*thread, "close case A again", True)
     assert died.crashed, died.error
-    resumed = run_in_child(*thread, None, True)  # a fresh process resumes the thread
+    resumed = run_in_forked_child(*thread, None, True)  # a fresh process resumes the thread
     assert resumed.ok, resumed.error
     with FakeCRM(crm_path) as crm:
         assert crm.effects == (3 if plain else 2)
@@ -105,9 +105,10 @@ def test_two_id_less_twins_killed_mid_task_resume_to_two_effects(
     with FakeCRM(crm_path) as crm:
         crm.faults.push(Fault.CRASH)
     thread = (turn, kind, mode, where, str(crm_path), plain)
-    died = run_in_child(*thread, "close case A twice", False, "sync", True, face)
+    died = run_in_forked_child(*thread, "close case A twice", False, "sync", True, face)
     assert died.crashed, died.error
-    resumed = run_in_child(*thread, None, False, "sync", True, face)  # the same task(s), re-run
+    # The same task(s), re-run.
+    resumed = run_in_forked_child(*thread, None, False, "sync", True, face)
     assert resumed.ok, resumed.error
     with FakeCRM(crm_path) as crm:
         if plain:

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from _rotation_child import run
 
-from langgraph_effects.testing.faults import run_in_child
 from langgraph_effects.testing.providers import FakeMail, Fault
+from langgraph_effects.testing.scenario import run_in_forked_child
 
 OLD, NEW = "old-" + "3f9a" * 8, "new-" + "77c1" * 8
 MODES = [("sqlite", "sync"), ("sqlite", "async"), ("postgres", "sync"), ("postgres", "async")]
@@ -26,7 +26,7 @@ def sent(mail_path: Path) -> int:
 
 
 # Each backend with the default identity; an intent key on one sync and one async backend
-# (two spawned processes a case: the kills are what costs).
+# (two child processes a case: the kills are what costs).
 KILLED = [(*m, "lost") for m in MODES] + [
     ("sqlite", "sync", "intent"),
     ("postgres", "async", "intent"),
@@ -45,9 +45,11 @@ def test_a_receipt_lost_before_the_rotation_is_settled_after_it(
     mail_path = tmp_path / "mail.db"
     with FakeMail(mail_path) as mail:
         mail.faults.push(Fault.CRASH)  # applies, then kills the calling process
-    died = run_in_child(run, kind, mode, where, str(mail_path), [OLD], flavour, True)
+    died = run_in_forked_child(run, kind, mode, where, str(mail_path), [OLD], flavour, True)
     assert died.crashed, died.error
-    resumed = run_in_child(run, kind, mode, where, str(mail_path), [NEW, OLD], flavour, False)
+    resumed = run_in_forked_child(
+        run, kind, mode, where, str(mail_path), [NEW, OLD], flavour, False
+    )
     assert resumed.ok, resumed.error
     assert "error" not in resumed.value, resumed.value["error"]
     [(_, status)] = resumed.value["ops"]
@@ -68,14 +70,14 @@ def test_a_resume_without_the_old_key_is_refused_naming_it_and_sends_nothing(
     mail_path = tmp_path / "mail.db"
     with FakeMail(mail_path) as mail:
         mail.faults.push(Fault.CRASH)
-    died = run_in_child(run, kind, mode_, where, str(mail_path), [OLD], "lost", True)
+    died = run_in_forked_child(run, kind, mode_, where, str(mail_path), [OLD], "lost", True)
     assert died.crashed, died.error
-    refused = run_in_child(run, kind, mode_, where, str(mail_path), [NEW], "lost", False)
+    refused = run_in_forked_child(run, kind, mode_, where, str(mail_path), [NEW], "lost", False)
     assert refused.ok, refused.error
     assert "PayloadKeyMissing" in refused.value["error"]
     assert "payload_key=[new, old]" in refused.value["error"]
     assert sent(mail_path) == 1
-    fixed = run_in_child(run, kind, mode_, where, str(mail_path), [NEW, OLD], "lost", False)
+    fixed = run_in_forked_child(run, kind, mode_, where, str(mail_path), [NEW, OLD], "lost", False)
     assert fixed.ok, fixed.error
     assert "error" not in fixed.value, fixed.value["error"]
     assert [s for _, s in fixed.value["ops"]] == ["confirmed"]

@@ -14,17 +14,18 @@ from typing import Any
 import pytest
 from _crash_child import run
 
-from langgraph_effects.testing.faults import CrashPoint, run_in_child
+from langgraph_effects.testing.faults import CrashPoint
 from langgraph_effects.testing.providers import FakeCRM, Fault
+from langgraph_effects.testing.scenario import run_in_forked_child
 
 
 def crash_then_resume(
     backend: tuple[str, str, str], crm_path: Path, flavour: str, **crash: Any
 ) -> dict[str, Any]:
     kind, mode, where = backend
-    died = run_in_child(run, kind, mode, where, str(crm_path), flavour, True, **crash)
+    died = run_in_forked_child(run, kind, mode, where, str(crm_path), flavour, True, **crash)
     assert died.crashed, died.error
-    resumed = run_in_child(run, kind, mode, where, str(crm_path), flavour, False)
+    resumed = run_in_forked_child(run, kind, mode, where, str(crm_path), flavour, False)
     assert resumed.ok, resumed.error
     value: dict[str, Any] = resumed.value
     return value
@@ -90,14 +91,16 @@ def test_two_processes_resume_at_once(backend: tuple[str, str, str], tmp_path: P
     kind, mode, where = backend
     crm_path = tmp_path / "crm.db"
     FakeCRM(crm_path).close()
-    died = run_in_child(
+    died = run_in_forked_child(
         run, kind, mode, where, str(crm_path), "authorize", True, crash_at=CrashPoint.AFTER_PREPARE
     )
     assert died.crashed
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
         results = list(
             pool.map(
-                lambda _: run_in_child(run, kind, mode, where, str(crm_path), "authorize", False),
+                lambda _: run_in_forked_child(
+                    run, kind, mode, where, str(crm_path), "authorize", False
+                ),
                 range(2),
             )
         )

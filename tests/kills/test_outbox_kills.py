@@ -29,8 +29,9 @@ from _outbox import (
 from langgraph_effects.core.model import EventKind, OperationStatus
 from langgraph_effects.ledger.base import Ledger
 from langgraph_effects.outbox import OutboxStatus
-from langgraph_effects.testing.faults import CrashPoint, run_in_child, scaled
+from langgraph_effects.testing.faults import CrashPoint, scaled
 from langgraph_effects.testing.providers import FakeClock, FakeMail
+from langgraph_effects.testing.scenario import run_in_forked_child
 
 __all__ = ["app", "clock", "ledger", "mail"]  # fixtures from _outbox
 
@@ -109,7 +110,7 @@ def test_relay_killed_after_the_provider_accepted_never_sends_twice(
     clock = FakeClock(path=tmp_path / "clock.db")
     mail = FakeMail(tmp_path / "mail.db", clock=clock)
     business(app, "case-1")
-    died = run_in_child(
+    died = run_in_forked_child(
         crash_child, app, mail, clock, scenario, crash_at=CrashPoint.AFTER_PROVIDER, mode="kill"
     )
     assert died.crashed_at is CrashPoint.AFTER_PROVIDER, died.error
@@ -119,7 +120,7 @@ def test_relay_killed_after_the_provider_accepted_never_sends_twice(
     assert op.status is OperationStatus.DISPATCHING  # accepted, receipt never saved
     assert mail.effects == 1
 
-    resumed = run_in_child(crash_child, app, mail, clock, scenario)
+    resumed = run_in_forked_child(crash_child, app, mail, clock, scenario)
     assert resumed.ok, resumed.error
     assert mail.effects == 1
     assert mail.duplicates == 0

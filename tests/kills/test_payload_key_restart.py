@@ -1,6 +1,6 @@
 """A PIN sent with store_payload=False, through a real graph in fresh processes.
 
-Each run is a new process (``run_in_child``) that reads the digest key from
+Each run is a new process (``run_in_forked_child``) that reads the digest key from
 ``LGE_PAYLOAD_KEY``, as a deployment does: the ledger file holds no PIN and no
 digest an attacker can brute-force without the key, and a restart with the same
 key replays the operation while another key or PIN is refused. The declarations
@@ -18,8 +18,8 @@ from _pin_child import send_pin
 
 from langgraph_effects import SQLiteLedger
 from langgraph_effects.core.digest import canonical_json, payload_digest
-from langgraph_effects.testing.faults import run_in_child
 from langgraph_effects.testing.providers import FakeMail
+from langgraph_effects.testing.scenario import run_in_forked_child
 
 KEY = "k-" + "3f9a" * 8
 PIN = "482913"
@@ -67,7 +67,7 @@ def _brute_forcers(attempt_id: str) -> tuple[Any, Any]:
 def test_the_pin_cannot_be_recovered_from_the_ledger_without_the_key(tmp_path: Path) -> None:
     """Brute force over all 10^6 PINs finds the old plain digest but not the keyed one."""
     ledger_path, mail_path = str(tmp_path / "ledger.db"), str(tmp_path / "mail.db")
-    out = run_in_child(send_pin, ledger_path, mail_path, "t1", "login-7", PIN, KEY)
+    out = run_in_forked_child(send_pin, ledger_path, mail_path, "t1", "login-7", PIN, KEY)
     assert out.error is None, out.error
     assert out.value["sent"] == 1
     [(op_id, status, digest)] = out.value["ops"]
@@ -92,15 +92,19 @@ def test_the_pin_cannot_be_recovered_from_the_ledger_without_the_key(tmp_path: P
 def test_the_same_call_is_the_same_operation_after_a_restart(tmp_path: Path) -> None:
     """A fresh process with the same key replays the operation; another key or PIN is refused."""
     ledger_path, mail_path = str(tmp_path / "ledger.db"), str(tmp_path / "mail.db")
-    first = run_in_child(send_pin, ledger_path, mail_path, "t1", "login-7", PIN, KEY)
-    again = run_in_child(send_pin, ledger_path, mail_path, "t2", "login-7", PIN, KEY)
+    first = run_in_forked_child(send_pin, ledger_path, mail_path, "t1", "login-7", PIN, KEY)
+    again = run_in_forked_child(send_pin, ledger_path, mail_path, "t2", "login-7", PIN, KEY)
     assert first.error is None, first.error
     assert again.error is None, again.error
     assert again.value["ops"] == first.value["ops"]
     assert again.value["reply"] == first.value["reply"]
     assert again.value["sent"] == 1
-    other_key = run_in_child(send_pin, ledger_path, mail_path, "t3", "login-7", PIN, KEY + "x")
-    other_pin = run_in_child(send_pin, ledger_path, mail_path, "t4", "login-7", "000000", KEY)
+    other_key = run_in_forked_child(
+        send_pin, ledger_path, mail_path, "t3", "login-7", PIN, KEY + "x"
+    )
+    other_pin = run_in_forked_child(
+        send_pin, ledger_path, mail_path, "t4", "login-7", "000000", KEY
+    )
     for refused in (other_key, other_pin):
         assert refused.error is not None
         assert "PayloadMismatch" in refused.error, refused.error

@@ -35,8 +35,9 @@ from _crash_child import run as resume
 from _graphs import Env, build_graph, call
 
 from langgraph_effects.ledger.sqlite import SQLiteLedger
-from langgraph_effects.testing.faults import CrashPoint, run_in_child
+from langgraph_effects.testing.faults import CrashPoint
 from langgraph_effects.testing.providers import FakeCRM
+from langgraph_effects.testing.scenario import run_in_forked_child
 
 
 class ImagingCRM(FakeCRM):
@@ -100,7 +101,7 @@ def test_sqlite_receipt_lost_to_a_power_loss_is_settled_never_resent(
     killed, the receipt lost; the resume reconciles (or asks), the CRM counts one effect."""
     app, image, crm_path = tmp_path / "app.db", tmp_path / "image.db", tmp_path / "crm.db"
     FakeCRM(crm_path).close()
-    died = run_in_child(
+    died = run_in_forked_child(
         first_run,
         "sqlite",
         mode,
@@ -117,7 +118,7 @@ def test_sqlite_receipt_lost_to_a_power_loss_is_settled_never_resent(
     _power_loss(app, image)
     assert _status(app) == ["dispatching"]  # ... and is gone: the provider acted
 
-    resumed = run_in_child(resume, "sqlite", mode, str(app), str(crm_path), flavour, False)
+    resumed = run_in_forked_child(resume, "sqlite", mode, str(app), str(crm_path), flavour, False)
     assert resumed.ok, resumed.error
     out: dict[str, Any] = resumed.value
     assert out["attempts"] == [1]  # the provider was not called again
@@ -140,7 +141,7 @@ def test_postgres_killed_before_the_receipt_is_durable_is_reconciled_never_resen
     confirm; a fresh process reconciles it; the CRM counts one effect."""
     crm_path = tmp_path / "crm.db"
     FakeCRM(crm_path).close()
-    died = run_in_child(
+    died = run_in_forked_child(
         first_run,
         "postgres",
         mode,
@@ -152,7 +153,9 @@ def test_postgres_killed_before_the_receipt_is_durable_is_reconciled_never_resen
         mode="kill",
     )
     assert died.crashed_at == CrashPoint.AFTER_PROVIDER, died.error
-    resumed = run_in_child(resume, "postgres", mode, pg_url, str(crm_path), "reconcile", False)
+    resumed = run_in_forked_child(
+        resume, "postgres", mode, pg_url, str(crm_path), "reconcile", False
+    )
     assert resumed.ok, resumed.error
     assert resumed.value["statuses"] == ["confirmed"]
     assert resumed.value["attempts"] == [1]
@@ -243,12 +246,16 @@ def test_a_kill_during_a_slow_sibling_loses_no_finished_receipt(
     where = str(tmp_path / "app.db") if kind == "sqlite" else request.getfixturevalue("pg_url")
     crm_path = tmp_path / "crm.db"
     FakeCRM(crm_path).close()
-    died = run_in_child(slow_sibling_run, kind, mode, where, str(crm_path), "reconcile", True)
+    died = run_in_forked_child(
+        slow_sibling_run, kind, mode, where, str(crm_path), "reconcile", True
+    )
     assert died.exitcode == -signal.SIGKILL, died.error
     assert _statuses(kind, where) == {"A": "confirmed", "B": "confirmed", "C": "dispatching"}
     with FakeCRM(crm_path) as crm:
         assert crm.effects == 3
-    resumed = run_in_child(slow_sibling_run, kind, mode, where, str(crm_path), "reconcile", False)
+    resumed = run_in_forked_child(
+        slow_sibling_run, kind, mode, where, str(crm_path), "reconcile", False
+    )
     assert resumed.ok, resumed.error
     assert resumed.value["statuses"] == ["confirmed"] * 3
     assert resumed.value["attempts"] == [1, 1, 1]  # no provider was called again
@@ -264,9 +271,13 @@ def test_a_kill_during_a_slow_sibling_resends_everything_with_a_plain_tool_node(
     again and closes A, B and C a second time."""
     where, crm_path = str(tmp_path / "app.db"), tmp_path / "crm.db"
     FakeCRM(crm_path).close()
-    died = run_in_child(slow_sibling_run, "sqlite", "sync", where, str(crm_path), "plain", True)
+    died = run_in_forked_child(
+        slow_sibling_run, "sqlite", "sync", where, str(crm_path), "plain", True
+    )
     assert died.exitcode == -signal.SIGKILL, died.error
-    resumed = run_in_child(slow_sibling_run, "sqlite", "sync", where, str(crm_path), "plain", False)
+    resumed = run_in_forked_child(
+        slow_sibling_run, "sqlite", "sync", where, str(crm_path), "plain", False
+    )
     assert resumed.ok, resumed.error
     with FakeCRM(crm_path) as crm:
         assert crm.effects == 6

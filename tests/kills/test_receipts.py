@@ -38,8 +38,9 @@ from langgraph_effects import EffectContext, Evidence, OperationStatus, effect
 from langgraph_effects.cli import app
 from langgraph_effects.core.model import EventKind, EvidenceKind
 from langgraph_effects.core.plan import receipt_conflict
-from langgraph_effects.testing.faults import ChildExit, run_in_child, scaled
+from langgraph_effects.testing.faults import ChildExit, scaled
 from langgraph_effects.testing.providers import FakeCRM
+from langgraph_effects.testing.scenario import run_in_forked_child
 
 S = OperationStatus
 CFG = {"configurable": {"thread_id": "t1"}}
@@ -107,7 +108,7 @@ def test_frozen_worker_receipt_is_kept(
     done: list[ChildExit] = []
     a = threading.Thread(
         target=lambda: done.append(
-            run_in_child(worker_a, kind, mode, where, str(crm_path), str(flag), timeout=90)
+            run_in_forked_child(worker_a, kind, mode, where, str(crm_path), str(flag), timeout=90)
         )
     )
     a.start()

@@ -14,8 +14,9 @@ from typing import Any
 
 from _rerun_child import run
 
-from langgraph_effects.testing.faults import CrashPoint, run_in_child
+from langgraph_effects.testing.faults import CrashPoint
 from langgraph_effects.testing.providers import FakeCRM, Fault
+from langgraph_effects.testing.scenario import run_in_forked_child
 
 # Each backend and each mode once (test_answers_and_identity.py runs all four in-process).
 BACKENDS = [("sqlite", "sync"), ("postgres", "async")]
@@ -23,7 +24,7 @@ BACKENDS = [("sqlite", "sync"), ("postgres", "async")]
 
 def step(backend: tuple[str, str, str], crm_path: Path, name: str, **crash: Any) -> Any:
     kind, mode, where = backend
-    return run_in_child(run, kind, mode, where, str(crm_path), name, **crash)
+    return run_in_forked_child(run, kind, mode, where, str(crm_path), name, **crash)
 
 
 def effects(crm_path: Path) -> int:
