@@ -1,7 +1,10 @@
 """The runnable examples, run as a reader runs them: subprocesses, real crashes, fresh resumes.
 
 Each example counts effects at its fake provider and prints the count; these
-tests assert the exit code and those printed counts. Every ``--crash-at`` point
+tests assert the exit code and those printed counts. Each example's default run
+is the reader's command in a fresh interpreter (``run_fresh``); every other run is
+a new process forked from a server that already imported LangGraph (``run``,
+``launch``: no interpreter start, seconds a run). Every ``--crash-at`` point
 an example offers (its ``CRASH_POINTS``) is run: the process must really die
 there, and the resume must end with the counts the example promises. Every
 example also runs on PostgreSQL (``--postgres``).
@@ -10,7 +13,6 @@ example also runs on PostgreSQL (``--postgres``).
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import re
 import shutil
@@ -21,7 +23,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-from _example_child import run_script
+from _example_child import run_example, run_script, unexplained_flags
 from _pg import POSTGRES_URL, require_postgres
 
 from langgraph_effects.testing import run_in_forked_child
@@ -93,8 +95,9 @@ def crash_cases() -> list[tuple[str, str]]:
     return [(name, point) for name in sorted(RESUMED_OK) for point in load(name).CRASH_POINTS]
 
 
-def run(name: str, *args: str | Path, expect: int = 0) -> str:
-    """Run ``examples/<name>.py`` in a fresh interpreter; assert its exit code; return stdout."""
+def run_fresh(name: str, *args: str | Path, expect: int = 0) -> str:
+    """Run ``examples/<name>.py`` in a fresh interpreter, exactly as a reader does; assert its
+    exit code; return stdout."""
     env = {k: v for k, v in os.environ.items() if k != "LGE_CRASH_AT"}
     done = subprocess.run(
         [sys.executable, str(EXAMPLES / f"{name}.py"), *map(str, args)],
@@ -106,6 +109,13 @@ def run(name: str, *args: str | Path, expect: int = 0) -> str:
     )
     assert done.returncode == expect, f"exit {done.returncode}\n{done.stdout}\n{done.stderr}"
     return done.stdout
+
+
+def run(name: str, *args: str | Path, expect: int = 0) -> str:
+    """``run_fresh`` in a child forked from a server that already imported LangGraph
+    (``_example_child.run_example``): a new process all the same, without the interpreter's
+    start (seconds a run); its exit code and stdout read as ``run_fresh`` reads them."""
+    return run_example(EXAMPLES / f"{name}.py", *args, expect=expect)
 
 
 def launch(name: str, *args: str | Path, expect: int, tmp_path: Path) -> str:
@@ -222,7 +232,7 @@ def test_crash_and_resume_on_postgres(name: str, point: str, tmp_path: Path, pg_
 def test_default_run(name: str, tmp_path: Path) -> None:
     """Each example runs start to end with exit code 0 and prints its effect counts."""
     present(name)
-    assert_lines(run(name, "--dir", tmp_path), DEFAULT_RUN[name])
+    assert_lines(run_fresh(name, "--dir", tmp_path), DEFAULT_RUN[name])
 
 
 def test_crm_onboarding_crash_then_resume(tmp_path: Path) -> None:
@@ -303,27 +313,12 @@ def test_support_ticket_via_cli(tmp_path: Path) -> None:
     )
 
 
-_FLAGS_PROBE = """
-import argparse, json, runpy, sys
-def report(self, *args, **kwargs):
-    print(json.dumps([a.option_strings for a in self._actions if not a.help]))
-    raise SystemExit(0)
-argparse.ArgumentParser.parse_args = report
-script = sys.argv[1]
-sys.argv = [script]
-sys.path.insert(0, script.rsplit("/", 1)[0])  # as `python examples/x.py` has it
-runpy.run_path(script, run_name="__main__")
-"""
-
-
 @pytest.mark.parametrize("name", sorted(DEFAULT_RUN))
 def test_every_flag_of_every_example_says_what_it_does(name: str) -> None:
     """``--help`` of each example explains each of its flags."""
-    done = subprocess.run(
-        [sys.executable, "-c", _FLAGS_PROBE, str(present(name))],
-        capture_output=True, text=True, timeout=scaled(180), check=True,
-    )  # fmt: skip
-    assert json.loads(done.stdout.strip().splitlines()[-1]) == [], name
+    done = run_in_forked_child(unexplained_flags, str(present(name)), timeout=180)
+    assert done.ok, done.error
+    assert done.value == [], name
 
 
 def test_a_run_without_dir_gets_a_directory_of_its_own_and_says_so() -> None:
