@@ -3,11 +3,10 @@ process: one verification request applies."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from _example_child import run_example
 from _journal_example import EXAMPLE, MACHINE, ex
 
 from langgraph_effects.journal import RunJournal
@@ -18,14 +17,12 @@ def test_example_resumes_after_a_kill_without_a_second_request(
     tmp_path: Path, crash_at: str
 ) -> None:
     """Killed at a crash point and resumed in a new process, it verifies; one request applies."""
-    cmd = [sys.executable, str(EXAMPLE), "--dir", str(tmp_path)]
-    crashed = subprocess.run([*cmd, "--crash-at", crash_at], capture_output=True, text=True)
-    assert crashed.returncode == 137, crashed.stderr
-    resumed = subprocess.run([*cmd, "--resume"], capture_output=True, text=True, check=True)
-    assert "final_state: verified" in resumed.stdout
-    assert "runs_resumed_successfully: 1" in resumed.stdout
-    assert "verification_requests_applied: 1" in resumed.stdout
-    assert "discarded_for_another_run_id: 1" in resumed.stdout
+    run_example(EXAMPLE, "--dir", tmp_path, "--crash-at", crash_at, expect=137)
+    resumed = run_example(EXAMPLE, "--dir", tmp_path, "--resume")
+    assert "final_state: verified" in resumed
+    assert "runs_resumed_successfully: 1" in resumed
+    assert "verification_requests_applied: 1" in resumed
+    assert "discarded_for_another_run_id: 1" in resumed
     provider = ex.FakeVerificationProvider(tmp_path / "provider.db")
     # Resumed in LEASED (after_request), the run finds the request by its key instead of
     # asking again; resumed later, it only polls: the app received exactly one request.

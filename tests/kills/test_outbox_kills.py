@@ -13,6 +13,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from _example_child import run_example
 from _outbox import (
     App,
     app,
@@ -143,12 +144,10 @@ def test_relay_killed_after_the_provider_accepted_never_sends_twice(
 @pytest.mark.parametrize("crash_at", ["before_relay", "after_send"])
 def test_example_relay_killed_then_resumed_sends_once(tmp_path: Path, crash_at: str) -> None:
     """Killed before the relay or after the provider sent, a new relay process sends once."""
-    cmd = [sys.executable, str(OUTBOX_EXAMPLE), "--dir", str(tmp_path)]
-    crashed = subprocess.run([*cmd, "--crash-at", crash_at], capture_output=True, text=True)
-    assert crashed.returncode == 137, crashed.stderr
-    resumed = subprocess.run([*cmd, "--resume"], capture_output=True, text=True, check=True)
-    assert "sent, receipt" in resumed.stdout
-    assert ": confirmed, events" in resumed.stdout
+    run_example(OUTBOX_EXAMPLE, "--dir", tmp_path, "--crash-at", crash_at, expect=137)
+    resumed = run_example(OUTBOX_EXAMPLE, "--dir", tmp_path, "--resume")
+    assert "sent, receipt" in resumed
+    assert ": confirmed, events" in resumed
     with FakeMail(tmp_path / "mail.db") as mail:
         assert mail.effects == 1
         assert mail.effects_for("owner@example.com") == 1
