@@ -21,8 +21,9 @@ from langgraph_effects.journal import (
     RunState,
     Transition,
 )
-from langgraph_effects.testing.faults import run_in_child, scaled
+from langgraph_effects.testing.faults import scaled
 from langgraph_effects.testing.providers import FakeClock
+from langgraph_effects.testing.scenario import run_in_forked_child
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
@@ -155,10 +156,10 @@ def test_a_restarted_worker_starting_again_gets_the_run_as_it_stands(
 ) -> None:
     """After a real process restart the same start returns the run as the first worker left it."""
     clock = FakeClock(path=tmp_path / "clock.db")
-    first = run_in_child(start_worker, target, str(tmp_path / "clock.db"), True)
+    first = run_in_forked_child(start_worker, target, str(tmp_path / "clock.db"), True)
     assert first.error is None, first.error
     clock.advance(timedelta(minutes=5))
-    again = run_in_child(start_worker, target, str(tmp_path / "clock.db"), False)
+    again = run_in_forked_child(start_worker, target, str(tmp_path / "clock.db"), False)
     assert again.error is None, again.error
     assert again.value == first.value
     assert (again.value["version"], again.value["state"]) == (2, "requested")
