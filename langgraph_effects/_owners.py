@@ -16,7 +16,7 @@ from functools import cache
 
 import psutil
 
-from langgraph_effects.core.model import LeaseOwner, Operation
+from langgraph_effects.core.model import LeaseOwner, Operation, unvalidated
 
 __all__ = ["current_owner", "holder_dead", "holder_provably_dead", "owner_dead", "provably_dead"]
 
@@ -68,7 +68,10 @@ def _nonce(pid: int) -> str:
 def current_owner() -> LeaseOwner:
     """This process as a lease owner, with a fresh nonce (host and start are cached)."""
     pid, host, started_at = _current_identity()
-    return LeaseOwner(host=host, pid=pid, started_at=started_at, nonce=_nonce(pid))
+    # Not validated (``core.model.unvalidated``): each field is this process's own, of
+    # its type; one owner is made per claim.
+    values = {"host": host, "pid": pid, "started_at": started_at, "nonce": _nonce(pid)}
+    return unvalidated(LeaseOwner, values)
 
 
 def owner_dead(owner: LeaseOwner) -> bool | None:

@@ -7,7 +7,6 @@ JSON array) so ``("a|b", "c")`` and ``("a", "b|c")`` never collide.
 
 from __future__ import annotations
 
-import base64
 import hashlib
 
 from langgraph_effects.core.digest import canonical_json
@@ -16,12 +15,27 @@ from langgraph_effects.errors import InvalidInput
 __all__ = ["candidate_operation_id", "idempotency_key", "intent_operation_id", "operation_id"]
 
 
+_BASE32 = "abcdefghijklmnopqrstuvwxyz234567"
+"""RFC 4648's base32 alphabet in lower case, as ``base64.b32encode(...).lower()`` writes it."""
+
+_PAIRS = tuple(a + b for a in _BASE32 for b in _BASE32)
+"""The two letters of each 10-bit value."""
+
+
+def _base32_160(raw: bytes) -> str:
+    """``base64.b32encode(raw).decode().lower()`` of 20 bytes (160 bits: 32 letters, no
+    padding), two letters per 10 bits from the top, without ``base64``'s pure-Python
+    loop over 5-byte groups (``tests/core/test_core.py`` checks the equality)."""
+    n = int.from_bytes(raw, "big")
+    return "".join([_PAIRS[(n >> shift) & 0x3FF] for shift in range(150, -10, -10)])
+
+
 def _hash_id(prefix: str, *parts: object) -> str:
     for part in parts:
         if part is None or (isinstance(part, str) and not part.strip()):
             raise InvalidInput(f"cannot derive an id from an empty part in {parts!r}")
     raw = hashlib.sha256(canonical_json(list(parts))).digest()
-    return prefix + base64.b32encode(raw[:20]).decode().lower()
+    return prefix + _base32_160(raw[:20])
 
 
 def operation_id(

@@ -27,6 +27,7 @@ from langgraph_effects.core.model import (
     EvidenceKind,
     Operation,
     OperationStatus,
+    unvalidated,
 )
 from langgraph_effects.errors import IllegalTransition
 
@@ -118,13 +119,14 @@ def moved(
         changes.setdefault("lease_expires_at", None)
     if evidence is not None:
         changes.setdefault("evidence_checked_at", now)
-    new = row.model_copy(
-        update={
-            "status": target,
-            "record_version": row.record_version + 1,
-            "updated_at": now,
-            "status_changed_at": now,
-            **changes,
-        }
-    )
-    return kind, new
+    # ``row``'s values with the move's: the merge keeps the declaration order, and
+    # nothing is validated, as ``model_copy`` validates nothing (``unvalidated``).
+    values = {
+        **row.__dict__,
+        "status": target,
+        "record_version": row.record_version + 1,
+        "updated_at": now,
+        "status_changed_at": now,
+        **changes,
+    }
+    return kind, unvalidated(Operation, values)

@@ -281,3 +281,37 @@ def test_an_approval_ref_names_its_approver_and_nothing_else_does() -> None:
     assert approver(approval_ref("alice")) == "alice"
     assert approver(approval_ref("a:b")) == "a:b"
     assert [approver(ref) for ref in (None, "", "alice", "takeover:x")] == [None] * 4
+
+
+@given(st.binary(min_size=20, max_size=20))
+def test_ids_are_the_hash_in_lower_case_base32(raw: bytes) -> None:
+    """An id's 32 letters are the hash's first 20 bytes in RFC 4648 base32, lower case,
+    exactly as ``base64.b32encode`` writes them (the ids earlier releases derived)."""
+    import base64
+
+    from langgraph_effects.core.ids import _base32_160
+
+    assert _base32_160(raw) == base64.b32encode(raw).decode().lower()
+
+
+def test_the_records_and_events_the_memory_ledger_writes_validate_as_they_are() -> None:
+    """The in-memory ledger's records, events and owners, built unvalidated from validated
+    values (``core.model.unvalidated``), equal what validating their fields builds."""
+    from langgraph_effects._owners import current_owner
+    from langgraph_effects.core.model import Operation, OperationEvent, Prepared
+
+    ledger = InMemoryLedger()
+    ledger.setup()
+    owner = current_owner()
+    assert LeaseOwner.model_validate(owner.model_dump()) == owner
+    prepared = ledger.prepare(make_draft("op-1"), owner=owner)
+    assert Prepared.model_validate(prepared.model_dump()) == prepared
+    op = prepared.operation
+    done = ledger.confirm(op.tenant_id, op.operation_id, token=op.fencing_token, result={"ok": 1})
+    for record in (op, done):
+        assert Operation.model_validate(record.model_dump()) == record
+        assert list(record.__dict__) == list(Operation.model_fields)
+    events = ledger.events(op.tenant_id, op.operation_id)
+    assert [e.kind.value for e in events] == ["prepare", "claim", "confirm"]
+    for event in events:
+        assert OperationEvent.model_validate(event.model_dump()) == event
