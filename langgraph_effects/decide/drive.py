@@ -23,6 +23,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from datetime import datetime, timedelta
+from operator import methodcaller
 from typing import Annotated, Any, TypeVar, cast
 
 from langgraph.config import get_config
@@ -140,6 +141,9 @@ class EffectRunner:
         """Callers racing to bind one uncached thread make one ``bind_thread``."""
         self.commits = Commits(grouped=group_commit)
         """When each write of a decision commits (``decide.commit``)."""
+        self._perform: Callable[[LedgerAction[Any]], Any] = methodcaller("on", ledger)
+        """``action.on(ledger)``, the sync driver's ledger call (a sync ledger only: the
+        sync entry points refuse an async one first), without a Python frame of its own."""
 
     @property
     def lease_for(self) -> timedelta:
@@ -358,10 +362,6 @@ class EffectRunner:
         renew = Renew(key, token=token, lease_for=self.lease_for)
         job = renewer.hold(lambda: renew.on(sync), self.lease_for.total_seconds() / 3)
         return lambda: renewer.drop(job)
-
-    def _perform(self, action: LedgerAction[T]) -> T:
-        assert self._sync is not None
-        return action.on(self._sync)
 
     def _act(self, action: Action, execute: Execute) -> Any:
         """Do one action other than a ledger call or a question, synchronously."""

@@ -743,7 +743,8 @@ class Loop:
         failures = 0
         while True:
             try:
-                return (yield from ledger(confirm))
+                confirmed: Operation = yield confirm  # ``ledger(confirm)``, one frame fewer
+                return confirmed
             except LedgerUnavailable:
                 failures += 1
                 delay = receipt_retry_delay(failures, self.lease_for.total_seconds() / 3)
