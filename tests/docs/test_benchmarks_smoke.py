@@ -77,6 +77,24 @@ def test_sqlite_counts_write_transactions() -> None:
     assert (counts.write_commits, counts.transactions) == (2, 3)
 
 
+def test_the_hot_path_steps_are_counted_from_the_node_to_the_receipt() -> None:
+    """``hot_path.steps`` lists the package's frames from EffectToolNode's hook to the
+    statement recording a receipt, the decision loop's suspended generators among them."""
+    from benchmarks.hot_path import steps
+
+    chains = steps()
+    for ledger, last in (
+        ("memory", "ledger/memory.py InMemoryLedger.confirm"),
+        ("sqlite", "execute"),
+    ):
+        chain = chains[ledger]
+        assert chain[0] == "node.py EffectToolNode._wrap", chain
+        assert chain[-1].endswith(last), chain
+        assert "decide/loop.py Loop.decide (generator)" in chain, chain
+        assert len(set(chain)) == len(chain), chain  # each generator counted once
+    assert len(chains["sqlite"]) > len(chains["memory"])
+
+
 def test_every_benchmark_writes_its_results(
     pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -134,6 +152,15 @@ def test_every_benchmark_writes_its_results(
     hot = latest["reports"]["hot_path"]["data"]
     assert 0 < hot["package_own_ms"] < hot["invoke_ms"]
     assert len(hot["top"]) == 15
+    # The steps from the node to the receipt's statement, counted on both ledgers.
+    for ledger, last in (
+        ("memory", "ledger/memory.py InMemoryLedger.confirm"),
+        ("sqlite", "execute"),
+    ):
+        chain = hot["steps"][ledger]
+        assert chain[0] == "node.py EffectToolNode._wrap", chain
+        assert chain[-1].endswith(last), chain
+        assert "decide/loop.py Loop.decide (generator)" in chain, chain
 
 
 def test_a_run_never_overwrites_the_committed_results_unless_asked(
