@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from _graphs import Env, build_graph, call, tool_messages
 from _schema_v1 import write_v1
+from langgraph.types import Command
 from test_cli import SSO, Clock, make_unknown
 from typer.testing import CliRunner, Result
 
@@ -163,6 +164,64 @@ def test_an_out_of_band_rejection_is_replayed_and_never_sent(graph_env: tuple[En
     )  # fmt: skip
     assert refused.exit_code == ExitCode.REFUSED
     assert env.ops()[0].status is S.REJECTED
+
+
+@pytest.mark.parametrize("ui", ["reject", "approve"])
+def test_the_ui_s_answer_after_a_console_approval_is_the_last_word(
+    graph_env: tuple[Env, str], ui: str
+) -> None:
+    """approve at the console while the approval is pending; the UI then answers (Agent
+    Chat UI's shape, no interrupt id): reject stops the call (never sent, rejected, the
+    log keeps both decisions), approve agrees (sent once) (issue 23)."""
+    env, url = graph_env
+    crm = FakeCRM()
+    graph, op_id = waiting_for_approval(env, crm)
+    ok(
+        run(
+            "approve", op_id, "-t", "default", "--reason", "amount checked", "--by", "olga",
+            env={"LGE_LEDGER_URL": url},
+        )
+    )  # fmt: skip
+    answer = {"decisions": [{"type": ui, "message": "not this one"}], "by": "ana"}
+    env.invoke(graph, Command(resume=answer), CFG)
+    assert not graph.get_state(CFG).tasks
+    [op] = env.ops()
+    decided = [
+        (e.kind, e.actor)
+        for e in env.ledger_call("events", "default", op_id)
+        if e.kind in (EventKind.APPROVE, EventKind.REJECT)
+    ]
+    if ui == "reject":
+        assert (crm.effects, op.status) == (0, S.REJECTED)
+        assert decided == [(EventKind.APPROVE, "olga"), (EventKind.REJECT, "ana")]
+    else:
+        assert (crm.effects, op.status) == (1, S.CONFIRMED)
+        assert decided == [(EventKind.APPROVE, "olga")]
+
+
+def test_the_ui_s_approve_after_a_console_rejection_is_told(graph_env: tuple[Env, str]) -> None:
+    """reject at the console while the approval is pending; the UI's approve, given
+    afterwards, sends nothing: the log keeps it as not applied, by ana, naming olga's
+    rejection, and the ToolMessage says so (issue 23)."""
+    env, url = graph_env
+    crm = FakeCRM()
+    graph, op_id = waiting_for_approval(env, crm)
+    ok(
+        run(
+            "reject", op_id, "-t", "default", "--reason", "wrong customer", "--by", "olga",
+            env={"LGE_LEDGER_URL": url},
+        )
+    )  # fmt: skip
+    out = env.invoke(graph, Command(resume={"decisions": [{"type": "approve"}], "by": "ana"}), CFG)
+    assert crm.effects == 0
+    last = env.ledger_call("events", "default", op_id)[-1]
+    assert (last.kind, last.actor) == (EventKind.EVIDENCE, "ana")
+    assert last.evidence.summary.startswith(
+        f"Not applied: ana's approve of operation {op_id} came too late: olga decided reject at "
+    )
+    message = tool_messages(out)[-1]
+    assert "wrong customer" in str(message.content)
+    assert str(message.content).endswith(last.evidence.summary)
 
 
 def test_approve_refuses_what_is_not_waiting_for_approval() -> None:
