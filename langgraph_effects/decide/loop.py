@@ -1216,21 +1216,26 @@ class Loop:
         took = False
         for _ in range(_MAX_STEPS):
             value = yield from self._held(p, op, mine, any_shape=False)
-            if value is None or (yield Ask(request, Any, held=True)) is None:
-                break  # nothing (more) held for it, or another task took it meanwhile
-            took = True
+            if value is None:
+                break  # nothing (more) held for it
             mark = answer_mark(call, value)
+            handed_back = mine.next_is(mark) or mine.repeats(mark)
+            if not handed_back and events is None:
+                events = yield from ledger(Events(op.key))
+            # The question it answered: the review, if the operation was ever unknown.
+            reviewed = events is not None and any(e.to_status is S.UNKNOWN for e in events)
+            if not (handed_back or reviewed or call.spec.require_approval):
+                break  # it never asked anybody: the value is another call's (by position)
+            if (yield Ask(request, Any, held=True)) is None:
+                break  # another task took it meanwhile
+            took = True
             if mine.next_is(mark):
                 mine.consumed += 1  # applied (or logged as not applied) before, handed back
                 continue
             if mine.repeats(mark):
                 continue  # an answer applied before, handed to a later question
-            if events is None:
-                events = yield from ledger(Events(op.key))
-            # The question it answered: the review, if the operation was ever unknown.
-            kind: RequestKind = (
-                "review" if any(e.to_status is S.UNKNOWN for e in events) else "approval"
-            )
+            assert events is not None
+            kind: RequestKind = "review" if reviewed else "approval"
             try:
                 answer = parse_answer(value, tool_name=call.tool_name, kind=kind)
             except InvalidAnswer:
