@@ -261,6 +261,9 @@ class _Pass:
     notice: str | None = None
     """Why the person's last answer did not decide the operation, for the next request."""
     followed: set[str] = field(default_factory=set)
+    edits_followed: set[str] = field(default_factory=set)
+    """Every call ``_follow_edit`` left for its replacement in this pass: never twice
+    (a chain of edits ends; it never cycles)."""
     """Edited calls whose answers ``_follow_edit`` carried over from the calls they
     replaced, and ``_last_word`` has not read yet."""
 
@@ -1360,6 +1363,27 @@ class Loop:
         prepared = yield from ledger(prepare(edited))
         new_call, prepared = yield from find_operation(edited, prepared, prepare)
         new_op = prepared.operation
+        if new_op.operation_id == op.operation_id:
+            # The edit asks for what the call already is (an edit given again, to the
+            # request shown again after a crash): an approval of it, never "replaced by
+            # itself", which would refuse the call the reviewer wants sent.
+            if op.authorization_ref is not None:
+                return op
+            return (
+                yield from self._guarded(
+                    p,
+                    op,
+                    Approve(
+                        op.key,
+                        payload_digest=op.payload_digest,
+                        by=answer.by,
+                        reason="edited by the reviewer (unchanged)",
+                        answer=mark,
+                        claimed_by=answer.claimed_by,
+                        verified_by=answer.verified_by,
+                    ),
+                )
+            )
         if new_op.status is S.PREPARED and new_op.authorization_ref is None:
             new_op = yield from self._guarded(
                 p,
@@ -1393,6 +1417,9 @@ class Loop:
     def _follow_edit(self, p: _Pass, op: Operation) -> Generator[Action, Any, Operation | None]:
         assert op.error is not None
         new_id = op.error[len(_REPLACED) :].split(" ", 1)[0]
+        if new_id == op.operation_id or new_id in p.edits_followed:
+            return None  # a replacement met before in this pass: its rejection stands
+        p.edits_followed.add(op.operation_id)
         new_op = yield from ledger(Get(OperationKey(tenant_id=op.tenant_id, operation_id=new_id)))
         if new_op is None or not new_op.payload_stored or not isinstance(new_op.payload, dict):
             return None

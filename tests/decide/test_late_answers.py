@@ -421,3 +421,33 @@ def test_a_reject_given_after_a_crash_past_the_dispatch_is_told(env: Env, crm: F
     assert str(message.content).endswith(f"\n\n{told.evidence.summary}")
     env.invoke(graph, None, CFG)
     assert (crm.effects, len(not_applied(env, op_id))) == (1, 1)
+
+
+@pytest.mark.parametrize(
+    "env", [("sqlite", "sync"), ("postgres", "sync")], indirect=True, ids=["sqlite", "pg"]
+)
+def test_an_edit_given_again_after_a_crash_sends_the_edited_call_once(
+    env: Env, crm: FakeCRM
+) -> None:
+    """A reviewer edits the call; the process dies after the ledger applied the edit and
+    before LangGraph saved it, so the approval is shown again, and the reviewer edits it
+    the same way again (echoing the request id, so another value): that asks for the call
+    the first edit made, which is sent once, never "replaced by itself" and refused."""
+    from langgraph_effects.testing.faults import CrashPlan, CrashPoint, InjectedCrash
+
+    graph = gated_graph(env, crm)
+    env.invoke(graph, {"messages": [("user", "close A")]}, CFG)
+    assert len(interrupts(env, graph)) == 1
+    edit = {
+        "type": "edit",
+        "edited_action": {"name": "close_case", "args": {"case_id": "A", "resolution": "x"}},
+    }
+    with CrashPlan.arm(CrashPoint.AFTER_ANSWER), pytest.raises(InjectedCrash):
+        env.invoke(graph, Command(resume={"decisions": [edit], "by": "ana"}), CFG)
+    [again] = interrupts(env, graph)
+    answer = {"decisions": [edit], "by": "ana", "request_id": again.value["request_id"]}
+    out = env.invoke(graph, Command(resume=answer), CFG)
+    assert crm.effects == 1
+    statuses = sorted((op.status.value, op.payload["resolution"]) for op in env.ops())
+    assert statuses == [("confirmed", "x"), ("rejected", "fixed")]
+    assert [m.status for m in tool_messages(out)] == ["success"]
