@@ -294,6 +294,17 @@ def _consumed_unapplied(value: Any, call: EffectCall, op: Operation, mine: Answe
     )
 
 
+def _asked_after(mine: Answers, value: Any) -> bool:
+    """Whether ``value`` may answer a question of ``op``'s: it names ``op`` (``_held``
+    checked it), or it holds the place of an answer this task gave ``op`` (LangGraph lost
+    it with a crash), or this task gave ``op`` none. An unnamed value after every answer
+    this task gave ``op`` (all handed back) is, by position, the next question's: another
+    call's (the Functional API runs several in one task), never taken."""
+    if mine.consumed < len(mine.logged) or not mine.logged:
+        return True
+    return isinstance(value, Mapping) and bool(value.get("operation_id") or value.get("request_id"))
+
+
 class Loop:
     """The decision loop's rules, with a face's settings.
 
@@ -1222,21 +1233,26 @@ class Loop:
             if value is None:
                 break  # nothing (more) held for it
             mark = answer_mark(call, value)
-            handed_back = mine.next_is(mark) or mine.repeats(mark)
+            handed_back = mine.next_is(mark)
+            if not handed_back and mine.repeats(mark):
+                # Equal to an answer applied to it before, out of its logged order: by
+                # position, the answer of a later question (the same words can answer
+                # another call's): left for whoever asks next.
+                break
             if not handed_back and events is None:
                 events = yield from ledger(Events(op.key))
             # The question it answered: the review, if the operation was ever unknown.
             reviewed = events is not None and any(e.to_status is S.UNKNOWN for e in events)
             if not (handed_back or reviewed or call.spec.require_approval):
                 break  # it never asked anybody: the value is another call's (by position)
+            if not handed_back and not _asked_after(mine, value):
+                break  # after its answers, by position: a later question's (another call's)
             if (yield Ask(request, Any, held=True)) is None:
                 break  # another task took it meanwhile
             took = True
-            if mine.next_is(mark):
+            if handed_back:
                 mine.consumed += 1  # applied (or logged as not applied) before, handed back
                 continue
-            if mine.repeats(mark):
-                continue  # an answer applied before, handed to a later question
             assert events is not None
             kind: RequestKind = "review" if reviewed else "approval"
             try:
