@@ -3,6 +3,7 @@ them, and the plain tools of its control run."""
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -10,7 +11,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, TypeAlias
 
-from langchain_core.tools import BaseTool, tool
+from langchain_core.tools import BaseTool, StructuredTool
 
 from langgraph_effects.core.model import (
     Evidence,
@@ -166,6 +167,28 @@ class Providers:
         self.clock.close()
 
 
+_SCHEMAS: dict[tuple[bool, str], Any] = {}
+"""The argument schema of each built-in tool (effect or plain), inferred once: pydantic
+builds one in milliseconds, and every schedule builds its tools again."""
+
+
+def _plain(fn: Callable[..., Any], *, effect_tool: bool = False) -> StructuredTool:
+    """``fn`` as a plain tool (what ``@tool`` makes of it), its schema inferred once per
+    name; ``effect_tool``: the schema of ``@effect(...)(fn)``, the context left out."""
+    key = (effect_tool, fn.__name__)
+    schema = _SCHEMAS.get(key)
+    if schema is None:
+        made = effect("schema.probe")(fn) if effect_tool else StructuredTool.from_function(fn)
+        schema = _SCHEMAS[key] = made.args_schema
+    return StructuredTool(
+        name=fn.__name__, description=inspect.getdoc(fn) or "", args_schema=schema, func=fn
+    )
+
+
+def _effect_plain(fn: Callable[..., Any]) -> StructuredTool:
+    return _plain(fn, effect_tool=True)
+
+
 def effect_tools(
     providers: Providers,
     *,
@@ -245,6 +268,7 @@ def effect_tools(
         require_approval=require_approval,
         **digests,
     )
+    @_effect_plain
     def close_case(case_id: str, resolution: str, ctx: EffectContext) -> dict[str, Any]:
         """Close a CRM case with a resolution."""
         return around(
@@ -261,6 +285,7 @@ def effect_tools(
         require_approval=require_approval,
         **digests,
     )
+    @_effect_plain
     def send_mail(to: str, subject: str, body: str, ctx: EffectContext) -> dict[str, Any]:
         """Send an e-mail."""
         return around(
@@ -275,6 +300,7 @@ def effect_tools(
         require_approval=require_approval,
         **digests,
     )
+    @_effect_plain
     def create_ticket(title: str, body: str) -> dict[str, Any]:
         """Open a ticket."""
         return around("ticketing.create", lambda: tickets.create_ticket(title, body))
@@ -297,17 +323,17 @@ def control_tools(providers: Providers) -> list[BaseTool]:
         crash_point(CrashPoint.AFTER_PROVIDER)
         return result
 
-    @tool
+    @_plain
     def close_case(case_id: str, resolution: str) -> dict[str, Any]:
         """Close a CRM case with a resolution."""
         return around(lambda: crm.close_case(case_id, resolution))
 
-    @tool
+    @_plain
     def send_mail(to: str, subject: str, body: str) -> dict[str, Any]:
         """Send an e-mail."""
         return around(lambda: mail.send(to, subject, body))
 
-    @tool
+    @_plain
     def create_ticket(title: str, body: str) -> dict[str, Any]:
         """Open a ticket."""
         return around(lambda: tickets.create_ticket(title, body))
