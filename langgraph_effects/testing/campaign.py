@@ -17,8 +17,11 @@ Five parts, each a row group of the printed table:
   ``RetryPolicy``, a Functional API workflow (``run_effect`` in tasks or the
   entrypoint's body), an in-process MCP server's tools through ``mcp_effects``, and
   issue 22's identity paths (``testing.draws``: summarized threads, hand-made ``Send``
-  fan-outs, no checkpointer, colliding edits, parallel branches, sub-agents), with a
-  deliberate repeat of the request in a third of the other kinds' schedules.
+  fan-outs, no checkpointer, colliding edits, parallel branches, sub-agents, a worker
+  agent run inside a tool), with a deliberate repeat of the request in a third of the
+  other kinds' schedules (base, replays, forks, key rotations and workflows included).
+  ``--kinds operator_decisions`` draws what is still open: an operator deciding a pending
+  question at the console before the person answers it in the UI.
   People answer by position or by interrupt id, sometimes with a bad answer first.
   Schedule ``i`` has seed ``--seed + i``: a failing one prints its seed and
   replays alone with ``--seed SEED --schedules 1``.

@@ -13,6 +13,9 @@ users build agents, and each is drawn as a variant of an older kind
   repeat in the next turn;
 * ``sub_agent``: a supervisor hands a worker agent (a subgraph on the parent's thread)
   only the latest request; the worker's exchange, or its last message alone, comes back;
+  or (``tool``) the supervisor is an agent whose tool runs the worker (an agent as a
+  tool): the worker's state lives in that tool call's task, and the same request on a
+  later turn, a new call of the tool, proposes the worker's same ids again;
 * ``stateless``: no checkpointer, each request its own invoke of a tools node behind a
   ``RetryPolicy`` (a flaky read re-runs the node): protected within one invoke, the
   same request twice acts twice (:func:`stateless_story`).
@@ -27,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, HumanMessage
 from langchain_core.runnables import RunnableConfig, RunnableLambda
-from langchain_core.tools import BaseTool
+from langchain_core.tools import BaseTool, StructuredTool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
@@ -55,7 +58,7 @@ SHAPES: tuple[Shape, ...] = ("agent", "parallel", "fanout", "sub_agent", "statel
 Variant = Literal["send", "whole", "apart", "last", "tool"]
 VARIANTS: dict[Shape, tuple[Variant, ...]] = {
     "parallel": ("send", "whole", "apart"),
-    "sub_agent": ("whole", "last"),
+    "sub_agent": ("whole", "last", "tool"),
 }
 """The variants a shape draws among (the others have one)."""
 _FANNING = "fanning out"
@@ -125,8 +128,9 @@ def build_shape(
     """The graph of ``shape`` (not ``agent``: that one is ``scenario.build_graph``), in
     its ``variant``: ``parallel``: ``send`` (each call sent to ``tools_a``), ``whole``
     (``tools_a`` runs the AIMessage in one task), ``apart`` (as ``whole``, ``tools_b`` one
-    step later); ``sub_agent``: ``whole`` (the worker's exchange comes back) or ``last``
-    (only its last message, ``langgraph-supervisor``'s default ``output_mode``)."""
+    step later); ``sub_agent``: ``whole`` (the worker's exchange comes back), ``last``
+    (only its last message, ``langgraph-supervisor``'s default ``output_mode``) or
+    ``tool`` (the worker runs inside a tool of a supervising agent)."""
     from langgraph_effects.testing.scenario import _Script, _State, flaky_tool
 
     def node(name: str, more: Sequence[BaseTool] = ()) -> ToolNode:
@@ -151,6 +155,8 @@ def build_shape(
         return builder.compile()  # no checkpointer: a stateless service
     if shape == "sub_agent":
         worker = _worker(node("tools"), tool_calls, control)
+        if variant == "tool":
+            return _delegating(builder, worker, saver)
         return _supervisor(builder, worker, saver, asynchronous, whole=variant != "last")
     script = _Script([dict(tc) for tc in tool_calls], fresh_ids=fresh_ids)
     calls = [dict(tc) for tc in tool_calls]
@@ -245,6 +251,48 @@ def _supervisor(builder: Any, worker: Any, saver: Any, asynchronous: bool, *, wh
     builder.add_node("supervisor", RunnableLambda(run, afunc=arun) if asynchronous else run)
     builder.add_edge(START, "supervisor")
     builder.add_edge("supervisor", END)
+    return builder.compile(checkpointer=saver)
+
+
+DELEGATE = "ask_worker"
+"""The supervising agent's one tool in the ``sub_agent`` shape's ``tool`` variant."""
+
+
+def _delegating(builder: Any, worker: Any, saver: Any) -> Any:
+    """agent -> tools -> agent, whose one tool (:data:`DELEGATE`, a plain tool in a plain
+    ``ToolNode``) hands the request to the worker and returns its last word: the worker
+    runs in the tool call's task, saved under the parent's thread, and its interrupts
+    reach the person through the tool. Each turn the agent proposes a new call of the
+    tool (a new id), and the worker the same ids as before."""
+    from langgraph_effects.testing.scenario import _Script
+
+    def request(text: str) -> dict[str, Any]:
+        return {"messages": [HumanMessage(content=text, id="worker-request")]}
+
+    def run(request_text: str, config: RunnableConfig) -> str:
+        return str(worker.invoke(request(request_text), config)["messages"][-1].content)
+
+    async def arun(request_text: str, config: RunnableConfig) -> str:
+        out = await worker.ainvoke(request(request_text), config)
+        return str(out["messages"][-1].content)
+
+    delegate = StructuredTool.from_function(
+        func=run,
+        coroutine=arun,
+        name=DELEGATE,
+        description="Hand the request to the worker agent; its last word comes back.",
+    )
+    call = {"name": DELEGATE, "args": {"request_text": "handle it"}, "id": "call-worker"}
+    script = _Script([{**call, "type": "tool_call"}], fresh_ids=True)
+
+    def agent(state: Any) -> dict[str, list[AnyMessage]]:
+        return {"messages": [script.reply(state["messages"])]}
+
+    builder.add_node("agent", agent)
+    builder.add_node("tools", ToolNode([delegate]))
+    builder.add_edge(START, "agent")
+    builder.add_conditional_edges("agent", tools_condition, ["tools", END])
+    builder.add_edge("tools", "agent")
     return builder.compile(checkpointer=saver)
 
 

@@ -172,8 +172,10 @@ def test_randomized_schedules_lose_no_answer(randomized: CampaignResult) -> None
     "calls in one task (one_task, body) an answer reaches another call of the task after a "
     "crash ('the answer names operation ..., which this step does not own'; seeds 22, 691, "
     "820, 894, 936, 1088, 1486, 1633, 1944); a HITL-shaped answer by interrupt id to one "
-    "call of a parallel_branches task is refused for naming no operation_id (6759, 6797); "
-    "a stale refused value handed again to the same review (6960)",
+    "call of a parallel_branches task is refused for naming no operation_id (756, 6260, 6759, "
+    "6797, whose answers 32b9f5d counted lost); a bad answer refused earlier handed again "
+    "to the question, so the person's next, valid answer is refused with the bad one's "
+    "reason (232, 1605, 1606, 1619, 1990, 6960); 76-77 per 2,000 schedules in all",
 )
 def test_randomized_schedules_refuse_no_valid_answer(randomized: CampaignResult) -> None:
     """A valid answer to the question the ledger still asks is applied: never asked again
@@ -239,7 +241,8 @@ def test_schedules_draw_every_human_and_graph_dimension() -> None:
     are possible (approval kind), twins, retried nodes, all three providers and both modes,
     ToolRetryMiddleware absent, before and after EffectMiddleware, the Functional API's three
     layouts, MCP servers trusted and not, and deliberate repeats in both; and issue 22's
-    draws: summaries and removals, edits that can collide, repeats in a third of the others."""
+    draws: summaries and removals, edits that can collide, repeats in a third of the others
+    (base, replays, forks, key rotations and workflows too), a worker run inside a tool."""
     schedules = [Schedule.generate(seed) for seed in range(SCHEDULES)]
     human = [s for s in schedules if s.policy == "operator"]
     assert len(human) > SCHEDULES // 3
@@ -269,6 +272,12 @@ def test_schedules_draw_every_human_and_graph_dimension() -> None:
     assert all(s.repeat for s in schedules if s.kind in (Kind.HAND_MADE, Kind.SUB_AGENT))
     others = [s for s in schedules if s.kind in (Kind.APPROVAL, Kind.MIDDLEWARE, Kind.PARALLEL)]
     assert len(others) // 6 < sum(s.repeat for s in others) < len(others) // 2
+    # Repeats asked after a replay, a fork, a key rotation, in a workflow and in base too.
+    for kind in (Kind.BASE, Kind.HISTORY, Kind.FORK, Kind.KEY_ROTATION, Kind.FUNCTIONAL):
+        drawn = [s for s in schedules if s.kind is kind]
+        assert len(drawn) // 6 < sum(s.repeat for s in drawn) < len(drawn) // 2, kind
+    workers = [s.variant for s in schedules if s.kind is Kind.SUB_AGENT]
+    assert min(workers.count(v) for v in ("whole", "last", "tool")) > len(workers) // 6
 
 
 def test_the_command_prints_the_table_and_its_status_says_pass_or_fail(

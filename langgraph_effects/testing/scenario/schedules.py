@@ -28,6 +28,7 @@ from langgraph_effects.testing.scenario.case import Scenario
 from langgraph_effects.testing.scenario.graph import ToolRetryOrder
 from langgraph_effects.testing.scenario.policies import (
     confirm_if_seen,
+    console,
     defer,
     operator,
     retry_when_safe,
@@ -108,6 +109,11 @@ class Kind(StrEnum):
     FUNCTIONAL = "functional_api"
     """The graph is an ``@entrypoint`` + ``@task`` workflow calling ``run_effect`` /
     ``arun_effect``: a task per call, every call in one task, or in the entrypoint's body."""
+    OUT_OF_BAND = "operator_decisions"
+    """As ``review_rounds`` (approvals in half of them): while questions are pending an
+    operator decides some at the console (``langgraph-effects approve/reject/resolve``),
+    then the person answers in the UI anyway (``Scenario.console``). Not drawn by default
+    yet (``DRAWN``)."""
     MCP = "mcp_tools"
     """The tools are an in-process MCP server's (``testing.mcp_server``), declared with
     ``mcp_effects`` from its annotations (trusted, or not: every tool an effect); async."""
@@ -145,7 +151,9 @@ _VARIANTS = {
 """Half the schedules of a kind become its variant, by a random stream of their own."""
 DRAWN: tuple[Kind, ...] = (*_FIRST_KINDS, *_VARIANTS.values())
 """The kinds a schedule draws by default: those the library passes today. The others
-show what is still open (``python -m langgraph_effects.testing.campaign --kinds ...``)."""
+show what is still open (``python -m langgraph_effects.testing.campaign --kinds ...``):
+``operator_decisions``, where a person's reject or edit given after an operator approved
+the call at the console is dropped and the call sent (issue 23)."""
 
 _POINTS = tuple(CrashPoint)
 _TOOL_RETRY: tuple[ToolRetryOrder, ...] = ("none", "before", "after")
@@ -227,13 +235,14 @@ class Schedule:
         else:
             kind = rng.choice(list(kinds))
         if kind is Kind.BASE:
-            return base
+            return base.with_(repeat=random.Random(f"repeat-{seed}").random() < _REPEATS)
         faults = base.faults
-        if kind is Kind.REVIEW_ROUNDS:
+        if kind in (Kind.REVIEW_ROUNDS, Kind.OUT_OF_BAND):
             lost = (Fault.LOSE_RESPONSE, Fault.LOSE_REQUEST, Fault.LOSE_RESPONSE, Fault.LATE)
             faults = tuple(rng.choice(lost) for _ in calls)
         operator_answers = (
-            kind in (Kind.REVIEW_ROUNDS, Kind.APPROVAL, Kind.COLLIDING) or rng.random() < 0.6
+            kind in (Kind.REVIEW_ROUNDS, Kind.OUT_OF_BAND, Kind.APPROVAL, Kind.COLLIDING)
+            or rng.random() < 0.6
         )
         # The kinds drawn later draw what is theirs from streams of their own.
         faces = random.Random(f"faces-{seed}")
@@ -248,8 +257,13 @@ class Schedule:
             kind=kind,
             faults=faults,
             refaults=tuple(rng.choice(_FAULTS) for _ in calls),
-            key_window_zero=rng.random() < (0.7 if kind is Kind.REVIEW_ROUNDS else 0.25),
+            key_window_zero=rng.random()
+            < (0.7 if kind in (Kind.REVIEW_ROUNDS, Kind.OUT_OF_BAND) else 0.25),
             approval=kind in (Kind.APPROVAL, Kind.COLLIDING)
+            or (
+                kind is Kind.OUT_OF_BAND
+                and random.Random(f"console-approval-{seed}").random() < 0.5
+            )
             or (kind in (Kind.MIDDLEWARE, Kind.SUBGRAPH) and rng.random() < 0.3)
             or (kind in (Kind.FUNCTIONAL, Kind.MCP) and faces.random() < 0.3)
             or (kind in _SHAPES and kind is not Kind.NO_CHECKPOINTER and drawn.random() < 0.3),
@@ -283,7 +297,7 @@ class Schedule:
         )
         # Issue 22's draws (testing.draws), from a stream of their own.
         repeat = kind in (Kind.HAND_MADE, Kind.SUB_AGENT) or (
-            kind in _REPEATABLE and random.Random(f"repeat-{seed}").random() < 0.3
+            kind in _REPEATABLE and random.Random(f"repeat-{seed}").random() < _REPEATS
         )
         if kind is Kind.NO_CHECKPOINTER:
             return schedule.with_(
@@ -371,6 +385,11 @@ class Schedule:
                 collide=calls if self.kind is Kind.COLLIDING else (),
             ),
         }[self.policy]
+        at_console = (
+            console(providers, random.Random(f"console-{self.seed}"))
+            if self.kind is Kind.OUT_OF_BAND
+            else None
+        )
         if self.kind is Kind.MCP:  # and a read of the server's, which stays a plain tool
             lookup = {"case_id": f"case-{tag}-0"}
             calls.append({"name": "lookup_case", "args": lookup, "id": f"call-{tag}-lookup"})
@@ -403,6 +422,7 @@ class Schedule:
             crash_hit=self.crash_hit,
             resumers=self.resumers,
             policy=policy,
+            console=at_console,
             between=between,
             applied=providers.applied,
             control=control,
@@ -439,7 +459,8 @@ class Schedule:
             by_position=self.by_position,
             bad_answers=self.bad_answers,
             seed=self.seed,
-            count_by_target=story is not Kind.BASE,
+            # A deliberate repeat is a second effect of the same payload: counted by target.
+            count_by_target=story is not Kind.BASE or self.repeat,
             max_rounds=12 if story is not Kind.BASE else 8,
         )
 
@@ -475,7 +496,12 @@ _SHAPES: dict[Kind, Shape] = {
 }
 _REPEATABLE = frozenset(
     {
+        Kind.HISTORY,
+        Kind.FORK,
+        Kind.KEY_ROTATION,
+        Kind.FUNCTIONAL,
         Kind.REVIEW_ROUNDS,
+        Kind.OUT_OF_BAND,
         Kind.APPROVAL,
         Kind.COLLIDING,
         Kind.NO_TENANT,
@@ -487,7 +513,11 @@ _REPEATABLE = frozenset(
         Kind.MCP,
     }
 )
-"""The kinds whose person asks for the same again, in a third of their schedules."""
+"""The kinds whose person asks for the same again, in a third of their schedules (and
+``base``, from the same stream): after a replay or a fork, a repeat asked once the first
+answer was delivered acts again, and a replay from before it sends nothing again; under
+a rotated ``payload_key`` the repeat is told apart by keyed digests alone."""
+_REPEATS = 0.3
 _STATELESS_FAULTS = (Fault.TRANSIENT, Fault.REJECT)
 """What a ``no_checkpointer`` schedule's providers may answer besides success."""
 _TRAVEL: dict[Kind, Literal["history", "fork"]] = {Kind.HISTORY: "history", Kind.FORK: "fork"}
