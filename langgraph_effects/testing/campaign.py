@@ -20,8 +20,8 @@ Five parts, each a row group of the printed table:
   fan-outs, no checkpointer, colliding edits, parallel branches, sub-agents, a worker
   agent run inside a tool), with a deliberate repeat of the request in a third of the
   other kinds' schedules (base, replays, forks, key rotations and workflows included).
-  ``--kinds operator_decisions`` draws what is still open: an operator deciding a pending
-  question at the console before the person answers it in the UI.
+  ``--kinds operator_decisions`` draws what is still open: an operator deciding pending
+  questions at the console before the person answers them in the UI.
   People answer by position or by interrupt id, sometimes with a bad answer first.
   Schedule ``i`` has seed ``--seed + i``: a failing one prints its seed and
   replays alone with ``--seed SEED --schedules 1``.

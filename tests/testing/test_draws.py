@@ -211,12 +211,6 @@ def test_a_decision_taken_at_the_console_while_its_question_is_pending_stands(
     assert control.effects == control_effects
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open (issue 23): the person's reject or edit given after an operator approved "
-    "the pending call at the console is never read (decide.loop._last_word reads only "
-    "answers the ledger logged) and the call is sent",
-)
 @pytest.mark.parametrize(
     "answer",
     [

@@ -152,8 +152,9 @@ _VARIANTS = {
 DRAWN: tuple[Kind, ...] = (*_FIRST_KINDS, *_VARIANTS.values())
 """The kinds a schedule draws by default: those the library passes today. The others
 show what is still open (``python -m langgraph_effects.testing.campaign --kinds ...``):
-``operator_decisions``, where a person's reject or edit given after an operator approved
-the call at the console is dropped and the call sent (issue 23)."""
+``operator_decisions``: drawn among these (a ``review_rounds`` variant), its seed 1498
+records an operation as replaced by itself, which ``decide.loop``'s ``_follow_edit``
+follows without end (memory without bound), and seed 1624 leaves one mislabelled."""
 
 _POINTS = tuple(CrashPoint)
 _TOOL_RETRY: tuple[ToolRetryOrder, ...] = ("none", "before", "after")
