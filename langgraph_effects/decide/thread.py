@@ -115,6 +115,13 @@ def warn_durability(config: Mapping[str, Any] | None) -> None:
         "with other arguments is a new one. Use durability='sync', or give effects an "
         "intent_key, which maps every re-proposal to the same operation."
     )
+    if mode == "exit":
+        message += (
+            " Under durability='exit' a later request for the same call on this thread (a "
+            "deliberate repeat) is answered from the earlier record and does not act again: "
+            "the steps that delivered its answer are never saved (docs/limits.md). Give such "
+            "effects an intent_key per request, or use durability='sync'."
+        )
     user = _user_frame()
     if user is None:
         warnings.warn(message, DurabilityWarning, stacklevel=3)

@@ -660,3 +660,40 @@ def test_durability_other_than_sync_warns_once(tmp_path: Path) -> None:
     found = [w for w in caught if issubclass(w.category, runner_module.DurabilityWarning)]
     assert len(found) == 1
     assert "intent_key" in str(found[0].message)
+
+
+def test_durability_exit_warns_that_a_later_repeat_does_not_act(tmp_path: Path) -> None:
+    """Under durability="exit" the warning also says what the run cannot see: a later
+    request for the same call is answered from the earlier record (counted: 2 asked, 1
+    acted at the fake CRM), and how to make it act (an intent_key per request)."""
+    import warnings
+
+    from _graphs import State
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.graph import END, START, StateGraph
+
+    from langgraph_effects import EffectToolNode, InMemoryLedger, route_tool_calls
+    from langgraph_effects.decide import thread as runner_module
+    from langgraph_effects.testing import ScriptedChatModel
+
+    ledger = InMemoryLedger()
+    ledger.setup()
+    crm = FakeCRM()
+    again = call("close_case", "call-a2", case_id="A", resolution="fixed")
+    model = ScriptedChatModel(plan=[[CLOSE_A], [again]])
+    builder = StateGraph(State)
+    builder.add_node("agent", lambda state: {"messages": [model.invoke(state["messages"])]})
+    builder.add_node("tools", EffectToolNode([crm_tools(crm)], ledger=ledger))
+    builder.add_edge(START, "agent")
+    builder.add_conditional_edges("agent", route_tool_calls, ["tools", END])
+    builder.add_edge("tools", "agent")
+    graph = builder.compile(checkpointer=InMemorySaver())
+    runner_module._durability_warned = False
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        graph.invoke({"messages": [("user", "close A")]}, CFG, durability="exit")
+        graph.invoke({"messages": [("user", "close A again")]}, CFG, durability="exit")
+    [found] = [w for w in caught if issubclass(w.category, runner_module.DurabilityWarning)]
+    assert "does not act again" in str(found.message)
+    assert "intent_key per request" in str(found.message)
+    assert crm.effects == 1  # the limit the warning names (docs/limits.md)
