@@ -22,7 +22,6 @@ _forkserver_ready = False
 
 PRELOAD = (
     "langgraph_effects.testing.scenario",
-    "langgraph_effects.testing.campaign",
     "langgraph_effects.ledger.memory",
     "langgraph_effects.ledger.sqlite",
     "langgraph_effects.ledger.postgres",
@@ -39,7 +38,9 @@ PRELOAD = (
 scenario package, the ledgers and checkpointers children open, and the faces a schedule
 may draw (``create_agent``'s middleware, MCP tools; one the extras did not install is
 skipped, as the forkserver skips any ``ImportError``). Imports only: a child starts with no
-connection, thread or state of any test."""
+connection, thread or state of any test. Not the campaign module: a child of
+``python -m langgraph_effects.testing.campaign`` runs it again as its ``__mp_main__``, and runpy
+warns when it is already imported."""
 
 
 def run_in_forked_child(
