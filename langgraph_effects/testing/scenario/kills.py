@@ -20,6 +20,28 @@ from langgraph_effects.testing.faults import (
 
 _forkserver_ready = False
 
+PRELOAD = (
+    "langgraph_effects.testing.scenario",
+    "langgraph_effects.ledger.memory",
+    "langgraph_effects.ledger.sqlite",
+    "langgraph_effects.ledger.postgres",
+    "langgraph.checkpoint.sqlite",
+    "langgraph.checkpoint.postgres",
+    "langgraph_effects.middleware",
+    "langchain.agents",
+    "langgraph_effects.mcp",
+    "langchain_mcp_adapters.tools",
+    "mcp.server.fastmcp",
+    "mcp.shared.memory",
+)
+"""What the forkserver imports once, so that no child forked from it imports it again: the
+scenario package, the ledgers and checkpointers children open, and the faces a schedule
+may draw (``create_agent``'s middleware, MCP tools; one the extras did not install is
+skipped, as the forkserver skips any ``ImportError``). Imports only: a child starts with no
+connection, thread or state of any test. Not the campaign module: a child of
+``python -m langgraph_effects.testing.campaign`` runs it again as its ``__mp_main__``, and runpy
+warns when it is already imported."""
+
 
 def run_in_forked_child(
     fn: Callable[..., Any],
@@ -89,7 +111,7 @@ def start_forked_child(
     global _forkserver_ready
     ctx = multiprocessing.get_context("forkserver")
     if not _forkserver_ready:
-        ctx.set_forkserver_preload(["langgraph_effects.testing.scenario"])
+        ctx.set_forkserver_preload(list(PRELOAD))
         _forkserver_ready = True
     receiver, sender = ctx.Pipe(duplex=False)
     plan = None if crash_at is None else (CrashPoint(crash_at), CrashMode(mode), hit)
