@@ -500,10 +500,12 @@ def test_a_sibling_asking_a_person_leaves_the_receipts_committed(
     ToolNode's ``gather`` would leave them running past the task). Approved, the task runs
     again: the two replay, the third dispatches. Each ticket created once."""
     asked_first = threading.Event()
+    at_work = threading.Semaphore(0)
 
     class Slow(Tickets):
         def create(self, title: str) -> dict[str, Any]:
             if title != "e":
+                at_work.release()
                 assert asked_first.wait(scaled(10)), "the approval was never asked"
             return super().create(title)
 
@@ -514,7 +516,15 @@ def test_a_sibling_asking_a_person_leaves_the_receipts_committed(
         """Escalate a ticket (a person approves first)."""
         return provider.create(title)
 
+    def both_at_work(request: Any) -> None:
+        """The approval asks only once both providers are inside their call (on a loaded
+        machine ToolNode may not have started the third call's thread yet)."""
+        if request.tool_call["name"] == "escalate" and not asked_first.is_set():
+            for _ in range(2):
+                assert at_work.acquire(timeout=scaled(10)), "a provider was never called"
+
     def note_ask(request: Any, execute: Any) -> Any:
+        both_at_work(request)
         try:
             return execute(request)
         except GraphInterrupt:
@@ -522,6 +532,7 @@ def test_a_sibling_asking_a_person_leaves_the_receipts_committed(
             raise
 
     async def anote_ask(request: Any, execute: Any) -> Any:
+        await asyncio.to_thread(both_at_work, request)
         try:
             return await execute(request)
         except GraphInterrupt:
