@@ -261,11 +261,11 @@ class _Pass:
     notice: str | None = None
     """Why the person's last answer did not decide the operation, for the next request."""
     followed: set[str] = field(default_factory=set)
+    """Edited calls whose answers ``_follow_edit`` carried over from the calls they
+    replaced, and ``_last_word`` has not read yet."""
     edits_followed: set[str] = field(default_factory=set)
     """Every call ``_follow_edit`` left for its replacement in this pass: never twice
     (a chain of edits ends; it never cycles)."""
-    """Edited calls whose answers ``_follow_edit`` carried over from the calls they
-    replaced, and ``_last_word`` has not read yet."""
 
 
 def _about_replaced(value: Any, call: EffectCall, mine: Answers) -> str | None:
@@ -1224,6 +1224,8 @@ class Loop:
         call = p.call
         if call.task_id is None or not (call.spec.require_approval or op.attempts > 0):
             return  # no question was ever asked about it
+        if not call.spec.require_approval and (yield Waiting()) is None:
+            return  # nothing held, no notice to show: a replay reads no event log
         mine = yield from self._answers(p, op.operation_id)
         request = approval_request(op, tool_name=call.tool_name, args=call.args)
         events: list[Any] | None = None
