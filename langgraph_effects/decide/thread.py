@@ -71,33 +71,43 @@ def _internal(frame: FrameType) -> bool:
     return str(frame.f_globals.get("__name__", "")).split(".")[0] in _INTERNAL
 
 
-def _user_frame() -> FrameType | None:
-    """The user's line that ran the graph: the first frame outside this package, LangGraph,
-    LangChain and the machinery between them. LangGraph runs tool calls in worker
-    threads; then it is the frame that called into LangGraph in the one other thread
-    waiting inside it. None when that is not one frame (several graphs at once)."""
+def _user_site() -> tuple[str, int, dict[str, Any]] | None:
+    """The user's line that ran the graph (file, line, module globals): the first frame
+    outside this package, LangGraph, LangChain and the machinery between them. LangGraph
+    runs tool calls in worker threads; then it is the frame that called into LangGraph in
+    the one other thread waiting inside it. None when that is not one frame (several
+    graphs at once).
+
+    Another thread's frames are read only while this thread keeps the GIL (a switch
+    interval far longer than the walk): on CPython 3.11 a frame that its thread pops
+    meanwhile crashes the process when its ``f_back`` is read (seen in CI)."""
     frame: FrameType | None = sys._getframe(1)
     while frame is not None and _internal(frame):
         frame = frame.f_back
     if frame is not None:
-        return frame
+        return frame.f_code.co_filename, frame.f_lineno, frame.f_globals
     me = threading.get_ident()
-    found = []
-    for ident, inner in sys._current_frames().items():
-        seen_langgraph = False
-        walk: FrameType | None = inner
-        while walk is not None and _internal(walk):
-            name = str(walk.f_globals.get("__name__", ""))
-            seen_langgraph = seen_langgraph or name.startswith("langgraph.")
-            walk = walk.f_back
-        if ident != me and walk is not None and seen_langgraph:
-            found.append(walk)
-    return found[0] if len(found) == 1 else None
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(60.0)
+    try:
+        found = []
+        for ident, inner in sys._current_frames().items():
+            seen_langgraph = False
+            walk: FrameType | None = inner
+            while walk is not None and _internal(walk):
+                name = str(walk.f_globals.get("__name__", ""))
+                seen_langgraph = seen_langgraph or name.startswith("langgraph.")
+                walk = walk.f_back
+            if ident != me and walk is not None and seen_langgraph:
+                found.append((walk.f_code.co_filename, walk.f_lineno, walk.f_globals))
+        return found[0] if len(found) == 1 else None
+    finally:
+        sys.setswitchinterval(interval)
 
 
 def warn_durability(config: Mapping[str, Any] | None) -> None:
     """Warn once per process when the graph's durability lets tool-call ids change; the
-    warning names the user's line that ran the graph (``_user_frame``)."""
+    warning names the user's line that ran the graph (``_user_site``)."""
     global _durability_warned
     if _durability_warned or config is None or _durability_deliberate.get():
         return
@@ -122,18 +132,19 @@ def warn_durability(config: Mapping[str, Any] | None) -> None:
             "the steps that delivered its answer are never saved (docs/limits.md). Give such "
             "effects an intent_key per request, or use durability='sync'."
         )
-    user = _user_frame()
+    user = _user_site()
     if user is None:
         warnings.warn(message, DurabilityWarning, stacklevel=3)
         return
+    filename, lineno, user_globals = user
     warnings.warn_explicit(
         message,
         DurabilityWarning,
-        user.f_code.co_filename,
-        user.f_lineno,
-        module=str(user.f_globals.get("__name__", "")),
-        registry=user.f_globals.setdefault("__warningregistry__", {}),
-        module_globals=user.f_globals,
+        filename,
+        lineno,
+        module=str(user_globals.get("__name__", "")),
+        registry=user_globals.setdefault("__warningregistry__", {}),
+        module_globals=user_globals,
     )
 
 
