@@ -56,6 +56,7 @@ __all__ = [
     "check_decision",
     "decided_note",
     "earlier_round",
+    "echoed_about",
     "identify",
     "late_refusal",
     "named_round",
@@ -234,6 +235,19 @@ def named_round(value: Any, operation_id: str, earlier: Collection[str] = ()) ->
     return named
 
 
+def echoed_about(value: Any) -> str | None:
+    """The operation a request id the answer echoes is about; None: it echoes none (or
+    something no request of ours carries, which ``named_round`` refuses in words).
+
+    An echoed request id names its operation as ``operation_id`` does: in a task of
+    several effect calls, an answer that echoes the request it answers needs no more.
+    """
+    named = value.get("request_id") if isinstance(value, Mapping) else None
+    if not isinstance(named, str) or not _ROUND_ID.fullmatch(named):
+        return None
+    return named.partition("@")[0]
+
+
 def repeated_answer(operation_id: str) -> str:
     """What a person is told when an answer applied before comes back (``Answers.repeats``)."""
     return (
@@ -392,10 +406,11 @@ def answer_schema(
 
     def check(value: Any) -> Any:
         answer = parse_answer(value, tool_name=call.tool_name)
-        if answer.operation_id is None and not call.single:
+        if answer.operation_id is None and echoed_about(value) is None and not call.single:
             raise ValueError(
                 "several effect calls of this step await a person: the answer must name "
-                f"its operation_id (this request is about {op.operation_id!r})"
+                f"its operation_id or echo its request_id (this request is about "
+                f"{op.operation_id!r})"
             )
         elsewhere = answer.operation_id not in (None, op.operation_id)
         if elsewhere and call.sibling(str(answer.operation_id)) is None:

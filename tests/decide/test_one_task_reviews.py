@@ -89,3 +89,40 @@ def test_one_tasks_reviews_are_asked_in_order_and_every_answer_applies_once(
     state = graph.get_state(config) if not env.is_async else env.run(graph.aget_state(config))
     answered = {m.tool_call_id: m.status for m in tool_messages(state.values)}
     assert answered == {"c-A": "success", "c-B": "error", "c-C": "success"}
+
+
+def test_a_hitl_answer_echoing_its_request_id_names_its_call(env: Env, crm: FakeCRM) -> None:
+    """In a task of several effect calls, a HITL-shaped answer (``{"decisions": [...]}``)
+    that echoes the request's ``request_id`` names its operation as ``operation_id`` would:
+    it applies to that call (campaign seeds 756, 6797: refused "must name its operation_id"
+    and asked again). One naming nothing is still refused there, saying why."""
+
+    @effect("crm.close_case", target=lambda a: a["case_id"], require_approval=True)
+    def close_case(case_id: str, resolution: str) -> dict[str, Any]:
+        """Close a CRM case (a person approves first)."""
+        return crm.close_case(case_id, resolution)
+
+    calls = [call("close_case", f"c-{c}", case_id=c, resolution="fixed") for c in CASES]
+    graph = build_graph(
+        [close_case], calls, ledger=env.ledger, checkpointer=env.checkpointer, per_call=False
+    )
+    config = {"configurable": {"thread_id": "one-task-echoed"}}
+    env.invoke(graph, {"messages": [("user", "close A, B and C")]}, config)
+
+    def answer(case: str, decision: dict[str, Any], *, by_id: bool = True) -> None:
+        [question] = _interrupts(env, graph, config)
+        assert question.value["action_requests"][0]["args"]["case_id"] == case, repr(question.value)
+        value = {"decisions": [decision], "by": "ana", "request_id": question.value["request_id"]}
+        env.invoke(graph, Command(resume={question.id: value} if by_id else value), config)
+
+    [first] = _interrupts(env, graph, config)
+    unnamed = {"decisions": [{"type": "approve"}], "by": "ana"}
+    env.refused(graph, Command(resume={first.id: unnamed}), config, "must name its operation_id")
+    answer("A", {"type": "approve"})
+    answer("B", {"type": "reject", "message": "not B"}, by_id=False)
+    answer("C", {"type": "approve"})
+
+    assert _interrupts(env, graph, config) == []
+    assert {c: crm.effects_for(c) for c in CASES} == {"A": 1, "B": 0, "C": 1}
+    status = {op.target: op.status for op in env.ops()}
+    assert status == {"A": S.CONFIRMED, "B": S.REJECTED, "C": S.CONFIRMED}

@@ -93,10 +93,13 @@ def operator(
     *,
     by: str = OPERATOR,
     collide: Sequence[Mapping[str, Any]] = (),
+    one_task: bool = False,
 ) -> ReviewPolicy:
     """A truthful person deciding at random among the answers the provider's console allows.
 
-    Approvals: approve, reject or edit, in the native or the HITL shape. Reviews:
+    Approvals: approve, reject or edit, in the native or the HITL shape (with
+    ``one_task``, the graph runs several effect calls in one task, and a HITL answer names
+    its ``operation_id`` beside the decisions, as ``docs/server.md`` asks there). Reviews:
     when the provider shows the effect, ``confirm`` (sometimes with a result) or,
     inside an open key window, ``retry``; when it shows none and nothing is in
     flight there, ``reject`` or ``retry``; otherwise the review is left pending.
@@ -108,6 +111,8 @@ def operator(
 
     def policy(request: dict[str, Any]) -> dict[str, Any] | None:
         answer = decide(request)
+        if one_task and answer is not None and "decisions" in answer:
+            answer = {**answer, "operation_id": request["operation_id"]}
         if answer is not None and "request_id" in request and rng.random() < 0.5:
             # A careful UI names the request it answers (half of them do): an answer to
             # a request that is no longer current (shown after a crash) is then asked

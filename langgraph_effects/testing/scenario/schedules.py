@@ -384,6 +384,8 @@ class Schedule:
                 providers,
                 random.Random(f"operator-{self.seed}"),
                 collide=calls if self.kind is Kind.COLLIDING else (),
+                # tools_a runs the AIMessage's calls in one task (draws.build_shape)
+                one_task=self.kind is Kind.PARALLEL and self.variant != "send",
             ),
         }[self.policy]
         at_console = (
