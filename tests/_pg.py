@@ -8,6 +8,7 @@ shadow a ``conftest`` module.
 from __future__ import annotations
 
 import os
+from typing import NoReturn
 from urllib.parse import quote
 
 import pytest
@@ -40,9 +41,15 @@ def require_postgres() -> None:
     problem = _postgres_problem()
     if problem is None:
         return
+    unavailable(problem, "set LGE_TEST_POSTGRES_URL, or start the server")
+
+
+def unavailable(problem: str, hint: str) -> NoReturn:
+    """Skip for ``problem`` (with the ``hint``), or fail under LGE_REQUIRE_POSTGRES=1 (CI): a
+    PostgreSQL test that CI cannot run is a failure there, never a silent skip."""
     if REQUIRE_POSTGRES:
         pytest.fail(f"LGE_REQUIRE_POSTGRES=1 but {problem}")
-    pytest.skip(f"{problem} (set LGE_TEST_POSTGRES_URL, or start the server)")
+    pytest.skip(f"{problem} ({hint})")
 
 
 def _with_search_path(url: str, schema: str) -> str:

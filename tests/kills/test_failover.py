@@ -37,6 +37,7 @@ from typing import Any
 
 import pytest
 from _graphs import Env, build_graph, call
+from _pg import unavailable
 
 from langgraph_effects import EffectContext, Evidence, ProviderContract, effect
 from langgraph_effects.testing.faults import CrashPoint, scaled
@@ -75,7 +76,10 @@ def _private_dir() -> Path:
 def template() -> Iterator[Path]:
     """One ``initdb`` for the module; each case copies it."""
     if not _BINS:
-        pytest.skip("no PostgreSQL server binaries under /usr/lib/postgresql/*/bin")
+        unavailable(
+            "no PostgreSQL server binaries under /usr/lib/postgresql/*/bin",
+            "install the server package, e.g. postgresql-15",
+        )
     root = _private_dir()
     try:
         _pg("initdb", "-D", str(root / "data"), "-A", "trust", "-U", "postgres", "-N")
