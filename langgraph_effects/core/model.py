@@ -37,6 +37,7 @@ from langgraph_effects.errors import InvalidInput
 __all__ = [
     "APPROVED_BY_PREFIX",
     "CONVERGENT_WINDOW",
+    "REPLACED_BY_PREFIX",
     "TAKEOVER_PREFIX",
     "Decision",
     "EventKind",
@@ -54,6 +55,8 @@ __all__ = [
     "describe_actor",
     "key_retention_seconds",
     "reconciled_evidence",
+    "replaced_reason",
+    "replacement",
     "unvalidated",
     "utcnow",
 ]
@@ -461,6 +464,24 @@ class OperationDraft(_Frozen):
 
 _PAYLOAD_JSON = "_payload_json"
 
+REPLACED_BY_PREFIX = "replaced by "
+"""The rejection reason of an operation a reviewer's edit replaced: ``replaced by`` +
+the replacing operation's id (``replaced_reason``), as ledgers have always stored it."""
+
+
+def replaced_reason(operation_id: str, by: str) -> str:
+    """The rejection reason that records an edit by ``by`` replacing an operation with
+    ``operation_id`` (``replacement``'s inverse; ``Operation.replaced_by`` reads it)."""
+    return f"{REPLACED_BY_PREFIX}{operation_id} (edited by {by})"
+
+
+def replacement(error: str | None) -> str | None:
+    """The id of the operation a rejection reason says replaced it (``replaced_reason``);
+    None: not replaced."""
+    if error is None or not error.startswith(REPLACED_BY_PREFIX):
+        return None
+    return error.removeprefix(REPLACED_BY_PREFIX).split(" ", 1)[0] or None
+
 
 class Operation(_Frozen):
     """The ledger's current record of one operation (one row)."""
@@ -527,6 +548,12 @@ class Operation(_Frozen):
         """Who approved the first dispatch out of band (``Ledger.approve``, an operator's
         ``approve``): ``authorization_ref`` is then ``approved-by:NAME``. None: nobody."""
         return approver(self.authorization_ref)
+
+    @property
+    def replaced_by(self) -> str | None:
+        """The id of the operation that replaced this one when a reviewer edited the
+        call (rejected with ``replaced_reason``); None: not replaced."""
+        return replacement(self.error) if self.status is OperationStatus.REJECTED else None
 
     @property
     def owner(self) -> LeaseOwner | None:

@@ -44,6 +44,7 @@ from langgraph_effects.core.model import (
 from langgraph_effects.errors import EffectRejected, TransientProviderError
 
 __all__ = [
+    "RESEND_REFUSED",
     "Outcome",
     "ResendRisk",
     "Step",
@@ -57,7 +58,9 @@ __all__ = [
     "receipt_conflict",
     "recorded_contract",
     "recorded_receipt",
+    "refused_resend",
     "renewal_delay",
+    "resend_refused",
     "resend_risk",
     "resent_unanswered",
     "retry_allowed",
@@ -285,6 +288,25 @@ def earlier_attempt_ambiguous(op: Operation, events: Iterable[OperationEvent]) -
     events only on this rare path (``op.attempts > 1``).
     """
     return op.attempts > 1 and any(e.to_status is S.UNKNOWN for e in events)
+
+
+RESEND_REFUSED = "provider:resend_refused"
+"""The evidence source of a resend the provider refused definitively while an earlier
+attempt may have applied (``refused_resend``): the operation is ``unknown`` again."""
+
+
+def refused_resend(summary: str) -> Evidence:
+    """The evidence of a resend the provider refused while an earlier attempt may have
+    applied (``resend_refused`` reads it back)."""
+    return Evidence.inconclusive(summary, source=RESEND_REFUSED)
+
+
+def resend_refused(events: Sequence[OperationEvent]) -> bool:
+    """True when the operation last became ``unknown`` because the provider refused a
+    resend (``refused_resend``): only a person may order another resend, and the review
+    offers no retry."""
+    last = next((e for e in reversed(events) if e.to_status is S.UNKNOWN), None)
+    return last is not None and last.evidence is not None and last.evidence.source == RESEND_REFUSED
 
 
 def resent_unanswered(events: Sequence[OperationEvent]) -> bool:

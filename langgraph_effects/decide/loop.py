@@ -57,6 +57,7 @@ from langgraph_effects.core.model import (
     Prepared,
     Resolution,
     reconciled_evidence,
+    replaced_reason,
 )
 from langgraph_effects.core.plan import (
     Outcome,
@@ -68,6 +69,8 @@ from langgraph_effects.core.plan import (
     receipt_conflict,
     receipt_retry_delay,
     recorded_receipt,
+    refused_resend,
+    resend_refused,
     resent_unanswered,
 )
 from langgraph_effects.decide.actions import (
@@ -145,8 +148,6 @@ __all__ = ["Decide", "Loop", "recognised"]
 
 S = OperationStatus
 _MAX_STEPS = 64
-_RESEND_REFUSED = "provider:resend_refused"  # evidence source of a definitively refused resend
-_REPLACED = "replaced by "  # rejection reason of a call a reviewer edited
 _LATE_RECEIPT = "late receipt: the provider applied it after this worker's lease was taken over"
 RECEIPT_REFUSED = (StaleFencingToken, IllegalTransition, ConcurrentUpdate)
 """What the fence answers a receipt whose operation was taken over mid-flight."""
@@ -411,7 +412,7 @@ class Loop:
                         yield from self._late_answers(p, op)
                     return op
                 case Step.REPLAY_REJECTED:
-                    if op.error and op.error.startswith(_REPLACED):
+                    if op.replaced_by is not None:
                         # A reviewer edited this call: follow it to its replacement.
                         nxt = yield from self._follow_edit(p, op)
                         if nxt is not None:
@@ -681,7 +682,7 @@ class Loop:
                             op,
                             token,
                             f"the provider refused a resend: {error.reason}",
-                            source=_RESEND_REFUSED,
+                            refused=True,
                         )
                     )
                 new = yield from self._guarded(
@@ -855,20 +856,16 @@ class Loop:
         the node from its first line); one read, only on the rare safe-retry path.
         """
         events = yield from ledger(Events(op.key))
-        last = next((e for e in reversed(events) if e.to_status is S.UNKNOWN), None)
-        p.retry_forbidden = (
-            last is not None
-            and last.evidence is not None
-            and last.evidence.source == _RESEND_REFUSED
-        )
+        p.retry_forbidden = resend_refused(events)
         p.retried = not p.retry_forbidden and resent_unanswered(events)
         return p.retry_forbidden or p.retried
 
     def _back_to_unknown(
-        self, p: _Pass, op: Operation, token: int, summary: str, *, source: str = "provider"
+        self, p: _Pass, op: Operation, token: int, summary: str, *, refused: bool = False
     ) -> Generator[Action, Any, Operation]:
-        """Record a resend's refusal as inconclusive evidence; the operation is unknown again."""
-        evidence = Evidence.inconclusive(summary, source=source)
+        """Record a resend's refusal as inconclusive evidence; the operation is unknown again
+        (``refused``: the provider's definitive refusal, ``core.plan.refused_resend``)."""
+        evidence = refused_resend(summary) if refused else Evidence.inconclusive(summary)
         p.evidence.append(evidence)
         return (
             yield from self._guarded(
@@ -1421,7 +1418,7 @@ class Loop:
             Reject(
                 op.key,
                 token=None,
-                reason=f"{_REPLACED}{new_op.operation_id} (edited by {answer.by})",
+                reason=replaced_reason(new_op.operation_id, answer.by),
                 evidence=Evidence.rejected("edited by the reviewer", source="operator"),
                 actor=answer.by,
                 answer=mark,
@@ -1433,8 +1430,8 @@ class Loop:
         return new_op
 
     def _follow_edit(self, p: _Pass, op: Operation) -> Generator[Action, Any, Operation | None]:
-        assert op.error is not None
-        new_id = op.error[len(_REPLACED) :].split(" ", 1)[0]
+        new_id = op.replaced_by
+        assert new_id is not None
         if new_id == op.operation_id or new_id in p.edits_followed:
             return None  # a replacement met before in this pass: its rejection stands
         p.edits_followed.add(op.operation_id)

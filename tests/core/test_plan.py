@@ -12,11 +12,13 @@ from hypothesis import strategies as st
 from langgraph_effects.core.model import (
     Decision,
     EventKind,
+    Evidence,
     Operation,
     OperationEvent,
     OperationStatus,
     ProviderContract,
     key_retention_seconds,
+    replaced_reason,
 )
 from langgraph_effects.core.plan import (
     Outcome,
@@ -28,6 +30,8 @@ from langgraph_effects.core.plan import (
     operator_decisions,
     plan,
     recorded_contract,
+    refused_resend,
+    resend_refused,
     resend_risk,
     resent_unanswered,
     retry_allowed,
@@ -285,7 +289,25 @@ def test_what_an_operator_may_decide_follows_the_record() -> None:
         assert operator_decisions(op(status)) == ()
 
 
-def _event(kind: EventKind, frm: OperationStatus | None, to: OperationStatus) -> OperationEvent:
+def test_an_edited_call_names_its_replacement_on_its_rejected_record() -> None:
+    """A call a reviewer edited is rejected with a reason naming its replacement, read
+    back as ``replaced_by``; the text ledgers already hold reads the same; a rejection
+    for another reason, or a record not rejected, names none."""
+    edited = op(S.REJECTED, error=replaced_reason("lge-op-2", "ana"))
+    assert edited.replaced_by == "lge-op-2"
+    stored = op(S.REJECTED, error="replaced by lge-op-2 (edited by ana)")  # as written before
+    assert stored.replaced_by == "lge-op-2"
+    assert op(S.REJECTED, error="the provider refused it").replaced_by is None
+    assert op(S.REJECTED).replaced_by is None
+    assert op(S.UNKNOWN, error=replaced_reason("lge-op-2", "ana")).replaced_by is None
+
+
+def _event(
+    kind: EventKind,
+    frm: OperationStatus | None,
+    to: OperationStatus,
+    evidence: Evidence | None = None,
+) -> OperationEvent:
     return OperationEvent(
         tenant_id="t",
         operation_id="op",
@@ -294,7 +316,35 @@ def _event(kind: EventKind, frm: OperationStatus | None, to: OperationStatus) ->
         from_status=frm,
         to_status=to,
         actor="a",
+        evidence=evidence,
         at=NOW,
+    )
+
+
+def test_a_resend_the_provider_refused_is_read_from_the_last_unknown() -> None:
+    """The operation last became unknown because the provider refused a resend: that
+    evidence says so, and older ledgers' evidence (the same source) reads the same; an
+    unknown for another reason after it does not."""
+    refused = [
+        _event(EventKind.PREPARE, None, S.DISPATCHING),
+        _event(EventKind.MARK_UNKNOWN, S.DISPATCHING, S.UNKNOWN),
+        _event(EventKind.CLAIM, S.UNKNOWN, S.DISPATCHING),
+        _event(EventKind.MARK_UNKNOWN, S.DISPATCHING, S.UNKNOWN, refused_resend("no")),
+    ]
+    assert resend_refused(refused)
+    stored = Evidence.inconclusive("no", source="provider:resend_refused")  # as written before
+    assert resend_refused(
+        [*refused[:3], _event(EventKind.MARK_UNKNOWN, S.DISPATCHING, S.UNKNOWN, stored)]
+    )
+    assert not resend_refused(refused[:2])
+    later = Evidence.inconclusive("timed out", source="provider")
+    assert not resend_refused(
+        [
+            *refused,
+            _event(EventKind.RESOLVE, S.UNKNOWN, S.PREPARED),
+            _event(EventKind.CLAIM, S.PREPARED, S.DISPATCHING),
+            _event(EventKind.MARK_UNKNOWN, S.DISPATCHING, S.UNKNOWN, later),
+        ]
     )
 
 

@@ -23,7 +23,6 @@ from langgraph_effects.core.model import (
 )
 from langgraph_effects.core.plan import operator_decisions
 from langgraph_effects.decide.answers import NOT_APPLIED, REFUSED_NOTE, answer_digest
-from langgraph_effects.decide.loop import _REPLACED
 from langgraph_effects.decide.messages import TRACE_KEY
 from langgraph_effects.ledger.base import AsyncLedger, Ledger
 from langgraph_effects.review import APPROVAL_KIND, REVIEW_KIND
@@ -251,13 +250,11 @@ def _answered_first(messages: Sequence[AnyMessage]) -> set[str]:
 def _replaced(ops: Sequence[Operation]) -> dict[str, Operation]:
     """The operations a reviewer's edit replaced, by id -> the operation that replaced them."""
     by_id = {op.operation_id: op for op in ops}
-    moved = {}
-    for op in ops:
-        if op.status is S.REJECTED and op.error and op.error.startswith(_REPLACED):
-            new = by_id.get(op.error[len(_REPLACED) :].split(" ", 1)[0])
-            if new is not None:
-                moved[op.operation_id] = new
-    return moved
+    return {
+        op.operation_id: by_id[op.replaced_by]
+        for op in ops
+        if op.replaced_by is not None and op.replaced_by in by_id
+    }
 
 
 def _apply_edits(tally: _Tally, ops: Sequence[Operation]) -> None:
