@@ -1,12 +1,13 @@
 """A PostgreSQL failover is survived (issue 23): 0 duplicates, every write-ahead record kept.
 
-The test starts its own cluster on loopback, never the shared server: ``initdb``
+The test starts its own clusters on loopback, never the shared server: ``initdb``
 once per module into a temporary directory (as the ``postgres`` user when run as
 root, which ``initdb`` refuses), then per case a primary copied from it and a
 streaming standby made with ``pg_basebackup``, synchronous
-(``synchronous_standby_names = '*'``), each on a free port. The ledger and the
-saver share one pool on a multi-host URL (``host=a,b port=p,q
-target_session_attrs=read-write``), as ``docs/production-failover.md`` says.
+(``synchronous_standby_names = '*'``) as documented, or asynchronous for the one case
+that shows why not, each on a free port. The ledger and the saver share one pool on a
+multi-host URL (``host=a,b port=p,q target_session_attrs=read-write``), as
+``docs/production-failover.md`` says.
 
 A child process runs the graph and is SIGKILLed at a crash point (after the
 write-ahead record, after the provider, after the receipt); the primary is
@@ -15,6 +16,13 @@ write-ahead record is on the standby; the receipt committed relaxed
 (``synchronous_commit = off``) may or may not be. Another process (the test's
 own) resumes on the same URL, which now reaches the promoted standby: the fake
 CRM counts one effect and no duplicate at every point, a lost receipt reconciled.
+
+Where a loss must happen for certain, the primary's walsender is frozen (SIGSTOP)
+at the moment that matters and the primary's machine then dies (every process of it
+SIGKILLed, so the frozen walsender never sends again): a relaxed receipt the standby
+never received is reconciled and never resent, a ``"FULL"`` receipt waits for the
+standby and survives, and under an asynchronous standby an acknowledged write-ahead
+record is lost and the call sent again (the hazard the documentation warns of).
 
 The same template serves one more server, which checks passwords: a ledger opened
 with a wrong one fails at once with the server's reason (issue 23, finding 9).
@@ -26,12 +34,14 @@ import contextlib
 import glob
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import timedelta
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -40,9 +50,10 @@ from _graphs import Env, build_graph, call
 from _pg import unavailable
 
 from langgraph_effects import EffectContext, Evidence, ProviderContract, effect
+from langgraph_effects.ledger.base import Synchronous
 from langgraph_effects.testing.faults import CrashPoint, scaled
 from langgraph_effects.testing.providers import FakeCRM
-from langgraph_effects.testing.scenario import run_in_forked_child
+from langgraph_effects.testing.scenario import run_in_forked_child, start_forked_child
 
 CFG = {"configurable": {"thread_id": "t1"}}
 _BINS = sorted(glob.glob("/usr/lib/postgresql/*/bin"))
@@ -89,12 +100,14 @@ def template() -> Iterator[Path]:
 
 
 class Cluster:
-    """A primary and a synchronous streaming standby on loopback, in a temporary directory."""
+    """A primary and a streaming standby on loopback, in a temporary directory: synchronous
+    (``synchronous_standby_names = '*'``, as documented) unless ``synchronous=False``."""
 
-    def __init__(self, template: Path) -> None:
+    def __init__(self, template: Path, *, synchronous: bool = True) -> None:
         self.root = _private_dir()
         self.primary, self.standby = self.root / "primary", self.root / "standby"
         self.ports = (_free_port(), _free_port())
+        self.synchronous = synchronous
         self.running: list[Path] = []
         try:
             self._build(template)
@@ -104,7 +117,8 @@ class Cluster:
 
     def _build(self, template: Path) -> None:
         subprocess.run([*_AS_POSTGRES, "cp", "-a", str(template), str(self.primary)], check=True)
-        self._configure(self.primary, self.ports[0], "synchronous_standby_names = '*'")
+        names = "'*'" if self.synchronous else "''"
+        self._configure(self.primary, self.ports[0], f"synchronous_standby_names = {names}")
         self._start(self.primary)
         _pg(
             "pg_basebackup",
@@ -135,14 +149,24 @@ class Cluster:
     def _wait_sync(self) -> None:
         import psycopg
 
+        wanted = "sync" if self.synchronous else "async"
         deadline = time.monotonic() + scaled(20)
         with psycopg.connect(self.dsn(self.ports[0]), autocommit=True) as conn:
             while time.monotonic() < deadline:
                 row = conn.execute("SELECT sync_state FROM pg_stat_replication").fetchone()
-                if row is not None and row[0] == "sync":
+                if row is not None and row[0] == wanted:
                     return
                 time.sleep(0.05)
-        raise RuntimeError("the standby never became a synchronous standby")
+        raise RuntimeError(f"the standby never became an {wanted} standby")
+
+    def walsender(self) -> int:
+        """The pid of the primary's process that streams the log to the standby."""
+        import psycopg
+
+        with psycopg.connect(self.dsn(self.ports[0]), autocommit=True) as conn:
+            rows = conn.execute("SELECT pid FROM pg_stat_replication").fetchall()
+        assert len(rows) == 1, rows
+        return int(rows[0][0])
 
     @staticmethod
     def dsn(port: int) -> str:
@@ -163,6 +187,23 @@ class Cluster:
         self.running.remove(self.primary)
         _pg("pg_ctl", "-D", str(self.standby), "-w", "promote")
 
+    def lose_primary(self) -> None:
+        """The primary's machine dies: SIGKILL to the postmaster and every process of it at
+        once (a frozen walsender included, which could not act on ``pg_ctl``'s signal), so
+        what it never sent is never sent; then the standby is promoted."""
+        lines = (self.primary / "postmaster.pid").read_text().splitlines()
+        postmaster = int(lines[0])
+        assert os.getpgid(postmaster) == postmaster  # pg_ctl started it in a session of its own
+        os.killpg(postmaster, signal.SIGKILL)
+        self.running.remove(self.primary)
+        deadline = time.monotonic() + scaled(10)
+        while _alive_in_group(postmaster) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        shmid = lines[6].split()[1] if len(lines) > 6 else ""
+        if shmid.isdigit():  # the small System V segment a killed postmaster leaves behind
+            subprocess.run(["ipcrm", "-m", shmid], capture_output=True, check=False)
+        _pg("pg_ctl", "-D", str(self.standby), "-w", "promote")
+
     def close(self) -> None:
         for data in self.running:
             with contextlib.suppress(RuntimeError):  # already down: nothing to stop
@@ -170,17 +211,48 @@ class Cluster:
         shutil.rmtree(self.root, ignore_errors=True)
 
 
-@pytest.fixture
-def cluster(template: Path) -> Iterator[Cluster]:
-    made = Cluster(template)
+def _alive_in_group(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def freeze(pid: int) -> None:
+    """SIGSTOP ``pid`` and return once it is stopped (``T`` in ``/proc``)."""
+    os.kill(pid, signal.SIGSTOP)
+    deadline = time.monotonic() + scaled(5)
+    while Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "T":
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"process {pid} did not stop")
+        time.sleep(0.001)
+
+
+@contextlib.contextmanager
+def _cluster(template: Path, *, synchronous: bool) -> Iterator[Cluster]:
+    made = Cluster(template, synchronous=synchronous)
     try:
         yield made
     finally:
         made.close()
 
 
-def _close_tool(crm: FakeCRM) -> Any:
-    """Close a case: a reconciler, and a 24 h key window the CRM honours."""
+@pytest.fixture
+def cluster(template: Path) -> Iterator[Cluster]:
+    with _cluster(template, synchronous=True) as made:
+        yield made
+
+
+@pytest.fixture
+def async_cluster(template: Path) -> Iterator[Cluster]:
+    with _cluster(template, synchronous=False) as made:
+        yield made
+
+
+def _close_tool(crm: FakeCRM, *, then: Callable[[], None] | None = None) -> Any:
+    """Close a case: a reconciler, and a 24 h key window the CRM honours; ``then`` runs once
+    the CRM has answered, before the tool returns (before the receipt)."""
 
     def find(op: Any) -> Evidence:
         if crm.get_case(op.target)["closed_by"] == op.idempotency_key:
@@ -195,18 +267,32 @@ def _close_tool(crm: FakeCRM) -> Any:
     )
     def close_case(case_id: str, resolution: str, ctx: EffectContext) -> dict[str, Any]:
         """Close a CRM case."""
-        return crm.close_case(case_id, resolution, idempotency_key=ctx.idempotency_key)
+        closed = crm.close_case(case_id, resolution, idempotency_key=ctx.idempotency_key)
+        if then is not None:
+            then()
+        return closed
 
     return close_case
 
 
-def failover_run(url: str, crm_path: str, start: bool) -> dict[str, Any]:
-    """Run (``start``) or resume thread t1 on ``url``: ledger and saver on one pool."""
+def failover_run(
+    url: str,
+    crm_path: str,
+    start: bool,
+    receipts: Synchronous = "NORMAL",
+    freeze_after_provider: int | None = None,
+) -> dict[str, Any]:
+    """Run (``start``) or resume thread t1 on ``url``: ledger and saver on one pool, receipts
+    committed ``receipts``; ``freeze_after_provider``: a pid to SIGSTOP once the CRM answered."""
+    from langgraph_effects.ledger.postgres import PostgresLedger
+
     env = Env("postgres", "sync", url=url)
+    env.ledger = PostgresLedger(env.checkpointer.conn, receipt_synchronous=receipts)
     crm = FakeCRM(crm_path)
+    stop = None if freeze_after_provider is None else partial(freeze, freeze_after_provider)
     try:
         graph = build_graph(
-            [_close_tool(crm)],
+            [_close_tool(crm, then=stop)],
             [call("close_case", "call-a", case_id="A", resolution="fixed")],
             ledger=env.ledger,
             checkpointer=env.checkpointer,
@@ -214,6 +300,57 @@ def failover_run(url: str, crm_path: str, start: bool) -> dict[str, Any]:
         env.invoke(graph, {"messages": [("user", "close A")]} if start else None, CFG)
         ops = env.ops()
         return {"statuses": [o.status.value for o in ops], "attempts": [o.attempts for o in ops]}
+    finally:
+        crm.close()
+        env.close()
+
+
+def _caught_up(primary_dsn: str) -> None:
+    """Return once the standby has flushed all the log the primary had written when called."""
+    import psycopg
+
+    deadline = time.monotonic() + scaled(20)
+    with psycopg.connect(primary_dsn, autocommit=True) as conn:
+        written = conn.execute("SELECT pg_current_wal_lsn()").fetchone()
+        assert written is not None
+        target = written[0]
+        while time.monotonic() < deadline:
+            row = conn.execute(
+                "SELECT flush_lsn >= %s::pg_lsn FROM pg_stat_replication", (target,)
+            ).fetchone()
+            if row is not None and row[0]:
+                return
+            time.sleep(0.01)
+    raise RuntimeError("the standby never caught up")
+
+
+def unkeyed_run(url: str, crm_path: str, start: bool, primary: str, walsender: int) -> None:
+    """Run or resume thread t1: a close sent without an idempotency key (a provider that
+    keys nothing). Starting, the checkpoint that holds the model's tool call streams to the
+    standby, then the walsender is frozen before the ledger's first write for the call."""
+    crm = FakeCRM(crm_path)
+
+    @effect("crm.close_case", target=lambda a: a["case_id"])
+    def close_case(case_id: str, resolution: str) -> dict[str, Any]:
+        """Close a CRM case."""
+        return crm.close_case(case_id, resolution)
+
+    def before_the_ledger(request: Any, execute: Callable[[Any], Any]) -> Any:
+        if start:
+            _caught_up(primary)
+            freeze(walsender)
+        return execute(request)
+
+    env = Env("postgres", "sync", url=url)
+    try:
+        graph = build_graph(
+            [close_case],
+            [call("close_case", "call-a", case_id="A", resolution="fixed")],
+            ledger=env.ledger,
+            checkpointer=env.checkpointer,
+            node_kwargs={"wrap_tool_call": before_the_ledger},
+        )
+        env.invoke(graph, {"messages": [("user", "close A")]} if start else None, CFG)
     finally:
         crm.close()
         env.close()
@@ -254,6 +391,125 @@ def test_a_failover_at_each_crash_point_keeps_the_write_ahead_and_sends_once(
     with FakeCRM(crm_path) as crm:
         assert crm.effects == 1
         assert crm.duplicates == 0
+
+
+def _primary_waits(cluster: Cluster, event: str) -> bool:
+    """A backend of the primary waits for ``event`` (``SyncRep``: a commit waiting for the
+    synchronous standby) in a statement of the ledger."""
+    import psycopg
+
+    with psycopg.connect(Cluster.dsn(cluster.ports[0]), autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event = %s AND query LIKE %s",
+            (event, "%lge_operations%"),
+        ).fetchone()
+    return row is not None and row[0] > 0
+
+
+@pytest.mark.slow
+def test_a_relaxed_receipt_the_standby_never_received_is_reconciled_never_resent(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """The documented settings (a synchronous standby, receipts ``"NORMAL"``), the loss made
+    certain: the primary's walsender is frozen once the CRM answered, so the receipt commits
+    on the primary alone (it does not wait for the standby); the worker is killed after the
+    receipt, the primary's machine dies (every process SIGKILLed, nothing more streamed), the
+    standby is promoted. The write-ahead record is there, the receipt is not; the resume
+    takes the call over and reconciles it: one closure, the CRM asked once more (the lookup),
+    nothing resent.
+
+    The primary's walsender, not the standby's walreceiver: a frozen receiver still gets
+    what the primary sent into its socket's buffer, and writes it once it runs again."""
+    crm_path = tmp_path / "crm.db"
+    FakeCRM(crm_path).close()
+    died = run_in_forked_child(
+        failover_run,
+        *(cluster.url, str(crm_path), True, "NORMAL", cluster.walsender()),
+        crash_at=CrashPoint.AFTER_RECEIPT,
+        mode="kill",
+    )
+    assert died.crashed_at == CrashPoint.AFTER_RECEIPT, died.error  # the receipt committed
+    cluster.lose_primary()
+
+    assert _records(cluster.url) == ["dispatching"]  # the write-ahead kept, the receipt lost
+    resumed = failover_run(cluster.url, str(crm_path), False)
+    assert resumed == {"statuses": ["confirmed"], "attempts": [1]}
+    with FakeCRM(crm_path) as crm:
+        stats = crm.stats()
+    assert (stats.effects, stats.duplicates, stats.replays) == (1, 0, 0)  # acted once, no resend
+    assert stats.requests == 2  # the close, then the reconciler's lookup
+
+
+@pytest.mark.slow
+def test_a_full_receipt_waits_for_the_standby_and_survives_the_failover(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """The same schedule with receipts ``"FULL"``: with the walsender frozen the receipt's
+    commit waits for the standby (``SyncRep``) and the worker never gets past it; thawed, it
+    streams, the commit returns, the worker is killed after the receipt and the primary's
+    machine dies. The promoted standby holds the receipt: the resume replays it, the CRM is
+    not asked again."""
+    crm_path = tmp_path / "crm.db"
+    FakeCRM(crm_path).close()
+    walsender = cluster.walsender()
+    child = start_forked_child(
+        failover_run,
+        *(cluster.url, str(crm_path), True, "FULL", walsender),
+        crash_at=CrashPoint.AFTER_RECEIPT,
+        mode="kill",
+    )
+    try:
+        deadline = time.monotonic() + scaled(30)
+        while not _primary_waits(cluster, "SyncRep"):
+            assert child.process.is_alive(), "the worker got past the receipt's commit"
+            assert time.monotonic() < deadline, "the receipt's commit never waited"
+            time.sleep(0.02)
+        time.sleep(0.3)  # still waiting: the commit blocks while nothing streams
+        assert child.process.is_alive()
+        assert _primary_waits(cluster, "SyncRep")
+    finally:
+        os.kill(walsender, signal.SIGCONT)
+    died = child.wait()
+    assert died.crashed_at == CrashPoint.AFTER_RECEIPT, died.error
+    cluster.lose_primary()
+
+    assert _records(cluster.url) == ["confirmed"]  # the receipt is on the promoted standby
+    resumed = failover_run(cluster.url, str(crm_path), False)
+    assert resumed == {"statuses": ["confirmed"], "attempts": [1]}
+    with FakeCRM(crm_path) as crm:
+        stats = crm.stats()
+    assert (stats.effects, stats.duplicates, stats.replays, stats.requests) == (1, 0, 0, 1)
+
+
+@pytest.mark.slow
+def test_an_asynchronous_standby_can_lose_an_acknowledged_write_ahead_record_and_sends_again(
+    async_cluster: Cluster, tmp_path: Path
+) -> None:
+    """Why ``docs/production-failover.md`` calls an asynchronous standby (``synchronous_standby_
+    names = ''``) unsafe for effects, shown: the checkpoint holding the model's tool call has
+    streamed; the walsender is frozen; the write-ahead record and the claim commit on the
+    primary alone (acknowledged: nothing waits for the standby), the CRM acts, the worker is
+    killed after the provider and the primary's machine dies. The promoted standby has the
+    tool call and no record of it: the resume sends it again. A provider without a key closes
+    the case twice (one honouring the key inside its window would answer from it)."""
+    crm_path = tmp_path / "crm.db"
+    FakeCRM(crm_path).close()
+    primary = Cluster.dsn(async_cluster.ports[0])
+    walsender = async_cluster.walsender()
+    died = run_in_forked_child(
+        unkeyed_run,
+        *(async_cluster.url, str(crm_path), True, primary, walsender),
+        crash_at=CrashPoint.AFTER_PROVIDER,
+        mode="kill",
+    )
+    assert died.crashed_at == CrashPoint.AFTER_PROVIDER, died.error
+    async_cluster.lose_primary()
+
+    assert _records(async_cluster.url) == []  # the acknowledged write-ahead record is gone
+    unkeyed_run(async_cluster.url, str(crm_path), False, primary, walsender)
+    assert _records(async_cluster.url) == ["confirmed"]
+    with FakeCRM(crm_path) as crm:
+        assert (crm.effects, crm.duplicates) == (2, 1)  # sent again: the hazard, as documented
 
 
 def test_a_wrong_password_fails_at_once_naming_the_cause(template: Path) -> None:
