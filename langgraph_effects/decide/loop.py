@@ -1118,11 +1118,17 @@ class Loop:
                 user=call.user,
                 anonymous=self.anonymous_answers,
             )
-            if kind == "approval" and op.attempts > 0 and answer.decision is not Decision.APPROVE:
-                # The approval was followed and the call sent: too late to change it.
+            if (
+                kind == "approval"
+                and op.attempts > 0
+                and (answer.decision is not Decision.APPROVE or answer.edited_args is not None)
+            ):
+                # The approval was followed and the call sent: too late to change it (an
+                # edit would reject it as replaced, though its attempt may have acted).
+                word = "an edit" if answer.edited_args is not None else repr(answer.decision.value)
                 raise InvalidAnswer(
                     f"operation {op.operation_id!r} was approved and sent already; "
-                    f"{answer.decision.value!r} cannot apply to its approval now (an operator "
+                    f"{word} cannot apply to its approval now (an operator "
                     "may decide it once it is unknown): answer approve",
                     operation_id=op.operation_id,
                 )
@@ -1154,9 +1160,12 @@ class Loop:
                 # A person's answer to the approval an operator decided meanwhile (out of
                 # band): the last word before dispatch, applied as any other answer.
                 kind = "approval"
-            value = yield Ask(request, schema, held=held)
+            # Once sent, the call is asked nothing here: a logged answer LangGraph lost with
+            # a crash (nothing held at its place) leaves the record as it is, never a new
+            # question only "approve" (or "retry") could answer.
+            value = yield Ask(request, schema, held=held or not unsent)
             if value is None:
-                return None  # taken by another task meanwhile
+                return None  # nothing held (or taken by another task meanwhile)
             answer = answer_of(value)
             if held:
                 if answer is None:

@@ -451,3 +451,102 @@ def test_an_edit_given_again_after_a_crash_sends_the_edited_call_once(
     statuses = sorted((op.status.value, op.payload["resolution"]) for op in env.ops())
     assert statuses == [("confirmed", "x"), ("rejected", "fixed")]
     assert [m.status for m in tool_messages(out)] == ["success"]
+
+
+def keyed_gated_graph(env: Env, crm: FakeCRM) -> Any:
+    """One call that needs approval, sent under the CRM's idempotency key (a safe resend
+    within 24 h); its first response is lost (the CRM acted) and its reconciler sees
+    nothing."""
+    from datetime import timedelta
+
+    from langgraph_effects import ProviderContract
+
+    @effect(
+        "crm.close_case",
+        target=lambda a: a["case_id"],
+        require_approval=True,
+        reconcile=lambda op: Evidence.inconclusive("the CRM's search shows nothing yet"),
+        contract=ProviderContract(idempotency_window=timedelta(hours=24)),
+    )
+    def close_case(case_id: str, resolution: str, ctx: EffectContext) -> dict[str, Any]:
+        """Close a CRM case (a person approves first)."""
+        return crm.close_case(case_id, resolution, idempotency_key=ctx.idempotency_key)
+
+    crm.faults.script([Fault.LOSE_RESPONSE])
+    return build_graph(
+        [close_case],
+        [call("close_case", "call-a", case_id="A", resolution="fixed")],
+        ledger=env.ledger,
+        checkpointer=env.checkpointer,
+    )
+
+
+def approved_sent_and_lost(env: Env, crm: FakeCRM) -> tuple[Any, Any]:
+    """Approve the call; it is sent, its response lost (unknown), and the process dies
+    while reconciling, before LangGraph saved the approve: the graph, and the approval
+    LangGraph shows again."""
+    from langgraph_effects.testing.faults import CrashPlan, CrashPoint, InjectedCrash
+
+    graph = keyed_gated_graph(env, crm)
+    env.invoke(graph, {"messages": [("user", "close A")]}, CFG)
+    [pending] = interrupts(env, graph)
+    with CrashPlan.arm(CrashPoint.DURING_RECONCILE), pytest.raises(InjectedCrash):
+        env.invoke(graph, answer_in("hitl", "approve", pending), CFG)
+    assert crm.effects == 1
+    [again] = interrupts(env, graph)
+    assert again.value["operation_id"] == pending.value["operation_id"]  # the answer was lost
+    op = env.ledger_call("get", "default", pending.value["operation_id"])
+    assert (op.status, op.attempts) == (S.UNKNOWN, 1)
+    return graph, again
+
+
+@pytest.mark.parametrize(
+    "env", [("sqlite", "sync"), ("postgres", "async")], indirect=True, ids=["sqlite", "pg-async"]
+)
+def test_an_approval_answered_again_after_a_crash_past_the_dispatch_asks_nothing_more(
+    env: Env, crm: FakeCRM
+) -> None:
+    """The approve was logged and the call sent when the process died; LangGraph shows the
+    approval again and the person approves it again (echoing its request id, so another
+    value than the logged one). The call was sent: it is never asked about as an approval
+    again (a question only "approve" could answer, shown for an operation that is unknown);
+    the safe resend under the key settles it, the CRM acting once (campaign seed 1624,
+    where the question was then answered with an edit that rejected the sent call)."""
+    graph, again = approved_sent_and_lost(env, crm)
+    op_id = again.value["operation_id"]
+    out = env.invoke(graph, answer_in("echoed", "approve", again), CFG)
+    assert interrupts(env, graph) == []
+    assert crm.effects == 1
+    op = env.ledger_call("get", "default", op_id)
+    assert (op.status, op.attempts) == (S.CONFIRMED, 2)
+    [message] = tool_messages(out)
+    assert message.status == "success"
+    env.invoke(graph, None, CFG)
+    assert crm.effects == 1
+
+
+@pytest.mark.parametrize(
+    "env", [("sqlite", "sync"), ("postgres", "async")], indirect=True, ids=["sqlite", "pg-async"]
+)
+def test_an_edit_of_an_approval_shown_again_after_the_call_was_sent_is_refused(
+    env: Env, crm: FakeCRM
+) -> None:
+    """The approval LangGraph shows again after the crash is answered with an edit: the
+    call was sent already (its attempt may have acted), so the edit cannot replace it (it
+    would record the sent call as rejected): refused in words, asked again; approve then
+    lets the safe resend settle it, the CRM acting once, nothing rejected."""
+    graph, again = approved_sent_and_lost(env, crm)
+    op_id = again.value["operation_id"]
+    edit = {
+        "type": "edit",
+        "edited_action": {"name": "close_case", "args": {"case_id": "A", "resolution": "x"}},
+    }
+    env.invoke(graph, Command(resume={"decisions": [edit], "by": "ana"}), CFG)
+    [told] = interrupts(env, graph)
+    assert told.value["operation_id"] == op_id
+    assert "was approved and sent already; an edit cannot apply" in told.value["notice"]
+    assert [op.operation_id for op in env.ops()] == [op_id]
+    env.invoke(graph, answer_in("hitl", "approve", told), CFG)
+    assert interrupts(env, graph) == []
+    assert crm.effects == 1
+    assert [(op.operation_id, op.status) for op in env.ops()] == [(op_id, S.CONFIRMED)]
