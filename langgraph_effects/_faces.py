@@ -46,6 +46,7 @@ from langgraph_effects.decide import (
     noticed,
     recorded_command,
     settled_answer,
+    thread,
     tool_message,
     traced,
 )
@@ -98,7 +99,11 @@ def places(tool_calls: Sequence[ToolCall]) -> list[int]:
 
 
 def add_operations(left: list[str] | None, right: list[str] | None) -> list[str]:
-    """Reducer of ``effect_operations``: append new ids, keep order, no duplicates."""
+    """Reducer of ``effect_operations``: append new ids, keep order, no duplicates.
+
+    LangGraph calls it on the thread that runs the graph, where a DurabilityWarning
+    kept by a worker thread finds the user's line (``decide.thread.flush``)."""
+    thread.flush()
     out = list(left or [])
     seen = set(out)
     for op_id in right or []:

@@ -63,6 +63,7 @@ from langgraph_effects.decide import (
     warn_durability,
 )
 from langgraph_effects.decide.identity import timeline_of
+from langgraph_effects.decide.thread import caller_site
 from langgraph_effects.decide.turns import Turns
 from langgraph_effects.effects import effect_spec
 from langgraph_effects.errors import EffectsError
@@ -460,11 +461,12 @@ class EffectToolNode(ToolNode):
         task = self._task_of(input)
         token = _TASK.set(task)
         try:
-            if task is not None and task.state_input:
-                self._prepare(task, task_id_of(_runtime()), config or {})
-                if self.approvals == "batched":
-                    self.runner.ask_approvals(list(task.calls.values()))
-            return super().invoke(input, config, **kwargs)
+            with caller_site(config if task is not None else None):
+                if task is not None and task.state_input:
+                    self._prepare(task, task_id_of(_runtime()), config or {})
+                    if self.approvals == "batched":
+                        self.runner.ask_approvals(list(task.calls.values()))
+                return super().invoke(input, config, **kwargs)
         except _Unhandled as exc:
             error = exc.error
         finally:

@@ -18,6 +18,8 @@ from contextvars import ContextVar
 from types import FrameType
 from typing import Any
 
+from langgraph.pregel import Pregel
+
 from langgraph_effects.errors import InvalidInput, TenantMismatch
 
 __all__ = [
@@ -25,8 +27,10 @@ __all__ = [
     "NO_THREAD",
     "OPERATIONS_KEY",
     "DurabilityWarning",
+    "caller_site",
     "checked_tenant",
     "durability_chosen",
+    "flush",
     "tenant_request",
     "warn_durability",
 ]
@@ -65,58 +69,94 @@ _INTERNAL = frozenset(
     | {"concurrent", "threading", "asyncio", "contextvars", "contextlib", "functools"}
 )
 """Top-level packages whose frames sit between the user's ``invoke`` and the warning."""
+_LOOPS = frozenset({Pregel.stream.__code__, Pregel.astream.__code__})
+"""Where a graph's loop runs (``invoke`` and ``ainvoke`` run it there): the thread, or the
+asyncio task, whose stack holds one of them is the one that ran the graph."""
 
 
-def _internal(frame: FrameType) -> bool:
-    return str(frame.f_globals.get("__name__", "")).split(".")[0] in _INTERNAL
+def _package(frame: FrameType) -> str:
+    return str(frame.f_globals.get("__name__", "")).split(".")[0]
 
 
-def _user_site() -> tuple[str, int, dict[str, Any]] | None:
-    """The user's line that ran the graph (file, line, module globals): the first frame
-    outside this package, LangGraph, LangChain and the machinery between them. LangGraph
-    runs tool calls in worker threads; then it is the frame that called into LangGraph in
-    the one other thread waiting inside it. None when that is not one frame (several
-    graphs at once).
+Site = tuple[str, int, dict[str, Any]]
+"""A line of the user's code: its file, its line number, its module's globals."""
 
-    Another thread's frames are read only while this thread keeps the GIL (a switch
-    interval far longer than the walk): on CPython 3.11 a frame that its thread pops
-    meanwhile crashes the process when its ``f_back`` is read (seen in CI)."""
-    frame: FrameType | None = sys._getframe(1)
-    while frame is not None and _internal(frame):
-        frame = frame.f_back
-    if frame is not None:
-        return frame.f_code.co_filename, frame.f_lineno, frame.f_globals
-    me = threading.get_ident()
-    interval = sys.getswitchinterval()
-    sys.setswitchinterval(60.0)
-    try:
-        found = []
-        for ident, inner in sys._current_frames().items():
-            seen_langgraph = False
-            walk: FrameType | None = inner
-            while walk is not None and _internal(walk):
-                name = str(walk.f_globals.get("__name__", ""))
-                seen_langgraph = seen_langgraph or name.startswith("langgraph.")
-                walk = walk.f_back
-            if ident != me and walk is not None and seen_langgraph:
-                found.append((walk.f_code.co_filename, walk.f_lineno, walk.f_globals))
-        return found[0] if len(found) == 1 else None
-    finally:
-        sys.setswitchinterval(interval)
+_site: ContextVar[Site | None] = ContextVar("lge_user_site", default=None)
+"""The user's line that ran the graph, taken on the thread that ran it (``caller_site``)."""
+_pending: str | None = None
+"""The warning's message, kept until a thread that ran the graph emits it (``flush``)."""
+_pending_lock = threading.Lock()
 
 
-def warn_durability(config: Mapping[str, Any] | None) -> None:
-    """Warn once per process when the graph's durability lets tool-call ids change; the
-    warning names the user's line that ran the graph (``_user_site``)."""
-    global _durability_warned
+def _user_site(frame: FrameType | None) -> Site | None:
+    """The user's line that ran the graph or called this package, when this thread's
+    stack from ``frame`` outward has it: the first frame outside this package, LangGraph,
+    LangChain and the machinery between them, if the frames inside it run a graph's loop
+    (``_LOOPS``: the caller of ``invoke``, of ``stream``, or of ``run_until_complete`` on
+    ``ainvoke``) or it called this package (``run_effect`` in a task). None in LangGraph's
+    worker threads and node tasks: there it is a thread's or an event loop's starter.
+
+    Only this thread's own stack is walked, never another thread's: on CPython 3.11
+    reading ``f_back`` of a frame that its thread pops meanwhile crashes the process
+    (seen in CI when this walked ``sys._current_frames()``)."""
+    loop = False
+    inner = ""
+    while frame is not None and (package := _package(frame)) in _INTERNAL:
+        loop = loop or frame.f_code in _LOOPS
+        inner, frame = package, frame.f_back
+    if frame is None or not (loop or inner == "langgraph_effects"):
+        return None
+    return frame.f_code.co_filename, frame.f_lineno, frame.f_globals
+
+
+def _would_warn(config: Mapping[str, Any] | None) -> str | None:
+    """The durability ``warn_durability`` warns of for a run of ``config`` (None: it warns
+    of nothing, or has warned already)."""
     if _durability_warned or config is None or _durability_deliberate.get():
-        return
+        return None
     # LangGraph leaves the key out when ``durability`` is not passed, and then
     # runs with its default, "async" (so does LangGraph Server).
     conf = config.get("configurable", {})
     mode = conf.get("__pregel_durability") or "async"
     if mode == "sync" or conf.get("__pregel_checkpointer") is None:
-        return  # saved before the tools run, or nothing saved (NoCheckpointerWarning)
+        return None  # saved before the tools run, or nothing saved (NoCheckpointerWarning)
+    return str(mode)
+
+
+@contextlib.contextmanager
+def caller_site(config: Mapping[str, Any] | None) -> Iterator[None]:
+    """Run by a face where it first sees a run, before ToolNode hands the run's calls to
+    its worker threads: the user's line is taken here, on this thread, into a context
+    variable they inherit (ToolNode's executor copies the context). Only a sync node can
+    find it (LangGraph runs a step's only task on the caller's thread, but every async
+    node in a task of its own). Nothing is walked once the process has warned, or when
+    the run would not warn."""
+    if _site.get() is not None or _would_warn(config) is None:
+        yield
+        return
+    token = _site.set(_user_site(sys._getframe(1)))
+    try:
+        yield
+    finally:
+        _site.reset(token)
+
+
+def warn_durability(config: Mapping[str, Any] | None) -> None:
+    """Warn once per process when the graph's durability lets tool-call ids change.
+
+    The warning names the user's line that ran the graph: the one a face took on the
+    thread that ran it (``caller_site``), else the one on this thread's stack. In a
+    thread or a task of LangGraph's that has neither (a step of several tasks: the
+    calls ``route_tool_calls`` or ``create_agent`` send; every async node), the
+    message is kept and emitted by the next thread that finds the user's line on its
+    own stack (``flush``): LangGraph applies a step's writes to the state, and so
+    calls the ``effect_operations`` reducer, on the thread that runs the graph (at the
+    end of this step; of a later one when this step's call interrupts).
+    """
+    global _durability_warned, _pending
+    mode = _would_warn(config)
+    if mode is None:
+        return
     _durability_warned = True
     message = (
         f"langgraph-effects: this graph runs with durability={mode!r}. A crash before the "
@@ -132,10 +172,29 @@ def warn_durability(config: Mapping[str, Any] | None) -> None:
             "the steps that delivered its answer are never saved (docs/limits.md). Give such "
             "effects an intent_key per request, or use durability='sync'."
         )
-    user = _user_site()
+    user = _site.get() or _user_site(sys._getframe(1))
     if user is None:
-        warnings.warn(message, DurabilityWarning, stacklevel=3)
+        _pending = message
+    else:
+        _warn_at(user, message)
+
+
+def flush() -> None:
+    """Emit the kept warning (``warn_durability``) if this thread's stack has the user's
+    line that ran the graph; else keep it. Cheap when nothing is kept."""
+    global _pending
+    if _pending is None or _durability_deliberate.get():
         return
+    user = _user_site(sys._getframe(1))
+    if user is None:
+        return
+    with _pending_lock:
+        message, _pending = _pending, None
+    if message is not None:
+        _warn_at(user, message)
+
+
+def _warn_at(user: Site, message: str) -> None:
     filename, lineno, user_globals = user
     warnings.warn_explicit(
         message,
