@@ -17,8 +17,8 @@ import sqlite3
 import sys
 import tempfile
 import uuid
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -188,6 +188,42 @@ def open_saver(directory: Path, pg: str | None) -> Iterator[Any]:
             yield saver
 
 
+@asynccontextmanager
+async def open_async_ledger(directory: Path, pg: str | None) -> AsyncIterator[Any]:
+    """``open_ledger`` for an async graph: the same ledger, through its async class."""
+    if pg is None:
+        from langgraph_effects import AsyncSQLiteLedger
+
+        async with AsyncSQLiteLedger.from_conn_string(str(directory / "effects.db")) as ledger:
+            await ledger.setup()
+            yield ledger
+    else:
+        from langgraph_effects import AsyncPostgresLedger
+
+        async with AsyncPostgresLedger.from_conn_string(pg) as ledger:
+            await ledger.setup()
+            yield ledger
+
+
+@asynccontextmanager
+async def open_async_saver(directory: Path, pg: str | None) -> AsyncIterator[Any]:
+    """``open_saver`` for an async graph (``ainvoke``): LangGraph's async checkpointer."""
+    if pg is None:
+        import aiosqlite
+        from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+
+        async with aiosqlite.connect(directory / "checkpoints.db") as conn:
+            saver = AsyncSqliteSaver(conn)
+            await saver.setup()
+            yield saver
+    else:
+        from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+
+        async with AsyncPostgresSaver.from_conn_string(pg) as pg_saver:
+            await pg_saver.setup()
+            yield pg_saver
+
+
 def ledger_url(directory: Path, pg: str | None) -> str:
     """The ledger as the ``langgraph-effects`` CLI names it (``--db``)."""
     return pg if pg is not None else f"sqlite:///{directory / 'effects.db'}"
@@ -269,6 +305,22 @@ def narrate(graph: Any, graph_input: Any, config: dict[str, Any]) -> list[Any]:
     return interrupts
 
 
+async def anarrate(graph: Any, graph_input: Any, config: dict[str, Any]) -> list[Any]:
+    """``narrate`` for an async graph (``astream``)."""
+    interrupts: list[Any] = []
+    stream = graph.astream(graph_input, config, stream_mode="updates", durability="sync")
+    async for chunk in stream:
+        for node, update in chunk.items():
+            if node == "__interrupt__":
+                interrupts.extend(update)
+                print("  [interrupt] the graph waits for a person (see the request below)")
+                continue
+            messages = update.get("messages", []) if isinstance(update, dict) else []
+            for message in messages:
+                print(f"  [{node}] {describe(message)}")
+    return interrupts
+
+
 def describe(message: BaseMessage) -> str:
     """One line for a message: tool calls, a tool result, or the text."""
     if isinstance(message, AIMessage) and message.tool_calls:
@@ -277,7 +329,7 @@ def describe(message: BaseMessage) -> str:
             for c in message.tool_calls
         )
         return f"model proposes {calls}"
-    text = str(message.content)
+    text = message.text if isinstance(message.content, list) else str(message.content)
     text = text if len(text) <= 160 else text[:157] + "..."
     if isinstance(message, ToolMessage):
         flag = " (error)" if message.status == "error" else ""

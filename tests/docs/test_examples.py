@@ -60,6 +60,22 @@ DEFAULT_RUN: dict[str, list[str]] = {
         r"CRM closures of case-318: 1\n",
         r"OK: the effect happened exactly once",
     ],
+    "mcp_tools": [
+        r"plain create_agent \(control\)\s+2\s+-",
+        r"mcp_effects \+ EffectMiddleware\s+1\s+confirmed",
+        r"mark_unknown\s+dispatching -> unknown\s+by takeover by process \d+",
+        r"resolve\s+unknown -> confirmed\s+by on-call policy",
+        r"OK: killed after the server acted; one ticket with mcp_effects, two without",
+    ],
+    "provider_presets": [
+        r"stripe\.charge: prepare\(ledger\) -> claim\(process \d+\) -> mark_unknown\(process "
+        r"\d+\) -> evidence\(preset:stripe\) -> claim\(process \d+\) -> confirm\(receipt\)",
+        r"sendgrid\.send: prepare\(ledger\) -> claim\(process \d+\) -> mark_unknown\(process "
+        r"\d+\) -> resolve\(preset:sendgrid\)",
+        r"charges of cus_1042 at Stripe: 1 \(first responses replayed: 1\)",
+        r"receipts SendGrid sent to ana@example\.com: 1\n",
+        r"OK: each effect happened exactly once",
+    ],
 }
 
 
@@ -74,6 +90,12 @@ RESUMED_OK: dict[str, list[str]] = {
     "outbox_notify": [r"messages the provider sent: 1 ", r": sent, receipt (accepted|delivered)"],
     "email_verification": [r"final_state: verified", r"verification_requests_received: 1\n"],
     "functional_api": [r"CRM closures of case-318: 1\n", r"OK: the effect happened exactly once"],
+    "mcp_tools": [r"tickets the server opened: 1\n", r"OK: the effect happened exactly once"],
+    "provider_presets": [
+        r"charges of cus_1042 at Stripe: 1 ",
+        r"receipts SendGrid sent to ana@example\.com: 1\n",
+        r"OK: each effect happened exactly once",
+    ],
 }
 NOT_REACHED = 3
 
@@ -212,6 +234,8 @@ PG_CRASHES = [
     ("outbox_notify", "after_send"),
     ("email_verification", "after_request"),
     ("functional_api", "after_provider"),
+    ("mcp_tools", "after_provider"),
+    ("provider_presets", "after_claim:2"),
 ]
 
 
