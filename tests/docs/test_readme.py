@@ -103,6 +103,51 @@ def test_readme_create_agent_with_hitl_asks_once(tmp_path: Path, with_hitl: bool
     assert "anonymous" in actors  # no server authenticated the approver
 
 
+def test_readme_mcp_tools_act_once(tmp_path: Path) -> None:
+    """The MCP block, run inside a session with the real test server (FastMCP over stdio,
+    through langchain-mcp-adapters): the read-only lookup stays plain (no record), the
+    unannotated create_ticket is an effect that acts once, and a resume acts no more."""
+    import asyncio
+    import textwrap
+
+    from _mcp_child import CFG, CREATE, acted, connection
+    from langchain.agents import create_agent
+    from langchain_mcp_adapters.client import MultiServerMCPClient
+
+    from langgraph_effects import EffectMiddleware
+
+    effects = tmp_path / "effects.jsonl"
+    ledger = InMemoryLedger()
+    ledger.setup()
+    find = {"name": "find_tickets", "args": {"title": "printer"}, "id": "f1"}
+    body = "async def readme(session):\n" + textwrap.indent(python_block("### MCP tools"), "    ")
+    namespace: dict[str, Any] = {
+        "create_agent": create_agent,
+        "EffectMiddleware": EffectMiddleware,
+        "model": ScriptedChatModel(plan=[[CREATE, find]]),
+        "saver": InMemorySaver(),
+        "ledger": ledger,
+    }
+    exec(compile(body + "    return tools, agent\n", str(README), "exec"), namespace)
+
+    async def main() -> dict[str, str]:
+        async with MultiServerMCPClient({"tickets": connection(effects)}).session("tickets") as s:
+            tools, agent = await namespace["readme"](s)
+            await agent.ainvoke({"messages": [("user", "go")]}, CFG, durability="sync")
+            await agent.ainvoke(None, CFG, durability="sync")
+            return {t.name: type(t).__name__ for t in tools}
+
+    kinds = asyncio.run(main())
+    assert kinds == {
+        "find_tickets": "StructuredTool",  # readOnlyHint: plain
+        "create_ticket": "EffectTool",
+        "set_priority": "EffectTool",
+    }
+    assert [e["tool"] for e in acted(effects)] == ["create_ticket"]
+    [op] = ledger.list(tenant_id="default")
+    assert (op.action, op.status) == ("tickets.create_ticket", OperationStatus.CONFIRMED)
+
+
 def test_readme_reads_in_ten_minutes() -> None:
     """At most 300 lines and 2,500 words (the rest is in docs/), its contents before the
     commands, every section it starts with there."""
