@@ -178,9 +178,11 @@ class Answers:
 
         LangGraph keeps a resume given by position (``Command(resume=value)``)
         after it was handed out, and hands it to the next ``interrupt()`` that
-        finds no value of its own, in a later run resumed by interrupt id: an
-        answer to an earlier question, shown to nobody as this one. Its digest
-        is one the ledger logged; it is not applied again.
+        finds no value of its own in a later run (one resumed by interrupt id
+        drops it first: ``drive._given_by_position``; one resumed without a value,
+        after a crash, does not): an answer to an earlier question, shown to
+        nobody as this one. Its digest is one the ledger logged; it is not
+        applied again.
         """
         return (
             mark is not None and not self.next_is(mark) and mark.rpartition(":")[2] in self.applied

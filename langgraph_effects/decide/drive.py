@@ -514,6 +514,9 @@ _SCRATCHPAD = "__pregel_scratchpad"
 """Where LangGraph keeps a task's resume values in its ``configurable`` (a private key)."""
 _CHECKPOINT_NS = "checkpoint_ns"
 """The task's namespace in its ``configurable``, which its interrupt ids hash."""
+_RESUME_MAP = "__pregel_resume_map"
+"""Where LangGraph keeps a ``Command(resume={interrupt_id: value})``'s map in the run's
+``configurable`` (a private key)."""
 
 
 def _interrupt(request: dict[str, Any], schema: Any) -> Any:
@@ -539,6 +542,9 @@ def _interrupt(request: dict[str, Any], schema: Any) -> Any:
             raise
 
     checked = Annotated[schema, WrapValidator(keep)]
+    pad = _scratchpad()
+    if pad is not None:
+        _given_by_position(pad)  # an earlier run's, in a run resumed by id: dropped
     try:
         return interrupt(request, response_schema=checked)
     except ValidationError as exc:
@@ -576,7 +582,35 @@ def _holds_values() -> bool:
     resume = getattr(pad, "resume", None)
     if not isinstance(resume, list):
         return False
-    return bool(resume) or pad.get_null_resume(False) is not None
+    return bool(resume) or _given_by_position(pad) is not None
+
+
+def _given_by_position(pad: Any) -> Any:
+    """The value given by position (``Command(resume=value)``) waiting for the task's
+    next ``interrupt()`` that finds no value of its own; None: none.
+
+    In a run resumed by interrupt id, none: LangGraph keeps a value given by position
+    among the checkpoint's pending writes after a task took it (and after the schema
+    refused it), until a later value given by position replaces it; a run resumed by id
+    writes none, and LangGraph would hand the old one to the next ``interrupt()`` that
+    finds no value of its own. It answered a question asked before the person answered
+    by id (a bad answer refused, then a valid one by id: the question asked next was
+    refused with the bad one's reason; campaign seeds 1605, 1606, 1619, 1990, 6960). It
+    is dropped, so ``interrupt()`` does not take it either::
+
+        {resume: bad} ─▶ refused ─▶ {id0: retry} ─▶ applied, asked again ─▶ (bad: dropped)
+    """
+    given = pad.get_null_resume(False)
+    if given is None:
+        return None
+    try:
+        by_id = bool(get_config()["configurable"].get(_RESUME_MAP))
+    except RuntimeError:  # not inside a runnable
+        by_id = False
+    if by_id:
+        pad.get_null_resume(True)  # taken from the pending writes: interrupt() finds none
+        return None
+    return given
 
 
 _COUNT = re.compile(r"count\((\d+)\)")
@@ -614,7 +648,7 @@ def _next_value() -> Any:
         return resume[reached]
     if reached > len(resume):
         return None
-    given = pad.get_null_resume(False)
+    given = _given_by_position(pad)
     # Once taken, LangGraph still shows it here: taken by this task, it is in ``resume``.
     return None if any(v is given for v in resume) else given
 
@@ -632,6 +666,8 @@ def _claim_held() -> bool:
     assert isinstance(resume, list)
     if reached < len(resume):
         return True
+    if _given_by_position(pad) is None:
+        return False
     given = pad.get_null_resume(True)
     if given is None:
         return False

@@ -126,3 +126,40 @@ def test_a_hitl_answer_echoing_its_request_id_names_its_call(env: Env, crm: Fake
     assert {c: crm.effects_for(c) for c in CASES} == {"A": 1, "B": 0, "C": 1}
     status = {op.target: op.status for op in env.ops()}
     assert status == {"A": S.CONFIRMED, "B": S.REJECTED, "C": S.CONFIRMED}
+
+
+def test_a_refused_answer_by_position_never_reaches_a_later_question(
+    env: Env, crm: FakeCRM
+) -> None:
+    """A bad answer given by position is refused; the person then answers by interrupt id.
+    LangGraph keeps the refused value among the checkpoint's pending writes (a resume by
+    id writes nothing in its place) and would hand it to the task's next question: that
+    question was refused with the bad answer's reason before it was ever shown (campaign
+    seeds 1605, 1606, 1619, 1990, 6960: a valid retry refused 'an answer must be a dict').
+    Each question is asked without a refusal, each answer applies, each call acts once."""
+
+    @effect("crm.close_case", target=lambda a: a["case_id"], require_approval=True)
+    def close_case(case_id: str, resolution: str) -> dict[str, Any]:
+        """Close a CRM case (a person approves first)."""
+        return crm.close_case(case_id, resolution)
+
+    calls = [call("close_case", f"c-{c}", case_id=c, resolution="fixed") for c in CASES]
+    graph = build_graph(
+        [close_case], calls, ledger=env.ledger, checkpointer=env.checkpointer, per_call=False
+    )
+    config = {"configurable": {"thread_id": "one-task-stale-bad"}}
+    env.invoke(graph, {"messages": [("user", "close A, B and C")]}, config)
+    env.refused(graph, Command(resume="approve"), config, "must be a dict")
+
+    for case in CASES:
+        [question] = _interrupts(env, graph, config)
+        assert question.value["action_requests"][0]["args"]["case_id"] == case, repr(question.value)
+        assert "notice" not in question.value or case == "A", question.value["notice"]
+        decision = "reject" if case == "B" else "approve"
+        value = {"operation_id": question.value["operation_id"], "decision": decision, "by": "ana"}
+        env.invoke(graph, Command(resume={question.id: value}), config)
+
+    assert _interrupts(env, graph, config) == []
+    assert {c: crm.effects_for(c) for c in CASES} == {"A": 1, "B": 0, "C": 1}
+    status = {op.target: op.status for op in env.ops()}
+    assert status == {"A": S.CONFIRMED, "B": S.REJECTED, "C": S.CONFIRMED}
