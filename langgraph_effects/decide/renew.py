@@ -29,6 +29,10 @@ _LEASE_LOST = (StaleFencingToken, IllegalTransition, OperationNotFound)
 _EARLY = 0.1
 """A wake-up also renews the jobs due within this fraction of their delay: leases due
 close together share one wake-up, each renewed at most a tenth of its delay early."""
+_Job = tuple[float, Callable[[], object], int]
+"""A held job: its delay, its renewal, its failed renewals in a row."""
+_SLACK = 16
+"""Dropped places the queue may hold beyond the live jobs' count before ``drop`` compacts it."""
 
 
 class Renewer:
@@ -38,9 +42,10 @@ class Renewer:
     first renewal is due, and then cost one heap push and one removal. The thread
     sleeps until its wake-up time and wakes for nothing else: a job held with an
     earlier deadline wakes it (``hold``); a dropped job's heap entry is discarded
-    when it comes first, never waited for. Its wake-up time is the earliest live
-    job's deadline; with no live job, one tick later (the shortest delay held since
-    it last looked) if jobs came and went meanwhile, else none (a hold wakes it).
+    when it comes first, never waited for, or once dropped entries outnumber the
+    live ones (``drop``). Its wake-up time is the earliest live job's deadline; with
+    no live job, one tick later (the shortest delay held since it last looked) if
+    jobs came and went meanwhile, else none (a hold wakes it).
     So its wake-ups follow the live leases, plus one a tick while dispatches come
     and go, never one per dispatch that ended.
 
@@ -53,7 +58,7 @@ class Renewer:
     def __init__(self) -> None:
         self._cond = threading.Condition()
         self._heap: list[tuple[float, int]] = []
-        self._jobs: dict[int, tuple[float, Callable[[], object], int]] = {}
+        self._jobs: dict[int, _Job] = {}
         self._ids = itertools.count()
         self._thread: threading.Thread | None = None
         self._wake_at = math.inf
@@ -82,33 +87,56 @@ class Renewer:
             return job
 
     def drop(self, job: int) -> None:
+        """Forget ``job`` (its dispatch ended): its function is released at once, and
+        its place in the queue once the queue holds more dropped places than live
+        ones (``queued``), so dispatches that end before their first renewal never
+        pile up behind a long one."""
         with self._cond:
             self._jobs.pop(job, None)
+            if len(self._heap) > 2 * len(self._jobs) + _SLACK:
+                self._heap = [entry for entry in self._heap if entry[1] in self._jobs]
+                heapq.heapify(self._heap)
+
+    @property
+    def queued(self) -> int:
+        """The places in the queue, live or dropped: at most twice the live jobs, plus
+        a few (``drop``)."""
+        return len(self._heap)
 
     def _loop(self) -> None:
         while True:
-            with self._cond:
-                while not (due := self._due()):
-                    self._cond.wait(self._sleep())
-                    self.wakeups += 1
-            for job, (interval, fn, failures) in due:
-                try:
-                    fn()
-                except _LEASE_LOST:
-                    # Taken over: the dispatch's own fenced write will find out. Stop.
-                    self.drop(job)
-                    continue
-                except Exception:
-                    failures += 1  # a dropped connection: try again soon (core.plan)
-                else:
-                    failures = 0
-                with self._cond:
-                    if job in self._jobs:
-                        self._jobs[job] = (interval, fn, failures)
-                        due_at = time.monotonic() + renewal_delay(failures, interval)
-                        heapq.heappush(self._heap, (due_at, job))
+            self._renew(self._next())
 
-    def _due(self) -> list[tuple[int, tuple[float, Callable[[], object], int]]]:
+    def _next(self) -> list[tuple[int, _Job]]:
+        """Wait for the jobs due (``_due``)."""
+        with self._cond:
+            while not (due := self._due()):
+                self._cond.wait(self._sleep())
+                self.wakeups += 1
+            return due
+
+    def _renew(self, due: list[tuple[int, _Job]]) -> None:
+        """Renew the jobs due, and queue each still held again. A method of its own, so
+        that no job's function stays referenced by the sleeping thread after it returns
+        (a dropped job's renewal closes over its ledger)."""
+        for job, (interval, fn, failures) in due:
+            try:
+                fn()
+            except _LEASE_LOST:
+                # Taken over: the dispatch's own fenced write will find out. Stop.
+                self.drop(job)
+                continue
+            except Exception:
+                failures += 1  # a dropped connection: try again soon (core.plan)
+            else:
+                failures = 0
+            with self._cond:
+                if job in self._jobs:
+                    self._jobs[job] = (interval, fn, failures)
+                    due_at = time.monotonic() + renewal_delay(failures, interval)
+                    heapq.heappush(self._heap, (due_at, job))
+
+    def _due(self) -> list[tuple[int, _Job]]:
         """Take the live jobs due now (or within ``_EARLY`` of their delay) off the heap,
         discarding the dropped ones that come first. Under ``_cond``."""
         now = time.monotonic()

@@ -244,3 +244,44 @@ def test_live_leases_due_together_share_a_wake_up() -> None:
     finally:
         for job in jobs:
             renewer.drop(job)
+
+
+def test_dispatches_that_end_never_pile_up_in_the_queue() -> None:
+    """A thousand dispatches end before their first renewal while one long dispatch runs
+    on (its renewal due first): their places in the renewer's queue do not outlive them
+    beyond twice the live jobs (plus a few), where they stayed until each deadline passed."""
+    renewer = Renewer()
+    live = renewer.hold(lambda: None, 30.0)
+    try:
+        for _ in range(1000):
+            renewer.drop(renewer.hold(lambda: None, 60.0))
+        assert renewer.queued <= 2 * 1 + 16
+    finally:
+        renewer.drop(live)
+
+
+def test_a_dropped_job_is_not_kept_alive_by_the_renewer() -> None:
+    """A job renewed once, then dropped (its dispatch ended): the renewer's sleeping thread
+    holds no reference to its renewal, which closes over the call's ledger."""
+    import gc
+    import weakref
+
+    renewer = Renewer()
+    renewed = threading.Event()
+
+    class Renewal:
+        def __call__(self) -> None:
+            renewed.set()
+
+    def hold() -> tuple[int, weakref.ref[Renewal]]:
+        renewal = Renewal()
+        return renewer.hold(renewal, 0.02), weakref.ref(renewal)
+
+    job, ref = hold()
+    assert renewed.wait(scaled(30))
+    renewer.drop(job)
+    deadline = time.monotonic() + scaled(5)
+    while ref() is not None and time.monotonic() < deadline:
+        gc.collect()
+        time.sleep(0.01)
+    assert ref() is None
