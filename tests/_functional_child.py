@@ -3,7 +3,8 @@
 Module-level and picklable, so ``run_in_child`` can spawn it in a fresh process.
 The entrypoint closes case A through a ``@task``; the task calls the effect with
 ``run_effect`` / ``arun_effect`` (``flavour`` "reconcile" or "review"), or calls
-the provider directly ("plain": the control, no ledger).
+the provider directly ("plain": the control, no ledger). ``flavour`` "body" calls the
+effect (with its reconciler) in the entrypoint's own body, no task around it.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ def close_case_effect(crm: FakeCRM, flavour: str) -> Any:
             return Evidence.confirmed("closed under our key", result={"closed": op.target})
         return Evidence.inconclusive("not closed under our key")
 
-    kw: dict[str, Any] = {"reconcile": find} if flavour == "reconcile" else {}
+    kw: dict[str, Any] = {"reconcile": find} if flavour in ("reconcile", "body") else {}
 
     @effect("crm.close_case", target=lambda a: a["case_id"], **kw)
     def close_case(case_id: str, resolution: str, ctx: EffectContext) -> dict[str, Any]:
@@ -55,6 +56,9 @@ def build(env: Env, crm: FakeCRM, flavour: str) -> Any:
 
         @entrypoint(checkpointer=env.checkpointer)
         async def aflow(case_id: str) -> Any:
+            if flavour == "body":
+                assert tool is not None
+                return await arun_effect(tool, {**args, "case_id": case_id}, ledger=env.ledger)
             return await aclose(case_id)
 
         return aflow
@@ -67,6 +71,9 @@ def build(env: Env, crm: FakeCRM, flavour: str) -> Any:
 
     @entrypoint(checkpointer=env.checkpointer)
     def flow(case_id: str) -> Any:
+        if flavour == "body":
+            assert tool is not None
+            return run_effect(tool, {**args, "case_id": case_id}, ledger=env.ledger)
         return close(case_id).result()
 
     return flow

@@ -51,9 +51,17 @@ def connection(effects: Path, kill_marker: Path | None = None) -> dict[str, Any]
 
 
 def run(
-    kind: str, where: str, effects: str, marker: str, call: dict[str, Any], plain: bool, start: bool
+    kind: str,
+    where: str,
+    effects: str,
+    marker: str,
+    call: dict[str, Any],
+    plain: bool,
+    start: bool,
+    trusted: bool = True,
 ) -> dict[str, Any]:
-    """Run (``start``) or resume thread t1 of a create_agent over the server's tools."""
+    """Run (``start``) or resume thread t1 of a create_agent over the server's tools
+    (declared with ``mcp_effects``, the server ``trusted`` or not, unless ``plain``)."""
     from langchain.agents import create_agent
     from langchain_mcp_adapters.client import MultiServerMCPClient
     from langchain_mcp_adapters.tools import load_mcp_tools
@@ -70,7 +78,7 @@ def run(
             tools = await load_mcp_tools(session)
             agent = create_agent(
                 ScriptedChatModel(plan=[[call]]),
-                tools=tools if plain else mcp_effects(tools, trusted=True, server="tickets"),
+                tools=tools if plain else mcp_effects(tools, trusted=trusted, server="tickets"),
                 middleware=[] if plain else [EffectMiddleware(ledger=env.ledger)],
                 checkpointer=env.checkpointer,
             )

@@ -43,6 +43,20 @@ def test_killed_after_provider_is_reconciled_once(
         assert crm.duplicates == 0
 
 
+def test_killed_in_the_entrypoint_body_is_reconciled_once(
+    backend: tuple[str, str, str], tmp_path: Path
+) -> None:
+    """The effect called in the entrypoint's own body, no task around it: LangGraph runs the
+    body again from its start on resume, under the same task id, so the call meets the same
+    operation, and its reconciler confirms the closure the killed process made."""
+    crm_path = tmp_path / "crm.db"
+    out = killed_then(backend, crm_path, "body")
+    assert out["statuses"] == ["confirmed"]
+    assert out["output"] == {"closed": "A"}  # the reconciler's evidence, from the record
+    with FakeCRM(crm_path) as crm:
+        assert (crm.effects, crm.duplicates) == (1, 0)
+
+
 @pytest.mark.parametrize("where", ["sqlite-async", "postgres-sync"])
 def test_killed_after_provider_asks_a_person_then_once(
     where: str, tmp_path: Path, request: pytest.FixtureRequest

@@ -16,15 +16,17 @@ from langgraph_effects.testing import run_in_forked_child
 __all__ = ["backend"]  # the fixture, from _mcp_child
 
 
-def kill_then_resume(where: str, tmp_path: Path, call: dict[str, Any], plain: bool) -> Any:
+def kill_then_resume(
+    where: str, tmp_path: Path, call: dict[str, Any], plain: bool, trusted: bool = True
+) -> Any:
     """Run in a child the server kills after acting, then resume in a fresh one."""
     effects, marker = tmp_path / "effects.jsonl", tmp_path / "kill-once"
     marker.touch()
     args = (kind_of(where), where, str(effects), str(marker), call, plain)
-    assert run_in_forked_child(run, *args, True).crashed
+    assert run_in_forked_child(run, *args, True, trusted).crashed
     assert len(acted(effects)) == 1
     assert not marker.exists()
-    resumed = run_in_forked_child(run, *args, False)
+    resumed = run_in_forked_child(run, *args, False, trusted)
     assert resumed.ok, resumed.error
     return resumed.value, acted(effects)
 
@@ -51,3 +53,12 @@ def test_kill_after_the_server_acted_idempotent(backend: str, tmp_path: Path) ->
     assert sent[0] == sent[1]
     assert resumed["statuses"] == ["confirmed"]
     assert resumed["answers"] == ["T-0 is high"]
+
+
+def test_kill_after_the_server_acted_untrusted(backend: str, tmp_path: Path) -> None:
+    """An untrusted server's idempotentHint is ignored: set_priority is not resent after the
+    kill (as a trusted server's is, above) but waits for a person: one act at the server."""
+    resumed, sent = kill_then_resume(backend, tmp_path, PRIORITY, plain=False, trusted=False)
+    assert len(sent) == 1
+    assert resumed["statuses"] == ["unknown"]
+    assert resumed["interrupts"] == 1
