@@ -42,7 +42,6 @@ if TYPE_CHECKING:
     )
     from langgraph_effects.testing.contract import (
         LedgerContract,
-        ManualClock,
         SyncFacade,
         make_draft,
     )
@@ -111,7 +110,6 @@ _EXPORTS: dict[str, str] = {
     "ScriptedChatModel": "langgraph_effects.testing.models",
     # the ledger contract suite (for third-party ledgers)
     "LedgerContract": "langgraph_effects.testing.contract",
-    "ManualClock": "langgraph_effects.testing.contract",
     "SyncFacade": "langgraph_effects.testing.contract",
     "make_draft": "langgraph_effects.testing.contract",
     # crash points
@@ -163,7 +161,6 @@ __all__ = [
     "InjectedCrash",
     "Kind",
     "LedgerContract",
-    "ManualClock",
     "ProviderKind",
     "ProviderStats",
     "ProviderTimeout",

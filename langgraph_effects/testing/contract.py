@@ -47,26 +47,14 @@ from langgraph_effects.errors import (
     StaleFencingToken,
 )
 from langgraph_effects.ledger.base import AsyncLedger, Confirmation, Ledger
+from langgraph_effects.testing.providers.clocks import FakeClock
 
-__all__ = ["LedgerContract", "ManualClock", "SyncFacade", "make_draft"]
+__all__ = ["LedgerContract", "SyncFacade", "make_draft"]
 
 S = OperationStatus
 LEASE = timedelta(seconds=30)
-
-
-class ManualClock:
-    """A clock that moves only when told; pass the object itself as ``clock``."""
-
-    def __init__(self, start: datetime | None = None) -> None:
-        self.now = start or datetime(2030, 1, 1, 12, 0, 0, 123456, tzinfo=UTC)
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def advance(self, **delta: float) -> datetime:
-        """Move the clock forward by ``timedelta(**delta)``; return the new time."""
-        self.now += timedelta(**delta)
-        return self.now
+START = datetime(2030, 1, 1, 12, 0, 0, 123456, tzinfo=UTC)
+"""The ledger clock's first reading: microseconds too, so each backend must keep them."""
 
 
 class SyncFacade:
@@ -122,9 +110,10 @@ class LedgerContract:
     durable: ClassVar[bool] = True
 
     @pytest.fixture
-    def clock(self) -> ManualClock:
-        """The ledger's clock: a ``ManualClock`` the tests move by hand."""
-        return ManualClock()
+    def clock(self) -> FakeClock:
+        """The ledger's clock: a ``FakeClock`` the tests move by hand (the ledger reads
+        ``clock.now()``)."""
+        return FakeClock(START)
 
     @pytest.fixture
     def open_ledger(self) -> Callable[[Callable[[], datetime]], Ledger]:
@@ -133,10 +122,10 @@ class LedgerContract:
 
     @pytest.fixture
     def ledger(
-        self, open_ledger: Callable[[Callable[[], datetime]], Ledger], clock: ManualClock
+        self, open_ledger: Callable[[Callable[[], datetime]], Ledger], clock: FakeClock
     ) -> Ledger:
         """A fresh ledger from ``open_ledger``, set up."""
-        ledger = open_ledger(clock)
+        ledger = open_ledger(clock.now)
         ledger.setup()
         return ledger
 
@@ -171,10 +160,10 @@ class LedgerContract:
         assert op.status is S.PREPARED
 
     def test_use_before_setup_says_to_call_setup(
-        self, open_ledger: Callable[[Callable[[], datetime]], Ledger], clock: ManualClock
+        self, open_ledger: Callable[[Callable[[], datetime]], Ledger], clock: FakeClock
     ) -> None:
         """Any call before setup() raises LedgerNotSetUp naming setup()."""
-        ledger = open_ledger(clock)
+        ledger = open_ledger(clock.now)
         with pytest.raises(LedgerNotSetUp, match=r"setup\(\)"):
             ledger.get(T, "op-1")
         with pytest.raises(LedgerNotSetUp):
@@ -183,7 +172,7 @@ class LedgerContract:
     # -- prepare --------------------------------------------------------------------
 
     def test_prepare_writes_a_prepared_row_and_one_event(
-        self, ledger: Ledger, clock: ManualClock
+        self, ledger: Ledger, clock: FakeClock
     ) -> None:
         """prepare inserts a prepared row with every draft field and one prepare event."""
         draft = make_draft(
@@ -200,7 +189,7 @@ class LedgerContract:
         assert op.record_version == 1
         for name, value in draft.model_dump().items():
             assert getattr(op, name) == value, name
-        assert op.created_at == op.updated_at == op.status_changed_at == clock.now
+        assert op.created_at == op.updated_at == op.status_changed_at == clock.now()
         assert op.created_at.utcoffset() == timedelta(0)
         assert ledger.get(T, "op-1") == op
         (event,) = ledger.events(T, "op-1")
@@ -211,11 +200,11 @@ class LedgerContract:
         )
 
     def test_prepare_again_returns_the_row_unchanged(
-        self, ledger: Ledger, clock: ManualClock
+        self, ledger: Ledger, clock: FakeClock
     ) -> None:
         """A second prepare of the same key and digest returns the stored row, created=False."""
         first = ledger.prepare(make_draft()).operation
-        clock.advance(seconds=5)
+        clock.advance(5)
         again = ledger.prepare(make_draft(), owner=OWNER)
         assert not again.created
         assert again.operation == first
@@ -231,7 +220,7 @@ class LedgerContract:
         assert info.value.expected == first.payload_digest
         assert ledger.get(T, "op-1") == first
 
-    def test_prepare_with_owner_claims_in_one_go(self, ledger: Ledger, clock: ManualClock) -> None:
+    def test_prepare_with_owner_claims_in_one_go(self, ledger: Ledger, clock: FakeClock) -> None:
         """prepare(owner=...) inserts the row dispatching, token 1, attempt 1, with two events."""
         op = ledger.prepare(make_draft(), owner=OWNER, lease_for=LEASE).operation
         assert (op.status, op.fencing_token, op.attempts, op.record_version) == (
@@ -241,8 +230,8 @@ class LedgerContract:
             2,
         )
         assert op.lease_owner == OWNER.encode()
-        assert op.lease_expires_at == clock.now + LEASE
-        assert op.first_dispatched_at == op.last_dispatched_at == clock.now
+        assert op.lease_expires_at == clock.now() + LEASE
+        assert op.first_dispatched_at == op.last_dispatched_at == clock.now()
         events = ledger.events(T, "op-1")
         assert [(e.kind, e.from_status, e.to_status) for e in events] == [
             (EventKind.PREPARE, None, S.PREPARED),
@@ -313,14 +302,14 @@ class LedgerContract:
     # -- claim and renew ----------------------------------------------------------
 
     def test_claim_takes_the_lease_with_the_next_token(
-        self, ledger: Ledger, clock: ManualClock
+        self, ledger: Ledger, clock: FakeClock
     ) -> None:
         """claim moves prepared to dispatching with a lease, token + 1 and attempts + 1."""
         ledger.prepare(make_draft())
-        clock.advance(seconds=1)
+        clock.advance(1)
         op = ledger.claim(T, "op-1", owner=OWNER, lease_for=LEASE, actor="runner-x")
         assert (op.status, op.fencing_token, op.attempts) == (S.DISPATCHING, 1, 1)
-        assert op.lease_expires_at == clock.now + LEASE
+        assert op.lease_expires_at == clock.now() + LEASE
         event = ledger.events(T, "op-1")[-1]
         assert (event.kind, event.from_status, event.actor) == (
             EventKind.CLAIM,
@@ -350,13 +339,13 @@ class LedgerContract:
         assert ledger.events(T, "op-1")[-1].from_status is S.UNKNOWN
 
     def test_renew_extends_a_live_lease_without_an_event(
-        self, ledger: Ledger, clock: ManualClock
+        self, ledger: Ledger, clock: FakeClock
     ) -> None:
         """renew moves lease_expires_at from now, keeps the version and writes no event."""
         op = self.dispatching(ledger)
-        clock.advance(seconds=20)
+        clock.advance(20)
         renewed = ledger.renew(T, "op-1", token=op.fencing_token, lease_for=LEASE)
-        assert renewed.lease_expires_at == clock.now + LEASE
+        assert renewed.lease_expires_at == clock.now() + LEASE
         assert renewed.record_version == op.record_version
         assert len(ledger.events(T, "op-1")) == 2
         with pytest.raises(StaleFencingToken):
@@ -372,10 +361,10 @@ class LedgerContract:
 
     # -- fenced moves out of dispatching ------------------------------------------
 
-    def test_confirm_records_the_receipt(self, ledger: Ledger, clock: ManualClock) -> None:
+    def test_confirm_records_the_receipt(self, ledger: Ledger, clock: FakeClock) -> None:
         """confirm stores result and provider ids, clears the lease and stamps resolved_at."""
         op = self.dispatching(ledger)
-        clock.advance(seconds=2)
+        clock.advance(2)
         done = ledger.confirm(
             T,
             "op-1",
@@ -388,19 +377,19 @@ class LedgerContract:
         assert done.result == {"id": 42, "tags": ["a", "é"], "ok": True, "x": 1.5}
         assert (done.provider_result_id, done.provider_request_id) == ("c_42", "req_1")
         assert (done.lease_owner, done.lease_expires_at) == (None, None)
-        assert done.resolved_at == done.updated_at == clock.now
+        assert done.resolved_at == done.updated_at == clock.now()
         assert done.evidence_checked_at is None
         assert ledger.get(T, "op-1") == done
         event = ledger.events(T, "op-1")[-1]
         assert (event.kind, event.actor, event.fencing_token) == (EventKind.CONFIRM, "receipt", 1)
         self.assert_consistent(ledger, done)
 
-    def test_confirm_with_evidence_records_it(self, ledger: Ledger, clock: ManualClock) -> None:
+    def test_confirm_with_evidence_records_it(self, ledger: Ledger, clock: FakeClock) -> None:
         """Evidence given with a confirm is logged and stamps evidence_checked_at."""
         op = self.dispatching(ledger)
         evidence = Evidence.confirmed("found by key", provider_result_id="c_1", source="lookup")
         done = ledger.confirm(T, "op-1", token=op.fencing_token, evidence=evidence)
-        assert done.evidence_checked_at == clock.now
+        assert done.evidence_checked_at == clock.now()
         event = ledger.events(T, "op-1")[-1]
         assert (event.actor, event.evidence) == ("lookup", evidence)
 
@@ -416,10 +405,10 @@ class LedgerContract:
         assert ledger.stats().stale_token_refusals == 1
         self.assert_consistent(ledger, current)
 
-    def test_confirm_many_confirms_each_receipt(self, ledger: Ledger, clock: ManualClock) -> None:
+    def test_confirm_many_confirms_each_receipt(self, ledger: Ledger, clock: FakeClock) -> None:
         """confirm_many records every receipt (result, ids, evidence) with one event each."""
         ops = [self.dispatching(ledger, f"op-{i}") for i in (1, 2)]
-        clock.advance(seconds=1)
+        clock.advance(1)
         evidence = Evidence.confirmed("found by key", source="lookup")
         outcomes = ledger.confirm_many(
             [
@@ -442,11 +431,11 @@ class LedgerContract:
         assert outcomes == [one, two]
         assert (one.status, one.result, one.provider_result_id) == (S.CONFIRMED, {"id": 1}, "c_1")
         assert (one.resolved_at, one.evidence_checked_at, one.lease_owner) == (
-            clock.now,
+            clock.now(),
             None,
             None,
         )
-        assert (two.status, two.result, two.evidence_checked_at) == (S.CONFIRMED, None, clock.now)
+        assert (two.status, two.result, two.evidence_checked_at) == (S.CONFIRMED, None, clock.now())
         assert ledger.events(T, "op-1")[-1].actor == "receipt"
         assert ledger.events(T, "op-2")[-1].evidence == evidence
         for op in (one, two):
@@ -775,13 +764,13 @@ class LedgerContract:
         with pytest.raises(IllegalTransition):
             ledger.resolve(T, "op-1", Resolution(decision=Decision.REJECT, by="bob"))
 
-    def test_record_evidence_keeps_the_status(self, ledger: Ledger, clock: ManualClock) -> None:
+    def test_record_evidence_keeps_the_status(self, ledger: Ledger, clock: FakeClock) -> None:
         """Inconclusive evidence is logged and stamped; the status does not move."""
         op = self.unknown(ledger)
-        clock.advance(minutes=1)
+        clock.advance(timedelta(minutes=1))
         evidence = Evidence.inconclusive("search index empty", source="crm-lookup")
         after = ledger.record_evidence(T, "op-1", evidence)
-        assert (after.status, after.evidence_checked_at) == (S.UNKNOWN, clock.now)
+        assert (after.status, after.evidence_checked_at) == (S.UNKNOWN, clock.now())
         assert after.record_version == op.record_version + 1
         event = ledger.events(T, "op-1")[-1]
         assert (event.kind, event.from_status, event.to_status, event.evidence) == (
@@ -808,11 +797,11 @@ class LedgerContract:
             ledger.bind_thread("thread-3", "")
 
     def test_adopt_replaces_the_origin_only_while_it_is_the_expected_one(
-        self, ledger: Ledger, clock: ManualClock
+        self, ledger: Ledger, clock: FakeClock
     ) -> None:
         """adopt is one conditional write of ``origin``: no version, status or event moves."""
         first = ledger.prepare(make_draft(origin="a")).operation
-        clock.advance(seconds=1)
+        clock.advance(1)
         adopted = ledger.adopt(T, "op-1", origin="a+b", expected="a")
         assert adopted is not None
         assert adopted.origin == "a+b"
@@ -832,15 +821,15 @@ class LedgerContract:
         assert ledger.get("tenant-a", "missing") is None
         assert ledger.events("tenant-b", "op-1") == []
 
-    def test_list_filters_and_orders_oldest_first(self, ledger: Ledger, clock: ManualClock) -> None:
+    def test_list_filters_and_orders_oldest_first(self, ledger: Ledger, clock: FakeClock) -> None:
         """list filters by tenant, status, action and age, oldest first, up to limit."""
         ledger.prepare(make_draft("op-b"))
-        clock.advance(seconds=1)
+        clock.advance(1)
         ledger.prepare(make_draft("op-a"))
-        clock.advance(seconds=1)
-        cutoff = clock.now
+        clock.advance(1)
+        cutoff = clock.now()
         ledger.prepare(make_draft("op-c", action="mail.send"), owner=OWNER)
-        clock.advance(seconds=1)
+        clock.advance(1)
         ledger.prepare(make_draft("op-d", tenant_id="tenant-b"))
 
         def ids(**kw: Any) -> list[str]:
@@ -858,34 +847,34 @@ class LedgerContract:
             ledger.list(status="pending")
 
     def test_status_changed_at_moves_with_the_status_only(
-        self, ledger: Ledger, clock: ManualClock
+        self, ledger: Ledger, clock: FakeClock
     ) -> None:
         """status_changed_at moves on each status change, never on approval, renewal or
         evidence; list(updated_before=...) and stats' oldest unknown use it."""
         ledger.prepare(make_draft())
-        clock.advance(seconds=1)
+        clock.advance(1)
         approved = ledger.approve(T, "op-1", payload_digest=make_draft().payload_digest, by="ana")
         assert approved.status_changed_at == approved.created_at < approved.updated_at
-        clock.advance(seconds=1)
+        clock.advance(1)
         claimed = ledger.claim(T, "op-1", owner=OWNER, lease_for=LEASE)
-        assert claimed.status_changed_at == claimed.updated_at == clock.now
-        clock.advance(seconds=1)
+        assert claimed.status_changed_at == claimed.updated_at == clock.now()
+        clock.advance(1)
         renewed = ledger.renew(T, "op-1", token=claimed.fencing_token, lease_for=LEASE)
         assert renewed.status_changed_at == claimed.status_changed_at
-        clock.advance(seconds=1)
-        unknown_at = clock.now
+        clock.advance(1)
+        unknown_at = clock.now()
         ledger.mark_unknown(T, "op-1", token=claimed.fencing_token, reason="timeout")
-        clock.advance(hours=1)
+        clock.advance(timedelta(hours=1))
         checked = ledger.record_evidence(T, "op-1", Evidence.inconclusive("nothing yet"))
-        assert checked.updated_at == clock.now
+        assert checked.updated_at == clock.now()
         assert checked.status_changed_at == unknown_at
         assert ledger.stats().oldest_unknown_at == unknown_at
         cutoff = unknown_at + timedelta(microseconds=1)
         assert [op.operation_id for op in ledger.list(updated_before=cutoff)] == ["op-1"]
         assert ledger.list(updated_before=unknown_at) == []
-        clock.advance(seconds=1)
+        clock.advance(1)
         retried = ledger.resolve(T, "op-1", Resolution(decision=Decision.RETRY, by="ana"))
-        assert retried.status_changed_at == clock.now
+        assert retried.status_changed_at == clock.now()
 
     def test_key_expiry_follows_the_recorded_retention(self, ledger: Ledger) -> None:
         """A recorded retention gives key_expires_at = first dispatch + retention; none, none."""
@@ -963,7 +952,7 @@ class LedgerContract:
         assert ledger.events(T, "op-3")[-1].detail == {"reason": ""}
 
     def test_open_operations_lists_the_unresolved_on_one_target(
-        self, ledger: Ledger, clock: ManualClock
+        self, ledger: Ledger, clock: FakeClock
     ) -> None:
         """open_operations keeps one tenant's prepared, dispatching and unknown operations of
         one action and target, oldest status first, up to limit, and counts them all."""
@@ -975,11 +964,11 @@ class LedgerContract:
             return make_draft(op_id, **kw)
 
         lost = ledger.prepare(draft("op-lost"), owner=OWNER, lease_for=LEASE).operation
-        clock.advance(seconds=1)
+        clock.advance(1)
         ledger.mark_unknown(T, "op-lost", token=lost.fencing_token, reason="thread lost")
-        clock.advance(seconds=1)
+        clock.advance(1)
         ledger.prepare(draft("op-asked"))
-        clock.advance(seconds=1)
+        clock.advance(1)
         ledger.prepare(draft("op-running"), owner=OTHER, lease_for=LEASE)
         done = ledger.prepare(draft("op-done"), owner=OWNER, lease_for=LEASE).operation
         ledger.confirm(T, "op-done", token=done.fencing_token)
@@ -1025,14 +1014,14 @@ class LedgerContract:
         assert ledger.feed(limit=1) == everything[:1]
         assert ledger.events(T, "op-1") == everything[:3]
 
-    def test_stats_counts_statuses_and_ages(self, ledger: Ledger, clock: ManualClock) -> None:
+    def test_stats_counts_statuses_and_ages(self, ledger: Ledger, clock: FakeClock) -> None:
         """stats counts operations by status and reports the oldest unknown and dispatching."""
         ledger.prepare(make_draft("op-p"))
-        first_unknown = clock.now
+        first_unknown = clock.now()
         self.unknown(ledger, "op-u")
-        clock.advance(seconds=10)
+        clock.advance(10)
         self.unknown(ledger, "op-u2")
-        dispatching_at = clock.now
+        dispatching_at = clock.now()
         self.dispatching(ledger, "op-d")
         ledger.prepare(make_draft("op-x", tenant_id="tenant-b"))
         stats = ledger.stats(tenant_id=T)
@@ -1066,14 +1055,14 @@ class LedgerContract:
         self,
         ledger: Ledger,
         open_ledger: Callable[[Callable[[], datetime]], Ledger],
-        clock: ManualClock,
+        clock: FakeClock,
     ) -> None:
         """A new connection (or pool) on the same storage sees the same rows and events."""
         if not self.durable:
             pytest.skip("this ledger keeps nothing across instances")
         op = self.dispatching(ledger)
         done = ledger.confirm(T, "op-1", token=op.fencing_token, result={"id": 1})
-        reopened = open_ledger(clock)
+        reopened = open_ledger(clock.now)
         reopened.setup()
         assert reopened.get(T, "op-1") == done
         assert reopened.events(T, "op-1") == ledger.events(T, "op-1")

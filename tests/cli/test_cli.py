@@ -35,19 +35,15 @@ from langgraph_effects.errors import InvalidInput
 from langgraph_effects.ledger.memory import InMemoryLedger
 from langgraph_effects.ledger.sqlite import SQLiteLedger
 from langgraph_effects.testing.faults import scaled
+from langgraph_effects.testing.providers import FakeClock
 
 S = OperationStatus
 
 
-class Clock:
-    """A settable ledger clock that ticks one second per reading, so order is deterministic."""
-
-    def __init__(self) -> None:
-        self.now = utcnow() - timedelta(minutes=5)
-
-    def __call__(self) -> datetime:
-        self.now += timedelta(seconds=1)
-        return self.now
+def ticking(clock: FakeClock) -> Callable[[], datetime]:
+    """A ledger clock that moves ``clock`` on one second per reading, so order is
+    deterministic."""
+    return lambda: clock.advance(1)
 
 
 KEY_RETENTION = 24 * 3600 - 300  # a 24 h key window minus a 5 min safety margin
@@ -83,18 +79,16 @@ def make_unknown(ledger: Any, tenant: str, operation_id: str, **kw: Any) -> Oper
     )
 
 
-def populate(ledger: Any, clock: Clock | None = None) -> None:
+def populate(ledger: Any, clock: FakeClock | None = None) -> None:
     """A small ledger: old and fresh unknowns, one without a key, one in flight, one done.
 
     acme:   op-old (unknown, 2 h old), op-nokey (unknown, no idempotency key),
             op-new (unknown), op-flight (dispatching, live lease), op-done (confirmed)
     globex: op-g (unknown), op-mail (prepared, action mail.send)
     """
-    if clock is not None:
-        clock.now -= timedelta(hours=2)
     make_unknown(ledger, "acme", "op-old")
-    if clock is not None:
-        clock.now += timedelta(hours=2)
+    if clock is not None:  # the ledger's clock starts two hours back (the fixture)
+        clock.advance(timedelta(hours=2))
     make_unknown(ledger, "acme", "op-nokey", key=False)
     make_unknown(ledger, "acme", "op-new")
     ledger.prepare(draft("acme", "op-flight"), owner=current_owner(), lease_for=timedelta(hours=1))
@@ -105,8 +99,10 @@ def populate(ledger: Any, clock: Clock | None = None) -> None:
 
 
 @pytest.fixture
-def clock() -> Clock:
-    return Clock()
+def clock() -> FakeClock:
+    """The ledger's clock (read through ``ticking``): two hours and five minutes behind the
+    real one, where ``populate`` writes its first operation before moving it on two hours."""
+    return FakeClock(utcnow() - timedelta(hours=2, minutes=5))
 
 
 @dataclass
@@ -118,14 +114,14 @@ class Backend:
 
 
 @contextlib.contextmanager
-def open_backend(kind: str, clock: Clock, tmp_path: Path, request: Any) -> Iterator[Backend]:
+def open_backend(kind: str, clock: FakeClock, tmp_path: Path, request: Any) -> Iterator[Backend]:
     if kind == "memory":
-        memory = InMemoryLedger(clock=clock)
+        memory = InMemoryLedger(clock=ticking(clock))
         memory.setup()
         yield Backend(memory, None)
     elif kind == "sqlite":
         path = tmp_path / "effects.db"
-        with SQLiteLedger.from_conn_string(str(path), clock=clock) as ledger:
+        with SQLiteLedger.from_conn_string(str(path), clock=ticking(clock)) as ledger:
             ledger.setup()
             yield Backend(ledger, f"sqlite:///{path}")
     else:
@@ -133,13 +129,13 @@ def open_backend(kind: str, clock: Clock, tmp_path: Path, request: Any) -> Itera
         if not hasattr(postgres, "PostgresLedger"):
             pytest.skip("PostgresLedger has not landed yet")
         url = request.getfixturevalue("pg_url")
-        with postgres.PostgresLedger.from_conn_string(url, clock=clock) as ledger:
+        with postgres.PostgresLedger.from_conn_string(url, clock=ticking(clock)) as ledger:
             ledger.setup()
             yield Backend(ledger, url)
 
 
 @pytest.fixture(params=["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def backend(request: Any, clock: Clock, tmp_path: Path) -> Iterator[Backend]:
+def backend(request: Any, clock: FakeClock, tmp_path: Path) -> Iterator[Backend]:
     with open_backend(request.param, clock, tmp_path, request) as opened:
         populate(opened.ledger, clock)
         yield opened
@@ -441,13 +437,9 @@ def test_retry_is_refused_when_the_provider_promised_no_key_window(
     assert ledger.get("acme", "op-nocontract").status is S.PREPARED
 
 
-def test_retry_is_refused_once_the_recorded_key_window_has_passed(
-    cli: Invoke, ledger: Any, clock: Clock
-) -> None:
+def test_retry_is_refused_once_the_recorded_key_window_has_passed(cli: Invoke, ledger: Any) -> None:
     """A key first sent longer ago than its recorded retention may be forgotten: exit 4."""
-    clock.now -= timedelta(hours=2)
-    make_unknown(ledger, "acme", "op-stale", retention=3600)
-    clock.now += timedelta(hours=2)
+    make_unknown(ledger, "acme", "op-stale", retention=60)  # sent some 4 minutes ago
     shown = as_json(cli("show", "op-stale", "-t", "acme", "--json"))["outlook"]
     assert (shown["key_window_known"], shown["key_window_open"]) == (True, False)
     refused = cli("retry", "op-stale", "-t", "acme", "--by", "ana", "--reason", "x", "--json")
@@ -457,7 +449,7 @@ def test_retry_is_refused_once_the_recorded_key_window_has_passed(
 
 
 def test_list_age_and_show_since_ignore_inconclusive_evidence(
-    cli: Invoke, ledger: Any, clock: Clock
+    cli: Invoke, ledger: Any, clock: FakeClock
 ) -> None:
     """Evidence recorded on an old unknown keeps its age: --older-than, show and stats agree."""
     ledger.record_evidence("acme", "op-old", Evidence.inconclusive("still nothing"))
@@ -707,7 +699,7 @@ def run_script(
 
 @pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def test_console_script_lists_resolves_and_refuses_in_a_real_process(
-    kind: str, clock: Clock, tmp_path: Path, request: Any
+    kind: str, clock: FakeClock, tmp_path: Path, request: Any
 ) -> None:
     """The installed script reads a real ledger, resolves an unknown one, exits with the codes."""
     assert SCRIPT.exists(), f"console script not installed at {SCRIPT}"
@@ -746,7 +738,7 @@ def test_console_script_lists_resolves_and_refuses_in_a_real_process(
 
 
 def test_console_script_follows_events_committed_by_another_process(
-    clock: Clock, tmp_path: Path, request: Any
+    clock: FakeClock, tmp_path: Path, request: Any
 ) -> None:
     """events --follow in its own process prints events this process commits to the SQLite file."""
     with open_backend("sqlite", clock, tmp_path, request) as backend:

@@ -7,6 +7,7 @@ import json
 import re
 import sqlite3
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -14,18 +15,18 @@ import pytest
 from _graphs import Env, build_graph, call, tool_messages
 from _schema_v1 import write_v1
 from langgraph.types import Command
-from test_cli import SSO, Clock, make_unknown
+from test_cli import SSO, make_unknown, ticking
 from typer.testing import CliRunner, Result
 
 from langgraph_effects import EffectContext, effect
 from langgraph_effects._owners import current_owner
 from langgraph_effects.cli import ExitCode, app
 from langgraph_effects.core.digest import payload_digest
-from langgraph_effects.core.model import EventKind, OperationDraft, OperationStatus
+from langgraph_effects.core.model import EventKind, OperationDraft, OperationStatus, utcnow
 from langgraph_effects.errors import LedgerNotSetUp
 from langgraph_effects.ledger.memory import InMemoryLedger
 from langgraph_effects.ledger.sqlite import SQLiteLedger
-from langgraph_effects.testing.providers import FakeCRM
+from langgraph_effects.testing.providers import FakeClock, FakeCRM
 
 S = OperationStatus
 CFG = {"configurable": {"thread_id": "night-1"}}
@@ -276,7 +277,7 @@ HOSTILE_PAYLOAD = {"note": "[link=http://evil]click[/link] \x1b[31mred"}
 
 
 def memory_ledger() -> InMemoryLedger:
-    ledger = InMemoryLedger(clock=Clock())
+    ledger = InMemoryLedger(clock=ticking(FakeClock(utcnow() - timedelta(minutes=5))))
     ledger.setup()
     return ledger
 

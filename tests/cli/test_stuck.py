@@ -22,21 +22,11 @@ from langgraph_effects.cli import ExitCode, app
 from langgraph_effects.core.model import LeaseOwner, OperationStatus, utcnow
 from langgraph_effects.ledger.sqlite import AsyncSQLiteLedger, SQLiteLedger
 from langgraph_effects.ledger.sweep import afind_stuck, find_stuck
-from langgraph_effects.testing import make_draft
+from langgraph_effects.testing import FakeClock, make_draft
 from langgraph_effects.testing.faults import scaled
 
 S = OperationStatus
 TENANT = "tenant-a"
-
-
-class Clock:
-    """The ledger's clock, settable; it does not tick, so leases are judged exactly."""
-
-    def __init__(self) -> None:
-        self.now = utcnow() - timedelta(hours=1)
-
-    def __call__(self) -> datetime:
-        return self.now
 
 
 def _dead_owner() -> LeaseOwner:
@@ -45,14 +35,14 @@ def _dead_owner() -> LeaseOwner:
     return LeaseOwner(host=me.host, pid=os.getpid(), started_at=me.started_at - 1000, nonce="x")
 
 
-def populate(ledger: Any, clock: Clock) -> None:
+def populate(ledger: Any, clock: FakeClock) -> None:
     """op-far-old (another host, 30 s lease), then 30 minutes later, each with a 1 h lease:
     op-dead (owner gone), op-live (this process), op-far (another host: nothing provable),
     op-done (confirmed), op-unknown, and op-other of tenant-b (owner gone)."""
     far = LeaseOwner(host=f"not-{socket.gethostname()}", pid=1, started_at=1.0, nonce="y")
     hour = timedelta(hours=1)
     ledger.prepare(make_draft("op-far-old"), owner=far, lease_for=timedelta(seconds=30))
-    clock.now += timedelta(minutes=30)
+    clock.advance(timedelta(minutes=30))
     ledger.prepare(make_draft("op-dead"), owner=_dead_owner(), lease_for=hour)
     ledger.prepare(make_draft("op-live"), owner=current_owner(), lease_for=hour)
     ledger.prepare(make_draft("op-far"), owner=far, lease_for=hour)
@@ -64,29 +54,31 @@ def populate(ledger: Any, clock: Clock) -> None:
 
 
 @pytest.fixture
-def clock() -> Clock:
-    return Clock()
+def clock() -> FakeClock:
+    """The ledger's clock, an hour behind the real one; it does not tick, so leases are
+    judged exactly."""
+    return FakeClock(utcnow() - timedelta(hours=1))
 
 
 @pytest.fixture
-def db(tmp_path: Path, clock: Clock) -> Iterator[tuple[SQLiteLedger, str]]:
+def db(tmp_path: Path, clock: FakeClock) -> Iterator[tuple[SQLiteLedger, str]]:
     path = tmp_path / "effects.db"
-    with SQLiteLedger.from_conn_string(str(path), clock=clock) as ledger:
+    with SQLiteLedger.from_conn_string(str(path), clock=clock.now) as ledger:
         ledger.setup()
         populate(ledger, clock)
         yield ledger, f"sqlite:///{path}"
 
 
-def _later(clock: Clock) -> datetime:
+def _later(clock: FakeClock) -> datetime:
     """Five minutes after the last prepare: op-far-old's lease is over, the others' are not."""
-    return clock.now + timedelta(minutes=5)
+    return clock.now() + timedelta(minutes=5)
 
 
-def test_the_sweep_lists_dead_owners_and_expired_leases_only(db: Any, clock: Clock) -> None:
+def test_the_sweep_lists_dead_owners_and_expired_leases_only(db: Any, clock: FakeClock) -> None:
     """Owner gone or lease over: stuck. A live owner, another host's live lease, terminal and
     unknown operations: not stuck. The tenant filter narrows it."""
     ledger, _ = db
-    sweep = find_stuck(ledger, now=clock.now + timedelta(days=2))
+    sweep = find_stuck(ledger, now=clock.now() + timedelta(days=2))
     found = {f.operation.operation_id: f for f in sweep.stuck}
     # Two days on, every lease is over: all five dispatching operations are stuck.
     assert set(found) == {"op-dead", "op-live", "op-far", "op-far-old", "op-other"}
@@ -114,7 +106,7 @@ def test_the_sweep_lists_dead_owners_and_expired_leases_only(db: Any, clock: Clo
     assert {f.operation.operation_id for f in only_a.stuck} == {"op-dead", "op-far-old"}
 
 
-def test_the_sweep_says_when_it_did_not_examine_everything(db: Any, clock: Clock) -> None:
+def test_the_sweep_says_when_it_did_not_examine_everything(db: Any, clock: FakeClock) -> None:
     """With --scan below the number of dispatching operations the sweep says it is partial."""
     ledger, _ = db
     sweep = find_stuck(ledger, now=_later(clock), scan=2)
@@ -122,7 +114,7 @@ def test_the_sweep_says_when_it_did_not_examine_everything(db: Any, clock: Clock
     assert not sweep.complete
 
 
-def test_the_async_sweep_finds_the_same(db: Any, clock: Clock, tmp_path: Path) -> None:
+def test_the_async_sweep_finds_the_same(db: Any, clock: FakeClock, tmp_path: Path) -> None:
     """``afind_stuck`` on the async ledger of the same file answers like ``find_stuck``."""
     ledger, _ = db
 
@@ -242,11 +234,11 @@ class ReceiptDuringSweep(SQLiteLedger):
         return rows
 
 
-def test_cli_stuck_mark_unknown_loses_to_a_late_receipt(tmp_path: Path, clock: Clock) -> None:
+def test_cli_stuck_mark_unknown_loses_to_a_late_receipt(tmp_path: Path, clock: FakeClock) -> None:
     """A receipt recorded between the sweep and the mark wins: that operation stays confirmed,
     the command says it was refused and exits 4; the others are marked."""
     path = tmp_path / "effects.db"
-    with ReceiptDuringSweep.from_conn_string(str(path), clock=clock) as ledger:
+    with ReceiptDuringSweep.from_conn_string(str(path), clock=clock.now) as ledger:
         ledger.setup()
         populate(ledger, clock)
         result = CliRunner().invoke(

@@ -24,7 +24,8 @@ from langgraph_effects.core.model import (
 from langgraph_effects.core.transitions import TRANSITIONS
 from langgraph_effects.errors import EffectsError, InvalidInput
 from langgraph_effects.ledger.memory import InMemoryLedger
-from langgraph_effects.testing.contract import ManualClock, make_draft
+from langgraph_effects.testing.contract import make_draft
+from langgraph_effects.testing.providers import FakeClock
 
 S = OperationStatus
 
@@ -153,8 +154,8 @@ class LedgerMachine(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        self.clock = ManualClock()
-        self.ledger = InMemoryLedger(clock=self.clock)
+        self.clock = FakeClock()
+        self.ledger = InMemoryLedger(clock=self.clock.now)
         self.ledger.setup()
         self.ledger.prepare(make_draft())
         self.moves: list[tuple[S, S]] = []
@@ -168,7 +169,7 @@ class LedgerMachine(RuleBasedStateMachine):
     def act(self, verb: str, stale: bool) -> None:
         before = self.current()
         token = before.fencing_token - (1 if stale else 0)
-        self.clock.advance(seconds=1)
+        self.clock.advance(1)
         calls = {
             "claim": lambda: self.ledger.claim(T, "op-1", owner=OWNER),
             "confirm": lambda: self.ledger.confirm(T, "op-1", token=token, result={"ok": 1}),

@@ -18,12 +18,13 @@ from _schema_v1 import SECOND, T0, V1_ROW, write_v1
 from langgraph_effects.core.model import Decision, OperationStatus, Resolution
 from langgraph_effects.core.plan import recorded_contract
 from langgraph_effects.ledger.sqlite import SQLiteLedger
-from langgraph_effects.testing.contract import ManualClock, make_draft
+from langgraph_effects.testing.contract import make_draft
+from langgraph_effects.testing.providers import FakeClock
 
 S = OperationStatus
 
 
-def _check_upgraded(ledger: Any, clock: ManualClock) -> None:
+def _check_upgraded(ledger: Any, clock: FakeClock) -> None:
     op = ledger.get("acme", "op-v1")
     assert op is not None
     assert op.status_changed_at == T0 + 2 * SECOND  # the last status change, not the evidence
@@ -42,9 +43,9 @@ def _check_upgraded(ledger: Any, clock: ManualClock) -> None:
     # v3 bound the threads that already had operations to their tenant.
     assert ledger.bind_thread(V1_ROW["workflow_id"], "intruder") == "acme"
     retried = ledger.resolve("acme", "op-v1", Resolution(decision=Decision.RETRY, by="ana"))
-    assert (retried.status, retried.status_changed_at) == (S.PREPARED, clock.now)
+    assert (retried.status, retried.status_changed_at) == (S.PREPARED, clock.now())
     new = ledger.prepare(make_draft("op-v2", key_retention_seconds=60.0)).operation
-    assert (new.key_retention_seconds, new.status_changed_at) == (60.0, clock.now)
+    assert (new.key_retention_seconds, new.status_changed_at) == (60.0, clock.now())
 
 
 def test_a_v1_sqlite_ledger_upgrades_with_setup(sqlite_path: Path) -> None:
@@ -63,8 +64,8 @@ def test_a_v1_sqlite_ledger_upgrades_with_setup(sqlite_path: Path) -> None:
                 lambda name: f":{name}",
                 DIALECT.dump_ts,
             )
-        clock = ManualClock(T0 + timedelta(hours=1))
-        ledger = SQLiteLedger(conn, clock=clock)
+        clock = FakeClock(T0 + timedelta(hours=1))
+        ledger = SQLiteLedger(conn, clock=clock.now)
         ledger.setup()
         (version,) = conn.execute("SELECT MAX(version) FROM lge_schema_version").fetchone()
         assert version == len(MIGRATIONS) == 4
@@ -91,8 +92,8 @@ def test_a_v1_postgres_ledger_upgrades_with_setup(pg_url: str) -> None:
             lambda name: f"%({name})s",
             lambda ts: ts,
         )
-    clock = ManualClock(T0 + timedelta(hours=1))
-    with PostgresLedger.from_conn_string(pg_url, clock=clock) as ledger:
+    clock = FakeClock(T0 + timedelta(hours=1))
+    with PostgresLedger.from_conn_string(pg_url, clock=clock.now) as ledger:
         ledger.setup()
         with psycopg.connect(pg_url, row_factory=dict_row) as conn:
             row = conn.execute("SELECT MAX(version) AS v FROM lge_schema_version").fetchone()
