@@ -31,7 +31,6 @@ from langgraph_effects.testing.faults import CrashMode, CrashPlan, CrashPoint, I
 from langgraph_effects.testing.providers import FakeCRM, Fault
 
 S = OperationStatus
-BACKENDS = [(k, m) for k in ("sqlite", "postgres") for m in ("sync", "async")]
 CFG = {"configurable": {"thread_id": "edited"}}
 LEASE = timedelta(milliseconds=200)
 EDIT = {
@@ -41,15 +40,6 @@ EDIT = {
     "by": "ana",
 }
 REJECT = {"decisions": [{"type": "reject", "message": "not B either"}], "by": "ana"}
-
-
-@pytest.fixture(params=BACKENDS, ids=[f"{k}-{m}" for k, m in BACKENDS])
-def env(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
-    kind, mode = request.param
-    url = request.getfixturevalue("pg_url") if kind == "postgres" else None
-    e = Env(kind, mode, path=tmp_path / "app.db", url=url)
-    yield e
-    e.close()
 
 
 @pytest.fixture
