@@ -20,6 +20,7 @@ from langgraph_effects import EffectContext, InMemoryLedger, PostgresLedger, SQL
 from langgraph_effects.core.model import Evidence, EvidenceKind, OperationStatus
 from langgraph_effects.errors import EffectRejected, InvalidInput, TransientProviderError
 from langgraph_effects.presets import (
+    ADYEN,
     GITHUB,
     HUBSPOT,
     PAYPAL,
@@ -77,6 +78,8 @@ def test_presets_say_what_they_resend() -> None:
     }
     assert STRIPE.contract is not None
     assert STRIPE.contract.key_retention == timedelta(hours=23)
+    assert ADYEN.contract is not None
+    assert ADYEN.contract.idempotency_window == timedelta(days=31)
     # Square publishes no window: resends stop 10 minutes after the first dispatch.
     assert SQUARE.contract is not None
     assert SQUARE.contract.key_retention == timedelta(minutes=10)
@@ -290,6 +293,38 @@ def test_preset_and_fake_give_one_effect_across_the_crash_points(
     # may or may not have heard the request (crashed after the claim, before it answered).
     keyless_unsure = preset.resend == "never" and crash is CrashPoint.AFTER_CLAIM
     assert len(asked) == int(keyless_unsure), asked
+
+
+@pytest.mark.parametrize("window", ["preset", "assumed_24h"])
+def test_square_resends_nothing_past_its_stated_interval(window: str, clock: FakeClock) -> None:
+    """Square publishes no key window: the preset resends only within 10 minutes. Killed after
+    Square charged, resumed 16 minutes later while its search still lags: a person is asked,
+    nothing is resent. The control assumes a 24 h window: it resends blindly, and a Square
+    that kept the key 15 minutes charges again."""
+    preset = SQUARE if window == "preset" else SQUARE.with_window(timedelta(hours=24))
+    # Square keeps the key 15 minutes here (the control does not know it); its search lags.
+    fake = api(preset, clock, retention=timedelta(minutes=15), search_delay=timedelta(hours=1))
+    ledger = InMemoryLedger(clock=clock.now)
+    ledger.setup()
+    asked: list[str] = []
+    report = run_scenario(
+        Scenario(
+            tools=[issue_tool(preset, fake)],
+            tool_calls=[CALL],
+            providers=[fake],
+            clock=clock,
+            crash_at=CrashPoint.AFTER_PROVIDER,
+            between=lambda: clock.advance(timedelta(minutes=16)),
+            policy=operator(fake, asked),
+            thread_id=f"square-{window}",
+        ),
+        ledger=ledger,
+    )
+    if window == "preset":
+        assert (fake.effects, fake.duplicates, len(asked)) == (1, 0, 1), report.problems
+        assert report.completed == 1
+    else:
+        assert (fake.effects, fake.duplicates, len(asked)) == (2, 1, 0)
 
 
 @pytest.fixture
