@@ -216,15 +216,7 @@ def review_request(
     safe_retry = allow_retry and not risk["duplicate_possible"]
     return {
         "kind": REVIEW_KIND,
-        "operation_id": op.operation_id,
-        "tenant_id": op.tenant_id,
-        "workflow_id": op.workflow_id,
-        "tool_call_id": op.tool_call_id,
-        "tool": tool_name,
-        "action": op.action,
-        "target": op.target,
-        "status": op.status.value,
-        "attempts": op.attempts,
+        **_asked_about(op, tool_name),
         "idempotency_key": op.idempotency_key,
         "payload": op.payload if op.payload_stored else None,
         "payload_digest": op.payload_digest,
@@ -256,6 +248,21 @@ def review_request(
                 "allowed_decisions": (["approve"] if safe_retry else []) + ["edit", "reject"],
             }
         ],
+    }
+
+
+def _asked_about(op: Operation, tool_name: str) -> dict[str, Any]:
+    """What both requests say first of the operation they ask about, in this order."""
+    return {
+        "operation_id": op.operation_id,
+        "tenant_id": op.tenant_id,
+        "workflow_id": op.workflow_id,
+        "tool_call_id": op.tool_call_id,
+        "tool": tool_name,
+        "action": op.action,
+        "target": op.target,
+        "status": op.status.value,
+        "attempts": op.attempts,
     }
 
 
@@ -297,15 +304,7 @@ def approval_request(
     others = open_on_target or OpenOnTarget()
     return {
         "kind": APPROVAL_KIND,
-        "operation_id": op.operation_id,
-        "tenant_id": op.tenant_id,
-        "workflow_id": op.workflow_id,
-        "tool_call_id": op.tool_call_id,
-        "tool": tool_name,
-        "action": op.action,
-        "target": op.target,
-        "status": op.status.value,
-        "attempts": op.attempts,
+        **_asked_about(op, tool_name),
         "args": dict(args),
         "payload_digest": op.payload_digest,
         "open_operations": _open_json(others),

@@ -268,20 +268,20 @@ class InMemoryLedger(Ledger):
                 if row.status.terminal:
                     check_transition(operation_id, row.status, S.DISPATCHING)  # raises
                 return row  # already past approval: idempotent
-            new = row.model_copy(
-                update={
-                    "authorization_ref": approval_ref(by),
-                    "record_version": row.record_version + 1,
-                    "updated_at": self._clock(),
-                }
-            )
-            return self._commit(
-                row,
-                new,
-                EventKind.APPROVE,
-                actor=by,
-                detail=with_answer({"reason": reason, **who(claimed_by, verified_by)}, answer),
-            )
+            detail = with_answer({"reason": reason, **who(claimed_by, verified_by)}, answer)
+            return self._approved(row, by, detail)
+
+    def _approved(self, row: Operation, by: str, detail: Any) -> Operation:
+        """``row`` approved by ``by`` (its ``authorization_ref``), with its ``approve`` event:
+        a person's answer (``approve``) and an operator's out-of-band approval alike."""
+        new = row.model_copy(
+            update={
+                "authorization_ref": approval_ref(by),
+                "record_version": row.record_version + 1,
+                "updated_at": self._clock(),
+            }
+        )
+        return self._commit(row, new, EventKind.APPROVE, actor=by, detail=detail)
 
     def _claimed(
         self, row: Operation, owner: LeaseOwner, lease_for: timedelta, *, actor: str
@@ -506,20 +506,8 @@ class InMemoryLedger(Ledger):
             if Decision.APPROVE not in operator_decisions(row):
                 why = "terminal states never move" if row.status.terminal else AWAITS_APPROVAL
                 raise IllegalTransition(operation_id, status=row.status, target=S.PREPARED, why=why)
-            new = row.model_copy(
-                update={
-                    "authorization_ref": approval_ref(resolution.by),
-                    "record_version": row.record_version + 1,
-                    "updated_at": self._clock(),
-                }
-            )
-            return self._commit(
-                row,
-                new,
-                EventKind.APPROVE,
-                actor=resolution.by,
-                detail=with_answer(resolution.detail(), resolution.answer),
-            )
+            detail = with_answer(resolution.detail(), resolution.answer)
+            return self._approved(row, resolution.by, detail)
 
     def record_evidence(
         self, tenant_id: str, operation_id: str, evidence: Evidence, answer: str | None = None
