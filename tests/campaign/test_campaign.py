@@ -165,18 +165,6 @@ def test_randomized_schedules_lose_no_answer(randomized: CampaignResult) -> None
         assert _reproduced(randomized, "lost_answers") == [], _problems(randomized)
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="open (issue 23): a few valid answers are refused in words, the question still "
-    "asked (decide, not the harness): in a Functional API workflow running several effect "
-    "calls in one task (one_task, body) an answer reaches another call of the task after a "
-    "crash ('the answer names operation ..., which this step does not own'; seeds 22, 691, "
-    "820, 894, 936, 1088, 1486, 1633, 1944); a HITL-shaped answer by interrupt id to one "
-    "call of a parallel_branches task is refused for naming no operation_id (756, 6260, 6759, "
-    "6797, whose answers 32b9f5d counted lost); a bad answer refused earlier handed again "
-    "to the question, so the person's next, valid answer is refused with the bad one's "
-    "reason (232, 1605, 1606, 1619, 1990, 6960); 76-77 per 2,000 schedules in all",
-)
 def test_randomized_schedules_refuse_no_valid_answer(randomized: CampaignResult) -> None:
     """A valid answer to the question the ledger still asks is applied: never asked again
     unchanged with a refusal."""
