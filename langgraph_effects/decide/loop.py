@@ -1075,10 +1075,11 @@ class Loop:
             approve (applied) ─▶ ✗ ─▶ request shown again ─▶ reject ─▶ rejected, not sent
 
         It applies: a reject stops the call, an edit replaces it; an approval
-        agrees with what is recorded. A retry a person ordered after an ambiguous
-        attempt is not undone by a later answer (a reject would claim the earlier
-        attempt did nothing): anything but retry is refused before LangGraph saves
-        it, saying why, and the request can be answered again.
+        agrees with what is recorded (given to an approval an operator decided out of
+        band, it is applied all the same: the log keeps its mark). A retry a person
+        ordered after an ambiguous attempt is not undone by a later answer (a reject
+        would claim the earlier attempt did nothing): anything but retry is refused
+        before LangGraph saves it, saying why, and the request can be answered again.
 
         Read only on that rare path (approved or retried, nothing asked in this pass).
         """
@@ -1170,8 +1171,9 @@ class Loop:
             if held:
                 if answer is None:
                     continue  # consumed without applying when first handed (answer_of)
-                if answer.decision is Decision.APPROVE and not answer.edited_args:
-                    continue  # agrees with the operator's approval
+                # Applied even when it agrees with the operator's approval (an approve):
+                # logged with its mark, so a later run meets it as this task's answer
+                # (the review asked if the call ends unknown never reads it as its own).
                 return (yield from self._answered(p, op, answer, answer_mark(call, value)))
             mine.consumed += 1
             if answer is None:

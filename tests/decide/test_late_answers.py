@@ -114,7 +114,7 @@ def test_a_reject_after_an_operator_approval_stops_the_call(
 def test_an_approve_after_an_operator_approval_sends_once(
     env: Env, crm: FakeCRM, shape: str
 ) -> None:
-    """The UI's approve agrees with the operator's: sent once, nothing more logged."""
+    """The UI's approve agrees with the operator's: sent once, nothing told (logged beside it)."""
     graph = gated_graph(env, crm)
     env.invoke(graph, {"messages": [("user", "close A")]}, CFG)
     [pending] = interrupts(env, graph)
@@ -550,3 +550,66 @@ def test_an_edit_of_an_approval_shown_again_after_the_call_was_sent_is_refused(
     assert interrupts(env, graph) == []
     assert crm.effects == 1
     assert [(op.operation_id, op.status) for op in env.ops()] == [(op_id, S.CONFIRMED)]
+
+
+@pytest.mark.parametrize(
+    "env", [("sqlite", "sync"), ("postgres", "async")], indirect=True, ids=["sqlite", "pg-async"]
+)
+@SHAPES
+def test_an_approve_agreeing_with_the_operator_is_kept_for_the_review_that_follows(
+    env: Env, crm: FakeCRM, shape: str
+) -> None:
+    """The operator approves the pending call out of band and the UI approves it too; it is
+    sent, its response lost (the CRM acted), and a review is asked. The UI's answer to the
+    review applies: the approve given before was logged with the call's answers, so the
+    review's re-run meets it as an answer given, never reads it as the review's own and
+    refuses it ("'approve' is not offered here"), which lost the person's confirm (campaign
+    seed 163 of operator_decisions). The CRM acted once; the log keeps both approvals."""
+    graph = build_graph(
+        [lost_response_gated_tool(crm)],
+        [call("close_case", "call-a", case_id="A", resolution="fixed")],
+        ledger=env.ledger,
+        checkpointer=env.checkpointer,
+    )
+    env.invoke(graph, {"messages": [("user", "close A")]}, CFG)
+    [pending] = interrupts(env, graph)
+    op_id = pending.value["operation_id"]
+    operator(env, op_id, "approve")
+    env.invoke(graph, answer_in(shape, "approve", pending), CFG)
+    assert crm.effects == 1
+    [review] = interrupts(env, graph)
+    assert (review.value["kind"], review.value["operation_id"]) == ("effect_review", op_id)
+    confirm = {"operation_id": op_id, "decision": "confirm", "by": "ana", "reason": "seen"}
+    out = env.invoke(
+        graph, Command(resume={**confirm, "request_id": review.value["request_id"]}), CFG
+    )
+    assert interrupts(env, graph) == []
+    assert env.ledger_call("get", "default", op_id).status is S.CONFIRMED
+    decided = [(e.kind, e.actor) for e in events(env, op_id) if e.actor in ("olga", "ana")]
+    assert decided == [
+        (EventKind.APPROVE, "olga"),
+        (EventKind.APPROVE, "ana"),
+        (EventKind.RESOLVE, "ana"),
+    ]
+    [message] = tool_messages(out)
+    assert message.status == "success"
+    env.invoke(graph, None, CFG)
+    assert crm.effects == 1
+
+
+def lost_response_gated_tool(crm: FakeCRM) -> Any:
+    """A close that needs approval, whose first response is lost (the CRM acted), with no
+    key window (a review follows) and a reconciler that sees nothing."""
+
+    @effect(
+        "crm.close_case",
+        target=lambda a: a["case_id"],
+        require_approval=True,
+        reconcile=lambda op: Evidence.inconclusive("the CRM's search shows nothing yet"),
+    )
+    def close_case(case_id: str, resolution: str, ctx: EffectContext) -> dict[str, Any]:
+        """Close a CRM case (a person approves first)."""
+        return crm.close_case(case_id, resolution)
+
+    crm.faults.script([Fault.LOSE_RESPONSE])
+    return close_case
