@@ -11,18 +11,94 @@ would take it (``own``).
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable, Mapping
 from contextlib import nullcontext
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Literal, TypeVar
 
 from langgraph_effects.errors import InvalidInput
 from langgraph_effects.ledger.engine import Dialect, Program
 
-__all__ = ["Backend", "TableSet", "Tables", "backend_of"]
+__all__ = ["JOURNAL", "OUTBOX", "Backend", "TableSet", "TableSpec", "Tables", "backend_of"]
 
 T = TypeVar("T")
 Backend = Literal["sqlite", "postgres"]
 TableSet = Literal["outbox", "journal"]
+
+
+@dataclass(frozen=True, slots=True)
+class TableSpec:
+    """What every backend's dialect of one table set declares alike, written once: its
+    tables (``Dialect.tables``), the call that sets them up (``Dialect.setup``) and the
+    statement names its programs yield (``Dialect.required``: a backend's dialect that
+    lacks one fails when it is built, not when a program first asks for it)."""
+
+    tables: tuple[str, ...]
+    setup: str
+    statements: tuple[str, ...]
+
+    def dialect(
+        self,
+        statements: Mapping[str, str | tuple[str, ...]],
+        *,
+        migrations: tuple[tuple[str, ...], ...],
+        dump_ts: Callable[[datetime | None], Any],
+        load_ts: Callable[[Any], datetime | None],
+    ) -> Dialect:
+        """One backend's dialect of these tables: its SQL for each statement (every name
+        of ``statements`` at least), its migrations and how it stores a timestamp."""
+        return Dialect(
+            statements=statements,
+            migrations=migrations,
+            tables=self.tables,
+            setup=self.setup,
+            required=self.statements,
+            dump_ts=dump_ts,
+            load_ts=load_ts,
+        )
+
+
+OUTBOX = TableSpec(
+    tables=("lge_outbox_schema_version", "lge_outbox", "lge_outbox_events"),
+    setup="Outbox().setup(conn)",
+    statements=(
+        "insert_entry",
+        "get_entry",
+        "get_entry_by_message",
+        "list_entries",
+        "claim",
+        "settle",
+        "leased",
+        "take_over",
+        "mark_delivered",
+        "mark_delivered_fenced",
+        "insert_event",
+        "get_event",
+        "entry_events",
+        "claim_check",
+        "release_check",
+    ),
+)
+"""The outbox's tables (``outbox.statements``, ``outbox.relay``, ``outbox.writer``)."""
+
+JOURNAL = TableSpec(
+    tables=("lge_journal_schema_version", "lge_runs", "lge_run_events", "lge_run_counters"),
+    setup="journal.setup()",
+    statements=(
+        "get_run",
+        "get_event",
+        "insert_run",
+        "update_run",
+        "insert_event",
+        "bump_counter",
+        "events",
+        "runs",
+        "counters",
+        "all_event_types",
+    ),
+)
+"""The run journal's tables (``journal.statements``, ``journal.journals``)."""
 
 
 def backend_of(conn: Any) -> Backend:

@@ -11,8 +11,8 @@ from langgraph_effects.ledger.engine import (
     SCHEMA_VERSION,
     SCHEMA_VERSION_TABLE,
     SETUP_LOCK,
-    Dialect,
 )
+from langgraph_effects.ledger.engine.tables import JOURNAL
 from langgraph_effects.ledger.postgres._sql import dump_ts, load_ts
 
 __all__ = ["DIALECT"]
@@ -95,8 +95,8 @@ RUNS_SQL = "SELECT run_id, state, snapshot FROM lge_runs ORDER BY run_id"
 COUNTERS_SQL = "SELECT run_id, name, n FROM lge_run_counters"
 ALL_EVENT_TYPES_SQL = "SELECT run_id, type FROM lge_run_events"
 
-DIALECT = Dialect(
-    statements={
+DIALECT = JOURNAL.dialect(
+    {
         SETUP_LOCK: SETUP_LOCK_SQL,
         SCHEMA_VERSION_TABLE: VERSION_TABLE_SQL,
         SCHEMA_VERSION: SCHEMA_VERSION_SQL,
@@ -113,8 +113,6 @@ DIALECT = Dialect(
         "all_event_types": ALL_EVENT_TYPES_SQL,
     },
     migrations=MIGRATIONS,
-    tables=("lge_journal_schema_version", "lge_runs", "lge_run_events", "lge_run_counters"),
-    setup="journal.setup()",
     dump_ts=dump_ts,
     load_ts=load_ts,
 )

@@ -13,8 +13,8 @@ from langgraph_effects.ledger.engine import (
     SCHEMA_VERSION,
     SCHEMA_VERSION_TABLE,
     SETUP_LOCK,
-    Dialect,
 )
+from langgraph_effects.ledger.engine.tables import OUTBOX
 from langgraph_effects.ledger.postgres._sql import dump_ts, load_ts
 
 __all__ = ["DIALECT"]
@@ -222,8 +222,8 @@ WHERE seq = %(seq)s AND fencing_token = %(token)s
 RETURNING seq
 """
 
-DIALECT = Dialect(
-    statements={
+DIALECT = OUTBOX.dialect(
+    {
         SETUP_LOCK: SETUP_LOCK_SQL,
         SCHEMA_VERSION_TABLE: VERSION_TABLE_SQL,
         SCHEMA_VERSION: SCHEMA_VERSION_SQL,
@@ -245,8 +245,6 @@ DIALECT = Dialect(
         "release_check": RELEASE_CHECK_SQL,
     },
     migrations=MIGRATIONS,
-    tables=("lge_outbox_schema_version", "lge_outbox", "lge_outbox_events"),
-    setup="Outbox().setup(conn)",
     dump_ts=dump_ts,
     load_ts=load_ts,
 )

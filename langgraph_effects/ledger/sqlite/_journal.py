@@ -12,8 +12,8 @@ from langgraph_effects.ledger.engine import (
     RECORD_SCHEMA_VERSION,
     SCHEMA_VERSION,
     SCHEMA_VERSION_TABLE,
-    Dialect,
 )
+from langgraph_effects.ledger.engine.tables import JOURNAL
 from langgraph_effects.ledger.sqlite._sql import dump_ts, iso_to_us, load_ts
 
 __all__ = ["DIALECT"]
@@ -116,8 +116,8 @@ RUNS_SQL = "SELECT run_id, state, snapshot FROM lge_runs ORDER BY run_id"
 COUNTERS_SQL = "SELECT run_id, name, n FROM lge_run_counters"
 ALL_EVENT_TYPES_SQL = "SELECT run_id, type FROM lge_run_events"
 
-DIALECT = Dialect(
-    statements={
+DIALECT = JOURNAL.dialect(
+    {
         SCHEMA_VERSION_TABLE: VERSION_TABLE_SQL,
         SCHEMA_VERSION: SCHEMA_VERSION_SQL,
         RECORD_SCHEMA_VERSION: RECORD_SCHEMA_VERSION_SQL,
@@ -133,8 +133,6 @@ DIALECT = Dialect(
         "all_event_types": ALL_EVENT_TYPES_SQL,
     },
     migrations=MIGRATIONS,
-    tables=("lge_journal_schema_version", "lge_runs", "lge_run_events", "lge_run_counters"),
-    setup="journal.setup()",
     dump_ts=dump_ts,
     load_ts=load_ts,
 )

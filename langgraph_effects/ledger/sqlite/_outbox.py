@@ -12,8 +12,8 @@ from langgraph_effects.ledger.engine import (
     RECORD_SCHEMA_VERSION,
     SCHEMA_VERSION,
     SCHEMA_VERSION_TABLE,
-    Dialect,
 )
+from langgraph_effects.ledger.engine.tables import OUTBOX
 from langgraph_effects.ledger.sqlite._sql import dump_ts, iso_to_us, load_ts
 
 __all__ = ["DIALECT"]
@@ -250,8 +250,8 @@ WHERE seq = :seq AND fencing_token = :token
 RETURNING seq
 """
 
-DIALECT = Dialect(
-    statements={
+DIALECT = OUTBOX.dialect(
+    {
         SCHEMA_VERSION_TABLE: VERSION_TABLE_SQL,
         SCHEMA_VERSION: SCHEMA_VERSION_SQL,
         RECORD_SCHEMA_VERSION: RECORD_SCHEMA_VERSION_SQL,
@@ -272,8 +272,6 @@ DIALECT = Dialect(
         "release_check": RELEASE_CHECK_SQL,
     },
     migrations=MIGRATIONS,
-    tables=("lge_outbox_schema_version", "lge_outbox", "lge_outbox_events"),
-    setup="Outbox().setup(conn)",
     dump_ts=dump_ts,
     load_ts=load_ts,
 )
