@@ -232,3 +232,41 @@ def test_the_value_held_for_a_task_s_next_interrupt_is_read_where_langgraph_keep
         ("first", 1, "one", "two"),
         ("second", 2, "two"),
     ], changed
+
+
+def test_a_run_resumed_by_interrupt_id_carries_its_map_where_the_drive_reads_it() -> None:
+    """``decide.drive._given_by_position`` tells a run resumed by interrupt id
+    (``Command(resume={id: value})``) from one resumed by position by the run's
+    ``configurable["__pregel_resume_map"]``: the map in the first, nothing in the second.
+    If LangGraph moves it, a stale value given by position would again answer a question
+    asked after the person answered by id."""
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.config import get_config
+    from langgraph.types import Command, interrupt
+
+    from langgraph_effects.decide import drive
+
+    changed = _changed(
+        "where a run keeps Command(resume={interrupt_id: value}) (__pregel_resume_map)",
+        "langgraph_effects/decide/drive.py (_given_by_position)",
+    )
+    seen: list[Any] = []
+
+    def node(state: MessagesState) -> dict[str, Any]:
+        seen.append(get_config()["configurable"].get(drive._RESUME_MAP))
+        interrupt("first")
+        interrupt("second")
+        return {}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("ask", node)
+    builder.add_edge(START, "ask")
+    graph = builder.compile(checkpointer=InMemorySaver())
+    cfg = {"configurable": {"thread_id": "t"}}
+    graph.invoke({"messages": []}, cfg)
+    graph.invoke(Command(resume="one"), cfg)  # by position
+    [asked] = graph.get_state(cfg).interrupts
+    graph.invoke(Command(resume={asked.id: "two"}), cfg)  # by interrupt id
+    assert not seen[0], changed
+    assert not seen[1], changed
+    assert seen[2] == {asked.id: "two"}, changed
