@@ -86,6 +86,10 @@ ADOPT = "adopt"
 OPEN_OPERATIONS = "open_operations"
 OPEN_COUNT = "open_count"
 
+FINAL_STATUSES = ", ".join(f"'{status.value}'" for status in OperationStatus if status.terminal)
+"""The statuses no transition leaves, as an SQL list: evidence recorded on a record in
+one of them is only logged (``RECORD_EVIDENCE`` leaves its ``evidence_checked_at``)."""
+
 STATEMENT_NAMES = (
     OPEN_OPERATIONS,
     OPEN_COUNT,

@@ -361,7 +361,10 @@ class Ledger(Protocol):
     ) -> Operation:
         """Log inconclusive evidence and stamp ``evidence_checked_at``; the status is unchanged.
 
-        So ``status_changed_at`` is unchanged too: an unknown keeps its age.
+        So ``status_changed_at`` is unchanged too: an unknown keeps its age. On a final
+        record (``confirmed``, ``rejected``) the evidence is only logged: a note (an answer
+        that came too late, a receipt the fence refused) that checks nothing; the record
+        keeps every field but its version (and ``updated_at``), which move with the event.
         """
 
     def bind_thread(self, workflow_id: str, tenant_id: str) -> str:

@@ -518,7 +518,8 @@ class InMemoryLedger(Ledger):
             now = self._clock()
             new = row.model_copy(
                 update={
-                    "evidence_checked_at": now,
+                    # A final record's evidence is only logged (``FINAL_STATUSES``).
+                    "evidence_checked_at": row.evidence_checked_at if row.status.terminal else now,
                     "record_version": row.record_version + 1,
                     "updated_at": now,
                 }

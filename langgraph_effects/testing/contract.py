@@ -783,6 +783,35 @@ class LedgerContract:
         with pytest.raises(OperationNotFound):
             ledger.record_evidence(T, "nope", evidence)
 
+    def test_record_evidence_on_a_final_record_only_logs_it(
+        self, ledger: Ledger, clock: FakeClock
+    ) -> None:
+        """On a confirmed or rejected record evidence is a note in its log: one event, the
+        version with it, and nothing else of the record moves (``evidence_checked_at``
+        neither: nothing was checked)."""
+        op = ledger.prepare(make_draft("op-1"), owner=OWNER, lease_for=LEASE).operation
+        confirmed = ledger.confirm(T, "op-1", token=op.fencing_token, result={"ok": True})
+        self.unknown(ledger, "op-2")
+        decided = Resolution(
+            decision=Decision.REJECT, by="bob", evidence=Evidence.rejected("not there")
+        )
+        rejected = ledger.resolve(T, "op-2", decided)
+        clock.advance(timedelta(minutes=1))
+        note = Evidence.inconclusive("an answer that came too late", source="ana")
+        for before in (confirmed, rejected):
+            after = ledger.record_evidence(T, before.operation_id, note, answer="task:mark")
+            moved = {"record_version": before.record_version + 1, "updated_at": clock.now()}
+            assert after == before.model_copy(update=moved)
+            event = ledger.events(T, before.operation_id)[-1]
+            assert (event.kind, event.from_status, event.to_status, event.evidence) == (
+                EventKind.EVIDENCE,
+                before.status,
+                before.status,
+                note,
+            )
+            assert event.detail == {"answer": "task:mark"}
+            self.assert_consistent(ledger, after)
+
     # -- queries --------------------------------------------------------------------
 
     def test_bind_thread_keeps_the_first_tenant(self, ledger: Ledger) -> None:

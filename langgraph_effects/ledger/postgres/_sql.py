@@ -313,7 +313,15 @@ RESOLVE_SQL = _move(
     resolved_at = CASE WHEN %(to_status)s = 'prepared' THEN resolved_at ELSE %(now)s END""",
     "status = 'unknown'",
 )
-RECORD_EVIDENCE_SQL = _move(_STAMP_EVIDENCE, "TRUE", from_status="status", status_change=False)
+# On a final record, evidence is a note in its log (a late answer, a late receipt): its
+# version moves with the event, and nothing else of the record.
+RECORD_EVIDENCE_SQL = _move(
+    f"""evidence_checked_at = CASE WHEN status IN ({ledger.FINAL_STATUSES})
+        THEN evidence_checked_at ELSE COALESCE(%(evidence_at)s, evidence_checked_at) END""",
+    "TRUE",
+    from_status="status",
+    status_change=False,
+)
 
 # Run unprepared (Statement.adhoc): planned with the actual status, PostgreSQL sees
 # that it implies the partial index's predicate.

@@ -178,7 +178,15 @@ RESOLVE_SQL = _move(
     resolved_at = CASE WHEN :to_status = 'prepared' THEN resolved_at ELSE :now END""",
     "status = 'unknown'",
 )
-RECORD_EVIDENCE_SQL = _move(_STAMP_EVIDENCE, "1 = 1", from_status="status", status_change=False)
+# On a final record, evidence is a note in its log (a late answer, a late receipt): its
+# version moves with the event, and nothing else of the record.
+RECORD_EVIDENCE_SQL = _move(
+    f"""evidence_checked_at = CASE WHEN status IN ({ledger.FINAL_STATUSES})
+        THEN evidence_checked_at ELSE COALESCE(:evidence_at, evidence_checked_at) END""",
+    "1 = 1",
+    from_status="status",
+    status_change=False,
+)
 
 LIST_SQL = """
 SELECT * FROM lge_operations WHERE {where}
