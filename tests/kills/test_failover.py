@@ -123,7 +123,7 @@ class Cluster:
         _pg(
             "pg_basebackup",
             *("-h", "127.0.0.1", "-p", str(self.ports[0]), "-U", "postgres"),
-            *("-D", str(self.standby), "-R", "-X", "stream", "-c", "fast"),
+            *("-D", str(self.standby), "-R", "-X", "stream", "-c", "fast", "--no-sync"),
         )
         self._configure(self.standby, self.ports[1], "synchronous_standby_names = ''")
         self._start(self.standby)
@@ -281,13 +281,16 @@ def failover_run(
     start: bool,
     receipts: Synchronous = "NORMAL",
     freeze_after_provider: int | None = None,
+    mode: str = "sync",
 ) -> dict[str, Any]:
-    """Run (``start``) or resume thread t1 on ``url``: ledger and saver on one pool, receipts
-    committed ``receipts``; ``freeze_after_provider``: a pid to SIGSTOP once the CRM answered."""
-    from langgraph_effects.ledger.postgres import PostgresLedger
+    """Run (``start``) or resume thread t1 on ``url``: ledger and saver on one pool (``mode``
+    sync or async), receipts committed ``receipts``; ``freeze_after_provider``: a pid to
+    SIGSTOP once the CRM answered."""
+    from langgraph_effects.ledger.postgres import AsyncPostgresLedger, PostgresLedger
 
-    env = Env("postgres", "sync", url=url)
-    env.ledger = PostgresLedger(env.checkpointer.conn, receipt_synchronous=receipts)
+    env = Env("postgres", mode, url=url)
+    face = AsyncPostgresLedger if env.is_async else PostgresLedger
+    env.ledger = face(env.checkpointer.conn, receipt_synchronous=receipts)
     crm = FakeCRM(crm_path)
     stop = None if freeze_after_provider is None else partial(freeze, freeze_after_provider)
     try:
@@ -407,8 +410,9 @@ def _primary_waits(cluster: Cluster, event: str) -> bool:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("mode", ["sync", "async"])
 def test_a_relaxed_receipt_the_standby_never_received_is_reconciled_never_resent(
-    cluster: Cluster, tmp_path: Path
+    cluster: Cluster, tmp_path: Path, mode: str
 ) -> None:
     """The documented settings (a synchronous standby, receipts ``"NORMAL"``), the loss made
     certain: the primary's walsender is frozen once the CRM answered, so the receipt commits
@@ -424,7 +428,7 @@ def test_a_relaxed_receipt_the_standby_never_received_is_reconciled_never_resent
     FakeCRM(crm_path).close()
     died = run_in_forked_child(
         failover_run,
-        *(cluster.url, str(crm_path), True, "NORMAL", cluster.walsender()),
+        *(cluster.url, str(crm_path), True, "NORMAL", cluster.walsender(), mode),
         crash_at=CrashPoint.AFTER_RECEIPT,
         mode="kill",
     )
@@ -432,7 +436,7 @@ def test_a_relaxed_receipt_the_standby_never_received_is_reconciled_never_resent
     cluster.lose_primary()
 
     assert _records(cluster.url) == ["dispatching"]  # the write-ahead kept, the receipt lost
-    resumed = failover_run(cluster.url, str(crm_path), False)
+    resumed = failover_run(cluster.url, str(crm_path), False, mode=mode)
     assert resumed == {"statuses": ["confirmed"], "attempts": [1]}
     with FakeCRM(crm_path) as crm:
         stats = crm.stats()
@@ -441,8 +445,9 @@ def test_a_relaxed_receipt_the_standby_never_received_is_reconciled_never_resent
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("mode", ["sync", "async"])
 def test_a_full_receipt_waits_for_the_standby_and_survives_the_failover(
-    cluster: Cluster, tmp_path: Path
+    cluster: Cluster, tmp_path: Path, mode: str
 ) -> None:
     """The same schedule with receipts ``"FULL"``: with the walsender frozen the receipt's
     commit waits for the standby (``SyncRep``) and the worker never gets past it; thawed, it
@@ -454,7 +459,7 @@ def test_a_full_receipt_waits_for_the_standby_and_survives_the_failover(
     walsender = cluster.walsender()
     child = start_forked_child(
         failover_run,
-        *(cluster.url, str(crm_path), True, "FULL", walsender),
+        *(cluster.url, str(crm_path), True, "FULL", walsender, mode),
         crash_at=CrashPoint.AFTER_RECEIPT,
         mode="kill",
     )
@@ -474,7 +479,7 @@ def test_a_full_receipt_waits_for_the_standby_and_survives_the_failover(
     cluster.lose_primary()
 
     assert _records(cluster.url) == ["confirmed"]  # the receipt is on the promoted standby
-    resumed = failover_run(cluster.url, str(crm_path), False)
+    resumed = failover_run(cluster.url, str(crm_path), False, mode=mode)
     assert resumed == {"statuses": ["confirmed"], "attempts": [1]}
     with FakeCRM(crm_path) as crm:
         stats = crm.stats()
