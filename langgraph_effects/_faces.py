@@ -234,7 +234,7 @@ def timeline_of_request(request: ToolCallRequest) -> Timeline | None:
     runtime = request.runtime
     if runtime is None:
         return None
-    return timeline_of(getattr(runtime, "config", None), task_id_of(runtime))
+    return timeline_of(getattr(runtime, "config", None), task_id_of(runtime), request.state)
 
 
 def task_id_of(runtime: Any) -> str | None:

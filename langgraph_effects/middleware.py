@@ -70,7 +70,7 @@ from langgraph_effects.decide import (
     record_refusals,
     warn_durability,
 )
-from langgraph_effects.decide.identity import timeline_of
+from langgraph_effects.decide.identity import keeps_answers, timeline_of
 from langgraph_effects.effects import effect_spec
 from langgraph_effects.errors import MiddlewareOrderError
 from langgraph_effects.ledger.base import DEFAULT_LEASE
@@ -192,7 +192,7 @@ class EffectMiddleware(AgentMiddleware[EffectAgentState, Any, Any]):
         tool = request.tool
         if tool is None or effect_spec(tool) is None:
             return None
-        warn_durability(self._config(request))
+        warn_durability(self._config(request), answers_kept=keeps_answers(request.state))
         return request
 
     @staticmethod
@@ -328,7 +328,7 @@ class _BatchedEffectMiddleware(EffectMiddleware):
     def _gated(self, state: Any, runtime: Any, thread: tuple[str, str]) -> list[EffectCall]:
         edited = (state.get(_HITL_EDITS) or {}) if isinstance(state, dict) else {}
         tool_calls = [tc for tc in unanswered_calls(state) if tc["id"] not in edited]
-        timeline = timeline_of(_run_config(), task_id_of(runtime))
+        timeline = timeline_of(_run_config(), task_id_of(runtime), state)
         calls = effect_calls(
             self._effect_tools,
             tool_calls,
@@ -388,7 +388,7 @@ class _HitlRefusals(EffectMiddleware):
             self._effect_tools,
             tool_calls,
             thread=thread,
-            timeline=timeline_of(_run_config(), task_id_of(runtime)),
+            timeline=timeline_of(_run_config(), task_id_of(runtime), state),
             user=authenticated_user(_run_config()),
         )
         return [(c, refusals[c.tool_call_id]) for c in calls]

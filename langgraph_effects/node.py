@@ -62,7 +62,7 @@ from langgraph_effects.decide import (
     authenticated_user,
     warn_durability,
 )
-from langgraph_effects.decide.identity import timeline_of
+from langgraph_effects.decide.identity import keeps_answers, timeline_of
 from langgraph_effects.decide.thread import caller_site
 from langgraph_effects.decide.turns import Turns
 from langgraph_effects.effects import effect_spec
@@ -463,7 +463,7 @@ class EffectToolNode(ToolNode):
         try:
             with caller_site(config if task is not None else None):
                 if task is not None and task.state_input:
-                    self._prepare(task, task_id_of(_runtime()), config or {})
+                    self._prepare(task, task_id_of(_runtime()), config or {}, input)
                     if self.approvals == "batched":
                         self.runner.ask_approvals(list(task.calls.values()))
                 return super().invoke(input, config, **kwargs)
@@ -479,7 +479,7 @@ class EffectToolNode(ToolNode):
         token = _TASK.set(task)
         try:
             if task is not None and task.state_input:
-                await self._aprepare(task, task_id_of(_runtime()), config or {})
+                await self._aprepare(task, task_id_of(_runtime()), config or {}, input)
                 if self.approvals == "batched":
                     await self.runner.aask_approvals(list(task.calls.values()))
             return await super().ainvoke(input, config, **kwargs)
@@ -508,7 +508,7 @@ class EffectToolNode(ToolNode):
 
         def gated(state: Any, thread: Thread, config: RunnableConfig) -> list[EffectCall]:
             task_id = task_id_of(_runtime())
-            timeline = timeline_of(config, task_id)
+            timeline = timeline_of(config, task_id, state)
             return effect_calls(
                 self.tools_by_name,
                 unanswered_calls(state, self.messages_key),
@@ -547,24 +547,32 @@ class EffectToolNode(ToolNode):
     # -- one prepare_many for the parallel effect calls of a task -------------------
 
     def _task_calls(
-        self, task: _Task, config: RunnableConfig, task_id: str | None, thread: Thread
+        self,
+        task: _Task,
+        config: RunnableConfig,
+        task_id: str | None,
+        thread: Thread,
+        state: Any,
     ) -> tuple[list[EffectCall], dict[str, OperationDraft]]:
         """The task's effect calls, built in one pass, each knowing the others' drafts
-        (returned beside them, by operation id) as its siblings."""
+        (returned beside them, by operation id) as its siblings; ``state``: the graph
+        state the calls see."""
         tools = self.tools_by_name
         drafts: dict[str, OperationDraft] = {}
         calls = effect_calls(
             tools,
             [tc for tc in task.tool_calls if effect_spec(tools.get(tc["name"]))],
             thread=thread,
-            timeline=timeline_of(config, task_id),
+            timeline=timeline_of(config, task_id, state),
             task_id=task_id,
             user=authenticated_user(config),
             siblings=drafts,
         )
         return calls, drafts
 
-    def _prepare(self, task: _Task, task_id: str | None, config: RunnableConfig) -> Thread:
+    def _prepare(
+        self, task: _Task, task_id: str | None, config: RunnableConfig, state: Any
+    ) -> Thread:
         """The task's thread, resolved once; its effect calls, prepared together.
 
         Done before the fan-out when the node's input is the calls' state (see
@@ -577,19 +585,21 @@ class EffectToolNode(ToolNode):
                 if task.thread is None:
                     with _before_the_calls():
                         thread = self.runner.tenant_for(config, self.tenant_id)
-                    calls, drafts = self._task_calls(task, config, task_id, thread)
+                    calls, drafts = self._task_calls(task, config, task_id, thread, state)
                     task.ready(thread, calls, drafts, self.runner.prepare_siblings(calls))
         assert task.thread is not None
         return task.thread
 
-    async def _aprepare(self, task: _Task, task_id: str | None, config: RunnableConfig) -> Thread:
+    async def _aprepare(
+        self, task: _Task, task_id: str | None, config: RunnableConfig, state: Any
+    ) -> Thread:
         """The async twin of ``_prepare``."""
         if task.thread is None:
             async with task.apreparing:
                 if task.thread is None:
                     with _before_the_calls():
                         thread = await self.runner.atenant_for(config, self.tenant_id)
-                    calls, drafts = self._task_calls(task, config, task_id, thread)
+                    calls, drafts = self._task_calls(task, config, task_id, thread, state)
                     task.ready(thread, calls, drafts, await self.runner.aprepare_siblings(calls))
         assert task.thread is not None
         return task.thread
@@ -644,7 +654,7 @@ class EffectToolNode(ToolNode):
         if request.tool is None or effect_spec(request.tool) is None:
             return None
         config = request.runtime.config if request.runtime is not None else None
-        warn_durability(config)
+        warn_durability(config, answers_kept=keeps_answers(request.state))
         return config or {}
 
     def _call(self, request: ToolCallRequest, thread: Thread, task: _Task | None) -> EffectCall:
@@ -694,7 +704,7 @@ class EffectToolNode(ToolNode):
             if task is None:
                 thread = self.runner.tenant_for(config, self.tenant_id)
             else:
-                thread = self._prepare(task, task_id_of(request.runtime), config)
+                thread = self._prepare(task, task_id_of(request.runtime), config, request.state)
             call = self._call(request, thread, task)
             handoff = None if task is None else task.take(call)
             trace = Trace()
@@ -731,7 +741,9 @@ class EffectToolNode(ToolNode):
                 if task is None:
                     thread = await self.runner.atenant_for(config, self.tenant_id)
                 else:
-                    thread = await self._aprepare(task, task_id_of(request.runtime), config)
+                    thread = await self._aprepare(
+                        task, task_id_of(request.runtime), config, request.state
+                    )
                 call = self._call(request, thread, task)
                 handoff = None if task is None else task.take(call)
                 trace = Trace()

@@ -16,14 +16,21 @@ or a re-proposal whose answer never reached this timeline, and ``E`` gains
 the call's origin) or another operation (``NEXT``: a sibling of the same step,
 or ``E`` was already delivered in this timeline).
 
-Only what needs the checkpoints is asked of them: ``judge`` takes a
-``Delivered`` callable and calls it on the rare path alone.
+Delivery is known two ways. The thread's state lists the operations answered in
+it (the ``effect_operations`` channel the faces write with each answer): state
+is per checkpoint, forks inherit their ancestor's, and neither ``RemoveMessage``
+nor summarization touches it, and it is saved even under ``durability="exit"``,
+which saves no step in between. Where a graph's state has no such channel (the
+Functional API, a state without ``EffectState``, a sub-agent's fresh state),
+the checkpoint lineage says it: ``judge`` takes a ``Delivered`` callable and
+calls it on the rare path alone.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Literal
@@ -37,6 +44,7 @@ __all__ = [
     "Verdict",
     "decode_origins",
     "encode_origins",
+    "first_open",
     "judge",
     "meeting",
 ]
@@ -134,6 +142,8 @@ def judge(
     mine: Origin,
     delivered: Delivered | None,
     forks: ForkMode = "replay",
+    *,
+    answered: bool = False,
 ) -> Verdict:
     """Whether the call met at ``mine`` is the operation of a record with ``origins``.
 
@@ -144,32 +154,41 @@ def judge(
         delivered: reads the checkpoint lineage; None without a checkpointer (then
             only the same task re-run is the same operation).
         forks: the effect's fork rule (``ForkMode``).
+        answered: my timeline's state lists the record's operation as answered
+            (``effect_operations``).
 
     In order: the same task and call (a crash, interrupt or ``RetryPolicy`` re-run)
-    is the same; a record met in my very step by another task or call is a
-    sibling's; one whose answer was delivered in my timeline (or, with
-    ``forks="new"``, on another branch) was answered already; one a person was
-    asked about in my timeline for another call is that call's. Anything else is
-    the same operation met again, adopted: a replay or fork from before the answer,
-    or a re-proposal whose answer never reached this timeline.
+    is the same; one my state lists as answered was answered already; a record met
+    in my very step by another task or call is a sibling's; one whose answer was
+    delivered in my timeline (or, with ``forks="new"``, on another branch) was
+    answered already; one a person was asked about in my timeline for another call
+    is that call's. Anything else is the same operation met again, adopted: a
+    replay or fork from before the answer, or a re-proposal whose answer never
+    reached this timeline.
+
+    A task's own answer is in its state only once the task has finished and its
+    step was applied, so a re-run of the task is never among the answered: the
+    first two rows never disagree (``first_open`` relies on it).
     """
+    if any(o.task == mine.task and o.call == mine.call for o in origins):
+        return Verdict.SAME
+    if answered:
+        return Verdict.NEXT  # its answer is in my state: delivered in my timeline
     if not origins:
         # Written before origins: only its own tool call is known to be it.
         return Verdict.ADOPT if record_call == mine.call else Verdict.NEXT
-    if any(o.task == mine.task and o.call == mine.call for o in origins):
-        return Verdict.SAME
     parted = [meeting(o.steps, mine.steps) for o in origins]
     if any(p is None for p in parted):
         return Verdict.NEXT  # a sibling of my step (same AIMessage, branch or fan-out)
     if delivered is None:
         return Verdict.NEXT  # no lineage: protection holds within one task only
-    answered = [(o, p) for o, p in zip(origins, parted, strict=True) if not o.asked]
-    for _, p in answered:
+    met = [(o, p) for o, p in zip(origins, parted, strict=True) if not o.asked]
+    for _, p in met:
         assert p is not None
         if delivered(*p, False) is Place.MINE:
             return Verdict.NEXT
     if forks == "new":
-        for _, p in answered:
+        for _, p in met:
             assert p is not None
             if delivered(*p, True) is Place.ELSEWHERE:
                 return Verdict.NEXT
@@ -178,3 +197,14 @@ def judge(
         if o.asked and o.call != mine.call and delivered(*p, False) is Place.MINE:
             return Verdict.NEXT  # another call of my timeline, asked about first
     return Verdict.ADOPT
+
+
+def first_open(index: int, candidate: Callable[[int], str], answered: AbstractSet[str]) -> int:
+    """The first candidate index from ``index`` whose id my state does not list as
+    answered: ``judge`` says ``NEXT`` of every one it skips (an answered record is never
+    my task re-run), so the walk need not prepare them. A thread that asked for the
+    same call a hundred times pays one prepare for the hundred-and-first, not a
+    hundred."""
+    while candidate(index) in answered:
+        index += 1
+    return index

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from langgraph_effects.core.digest import canonical_json
-from langgraph_effects.core.identity import encode_origins
+from langgraph_effects.core.identity import encode_origins, first_open
 from langgraph_effects.core.ids import (
     candidate_operation_id,
     idempotency_key,
@@ -130,14 +130,21 @@ class EffectCall:
         if intent is not None:
             op_id = intent_operation_id(tenant_id=tenant_id, action=spec.action, intent_key=intent)
         else:
-            op_id = candidate_operation_id(
-                tenant_id=tenant_id,
-                workflow_id=workflow_id,
-                action=spec.action,
-                payload_digest=digest,
-                index=index,
-                scope=None if timeline is None else timeline.scope,
-            )
+            scope = None if timeline is None else timeline.scope
+
+            def candidate(i: int) -> str:
+                return candidate_operation_id(
+                    tenant_id=tenant_id,
+                    workflow_id=workflow_id,
+                    action=spec.action,
+                    payload_digest=digest,
+                    index=i,
+                    scope=scope,
+                )
+
+            if timeline is not None and timeline.answered:
+                index = first_open(index, candidate, timeline.answered)
+            op_id = candidate(index)
         key = idempotency_key(op_id)
         draft = OperationDraft.with_payload_json(
             payload_json.decode(),
@@ -206,16 +213,24 @@ class EffectCall:
         return OperationKey(tenant_id=self.tenant_id, operation_id=self.operation_id)
 
     def at(self, index: int) -> EffectCall:
-        """The same call at its ``index``-th candidate id (``decide.identity``)."""
-        op_id = candidate_operation_id(
-            tenant_id=self.tenant_id,
-            workflow_id=self.workflow_id,
-            action=self.spec.action,
-            payload_digest=self.payload_digest,
-            index=index,
-            scope=None if self.timeline is None else self.timeline.scope,
-        )
-        return self.at_id(op_id, index=index)
+        """The same call at its ``index``-th candidate id (``decide.identity``), or the
+        first after it that the call's state does not list as answered
+        (``core.identity.first_open``)."""
+        scope = None if self.timeline is None else self.timeline.scope
+
+        def candidate(i: int) -> str:
+            return candidate_operation_id(
+                tenant_id=self.tenant_id,
+                workflow_id=self.workflow_id,
+                action=self.spec.action,
+                payload_digest=self.payload_digest,
+                index=i,
+                scope=scope,
+            )
+
+        if self.timeline is not None and self.timeline.answered:
+            index = first_open(index, candidate, self.timeline.answered)
+        return self.at_id(candidate(index), index=index)
 
     def sibling(self, op_id: str) -> OperationDraft | None:
         """The write-ahead record of the call of this task whose operation is ``op_id``,

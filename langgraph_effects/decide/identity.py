@@ -12,7 +12,10 @@ the generator the decision loop runs before anything else::
 
 The hot path (a first call, or its own task re-run after a crash, an interrupt
 or a ``RetryPolicy`` retry) is one prepare and nothing else: the checkpoints
-are read only when a record was written by another task or another call.
+are read only when a record was written by another task or another call. A
+deliberate repeat is one prepare too where the state lists what was answered
+(``Timeline.answered``, the ``effect_operations`` channel): its answered
+candidates are skipped before anything is prepared (``core.identity.first_open``).
 
 The checkpointer is the one LangGraph hands the task in its config
 (``__pregel_checkpointer``, a private key: ``tests/identity`` fails loudly if
@@ -23,6 +26,7 @@ walk stops once it passes below the checkpoint it looks for.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import threading
 import time
@@ -42,13 +46,16 @@ from langgraph_effects.core.identity import (
 )
 from langgraph_effects.core.model import Operation, Prepared
 from langgraph_effects.decide.actions import Action, Adopt, Get, Hook, ledger
+from langgraph_effects.decide.thread import OPERATIONS_KEY
 from langgraph_effects.errors import EffectsError
 
 __all__ = [
     "CHECKPOINTER_KEY",
     "NoCheckpointerWarning",
     "Timeline",
+    "answered_in",
     "find_operation",
+    "keeps_answers",
     "timeline_of",
     "warn_no_checkpointer",
 ]
@@ -109,8 +116,11 @@ class Timeline:
     thread_id: str | None
     saver: Any = None
     asked: bool = False
-    durability: str | None = None
     """The calls are prepared to ask a person first (an approval node), not answered."""
+    durability: str | None = None
+    answered: frozenset[str] = frozenset()
+    """The operations the task's state lists as answered in this timeline (the
+    ``effect_operations`` channel; empty where the state has none)."""
     _seen: dict[str, list[tuple[str, str | None, str | None]]] = field(default_factory=dict)
     """By namespace: my lineage read so far, ``(checkpoint id, source, parent id)``."""
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -125,7 +135,7 @@ class Timeline:
 
     def asking(self) -> Timeline:
         """The same place, for calls prepared to ask a person first."""
-        return Timeline(self.task, self.steps, self.thread_id, self.saver, True, self.durability)
+        return dataclasses.replace(self, asked=True, _seen={}, _lock=threading.Lock())
 
     # -- the lineage (the rare path) -------------------------------------------------
 
@@ -217,8 +227,11 @@ class _Standin:
     metadata: Any
 
 
-def timeline_of(config: Mapping[str, Any] | None, task_id: str | None) -> Timeline | None:
-    """The timeline of a task from its config (None outside a graph task)."""
+def timeline_of(
+    config: Mapping[str, Any] | None, task_id: str | None, state: Any = None
+) -> Timeline | None:
+    """The timeline of a task from its config (None outside a graph task); ``state``:
+    the graph state the task sees, whose ``effect_operations`` are the answered."""
     if not config or not task_id:
         return None
     conf = config.get("configurable") or {}
@@ -230,7 +243,32 @@ def timeline_of(config: Mapping[str, Any] | None, task_id: str | None) -> Timeli
         saver = None
     thread = conf.get("thread_id")
     thread_id = None if thread is None else str(thread)
-    return Timeline(task_id, steps, thread_id, saver, durability=conf.get("__pregel_durability"))
+    return Timeline(
+        task_id,
+        steps,
+        thread_id,
+        saver,
+        durability=conf.get("__pregel_durability"),
+        answered=answered_in(state),
+    )
+
+
+def keeps_answers(state: Any) -> bool:
+    """The graph state has the ``effect_operations`` channel (``EffectState``)."""
+    if isinstance(state, Mapping):
+        return OPERATIONS_KEY in state
+    return hasattr(state, OPERATIONS_KEY)
+
+
+def answered_in(state: Any) -> frozenset[str]:
+    """The operation ids a graph state lists as answered (``effect_operations``)."""
+    if isinstance(state, Mapping):
+        ids = state.get(OPERATIONS_KEY)
+    else:
+        ids = getattr(state, OPERATIONS_KEY, None)
+    if not isinstance(ids, list | tuple):
+        return frozenset()
+    return frozenset(i for i in ids if isinstance(i, str))
 
 
 def _verdict(call: Any, op: Operation, forks: ForkMode) -> Generator[Action, Any, Verdict]:
@@ -259,6 +297,7 @@ def _verdict(call: Any, op: Operation, forks: ForkMode) -> Generator[Action, Any
                 timeline.origin(call.tool_call_id),
                 None if timeline.saver is None else ask,
                 forks,
+                answered=op.operation_id in timeline.answered,
             )
         except _Unanswered as missing:
             answers[missing.question] = yield Hook(_ask_lineage, (timeline, missing.question))
@@ -304,7 +343,7 @@ def find_operation(
             if fresh is not None:
                 prepared = Prepared(operation=fresh, created=False)
                 continue  # the origins moved meanwhile: judge again
-        call = call.at(call.index + 1)
+        call = call.at(call.index + 1)  # past the candidates the state lists as answered
         prepared = yield from ledger(prepare(call))
     raise EffectsError(  # pragma: no cover - ten thousand identical calls on one thread
         f"operation {call.operation_id!r}: no free candidate id after {_MAX_CANDIDATES}"

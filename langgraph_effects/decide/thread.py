@@ -141,8 +141,13 @@ def caller_site(config: Mapping[str, Any] | None) -> Iterator[None]:
         _site.reset(token)
 
 
-def warn_durability(config: Mapping[str, Any] | None) -> None:
+def warn_durability(config: Mapping[str, Any] | None, *, answers_kept: bool = False) -> None:
     """Warn once per process when the graph's durability lets tool-call ids change.
+
+    ``answers_kept``: the calls' state lists the operations answered in it
+    (``effect_operations``), which every checkpoint saves, ``"exit"``'s too. Under
+    ``"exit"`` without it, a later request for the same call cannot be told from a
+    re-proposal of the earlier one, and the warning says so.
 
     The warning names the user's line that ran the graph: the one a face took on the
     thread that ran it (``caller_site``), else the one on this thread's stack. In a
@@ -165,12 +170,15 @@ def warn_durability(config: Mapping[str, Any] | None) -> None:
         "with other arguments is a new one. Use durability='sync', or give effects an "
         "intent_key, which maps every re-proposal to the same operation."
     )
-    if mode == "exit":
+    if mode == "exit" and not answers_kept:
         message += (
-            " Under durability='exit' a later request for the same call on this thread (a "
-            "deliberate repeat) is answered from the earlier record and does not act again: "
-            "the steps that delivered its answer are never saved (docs/limits.md). Give such "
-            "effects an intent_key per request, or use durability='sync'."
+            " Under durability='exit' this graph's state does not list the answered "
+            "operations (no effect_operations channel: add EffectState to the state; "
+            "run_effect has none), and 'exit' saves none of the steps that delivered an "
+            "answer: a later request for the same call on this thread (a deliberate "
+            "repeat) is answered from the earlier record and does not act again "
+            "(docs/identity.md). Add EffectState, give such effects an intent_key per "
+            "request, or use durability='sync'."
         )
     user = _site.get() or _user_site(sys._getframe(1))
     if user is None:

@@ -662,15 +662,21 @@ def test_durability_other_than_sync_warns_once(tmp_path: Path) -> None:
     assert "intent_key" in str(found[0].message)
 
 
-def test_durability_exit_warns_that_a_later_repeat_does_not_act(tmp_path: Path) -> None:
-    """Under durability="exit" the warning also says what the run cannot see: a later
-    request for the same call is answered from the earlier record (counted: 2 asked, 1
-    acted at the fake CRM), and how to make it act (an intent_key per request)."""
+@pytest.mark.parametrize("kept", [True, False], ids=["effect-state", "messages-state"])
+def test_durability_exit_warns_of_a_lost_repeat_only_where_the_state_keeps_no_answers(
+    tmp_path: Path, kept: bool
+) -> None:
+    """Under durability="exit" a later request for the same call acts again where the
+    state lists the answered operations (``EffectState``: 2 asked, 2 acted at the fake
+    CRM), and the warning says nothing more. A state without that channel keeps no trace
+    of the step that delivered the first answer ("exit" saves none): the second request
+    is answered from the first record (1 acted), and the warning says so and how to make
+    it act (EffectState, an intent_key per request)."""
     import warnings
 
     from _graphs import State
     from langgraph.checkpoint.memory import InMemorySaver
-    from langgraph.graph import END, START, StateGraph
+    from langgraph.graph import END, START, MessagesState, StateGraph
 
     from langgraph_effects import EffectToolNode, InMemoryLedger, route_tool_calls
     from langgraph_effects.decide import thread as runner_module
@@ -681,19 +687,19 @@ def test_durability_exit_warns_that_a_later_repeat_does_not_act(tmp_path: Path) 
     crm = FakeCRM()
     again = call("close_case", "call-a2", case_id="A", resolution="fixed")
     model = ScriptedChatModel(plan=[[CLOSE_A], [again]])
-    builder = StateGraph(State)
+    builder = StateGraph(State if kept else MessagesState)
     builder.add_node("agent", lambda state: {"messages": [model.invoke(state["messages"])]})
     builder.add_node("tools", EffectToolNode([crm_tools(crm)], ledger=ledger))
     builder.add_edge(START, "agent")
     builder.add_conditional_edges("agent", route_tool_calls, ["tools", END])
     builder.add_edge("tools", "agent")
     graph = builder.compile(checkpointer=InMemorySaver())
-    runner_module._durability_warned = False
+    runner_module._durability_warned = runner_module._exit_repeat_warned = False
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         graph.invoke({"messages": [("user", "close A")]}, CFG, durability="exit")
         graph.invoke({"messages": [("user", "close A again")]}, CFG, durability="exit")
     [found] = [w for w in caught if issubclass(w.category, runner_module.DurabilityWarning)]
-    assert "does not act again" in str(found.message)
-    assert "intent_key per request" in str(found.message)
-    assert crm.effects == 1  # the limit the warning names (docs/limits.md)
+    assert ("does not act again" in str(found.message)) is not kept
+    assert ("intent_key per request" in str(found.message)) is not kept
+    assert crm.effects == (2 if kept else 1)  # the limit the warning names (docs/identity.md)

@@ -96,6 +96,32 @@ def test_delivered_in_my_timeline_is_answered_whatever_the_id() -> None:
     assert judge([e], "call_0", at("t9", "other", (ROOT, "c5")), reader(LINE)) is Verdict.NEXT
 
 
+def test_answered_in_my_state_is_answered_without_reading_the_lineage() -> None:
+    """My state lists the record's operation (``effect_operations``): its answer reached
+    my timeline, whether or not a checkpoint of its step was saved (``durability="exit"``
+    saves none); a record written before origins too. The same task re-run is still the
+    same operation (its own answer is never in its state)."""
+    asked: list[tuple[str, str, str, bool]] = []
+    never_saved = at("t1", "call-1", (ROOT, "gone"))
+    mine = at("t9", "call-1", (ROOT, "c5"))
+    delivered = reader(LINE, asked)
+    assert judge([never_saved], "call-1", mine, delivered, answered=True) is Verdict.NEXT
+    assert judge([never_saved], "call-1", mine, delivered) is Verdict.ADOPT  # the lineage alone
+    assert judge([], "call-1", mine, delivered, answered=True) is Verdict.NEXT
+    assert judge([never_saved], "call-1", never_saved, delivered, answered=True) is Verdict.SAME
+    assert len(asked) == 1  # only the judgement without the state read the lineage
+
+
+def test_first_open_skips_only_the_answered_candidates() -> None:
+    from langgraph_effects.core.identity import first_open
+
+    ids = [f"op-{i}" for i in range(6)]
+    assert first_open(0, ids.__getitem__, frozenset()) == 0
+    assert first_open(0, ids.__getitem__, frozenset(ids[:3])) == 3
+    assert first_open(1, ids.__getitem__, frozenset({ids[0], ids[2]})) == 1
+    assert first_open(2, ids.__getitem__, frozenset({ids[0], ids[2], ids[3]})) == 4
+
+
 def test_an_abandoned_step_or_a_lost_checkpoint_is_the_same_operation_met_again() -> None:
     """New input over the step (``input`` child), or a step checkpoint never saved (the
     AIMessage lost under default durability): the answer never reached this timeline."""

@@ -1,0 +1,138 @@
+"""A deliberate repeat acts under every durability, ``"exit"`` too, counted at a fake CRM.
+
+Under ``durability="exit"`` LangGraph saves one checkpoint when the run ends and none
+of the steps in between, so the checkpoint lineage never shows the step that
+delivered an answer. The state does: the faces write each answered operation to the
+``effect_operations`` channel with its ToolMessage, and the checkpoint saved at exit
+holds it (``core.identity.judge``, ``answered``). An adversarial run found the later
+turn answered from the first turn's record (2 asked, 1 acted); a plain ``ToolNode``
+beside each shows the count LangGraph alone gives.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from _graphs import Env, State
+from _identity_tools import CFG, ask, close_tool, proposer, tool_node
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langgraph.graph import END, START, StateGraph
+from langgraph.prebuilt import tools_condition
+
+from langgraph_effects import route_tool_calls
+from langgraph_effects.testing import ScriptedChatModel
+from langgraph_effects.testing.providers import FakeCRM
+
+pytestmark = pytest.mark.filterwarnings("ignore::langgraph_effects.DurabilityWarning")
+
+FACES = ["route_tool_calls", "tools_condition", "create_agent"]
+DURABILITY = ["exit", None, "sync"]
+"""``None``: LangGraph's default (``"async"``), the config carrying no durability key."""
+
+
+def graph_of(env: Env, crm: FakeCRM, face: str, model: Any, *, plain: bool) -> Any:
+    tools = [close_tool(crm, plain=plain)]
+    if face == "create_agent":
+        from langchain.agents import create_agent
+
+        from langgraph_effects import EffectMiddleware
+
+        return create_agent(
+            model,
+            tools=tools,
+            middleware=[] if plain else [EffectMiddleware(ledger=env.ledger)],
+            checkpointer=env.checkpointer,
+        )
+
+    def agent(state: State) -> dict[str, Any]:
+        return {"messages": [model.invoke(state["messages"])]}
+
+    builder = StateGraph(State)
+    builder.add_node("agent", agent)
+    builder.add_node("tools", tool_node(env, tools, plain))
+    builder.add_edge(START, "agent")
+    route = tools_condition if face == "tools_condition" else route_tool_calls
+    builder.add_conditional_edges("agent", route, ["tools", END])
+    builder.add_edge("tools", "agent")
+    return builder.compile(checkpointer=env.checkpointer)
+
+
+@pytest.mark.parametrize("plain", [False, True], ids=["effects", "toolnode"])
+@pytest.mark.parametrize("durability", DURABILITY, ids=["exit", "default", "sync"])
+@pytest.mark.parametrize("face", FACES)
+def test_the_same_request_in_a_later_turn_acts_again(
+    env: Env, crm: FakeCRM, face: str, durability: str | None, plain: bool
+) -> None:
+    """Two turns on one thread, each asking to close case A: 2 asked, 2 acted; the
+    first turn's record is not the second's (two confirmed operations)."""
+    graph = graph_of(env, crm, face, proposer("fresh"), plain=plain)
+    for turn, text in enumerate(["close case A", "close case A again, please"], start=1):
+        out = env.invoke(graph, {"messages": [HumanMessage(text)]}, CFG, durability=durability)
+        assert crm.effects == turn
+        assert out["messages"][-1].content == "done"
+    if not plain:
+        assert [o.status.value for o in env.ops()] == ["confirmed", "confirmed"]
+
+
+def twice_in_one_run() -> ScriptedChatModel:
+    """After the human message close case A; after its answer close it again (the model
+    was told to do it twice); then done. All in one invoke."""
+
+    def reply(messages: list[BaseMessage]) -> AIMessage:
+        answers = sum(isinstance(m, ToolMessage) for m in messages)
+        if answers >= 2:
+            return AIMessage(content="done")
+        call = {"name": "close_case", "args": {"case_id": "A"}, "id": f"call-{answers + 1}"}
+        return AIMessage(content="", tool_calls=[call], id=f"ai-{answers + 1}")
+
+    return ScriptedChatModel(script=reply)
+
+
+@pytest.mark.parametrize("plain", [False, True], ids=["effects", "toolnode"])
+@pytest.mark.parametrize("face", FACES)
+def test_a_repeat_in_a_later_step_of_the_same_exit_run_acts(
+    env: Env, crm: FakeCRM, face: str, plain: bool
+) -> None:
+    """The earlier step of the same run is never saved under ``"exit"``; its answer is in
+    the state the later step sees: 2 asked, 2 acted."""
+    graph = graph_of(env, crm, face, twice_in_one_run(), plain=plain)
+    env.invoke(graph, {"messages": [HumanMessage("close A twice")]}, CFG, durability="exit")
+    assert crm.effects == 2
+
+
+@pytest.mark.parametrize("face", FACES)
+def test_an_exit_turn_run_again_from_its_start_sends_nothing_again(
+    env: Env, crm: FakeCRM, face: str
+) -> None:
+    """The other half: the second turn run again from the checkpoint it started from (a
+    fork of the first turn's end asking what the second turn asked, whose state never
+    held the second answer) is answered from the second turn's record, twice: 2 acts in
+    all, as under ``"sync"`` (time travel never re-sends a delivered effect)."""
+    graph = graph_of(env, crm, face, proposer("fresh"), plain=False)
+    ask_exit = {"durability": "exit"}
+    env.invoke(graph, {"messages": [HumanMessage("close case A")]}, CFG, **ask_exit)
+    state = graph.get_state(CFG) if not env.is_async else env.run(graph.aget_state(CFG))
+    start = state.config
+    env.invoke(graph, {"messages": [HumanMessage("close case A again")]}, CFG, **ask_exit)
+    assert crm.effects == 2
+    for _ in range(2):
+        # A fork of the first turn's end that asks the second time again, as the turn did.
+        env.invoke(graph, {"messages": [HumanMessage("close case A again")]}, start, **ask_exit)
+    assert crm.effects == 2  # neither run from the first turn's end sent again
+
+
+def test_the_rule_of_exit_holds_with_trimmed_messages(env: Env, crm: FakeCRM) -> None:
+    """``RemoveMessage`` trimming between turns under ``"exit"``: the state's
+    ``effect_operations`` is untouched, 2 asked, 2 acted."""
+    from _identity_tools import agent_graph
+
+    graph = agent_graph(env, crm, plain=False, trim=True)
+    env.invoke(graph, {"messages": [HumanMessage("close case A")]}, CFG, durability="exit")
+    out = env.invoke(graph, {"messages": [HumanMessage("again")]}, CFG, durability="exit")
+    tools = [m for m in out["messages"] if isinstance(m, ToolMessage)]
+    first = [m for m in tools if m.tool_call_id == "call-1"]
+    assert not first  # trimmed away
+    assert crm.effects == 2
+    ask(env, graph, "and a third time")  # sync after exit: still a new operation
+    assert crm.effects == 3
