@@ -694,7 +694,7 @@ def test_durability_exit_warns_of_a_lost_repeat_only_where_the_state_keeps_no_an
     builder.add_conditional_edges("agent", route_tool_calls, ["tools", END])
     builder.add_edge("tools", "agent")
     graph = builder.compile(checkpointer=InMemorySaver())
-    runner_module._durability_warned = runner_module._exit_repeat_warned = False
+    runner_module._durability_warned = False
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         graph.invoke({"messages": [("user", "close A")]}, CFG, durability="exit")
