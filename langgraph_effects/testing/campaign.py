@@ -19,9 +19,9 @@ Five parts, each a row group of the printed table:
   issue 22's identity paths (``testing.draws``: summarized threads, hand-made ``Send``
   fan-outs, no checkpointer, colliding edits, parallel branches, sub-agents, a worker
   agent run inside a tool), with a deliberate repeat of the request in a third of the
-  other kinds' schedules (base, replays, forks, key rotations and workflows included).
-  ``--kinds operator_decisions`` draws what is still open: an operator deciding pending
-  questions at the console before the person answers them in the UI.
+  other kinds' schedules (base, replays, forks, key rotations and workflows included),
+  and an operator deciding pending questions at the console before the person answers
+  them in the UI (``operator_decisions``, half of the ``review_rounds`` schedules).
   People answer by position or by interrupt id, sometimes with a bad answer first.
   Schedule ``i`` has seed ``--seed + i``: a failing one prints its seed and
   replays alone with ``--seed SEED --schedules 1``.

@@ -230,8 +230,9 @@ def test_schedules_draw_every_human_and_graph_dimension() -> None:
     ToolRetryMiddleware absent, before and after EffectMiddleware, the Functional API's three
     layouts, MCP servers trusted and not, and deliberate repeats in both; and issue 22's
     draws: summaries and removals, edits that can collide, repeats in a third of the others
-    (base, replays, forks, key rotations and workflows too), a worker run inside a tool; and,
-    asked for, an operator deciding at the console (approvals in about half of those)."""
+    (base, replays, forks, key rotations and workflows too), a worker run inside a tool; and
+    issue 23's operator deciding at the console (half the review rounds, approvals in about
+    half of those)."""
     schedules = [Schedule.generate(seed) for seed in range(SCHEDULES)]
     human = [s for s in schedules if s.policy == "operator"]
     assert len(human) > SCHEDULES // 3
@@ -265,6 +266,9 @@ def test_schedules_draw_every_human_and_graph_dimension() -> None:
     for kind in (Kind.BASE, Kind.HISTORY, Kind.FORK, Kind.KEY_ROTATION, Kind.FUNCTIONAL):
         drawn = [s for s in schedules if s.kind is kind]
         assert len(drawn) // 6 < sum(s.repeat for s in drawn) < len(drawn) // 2, kind
+    rounds = [s for s in schedules if s.kind in (Kind.REVIEW_ROUNDS, Kind.OUT_OF_BAND)]
+    at_console = sum(s.kind is Kind.OUT_OF_BAND for s in rounds)
+    assert len(rounds) // 3 < at_console < 2 * len(rounds) // 3
     console = [Schedule.generate(seed, [Kind.OUT_OF_BAND]) for seed in range(200)]
     assert all(s.policy == "operator" for s in console)
     assert len(console) // 4 < sum(s.approval for s in console) < 3 * len(console) // 4
