@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import rfc8785
@@ -31,6 +31,7 @@ __all__ = [
     "PAYLOAD_KEY_ENV",
     "PAYLOAD_OLD_KEYS_ENV",
     "canonical_json",
+    "compact_encoder",
     "payload_digest",
     "resolve_payload_key",
     "resolve_payload_keys",
@@ -97,20 +98,56 @@ _INT_MIN, _INT_MAX = -(2**53) + 1, 2**53 - 1
 _MAX_DEPTH = 64
 """Deeper values go to ``rfc8785``: it alone decides where nesting is too deep."""
 
-_ENCODER = json.JSONEncoder(
-    ensure_ascii=False, separators=(",", ":"), sort_keys=True, allow_nan=False, check_circular=False
-)
+
+def compact_encoder(*, sort_keys: bool) -> Callable[[Any], str]:
+    """``json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), sort_keys=sort_keys,
+    allow_nan=False, check_circular=False).encode``, as one C call.
+
+    ``JSONEncoder.encode`` builds the C encoder anew on every call, under two Python
+    layers (``encode``, ``iterencode``); this one is built once and called directly: the
+    same text and the same errors (a cycle is a ``RecursionError``). Without the C
+    accelerator (another interpreter) it is that ``encode``.
+    """
+    python = json.JSONEncoder(
+        ensure_ascii=False,
+        separators=(",", ":"),
+        sort_keys=sort_keys,
+        allow_nan=False,
+        check_circular=False,
+    )
+    make = json.encoder.c_make_encoder  # type: ignore[attr-defined]
+    if make is None:  # pragma: no cover - CPython has it
+        return python.encode
+    encoder = make(
+        None,
+        python.default,
+        json.encoder.encode_basestring,
+        None,
+        ":",
+        ",",
+        sort_keys,
+        False,
+        False,
+    )
+
+    def encode(value: Any) -> str:
+        return "".join(encoder(value, 0))
+
+    return encode
+
+
+_ENCODE = compact_encoder(sort_keys=True)
 
 
 _STRING = json.encoder.encode_basestring
-"""What ``_ENCODER`` writes for a string (``ensure_ascii=False``), without its Python layers."""
+"""What ``_ENCODE`` writes for a string (``ensure_ascii=False``), without its Python layers."""
 
 
 def _by_json(value: Any) -> bytes | None:
     """``rfc8785.dumps(value)``, written by ``json``'s encoder; None where it may differ.
 
     A string, and a list of strings (every id's parts, ``core.ids``), are written
-    directly, as ``_ENCODER`` writes them, without walking them first.
+    directly, as ``_ENCODE`` writes them, without walking them first.
     """
     try:
         kind = type(value)
@@ -119,7 +156,7 @@ def _by_json(value: Any) -> bytes | None:
         if kind is list and all(type(item) is str for item in value):
             return ("[" + ",".join(map(_STRING, value)) + "]").encode("utf-8")
         if _plain(value, 0):
-            return _ENCODER.encode(value).encode("utf-8")
+            return _ENCODE(value).encode("utf-8")
     except (UnicodeEncodeError, RecursionError):
         pass  # a lone surrogate, or a caller's stack already deep: rfc8785 decides
     return None

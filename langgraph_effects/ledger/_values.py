@@ -5,13 +5,15 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from langgraph_effects.core.digest import compact_encoder
 from langgraph_effects.core.storable import needs_escaping, storable, storable_text
 from langgraph_effects.errors import InvalidInput
 
 __all__ = ["json_text", "text", "who", "with_answer"]
 
-_ENCODER = json.JSONEncoder(allow_nan=False, separators=(",", ":"), ensure_ascii=False)
-"""What ``json.dumps(allow_nan=False, ...)`` builds on every call, built once."""
+_ENCODE = compact_encoder(sort_keys=False)
+"""``json.dumps(value, allow_nan=False, separators=(",", ":"), ensure_ascii=False)``, one C call
+(a cycle fails as deep nesting does: ``RecursionError``)."""
 
 
 def json_text(value: Any, *, what: str = "value") -> str | None:
@@ -24,7 +26,7 @@ def json_text(value: Any, *, what: str = "value") -> str | None:
     if value is None:
         return None
     try:
-        out = _ENCODER.encode(value)
+        out = _ENCODE(value)
         if needs_escaping(out):
             out = json.dumps(storable(value), separators=(",", ":"), ensure_ascii=False)
     except (TypeError, ValueError, RecursionError) as exc:
