@@ -308,6 +308,34 @@ def failover_run(
         env.close()
 
 
+def _hold(flag: str, go: str) -> None:
+    """Say the CRM answered (``flag``), then wait for the test's ``go``."""
+    Path(flag).write_text("answered")
+    deadline = time.monotonic() + scaled(60)
+    while not Path(go).exists():
+        if time.monotonic() > deadline:
+            raise RuntimeError("never told to go on")
+        time.sleep(0.01)
+
+
+def live_run(url: str, crm_path: str, flag: str, go: str, mode: str) -> dict[str, Any]:
+    """Start thread t1; the tool holds once the CRM answered until the test has failed over."""
+    env = Env("postgres", mode, url=url)
+    crm = FakeCRM(crm_path)
+    try:
+        graph = build_graph(
+            [_close_tool(crm, then=partial(_hold, flag, go))],
+            [call("close_case", "call-a", case_id="A", resolution="fixed")],
+            ledger=env.ledger,
+            checkpointer=env.checkpointer,
+        )
+        out = env.invoke(graph, {"messages": [("user", "close A")]}, CFG)
+        return {"last": str(out["messages"][-1].content)}
+    finally:
+        crm.close()
+        env.close()
+
+
 def _caught_up(primary_dsn: str) -> None:
     """Return once the standby has flushed all the log the primary had written when called."""
     import psycopg
@@ -479,6 +507,39 @@ def test_a_full_receipt_waits_for_the_standby_and_survives_the_failover(
     cluster.lose_primary()
 
     assert _records(cluster.url) == ["confirmed"]  # the receipt is on the promoted standby
+    resumed = failover_run(cluster.url, str(crm_path), False, mode=mode)
+    assert resumed == {"statuses": ["confirmed"], "attempts": [1]}
+    with FakeCRM(crm_path) as crm:
+        stats = crm.stats()
+    assert (stats.effects, stats.duplicates, stats.replays, stats.requests) == (1, 0, 0, 1)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_worker_that_lives_through_the_failover_keeps_its_receipt(
+    cluster: Cluster, tmp_path: Path, mode: str
+) -> None:
+    """The primary dies and the standby is promoted while the worker is inside the provider
+    call; the worker lives. Its receipt's commit meets the dropped connection and is tried
+    again on a fresh one, which the multi-host URL takes to the promoted standby: the record
+    is confirmed there and the run goes on to the model's answer; a resume replays it: one
+    closure, the CRM never asked again."""
+    crm_path, flag, go = tmp_path / "crm.db", tmp_path / "answered", tmp_path / "go"
+    FakeCRM(crm_path).close()
+    child = start_forked_child(live_run, cluster.url, str(crm_path), str(flag), str(go), mode)
+    try:
+        deadline = time.monotonic() + scaled(60)
+        while not flag.exists():
+            assert child.process.is_alive(), "the worker ended before the CRM answered"
+            assert time.monotonic() < deadline, "the CRM never answered"
+            time.sleep(0.01)
+        cluster.fail_over()
+    finally:
+        go.write_text("go")
+    lived = child.wait()
+    assert lived.ok, lived.error
+    assert lived.value == {"last": "done"}  # the run went on to the model's answer
+    assert _records(cluster.url) == ["confirmed"]  # the receipt, on the promoted standby
     resumed = failover_run(cluster.url, str(crm_path), False, mode=mode)
     assert resumed == {"statuses": ["confirmed"], "attempts": [1]}
     with FakeCRM(crm_path) as crm:
