@@ -244,12 +244,6 @@ def cluster(template: Path) -> Iterator[Cluster]:
         yield made
 
 
-@pytest.fixture
-def async_cluster(template: Path) -> Iterator[Cluster]:
-    with _cluster(template, synchronous=False) as made:
-        yield made
-
-
 def _close_tool(crm: FakeCRM, *, then: Callable[[], None] | None = None) -> Any:
     """Close a case: a reconciler, and a 24 h key window the CRM honours; ``then`` runs once
     the CRM has answered, before the tool returns (before the receipt)."""
@@ -548,32 +542,41 @@ def test_a_worker_that_lives_through_the_failover_keeps_its_receipt(
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize(
+    "standby", ["asynchronous", "synchronous, commits local"], ids=["asynchronous", "local"]
+)
 def test_an_asynchronous_standby_can_lose_an_acknowledged_write_ahead_record_and_sends_again(
-    async_cluster: Cluster, tmp_path: Path
+    template: Path, tmp_path: Path, standby: str
 ) -> None:
     """Why ``docs/production-failover.md`` calls an asynchronous standby (``synchronous_standby_
-    names = ''``) unsafe for effects, shown: the checkpoint holding the model's tool call has
+    names = ''``) unsafe for effects, and a synchronous one whose commits are ``local`` for
+    the ledger's database no better, shown: the checkpoint holding the model's tool call has
     streamed; the walsender is frozen; the write-ahead record and the claim commit on the
     primary alone (acknowledged: nothing waits for the standby), the CRM acts, the worker is
     killed after the provider and the primary's machine dies. The promoted standby has the
     tool call and no record of it: the resume sends it again. A provider without a key closes
     the case twice (one honouring the key inside its window would answer from it)."""
+    import psycopg
+
     crm_path = tmp_path / "crm.db"
     FakeCRM(crm_path).close()
-    primary = Cluster.dsn(async_cluster.ports[0])
-    walsender = async_cluster.walsender()
-    died = run_in_forked_child(
-        unkeyed_run,
-        *(async_cluster.url, str(crm_path), True, primary, walsender),
-        crash_at=CrashPoint.AFTER_PROVIDER,
-        mode="kill",
-    )
-    assert died.crashed_at == CrashPoint.AFTER_PROVIDER, died.error
-    async_cluster.lose_primary()
+    with _cluster(template, synchronous=standby != "asynchronous") as cluster:
+        primary = Cluster.dsn(cluster.ports[0])
+        if standby != "asynchronous":
+            with psycopg.connect(primary, autocommit=True) as conn:
+                conn.execute("ALTER DATABASE postgres SET synchronous_commit = local")
+        died = run_in_forked_child(
+            unkeyed_run,
+            *(cluster.url, str(crm_path), True, primary, cluster.walsender()),
+            crash_at=CrashPoint.AFTER_PROVIDER,
+            mode="kill",
+        )
+        assert died.crashed_at == CrashPoint.AFTER_PROVIDER, died.error
+        cluster.lose_primary()
 
-    assert _records(async_cluster.url) == []  # the acknowledged write-ahead record is gone
-    unkeyed_run(async_cluster.url, str(crm_path), False, primary, walsender)
-    assert _records(async_cluster.url) == ["confirmed"]
+        assert _records(cluster.url) == []  # the acknowledged write-ahead record is gone
+        unkeyed_run(cluster.url, str(crm_path), False, primary, 0)
+        assert _records(cluster.url) == ["confirmed"]
     with FakeCRM(crm_path) as crm:
         assert (crm.effects, crm.duplicates) == (2, 1)  # sent again: the hazard, as documented
 
