@@ -11,13 +11,18 @@ reconciled or asked about with ``interrupt()``, a deliberate repeat acting.
 The call's identity comes from what LangGraph checkpoints for the task, never
 from anything made again on resume: LangGraph's task id (derived from the
 task's call position, ``scratchpad.call_counter()``: the same on resume, new on
-a replay or a fork) and the call's place among the effect calls of that task's
-execution (``_position``: 0, 1, 2, ... in the order the code makes them,
-counted again from 0 when LangGraph runs the task again, as its ``interrupt()``
-ids are). That origin is judged by the identity rule of every face
-(``decide.identity``, ``docs/identity.md``): the same task run again meets its
-operation; a replay or fork from before the answer replays it; a deliberate repeat
-(two places, two tasks, a later turn) is a new operation and acts.
+a replay or a fork) and the call's place among the calls *equal to it* in that
+task's execution (``_position``: the first call of this action with these arguments
+is 0, an identical second one 1, ...; counted again from 0 when LangGraph runs the
+task again, as its ``interrupt()`` ids are). Counted per call, not over all calls:
+a task run again after an interrupt or a crash may make its calls in another order
+(recipients read from an API, ``asyncio.gather`` over lookups of unequal speed),
+and a place counted over all of them would give each call another's place, which
+the identity rule reads as a sibling: sent again. That origin is judged by the
+identity rule of every face (``decide.identity``, ``docs/identity.md``): the same
+task run again meets its operation; a replay or fork from before the answer
+replays it; a deliberate repeat (two identical calls, two tasks, a later turn) is a
+new operation and acts.
 
 The answer is the record's result (``Operation.result``), so a first run and
 every replay return the same value. A rejected operation raises
@@ -36,10 +41,9 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
-from itertools import count
 from typing import Any
 
 from langchain_core.tools import BaseTool
@@ -47,6 +51,7 @@ from langgraph.config import get_config
 from langgraph.runtime import get_runtime
 
 from langgraph_effects._faces import task_id_of
+from langgraph_effects.core.digest import canonical_json
 from langgraph_effects.core.model import Operation, OperationStatus, utcnow
 from langgraph_effects.decide import EffectCall, EffectRunner, authenticated_user, warn_durability
 from langgraph_effects.decide.identity import timeline_of
@@ -64,7 +69,7 @@ _RUNNERS_KEPT = 64
 """Runners kept, one per ledger and options (each caches its thread bindings)."""
 
 _lock = threading.Lock()
-_places: weakref.WeakKeyDictionary[Any, tuple[object, Callable[[], int]]] = (
+_places: weakref.WeakKeyDictionary[Any, tuple[object, Counter[tuple[str, bytes]]]] = (
     weakref.WeakKeyDictionary()
 )
 _runners: OrderedDict[tuple[int, timedelta, bool, bool, Callable[[], datetime]], EffectRunner] = (
@@ -78,13 +83,17 @@ def _outside(what: str) -> EffectsError:
     )
 
 
-def _position(config: Mapping[str, Any]) -> int:
-    """The call's place among the effect calls of this execution of its task.
+def _position(config: Mapping[str, Any], action: str, canonical: bytes) -> int:
+    """The call's place among the calls of ``action`` with these arguments (``canonical``,
+    their canonical JSON) in this execution of its task: 0 for the first, 1 for an
+    identical second one.
 
     Held weakly by the task's reader (one per task LangGraph prepares: a resume makes a
     new one, and the places go with it), and counted again from 0 when the scratchpad's
     interrupt counter is a new one (a ``RetryPolicy`` attempt): exactly when the task's
-    ``interrupt()`` ids count again.
+    ``interrupt()`` ids count again. Kept in memory only (the arguments are never
+    stored here), and independent of the payload key, so a rotated key keeps each
+    call's place.
     """
     conf = config.get("configurable") or {}
     task = conf.get(_TASK_READ)
@@ -94,8 +103,11 @@ def _position(config: Mapping[str, Any]) -> int:
     with _lock:
         known = _places.get(task)
         if known is None or known[0] is not attempt:
-            known = _places[task] = (attempt, count().__next__)
-        return known[1]()
+            known = _places[task] = (attempt, Counter())
+        seen = known[1]
+        place = seen[action, canonical]
+        seen[action, canonical] = place + 1
+        return place
 
 
 def _runner(
@@ -146,14 +158,18 @@ def _call(
     task_id = task_id_of(get_runtime())
     if not task_id:
         raise _outside("no LangGraph task is running here")
-    place = _position(config)
+    args = dict(args or {})
+    canonical = canonical_json(args)
+    place = _position(config, spec.action, canonical)
     workflow_id, tenant_id = thread
     return EffectCall.build(
         spec,
         tool_name=tool.name,
-        # The call's origin: its task (LangGraph's id, kept by the checkpoint) and its place.
-        tool_call_id=f"{task_id}#{place}",
-        args=dict(args or {}),
+        # The call's origin: its task (LangGraph's id, kept by the checkpoint) and its
+        # place among the calls equal to it (call_origin).
+        tool_call_id=call_origin(task_id, place),
+        args=args,
+        canonical=canonical,
         tenant_id=tenant_id,
         workflow_id=workflow_id,
         # Where the task runs: a replay or fork from before the answer meets it (docs/identity.md).
@@ -161,6 +177,12 @@ def _call(
         task_id=task_id,
         user=authenticated_user(config),
     )
+
+
+def call_origin(task_id: str, place: int) -> str:
+    """The tool-call id ``run_effect`` records for the ``place``-th call equal to it
+    (same action, same arguments) in the execution of task ``task_id``."""
+    return f"{task_id}#{place}"
 
 
 def _config() -> Any:

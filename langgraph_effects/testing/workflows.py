@@ -6,11 +6,12 @@ conversation (``{"messages": [...]}``, the state the scenario runner reads). Whe
 the calls run is the ``layout``:
 
 * ``tasks``: one ``@task`` per call, all started before any result is read;
-* ``one_task``: every call in one ``@task``, in order (places 0, 1, ... of that task);
-* ``body``: in the entrypoint's own body, in order (places of the entrypoint's task).
+* ``one_task``: every call in one ``@task``, in order;
+* ``body``: in the entrypoint's own body, in order (the entrypoint's task).
 
 Each answer is a ``ToolMessage`` for the call's id, with the call's origin
-(``<task id>#<place>``, the ``tool_call_id`` its operation records) in its
+(``<task id>#<place>``, the ``tool_call_id`` its operation records: the place among
+the calls equal to it, ``functional.call_origin``), its action and its target in its
 ``response_metadata`` beside the status it answered with, so the runner can tell
 which operation each "done" answer came from. A control runs the same calls as
 plain tools in plain tasks (or the body): no ledger, nothing decided.
@@ -21,8 +22,8 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from itertools import count
 from typing import Any, Literal
 
 from langchain_core.messages import AIMessage, AnyMessage, ToolMessage
@@ -32,10 +33,11 @@ from langgraph.func import entrypoint, task
 from langgraph.runtime import get_runtime
 
 from langgraph_effects._faces import task_id_of
+from langgraph_effects.core.digest import canonical_json
 from langgraph_effects.decide.messages import TRACE_KEY
 from langgraph_effects.effects import effect_spec
 from langgraph_effects.errors import EffectRejected, EffectUnconfirmed
-from langgraph_effects.functional import arun_effect, run_effect
+from langgraph_effects.functional import arun_effect, call_origin, run_effect
 
 __all__ = ["LAYOUTS", "Layout", "build_workflow"]
 
@@ -43,7 +45,8 @@ Layout = Literal["tasks", "one_task", "body"]
 LAYOUTS: tuple[Layout, ...] = ("tasks", "one_task", "body")
 
 ORIGIN = "origin"
-"""The trace key naming the call's origin (``<task id>#<place>``) instead of its operation."""
+"""The trace key naming the call's origin (``<task id>#<place>``) instead of its operation
+(beside ``action`` and ``target``: calls unequal to each other may share a place)."""
 
 
 def build_workflow(
@@ -69,19 +72,28 @@ def build_workflow(
     options = dict(node_kwargs or {})
     saver = checkpointer if checkpointer is not None else InMemorySaver()
 
-    def places() -> Callable[[], str]:
-        """The origins of this execution's effect calls, in order (LangGraph's task id)."""
+    def places() -> Callable[[BaseTool, dict[str, Any]], dict[str, Any]]:
+        """The origins of this execution's effect calls (LangGraph's task id, the place
+        among the calls equal to each), as ``run_effect`` records them."""
         task_id = task_id_of(get_runtime()) or "?"
-        nth = count().__next__
+        seen: Counter[tuple[str, bytes]] = Counter()
         lock = threading.Lock()
 
-        def origin() -> str:
+        def origin(tool: BaseTool, args: dict[str, Any]) -> dict[str, Any]:
+            spec = effect_spec(tool)
+            assert spec is not None
+            key = (spec.action, canonical_json(args))
             with lock:
-                return f"{task_id}#{nth()}"
+                place = seen[key]
+                seen[key] = place + 1
+            at = call_origin(task_id, place)
+            return {ORIGIN: at, "action": spec.action, "target": spec.target_of(args)}
 
         return origin
 
-    def answer(call: Mapping[str, Any], run: Callable[[], Any], origin: str | None) -> ToolMessage:
+    def answer(
+        call: Mapping[str, Any], run: Callable[[], Any], origin: dict[str, Any] | None
+    ) -> ToolMessage:
         trace: dict[str, Any] = {}
         try:
             content = run()
@@ -92,7 +104,7 @@ def build_workflow(
             content = f"Error: could not confirm the call ({exc.status}); nothing was resent"
             status = exc.status
         if origin is not None:
-            trace = {TRACE_KEY: {ORIGIN: origin, "status": status}}
+            trace = {TRACE_KEY: {**origin, "status": status}}
         return ToolMessage(
             content=content if isinstance(content, str) else json.dumps(content, default=str),
             tool_call_id=str(call["id"]),
@@ -100,21 +112,21 @@ def build_workflow(
             response_metadata=trace,
         )
 
-    def one(call: Mapping[str, Any], origin: Callable[[], str]) -> ToolMessage:
+    def one(call: Mapping[str, Any], origin: Callable[..., dict[str, Any]]) -> ToolMessage:
         tool = by_name[str(call["name"])]
         args = dict(call.get("args") or {})
         if control or effect_spec(tool) is None:
             return answer(call, lambda: tool.invoke(args), None)
-        at = origin()
+        at = origin(tool, args)
         return answer(call, lambda: run_effect(tool, args, ledger=ledger, **options), at)
 
-    async def aone(call: Mapping[str, Any], origin: Callable[[], str]) -> ToolMessage:
+    async def aone(call: Mapping[str, Any], origin: Callable[..., dict[str, Any]]) -> ToolMessage:
         tool = by_name[str(call["name"])]
         args = dict(call.get("args") or {})
         if control or effect_spec(tool) is None:
             content: Any = await tool.ainvoke(args)
             return answer(call, lambda: content, None)
-        at = origin()
+        at = origin(tool, args)
         try:
             value: Any = await arun_effect(tool, args, ledger=ledger, **options)
         except (EffectRejected, EffectUnconfirmed) as exc:

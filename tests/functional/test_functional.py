@@ -16,7 +16,7 @@ import pytest
 from _graphs import Env
 from langgraph.errors import NodeTimeoutError
 from langgraph.func import entrypoint, task
-from langgraph.types import RetryPolicy
+from langgraph.types import Command, RetryPolicy, interrupt
 
 from langgraph_effects import (
     EffectContext,
@@ -188,6 +188,77 @@ def test_refused_outside_a_task_or_for_a_plain_tool(tmp_path: Path, crm: FakeCRM
     with pytest.raises(InvalidInput, match="'lookup' is not an effect"):
         flow.invoke("go", CFG, durability="sync")
     assert crm.effects == 0
+
+
+def _reordering_flow(env: Env, crm: FakeCRM, order: list[list[str]], *, plain: bool) -> Any:
+    """A task closing the cases of ``order[0]`` in that order, then asking a question; the
+    task runs again from its first line on resume (LangGraph), in the order then in
+    ``order[0]``. Async: one lookup per case first, as fast as ``order[0]`` says
+    (``asyncio.gather``: the effects start in the order the lookups end)."""
+    tool = closing(crm)
+
+    def close_plain(case: str) -> Any:
+        return crm.close_case(case, "fixed")
+
+    if env.is_async:
+
+        @task
+        async def aclose_all() -> list[Any]:
+            async def one(case: str) -> Any:
+                await asyncio.sleep(0.02 * order[0].index(case))  # a lookup first
+                if plain:
+                    return close_plain(case)
+                return await arun_effect(tool, {**ARGS, "case_id": case}, ledger=env.ledger)
+
+            done = await asyncio.gather(*(one(case) for case in sorted(set(order[0]))))
+            return [*done, interrupt("close the ticket too?")]
+
+        @entrypoint(checkpointer=env.checkpointer)
+        async def aflow(_: Any) -> list[Any]:
+            return await aclose_all()
+
+        return aflow
+
+    @task
+    def close_all() -> list[Any]:
+        done = [
+            close_plain(case)
+            if plain
+            else run_effect(tool, {**ARGS, "case_id": case}, ledger=env.ledger)
+            for case in order[0]  # recipients read from an API: no stable order
+        ]
+        return [*done, interrupt("close the ticket too?")]
+
+    @entrypoint(checkpointer=env.checkpointer)
+    def flow(_: Any) -> list[Any]:
+        return close_all().result()
+
+    return flow
+
+
+@pytest.mark.parametrize("plain", [False, True], ids=["run_effect", "plain-task"])
+def test_a_task_run_again_in_another_order_sends_nothing_again(
+    env: Env, crm: FakeCRM, plain: bool
+) -> None:
+    """A task makes its calls in another order when it runs again after an interrupt (the
+    resume runs it from its first line): each call meets its own operation, nothing is
+    sent again, and two identical calls stay two. Its place counted over all the task's
+    calls gave each call another's place, read as a sibling's: both cases closed again
+    (4 of 2 in 4 of 4 backends, as the plain task). Async: ``asyncio.gather`` over lookups
+    that end in another order."""
+    sync = not env.is_async
+    order = [["A", "A", "B"] if sync else ["A", "B"]]
+    flow = _reordering_flow(env, crm, order, plain=plain)
+    first = env.invoke(flow, "go", CFG)
+    assert len(first["__interrupt__"]) == 1
+    order[0] = ["B", "A", "A"] if sync else ["B", "A"]
+    env.invoke(flow, Command(resume="yes"), CFG)
+    intended = 3 if sync else 2
+    if plain:
+        assert crm.effects == 2 * intended  # the control: every call again
+        return
+    assert crm.effects == intended
+    assert [o.status.value for o in env.ops()] == ["confirmed"] * intended
 
 
 def test_a_replay_from_before_the_answer_sends_nothing_again(env: Env, crm: FakeCRM) -> None:

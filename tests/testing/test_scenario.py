@@ -550,7 +550,7 @@ def test_a_functional_answer_is_traced_to_the_operation_its_origin_names() -> No
     op = ledger.prepare(draft).operation
 
     def done(n: int, origin: str) -> ToolMessage:
-        trace = {"origin": origin, "status": "confirmed"}
+        trace = {"origin": origin, "action": "a", "target": None, "status": "confirmed"}
         meta = {TRACE_KEY: trace}
         return ToolMessage("ok", tool_call_id=f"c{n}", id=f"m{n}", response_metadata=meta)
 

@@ -481,21 +481,30 @@ def _lost_effects(
     """
     problems = []
     by_id = {op.operation_id: op for op in ops}
-    # A Functional API answer names the call's origin (its task and place), which the
-    # operation records as its tool-call id (testing.workflows).
-    origins = {op.tool_call_id: op.operation_id for op in ops if op.tool_call_id}
+    # A Functional API answer names the call's origin (its task and its place among the
+    # calls equal to it), which the operation records as its tool-call id, with its action
+    # and target (testing.workflows): unequal calls of one task may share a place.
+    origins: dict[tuple[str, str, str | None], list[str]] = {}
+    for record in ops:
+        if record.tool_call_id:
+            at = (record.tool_call_id, record.action, record.target)
+            origins.setdefault(at, []).append(record.operation_id)
     done: Counter[str] = Counter()
     for m in delivered:
         trace = m.response_metadata.get(TRACE_KEY) if isinstance(m, ToolMessage) else None
         if not isinstance(trace, Mapping) or trace.get("status") != S.CONFIRMED.value:
             continue
-        if ORIGIN in trace and str(trace[ORIGIN]) not in origins:
-            problems.append(
-                f"{name}: call {m.tool_call_id} was answered done from {trace[ORIGIN]}, "
-                "which no operation of the thread records"
-            )
+        if ORIGIN in trace:
+            at = (str(trace[ORIGIN]), str(trace.get("action")), trace.get("target"))
+            if at not in origins:
+                problems.append(
+                    f"{name}: call {m.tool_call_id} was answered done from {trace[ORIGIN]}, "
+                    "which no operation of the thread records"
+                )
+                continue
+            done[origins[at][0] if len(origins[at]) == 1 else "|".join(origins[at])] += 1
             continue
-        done[str(trace.get("operation_id") or origins.get(str(trace.get(ORIGIN))))] += 1
+        done[str(trace.get("operation_id"))] += 1
     for op_id, answers in sorted(done.items()):
         op = by_id.get(op_id)
         n = None if op is None or applied is None or op_id in decided else applied(op)
