@@ -110,6 +110,30 @@ def first_worker(
         env.close()
 
 
+def _freeze_holding_no_lock(pid: int, kind: str, where: str) -> None:
+    """SIGSTOP ``pid`` at a moment it holds no write lock on the SQLite ledger's file (its
+    lease renewal writes there every third of the lease; frozen inside one, it would block
+    the takeover). A PostgreSQL worker's statements finish on the server: no lock is held."""
+    import sqlite3
+
+    deadline = time.monotonic() + scaled(10)
+    while True:
+        os.kill(pid, signal.SIGSTOP)
+        if kind != "sqlite":
+            return
+        probe = sqlite3.connect(where, timeout=0, isolation_level=None)
+        try:
+            probe.execute("BEGIN IMMEDIATE")
+            probe.execute("ROLLBACK")
+            return
+        except sqlite3.OperationalError:  # frozen inside a write: let it finish, try again
+            assert time.monotonic() < deadline, "the worker never let the ledger go"
+            os.kill(pid, signal.SIGCONT)
+            time.sleep(0.005)
+        finally:
+            probe.close()
+
+
 def pending(env: Env, graph: Any) -> list[Any]:
     state = graph.get_state(CFG) if not env.is_async else env.run(graph.aget_state(CFG))
     return [i for task in state.tasks for i in task.interrupts]
@@ -160,7 +184,7 @@ def test_a_review_after_a_frozen_workers_takeover_applies_its_answer_at_once(
             assert time.monotonic() < deadline, done
             time.sleep(0.01)
         pid = int(flag.read_text())
-        os.kill(pid, signal.SIGSTOP)
+        _freeze_holding_no_lock(pid, kind, where)
         time.sleep(LEASE.total_seconds() + 0.3)  # frozen past its lease
         assert crm.effects == 1  # A acted; its answer never reached the ledger
 
