@@ -670,3 +670,16 @@ def test_a_valid_answer_refused_in_words_counts_only_when_its_question_was_curre
         SimpleNamespace(value={**r, "notice": "Your reject was not applied."}) for r in requests
     ]
     assert _refused_in_words(answers, current, told) == []
+
+
+@pytest.mark.filterwarnings("ignore::langgraph_effects.DurabilityWarning")  # as the campaign
+def test_an_update_state_fork_never_forks_the_runs_input_checkpoint() -> None:
+    """Seed 298 (update_state_fork) drew the input checkpoint as the fork's origin:
+    LangGraph's ``update_state(config, None)`` of it drops the input, the forked run's
+    model read no message and raised, 13 times, counted nowhere (completion 0%). The
+    story forks only a checkpoint past the input: the schedule finishes, with no error."""
+    from langgraph_effects.testing.campaign import run_schedule
+
+    report = run_schedule(298)
+    assert (report.errors, report.completed, report.violations) == (0, 1, 0)
+    assert report.intents == 2  # the schedule's call and its deliberate repeat
