@@ -47,6 +47,7 @@ __all__ = [
     "NOT_APPLIED",
     "REFUSED_NOTE",
     "Answers",
+    "agreed_note",
     "agrees",
     "answer_digest",
     "answer_mark",
@@ -297,12 +298,15 @@ def agrees(op: Operation, answer: Answer) -> bool:
     """``op`` already stands as ``answer`` decides: nothing to change, nothing to tell.
 
     Rejected for a rejection, confirmed for a confirmation, approved (or
-    dispatched) for an approval without an edit.
+    dispatched) for an approval without an edit, a retry ordered (prepared again after
+    a dispatch) for a retry.
     """
     if op.status is S.REJECTED:
         return answer.decision is Decision.REJECT
     if op.status is S.CONFIRMED and answer.decision is Decision.CONFIRM:
         return True
+    if op.status is S.PREPARED and op.attempts > 0 and answer.decision is Decision.RETRY:
+        return True  # a retry ordered, not sent yet
     approved = op.authorization_ref is not None or op.attempts > 0
     return answer.decision is Decision.APPROVE and answer.edited_args is None and approved
 
@@ -346,6 +350,15 @@ def late_refusal(op: Operation, events: Sequence[OperationEvent], answer: Answer
     return (
         f"{NOT_APPLIED}{answer.by}'s {answer.decision.value} of operation {op.operation_id} "
         f"came too late: {since}{sent}. Nothing {answer.by} answered changed it."
+    )[:2000]
+
+
+def agreed_note(op: Operation, events: Sequence[OperationEvent], answer: Answer) -> str:
+    """What the log keeps of a late answer that agrees with a decision not final yet (a
+    retry ordered out of band): it is not told, only kept with its mark."""
+    return (
+        f"{answer.by}'s {answer.decision.value} of operation {op.operation_id} agrees: "
+        f"{_since(op, events)}."
     )[:2000]
 
 

@@ -99,6 +99,7 @@ from langgraph_effects.decide.actions import (
 from langgraph_effects.decide.answers import (
     ANONYMOUS,
     Answers,
+    agreed_note,
     agrees,
     answer_mark,
     answer_schema,
@@ -1093,6 +1094,7 @@ class Loop:
         # still decides it, read although this run asks nothing (``_held``).
         unsent = op.attempts == 0
         if mine.consumed >= len(mine.logged) and not unsent:
+            yield from self._retry_ordered(p, op)
             return None
         call = p.call
         reviewed: set[str] = set()
@@ -1155,7 +1157,10 @@ class Loop:
             held = mine.consumed >= len(mine.logged)
             if not held:
                 kind = "review" if mine.logged[mine.consumed] in reviewed else "approval"
-            elif not unsent or (yield from self._held(p, op, mine, any_shape=True)) is None:
+            elif not unsent:
+                yield from self._retry_ordered(p, op)
+                return None
+            elif (yield from self._held(p, op, mine, any_shape=True)) is None:
                 return None
             else:
                 # A person's answer to the approval an operator decided meanwhile (out of
@@ -1187,6 +1192,18 @@ class Loop:
                 return None  # the same word again: what is recorded stands
             return (yield from self._answered(p, op, answer, answer_mark(call, value)))
         return None
+
+    def _retry_ordered(self, p: _Pass, op: Operation) -> Generator[Action, Any, None]:
+        """Before the resend of a retry ordered out of band (an operator's ``retry`` while
+        the review was pending; the record is ``prepared`` again, sent before): the UI's
+        answer to that review, which no ``interrupt()`` reads now, is read as a late
+        answer (``_late_answers``): a retry agrees, anything else is logged as not applied
+        and said (who decided what, when), and the operator's retry is sent::
+
+            review asked ─▶ operator retries (CLI) ─▶ UI answers reject ─▶ told, resent
+        """
+        if op.status is S.PREPARED:
+            yield from self._late_answers(p, op)
 
     def _held(
         self, p: _Pass, op: Operation, mine: Answers, *, any_shape: bool
@@ -1273,10 +1290,15 @@ class Loop:
                 answer = identify(answer, user=call.user, anonymous=self.anonymous_answers)
             except InvalidAnswer:
                 answer = dataclasses.replace(answer, by=ANONYMOUS)  # told all the same
-            if agrees(op, answer):
+            agreed = agrees(op, answer)
+            if agreed and op.status.terminal:
                 continue  # as recorded: nothing to change, nothing to tell
             assert answer.by is not None
-            evidence = Evidence.inconclusive(late_refusal(op, events, answer), source=answer.by)
+            # On a record still open (a retry ordered, not sent yet) an answer that agrees
+            # is logged too: if the resend ends unknown, the next review's re-run meets it
+            # as an answer given, never reads it as that review's own.
+            summary = (agreed_note if agreed else late_refusal)(op, events, answer)
+            evidence = Evidence.inconclusive(summary, source=answer.by)
             yield from self._guarded(p, op, RecordEvidence(op.key, evidence, answer=mark))
             events = None  # read again for the ToolMessage
             if mark is not None:

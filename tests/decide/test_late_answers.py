@@ -613,3 +613,114 @@ def lost_response_gated_tool(crm: FakeCRM) -> Any:
 
     crm.faults.script([Fault.LOSE_RESPONSE])
     return close_case
+
+
+# -- a retry ordered out of band while the review is pending ---------------------------
+
+
+def lost_request_graph(env: Env, crm: FakeCRM, face: str, lost: int) -> Any:
+    """One close whose first ``lost`` requests never reach the CRM (it did not act), with
+    no key window (a review follows each) and a reconciler that sees nothing."""
+
+    @effect(
+        "crm.close_case",
+        target=lambda a: a["case_id"],
+        reconcile=lambda op: Evidence.inconclusive("the CRM's search shows nothing yet"),
+    )
+    def close_case(case_id: str, resolution: str, ctx: EffectContext) -> dict[str, Any]:
+        """Close a CRM case."""
+        return crm.close_case(case_id, resolution)
+
+    crm.faults.script([Fault.LOSE_REQUEST] * lost)
+    close = call("close_case", "call-a", case_id="A", resolution="fixed")
+    if face == "middleware":
+        return create_agent(
+            ScriptedChatModel(plan=[[close]]),
+            tools=[close_case],
+            middleware=[EffectMiddleware(ledger=env.ledger)],
+            checkpointer=env.checkpointer,
+        )
+    return build_graph(
+        [close_case], [close], ledger=env.ledger, checkpointer=env.checkpointer, per_call=True
+    )
+
+
+RETRY_ENVS = pytest.mark.parametrize(
+    "env", [("sqlite", "sync"), ("postgres", "async")], indirect=True, ids=["sqlite", "pg-async"]
+)
+
+
+@RETRY_ENVS
+@pytest.mark.parametrize("face", ["per-call", "middleware"])
+@pytest.mark.parametrize(
+    "answer",
+    [
+        {"decisions": [{"type": "reject", "message": "it never went out"}], "by": "ana"},
+        {"decision": "confirm", "by": "ana"},
+    ],
+    ids=["hitl-reject", "native-confirm"],
+)
+def test_a_review_answer_after_an_operator_retry_is_told_and_the_retry_sent(
+    env: Env, crm: FakeCRM, face: str, answer: dict[str, Any]
+) -> None:
+    """A review is pending (the request was lost); the operator orders a retry out of band
+    (the CLI's ``retry``); the UI then answers the review without a request id. The
+    operator's retry is sent, once; the UI's answer, which no question reads any more, is
+    never dropped unread: it is logged as not applied, naming olga's retry and when, and
+    the ToolMessage says so (it was consumed silently, the resend sent all the same)."""
+    graph = lost_request_graph(env, crm, face, lost=1)
+    env.invoke(graph, {"messages": [("user", "close A")]}, CFG)
+    [pending] = interrupts(env, graph)
+    op_id = pending.value["operation_id"]
+    assert pending.value["kind"] == "effect_review"
+    operator(env, op_id, "retry")
+    if "decision" in answer:
+        answer = {**answer, "operation_id": op_id}
+    out = env.invoke(graph, Command(resume=answer), CFG)
+    assert crm.effects == 1
+    op = env.ledger_call("get", "default", op_id)
+    assert (op.status, op.attempts) == (S.CONFIRMED, 2)
+    [told] = not_applied(env, op_id)
+    assert told.actor == "ana"
+    decision = "reject" if "decisions" in answer else "confirm"
+    assert told.evidence.summary.startswith(
+        f"Not applied: ana's {decision} of operation {op_id} came too late: olga decided retry at "
+    )
+    [message] = tool_messages(out)
+    assert message.status == "success"
+    assert str(message.content).endswith(f"\n\n{told.evidence.summary}")
+    assert interrupts(env, graph) == []
+    env.invoke(graph, None, CFG)
+    assert (crm.effects, len(not_applied(env, op_id))) == (1, 1)
+
+
+@RETRY_ENVS
+@pytest.mark.parametrize("face", ["per-call", "middleware"])
+def test_a_retry_agreeing_with_the_operator_is_kept_for_the_next_review(
+    env: Env, crm: FakeCRM, face: str
+) -> None:
+    """The operator orders a retry; the UI's retry (Agent Chat UI's approve) agrees and is
+    told nothing; the resend is lost again, and a new review asks. That review's answer
+    (reject: it never went out) applies: the retry given before is kept in the log with
+    its mark, so the re-run never reads it as the new review's answer (which would send a
+    third time nobody ordered). Nothing reached the CRM; two sends, both lost."""
+    graph = lost_request_graph(env, crm, face, lost=2)
+    env.invoke(graph, {"messages": [("user", "close A")]}, CFG)
+    [pending] = interrupts(env, graph)
+    op_id = pending.value["operation_id"]
+    operator(env, op_id, "retry")
+    env.invoke(graph, Command(resume={"decisions": [{"type": "approve"}], "by": "ana"}), CFG)
+    assert not_applied(env, op_id) == []
+    [review] = interrupts(env, graph)
+    assert (review.value["kind"], review.value["operation_id"]) == ("effect_review", op_id)
+    reject = {"operation_id": op_id, "decision": "reject", "by": "ana", "reason": "never sent"}
+    env.invoke(graph, Command(resume=reject), CFG)
+    assert interrupts(env, graph) == []
+    op = env.ledger_call("get", "default", op_id)
+    assert (crm.effects, op.status, op.attempts) == (0, S.REJECTED, 2)
+    resolved = [
+        (e.actor, e.detail.get("decision"))
+        for e in events(env, op_id)
+        if e.kind is EventKind.RESOLVE
+    ]
+    assert resolved == [("olga", "retry"), ("ana", "reject")]
