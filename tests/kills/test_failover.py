@@ -188,35 +188,68 @@ class Cluster:
         _pg("pg_ctl", "-D", str(self.standby), "-w", "promote")
 
     def lose_primary(self) -> None:
-        """The primary's machine dies: SIGKILL to the postmaster and every process of it at
-        once (a frozen walsender included, which could not act on ``pg_ctl``'s signal), so
-        what it never sent is never sent; then the standby is promoted."""
-        lines = (self.primary / "postmaster.pid").read_text().splitlines()
-        postmaster = int(lines[0])
-        assert os.getpgid(postmaster) == postmaster  # pg_ctl started it in a session of its own
-        os.killpg(postmaster, signal.SIGKILL)
+        """The primary's machine dies: every process of it SIGKILLed at once (a frozen
+        walsender included, which could not act on ``pg_ctl``'s signal), so what it never
+        sent is never sent; then the standby is promoted."""
         self.running.remove(self.primary)
-        deadline = time.monotonic() + scaled(10)
-        while _alive_in_group(postmaster) and time.monotonic() < deadline:
-            time.sleep(0.01)
-        shmid = lines[6].split()[1] if len(lines) > 6 else ""
-        if shmid.isdigit():  # the small System V segment a killed postmaster leaves behind
-            subprocess.run(["ipcrm", "-m", shmid], capture_output=True, check=False)
+        _kill_server(self.primary)
         _pg("pg_ctl", "-D", str(self.standby), "-w", "promote")
 
     def close(self) -> None:
-        for data in self.running:
-            with contextlib.suppress(RuntimeError):  # already down: nothing to stop
-                _pg("pg_ctl", "-D", str(data), "-m", "immediate", "stop")
+        for data in self.running:  # what is left after a failure too (a frozen walsender)
+            _kill_server(data)
+        self.running.clear()
         shutil.rmtree(self.root, ignore_errors=True)
 
 
-def _alive_in_group(pgid: int) -> bool:
+def _children(parent: int) -> list[int]:
+    """The pids whose parent is ``parent`` (``/proc``)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:  # gone meanwhile
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == parent:
+            found.append(int(entry))
+    return found
+
+
+def _gone(pid: int) -> bool:
     try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    return True
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return True
+    return state in ("Z", "X")  # dead, waiting for init to reap it
+
+
+def _kill_server(data: Path) -> None:
+    """SIGKILL a server of ours and each of its processes, and wait until they are gone.
+
+    Not ``killpg``: each backend of PostgreSQL is a session of its own (``setsid``). The
+    postmaster is stopped first, so it forks nothing while its children are listed. Its
+    small System V segment, which a killed postmaster leaves behind, is removed."""
+    try:
+        lines = (data / "postmaster.pid").read_text().splitlines()
+    except FileNotFoundError:  # never started, or stopped
+        return
+    postmaster = int(lines[0])
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(postmaster, signal.SIGSTOP)
+    doomed = [*_children(postmaster), postmaster]
+    for pid in doomed:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + scaled(10)
+    while not all(_gone(pid) for pid in doomed):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the server in {data} did not die")
+        time.sleep(0.01)
+    shmid = lines[6].split()[1] if len(lines) > 6 else ""
+    if shmid.isdigit():
+        subprocess.run(["ipcrm", "-m", shmid], capture_output=True, check=False)
 
 
 def freeze(pid: int) -> None:
