@@ -7,6 +7,9 @@ task (or the entrypoint's body) ``run_effect(tool, args, ledger=...)`` decides
 the call through the same decision loop as ``EffectToolNode`` (``decide``):
 write-ahead before dispatch, the answer replayed after a crash, an ``unknown``
 reconciled or asked about with ``interrupt()``, a deliberate repeat acting.
+A retry meets its call still in flight and waits for it; a call that outlasts every
+retry is given up (its lease renewed no longer), then taken over by the next run:
+``unknown``, never resent, its late answer kept.
 
 The call's identity comes from what LangGraph checkpoints for the task, never
 from anything made again on resume: LangGraph's task id (derived from the

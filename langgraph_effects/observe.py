@@ -42,6 +42,7 @@ import importlib
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from langgraph_effects.core.model import (
@@ -57,6 +58,7 @@ if TYPE_CHECKING:
 __all__ = [
     "configure",
     "count_replay",
+    "log_abandoned",
     "log_stale_token",
     "log_transition",
     "logger",
@@ -278,6 +280,26 @@ def count_replay(operation: Operation) -> None:
     otel = _instruments()
     if otel is not None:
         otel.replays.add(1, {"lge.action": operation.action})
+
+
+def log_abandoned(operation: Operation, lease_ends_by: datetime) -> None:
+    """Report a dispatch its task gave up on while the provider call was in flight.
+
+    A task's timeout (or the end of its run) cancelled the caller; the call goes on
+    and its answer is recorded if it comes, but the lease is renewed no longer: after
+    ``lease_ends_by`` the next run takes the operation over (unknown, then reconciled
+    or reviewed). Never resent blindly.
+    """
+    logger.warning(
+        "%s %s: its task was cancelled (a timeout?) while the provider call was in flight; "
+        "not resent: its answer is recorded if it comes, and the lease, renewed no longer, "
+        "ends by %s, then the next run takes the operation over (unknown: reconciled or "
+        "reviewed)",
+        operation.action,
+        operation.operation_id,
+        lease_ends_by.isoformat(),
+        extra={**_fields(operation), "lge_event": "abandoned"},
+    )
 
 
 def log_stale_token(

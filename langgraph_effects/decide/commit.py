@@ -392,12 +392,17 @@ async def _aresult(
     return outcome
 
 
-async def finish(flight: asyncio.Future[Any], cancelled: list[bool]) -> Any:
+async def finish(
+    flight: asyncio.Future[Any],
+    cancelled: list[bool],
+    on_cancel: Callable[[], None] | None = None,
+) -> Any:
     """``flight``'s result; a cancellation meanwhile is noted in ``cancelled``, not obeyed.
 
     However often the caller is cancelled (LangGraph cancels a failed superstep's
-    other tasks, then cancels them again on its way out): only ``flight`` itself
-    being cancelled ends the wait early.
+    other tasks, then cancels them again on its way out; a task's timeout cancels
+    it): only ``flight`` itself being cancelled ends the wait early. ``on_cancel``
+    is called at each cancellation noted, before the wait goes on.
     """
     while True:
         try:
@@ -406,6 +411,8 @@ async def finish(flight: asyncio.Future[Any], cancelled: list[bool]) -> Any:
             if flight.cancelled():
                 raise
             cancelled.append(True)
+            if on_cancel is not None:
+                on_cancel()
 
 
 def _prepare_many(actions: Sequence[Prepare]) -> PrepareMany:

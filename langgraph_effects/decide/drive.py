@@ -62,6 +62,7 @@ from langgraph_effects.decide.thread import (
 from langgraph_effects.decide.turns import await_turn, wait_turn
 from langgraph_effects.errors import EffectsError
 from langgraph_effects.ledger.base import DEFAULT_LEASE, AsyncLedger, Ledger
+from langgraph_effects.observe import log_abandoned
 from langgraph_effects.review import with_notice
 from langgraph_effects.slot import dispatching
 
@@ -401,7 +402,10 @@ class EffectRunner:
 
         If the task is cancelled mid-dispatch (or while its receipt is being
         recorded), the dispatch is finished and recorded, then ``CancelledError``
-        is raised.
+        is raised. From the cancellation on, nobody waits for the call: its lease
+        is renewed no longer (``observe.log_abandoned``), so a call that outlasts
+        it is taken over by the next run (unknown, then reconciled or reviewed),
+        and its receipt, if it comes, is kept as a late receipt.
         """
         gen = self.loop.decide(call, handoff, current_owner(), trace)
         return await self._adrive(gen, execute, [])
@@ -478,8 +482,19 @@ class EffectRunner:
                     # call already in flight (perhaps in a worker thread) finishes and its
                     # receipt is recorded (``_aledger`` shields that write too) first.
                     flight = asyncio.ensure_future(execute(args))
+
+                    def abandoned() -> None:
+                        # The task gave up on the call (a timeout, or the run is ending):
+                        # nobody waits for it, so its lease is renewed no longer. The call
+                        # may still answer (its receipt is recorded, fenced if another run
+                        # took over meanwhile); once the lease ends, the next run takes the
+                        # operation over: unknown, reconciled or reviewed, never resent.
+                        if not renewing.done():
+                            renewing.cancel()
+                            log_abandoned(op, self.clock() + self.lease_for)
+
                     try:
-                        out.message = await finish(flight, cancelled)
+                        out.message = await finish(flight, cancelled, abandoned)
                     except GraphBubbleUp as exc:
                         out.bubble = exc
                     except Exception as exc:

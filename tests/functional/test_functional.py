@@ -8,7 +8,9 @@ does. SQLite and PostgreSQL, sync and async.
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +29,8 @@ from langgraph_effects import (
     effect,
     run_effect,
 )
+from langgraph_effects.core.model import utcnow
+from langgraph_effects.review import REVIEW_KIND
 from langgraph_effects.testing.providers import FakeCRM, Fault
 
 CFG = {"configurable": {"thread_id": "t1"}}
@@ -50,6 +54,7 @@ def closing(crm: FakeCRM, *, delay: float = 0.0) -> Any:
 
 ARGS = {"case_id": "A", "resolution": "fixed"}
 RETRY = RetryPolicy(max_attempts=5, initial_interval=0.01, jitter=False)
+THREE = RetryPolicy(max_attempts=3, initial_interval=0.01, jitter=False)
 
 
 def test_a_deliberate_repeat_acts(env: Env, crm: FakeCRM) -> None:
@@ -114,6 +119,69 @@ def test_a_timed_out_task_is_never_resent_blindly(
         assert crm.effects == 1
         assert [o.status.value for o in env.ops()] == ["confirmed"]
     finally:
+        env.close()
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_a_call_hung_past_every_retry_is_taken_over_never_resent(
+    kind: str, crm: FakeCRM, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """The CRM acts and its answer hangs past every retry of the task: the run fails with
+    NodeTimeoutError, the task gave up on the call, so its lease is renewed no longer; once
+    it ends the next run takes the operation over: unknown, asked to a person naming it,
+    never resent. The hung answer, released at last, is kept: confirmed, the run replays it
+    (one request, one effect)."""
+    where = request.getfixturevalue("pg_url") if kind == "postgres" else str(tmp_path / "app.db")
+    env = Env(kind, "async", path=Path(where), url=where)
+    hung, sent = threading.Event(), []
+
+    @effect("crm.close_case", target=lambda a: a["case_id"])
+    def close_case(case_id: str, resolution: str, ctx: EffectContext) -> dict[str, Any]:
+        """Close a CRM case; its answer comes back only when the test releases it."""
+        sent.append(case_id)
+        out = crm.close_case(case_id, resolution, idempotency_key=ctx.idempotency_key)
+        hung.wait(30)
+        return out
+
+    @task(timeout=0.2, retry_policy=THREE)
+    async def close() -> Any:
+        return await arun_effect(
+            close_case, ARGS, ledger=env.ledger, lease_for=timedelta(seconds=1.5)
+        )
+
+    @entrypoint(checkpointer=env.checkpointer)
+    async def flow(_: Any) -> Any:
+        return await close()
+
+    try:
+        with pytest.raises(NodeTimeoutError):
+            env.invoke(flow, "go", CFG)  # three attempts, 0.2 s each, all in the lease
+        (op,) = env.ops()
+        assert op.status.value == "dispatching"
+        assert op.lease_expires_at is not None
+        # Renewed no longer: the lease it had when the task gave up ends, and stays ended.
+        env.run(asyncio.sleep((op.lease_expires_at - utcnow()).total_seconds() + 0.2))
+        (still,) = env.ops()
+        assert (still.status.value, still.lease_expires_at) == ("dispatching", op.lease_expires_at)
+        asked = env.invoke(flow, None, CFG)  # the next run takes it over
+        (question,) = [i.value for i in asked["__interrupt__"]]
+        assert question["kind"] == REVIEW_KIND
+        assert question["operation_id"] == op.operation_id
+        (taken,) = env.ops()
+        assert (taken.status.value, taken.fencing_token) == ("unknown", 2)
+        assert (sent, crm.effects) == (["A"], 1)  # never resent
+        hung.set()  # the hung answer comes back to the first attempt, still waiting for it
+        deadline = time.monotonic() + 10
+        while env.ops()[0].status.value != "confirmed" and time.monotonic() < deadline:
+            env.run(asyncio.sleep(0.05))
+        (kept,) = env.ops()
+        assert kept.status.value == "confirmed"
+        assert kept.result["closed_by"] == f"lge-{op.operation_id}"
+        out = env.invoke(flow, None, CFG)
+        assert out == kept.result
+        assert (sent, crm.effects, crm.stats().requests) == (["A"], 1, 1)
+    finally:
+        hung.set()
         env.close()
 
 
