@@ -469,6 +469,11 @@ class EffectRunner:
                 result = await _off_loop(fn, arg, cancelled=cancelled)
                 return await result if inspect.isawaitable(result) else result
             case Sleep(seconds, outlast):
+                if cancelled and not outlast:
+                    # Cancelled during the ledger call before it (noted, not obeyed there):
+                    # a wait the task no longer needs, say for another attempt's lease,
+                    # ends here, as it would had the cancellation come while it slept.
+                    raise asyncio.CancelledError
                 nap = asyncio.ensure_future(asyncio.sleep(seconds))
                 await (finish(nap, cancelled) if outlast else nap)
                 return None

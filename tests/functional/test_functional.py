@@ -146,7 +146,7 @@ def test_a_call_hung_past_every_retry_is_taken_over_never_resent(
     @task(timeout=0.2, retry_policy=THREE)
     async def close() -> Any:
         return await arun_effect(
-            close_case, ARGS, ledger=env.ledger, lease_for=timedelta(seconds=1.5)
+            close_case, ARGS, ledger=env.ledger, lease_for=timedelta(seconds=2)
         )
 
     @entrypoint(checkpointer=env.checkpointer)
