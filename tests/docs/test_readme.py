@@ -103,6 +103,37 @@ def test_readme_create_agent_with_hitl_asks_once(tmp_path: Path, with_hitl: bool
     assert "anonymous" in actors  # no server authenticated the approver
 
 
+def test_readme_functional_api_acts_once_per_run(tmp_path: Path) -> None:
+    """The Functional API block: a run closes the case once; resuming the finished thread
+    (as a new process does after a crash) sends nothing again; a new run of the workflow
+    on the thread is a new request and acts again. Counted at the fake CRM."""
+    crm = FakeCRM(tmp_path / "crm.db")
+
+    @effect("crm.close_case", target=lambda a: a["case_id"])
+    def close_case(case_id: str, resolution: str, ctx: EffectContext) -> dict[str, Any]:
+        """Close a CRM case."""
+        return crm.close_case(case_id, resolution, idempotency_key=ctx.idempotency_key)
+
+    ledger = InMemoryLedger()
+    ledger.setup()
+    namespace: dict[str, Any] = {
+        "close_case": close_case,
+        "ledger": ledger,
+        "saver": InMemorySaver(),
+    }
+    exec(compile(python_block("### Functional API"), str(README), "exec"), namespace)
+    workflow = namespace["close_workflow"]
+    config = {"configurable": {"thread_id": "close-318"}}
+    first = workflow.invoke("case-318", config, durability="sync")
+    assert (first["case_id"], crm.effects) == ("case-318", 1)
+    assert workflow.invoke(None, config, durability="sync") == first
+    assert crm.effects == 1
+    workflow.invoke("case-318", config, durability="sync")  # asked again: a new run acts
+    assert crm.effects == 2
+    ops = ledger.list(tenant_id="default")
+    assert sorted(op.status for op in ops) == [OperationStatus.CONFIRMED] * 2
+
+
 def test_readme_mcp_tools_act_once(tmp_path: Path) -> None:
     """The MCP block, run inside a session with the real test server (FastMCP over stdio,
     through langchain-mcp-adapters): the read-only lookup stays plain (no record), the
