@@ -683,3 +683,35 @@ def test_an_update_state_fork_never_forks_the_runs_input_checkpoint() -> None:
     report = run_schedule(298)
     assert (report.errors, report.completed, report.violations) == (0, 1, 0)
     assert report.intents == 2  # the schedule's call and its deliberate repeat
+
+
+def test_a_run_failing_with_an_error_neither_ours_nor_a_faults_is_a_violation() -> None:
+    """Seed 298's IndexError ran 13 times and showed in no column: a run's error that the
+    package did not raise (an ``EffectsError``: a refusal it documents) and no fault
+    injected is a violation now, said once per message."""
+    from langgraph_effects.errors import MiddlewareOrderError, TransientProviderError
+    from langgraph_effects.testing.faults import CrashPoint, InjectedCrash
+    from langgraph_effects.testing.providers.faults import ProviderTimeout
+    from langgraph_effects.testing.scenario.story import _unexplained
+
+    said = _unexplained(IndexError("list index out of range"))
+    assert said == "a run failed with IndexError: list index out of range"
+    for expected in (
+        MiddlewareOrderError("entered twice"),
+        TransientProviderError("busy"),
+        ProviderTimeout("crm", "close"),
+        InjectedCrash(CrashPoint.AFTER_CLAIM),
+    ):
+        assert _unexplained(expected) is None
+
+
+@pytest.mark.filterwarnings("ignore::langgraph_effects.DurabilityWarning")  # as the campaign
+def test_an_answer_by_position_langgraph_refuses_is_given_by_id() -> None:
+    """Seed 155 (functional_api): two parallel tasks ask; the state shows the one the
+    entrypoint raised, so the story answered it by position, and LangGraph refused it
+    ('multiple pending interrupts'), 12 runs, uncounted. The story answers by id then,
+    as a person's client would: the schedule finishes with no error."""
+    from langgraph_effects.testing.campaign import run_schedule
+
+    report = run_schedule(155)
+    assert (report.errors, report.completed, report.violations) == (0, 1, 0)

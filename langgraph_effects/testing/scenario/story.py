@@ -16,7 +16,7 @@ from langchain_core.messages import (
 from langgraph.graph.message import REMOVE_ALL_MESSAGES
 from langgraph.types import Command
 
-from langgraph_effects.errors import InvalidInput
+from langgraph_effects.errors import EffectsError, InvalidInput
 from langgraph_effects.testing.draws import (
     branch_targets,
 )
@@ -24,6 +24,7 @@ from langgraph_effects.testing.faults import (
     CrashPlan,
     InjectedCrash,
 )
+from langgraph_effects.testing.providers.faults import ProviderTimeout
 from langgraph_effects.testing.scenario.case import Scenario
 from langgraph_effects.testing.scenario.count import (
     _answer_applied,
@@ -53,6 +54,20 @@ from langgraph_effects.testing.scenario.requests import (
     _with_tenant,
 )
 
+_POSITION_REFUSED = "multiple pending interrupts"
+"""LangGraph's refusal of an answer by position while several interrupts are pending."""
+
+
+def _unexplained(error: BaseException) -> str | None:
+    """What a failed run says when neither the package nor the schedule's faults raised its
+    error (a violation: the harness or LangGraph refused something of the run); None
+    for the package's own errors (``EffectsError``: a refusal it documents, such as
+    ``MiddlewareOrderError``) and the faults' (``InjectedCrash``; ``ProviderTimeout`` and
+    the provider's refusals, which a plain tool passes on)."""
+    if isinstance(error, EffectsError | ProviderTimeout | InjectedCrash):
+        return None
+    return f"a run failed with {type(error).__name__}: {str(error)[:160]}"
+
 
 def _story(sc: Scenario, tally: _Tally) -> Generator[_Request, Any, ScenarioReport]:
     """The scenario as a generator of requests (the sync and async drivers run it).
@@ -77,6 +92,9 @@ def _story(sc: Scenario, tally: _Tally) -> Generator[_Request, Any, ScenarioRepo
                 tally.crashes += 1
             else:
                 tally.errors += 1
+                unexplained = None if sc.control else _unexplained(outcome)
+                if unexplained is not None and unexplained not in tally.violations:
+                    tally.violations.append(unexplained)
             if sc.clock is not None:
                 # The failed worker is "gone": let its lease expire (see module doc).
                 # An async crash can leave a sibling call's lease behind too (its
@@ -90,6 +108,20 @@ def _story(sc: Scenario, tally: _Tally) -> Generator[_Request, Any, ScenarioRepo
         outcomes = yield _Invoke(inputs, at or config)
         settle(outcomes)
         return outcomes
+
+    def positional(
+        command: Command[Any], by_id: Command[Any]
+    ) -> Generator[_Request, Any, BaseException | None]:
+        """Answer by position; where LangGraph refuses it because more interrupts are
+        pending than the state shows (the Functional API lists only the one its
+        entrypoint raised, while a parallel task's waits too), answer by id, as a
+        person's client would."""
+        (outcome,) = yield _Invoke((command,), config)
+        if isinstance(outcome, RuntimeError) and _POSITION_REFUSED in str(outcome):
+            (outcome,) = yield from run(by_id)
+            return outcome  # type: ignore[no-any-return]
+        settle([outcome])
+        return outcome  # type: ignore[no-any-return]
 
     def answer_rounds() -> Generator[_Request, Any, bool]:
         for _ in range(sc.max_rounds):
@@ -124,13 +156,13 @@ def _story(sc: Scenario, tally: _Tally) -> Generator[_Request, Any, ScenarioRepo
             if rng.random() < sc.bad_answers:
                 yield from refuse_bad(state, rng.choice(sorted(answers)), lone)
                 continue  # the story looks again: the request must still be there
+            by_id: Command[Any] = Command(resume={i: a for i, (_, a) in answers.items()})
+            current = yield from _awaited(sc, [r for r, _ in answers.values()])
             if lone and rng.random() < sc.by_position:
                 ((_, answer),) = answers.values()
-                command: Command[Any] = Command(resume=answer)
+                outcome = yield from positional(Command(resume=answer), by_id)
             else:
-                command = Command(resume={i: a for i, (_, a) in answers.items()})
-            current = yield from _awaited(sc, [r for r, _ in answers.values()])
-            (outcome,) = yield from run(command)
+                (outcome,) = yield from run(by_id)
             if isinstance(outcome, InvalidInput):
                 tally.violations.append(f"a valid answer was refused: {outcome}")
             if outcome is None:
@@ -150,8 +182,11 @@ def _story(sc: Scenario, tally: _Tally) -> Generator[_Request, Any, ScenarioRepo
     def refuse_bad(state: Any, interrupt_id: str, lone: bool) -> Generator[_Request, Any, None]:
         request = next(p.value for p in state.interrupts if p.id == interrupt_id)
         bad = bad_answer(request, rng)
-        by_position = lone and rng.random() < sc.by_position
-        (outcome,) = yield from run(Command(resume=bad if by_position else {interrupt_id: bad}))
+        by_id: Command[Any] = Command(resume={interrupt_id: bad})
+        if lone and rng.random() < sc.by_position:
+            outcome = yield from positional(Command(resume=bad), by_id)
+        else:
+            (outcome,) = yield from run(by_id)
         if isinstance(outcome, InjectedCrash):
             return
         if outcome is None:
