@@ -16,7 +16,9 @@ at creation). Stale-token refusals are reported to ``observe.log_stale_token``.
 Durability of receipts (``receipt_synchronous``, the same option and meaning on
 the SQLite and PostgreSQL ledgers): only the write-ahead record waits for the
 disk. ``prepare`` and ``claim`` always commit synchronously: the record must be
-on disk before the provider is called. A receipt (``confirm``,
+on disk before the provider is called (on PostgreSQL with at least
+``synchronous_commit = on`` whatever the session, role or database sets, unless
+``prepare_synchronous="SERVER"``). A receipt (``confirm``,
 ``confirm_many``) commits with ``"NORMAL"`` by default where its commit is
 write-ahead logged (SQLite in WAL mode; PostgreSQL always, with
 ``synchronous_commit = off`` set inside the receipt's own statement): it

@@ -15,6 +15,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from langgraph_effects.core.model import OperationStatus
 from langgraph_effects.ledger.base import Confirmation
@@ -199,3 +200,93 @@ def test_postgres_relaxes_a_threads_binding(pg_url: str) -> None:
         assert _synchronous_commit(conn) == "on"
     with PostgresLedger.from_conn_string(pg_url) as reopened:
         assert reopened.bind_thread("thread-1", "tenant-b") == T
+
+
+def _with_setting(pg_url: str, setting: str) -> str:
+    """``pg_url`` whose sessions set ``synchronous_commit`` (as a role's or a database's
+    setting would), beside its own options (the test's schema): the shared server's
+    config is never touched."""
+    options = conninfo_to_dict(pg_url).get("options") or ""
+    return make_conninfo(pg_url, options=f"{options} -c synchronous_commit={setting}".strip())
+
+
+def _session(pg_url: str, setting: str) -> psycopg.Connection[Any]:
+    conn = psycopg.connect(_with_setting(pg_url, setting))
+    assert _synchronous_commit(conn) == setting
+    conn.commit()
+    return conn
+
+
+@pytest.mark.parametrize(
+    ("session", "floor", "expected"),
+    [
+        ("off", None, "on"),
+        ("local", None, "on"),
+        ("off", "ON", "on"),
+        ("remote_apply", None, "remote_apply"),  # stricter: kept
+        ("remote_write", None, "remote_write"),
+        ("off", "SERVER", "off"),  # the explicit opt-out: the session's, however weak
+        ("local", "SERVER", "local"),
+    ],
+)
+def test_postgres_write_ahead_commits_at_least_synchronous_commit_on(
+    pg_url: str, session: str, floor: str | None, expected: str
+) -> None:
+    """``prepare`` (one draft, a batch, claimed at once or not) and ``claim`` commit with at
+    least ``synchronous_commit = on`` whatever the session's setting (``off`` loses an
+    acknowledged record to a server crash, ``local`` to a failover; tests/kills/
+    test_failover.py); a stricter one stays. Read back inside the transaction the ledger's
+    statement ran in (held open by the test, as in the receipt tests above); the receipt
+    keeps its own relaxed commit."""
+    with _session(pg_url, session) as conn:
+        kw = {} if floor is None else {"prepare_synchronous": floor}
+        ledger = PostgresLedger(conn, **kw)  # type: ignore[arg-type]
+        ledger.setup()
+        conn.commit()
+        seen: list[str] = []
+        writes = [
+            lambda: ledger.prepare(make_draft("op-1"), owner=OWNER),
+            lambda: ledger.prepare(make_draft("op-2")),
+            lambda: ledger.claim(T, "op-2", owner=OWNER),
+            lambda: ledger.prepare_many([make_draft("op-3"), make_draft("op-4")], owner=OWNER),
+        ]
+        for write in writes:
+            conn.execute("SELECT 1")
+            write()
+            seen.append(_synchronous_commit(conn))
+            conn.commit()
+            assert _synchronous_commit(conn) == session  # local to the write's transaction
+        assert seen == [expected] * len(writes)
+        conn.execute("SELECT 1")
+        ledger.prepare(make_draft("op-1"), owner=OWNER)  # a replay writes nothing
+        assert _synchronous_commit(conn) == session
+        conn.commit()
+        conn.execute("SELECT 1")
+        ledger.confirm(T, "op-1", token=1)
+        assert _synchronous_commit(conn) == "off"  # the receipt is relaxed, as before
+        conn.commit()
+
+
+def test_postgres_write_ahead_floor_on_the_ledgers_own_pool(pg_url: str) -> None:
+    """The same statements on the ledger's own autocommit, pipelined connections (where
+    the setting cannot be read back): a session ``off`` prepares and claims as usual."""
+    with PostgresLedger.from_conn_string(_with_setting(pg_url, "off")) as ledger:
+        ledger.setup()
+        ledger.prepare(make_draft("op-1"), owner=OWNER)
+        ledger.prepare(make_draft("op-2"))
+        ledger.claim(T, "op-2", owner=OWNER)
+        ledger.prepare_many([make_draft("op-3"), make_draft("op-4")], owner=OWNER)
+        statuses = [op.status for op in ledger.list(tenant_id=T)]
+    assert statuses == [OperationStatus.DISPATCHING] * 4
+
+
+@pytest.mark.parametrize("bad", ["on", "FULL", "off", "", None])
+def test_postgres_prepare_synchronous_must_be_on_or_server(pg_url: str, bad: object) -> None:
+    """A bad ``prepare_synchronous`` is refused at construction, naming the two values
+    (``None`` is the default, ``"ON"``)."""
+    with psycopg.connect(pg_url) as conn:
+        if bad is None:
+            PostgresLedger(conn, prepare_synchronous=None)
+            return
+        with pytest.raises(ValueError, match=r"prepare_synchronous must be 'ON' or 'SERVER'"):
+            PostgresLedger(conn, prepare_synchronous=bad)  # type: ignore[arg-type]

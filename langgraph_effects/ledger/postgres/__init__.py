@@ -22,9 +22,11 @@ by default (``receipt_synchronous="NORMAL"``), set inside their own statement:
 they do not wait for the WAL flush, and are durable with the next synchronous
 commit on the server (the saver's checkpoint write when it shares the server)
 or the WAL writer's next flush. The write-ahead record (``prepare``, ``claim``)
-always commits with the server's ``synchronous_commit``. The rule, and what a
-receipt lost to a server crash costs (never a duplicate), is in ``ledger.base``
-("Durability of receipts").
+commits with at least ``synchronous_commit = on`` (``prepare_synchronous="ON"``, the
+default), set inside its own statement the same way: a session, role or database
+setting of ``off`` or ``local`` is raised for that transaction, a stricter one kept.
+The rule, and what a receipt lost to a server crash costs (never a duplicate), is in
+``ledger.base`` ("Durability of receipts").
 
 ``setup()`` creates only ``lge_`` tables, under ``pg_advisory_xact_lock``,
 and records its version in ``lge_schema_version``. Using the ledger before
@@ -39,7 +41,7 @@ import contextlib
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from datetime import datetime
-from typing import Any, Self, TypeVar
+from typing import Any, Literal, Self, TypeVar
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
@@ -51,9 +53,9 @@ from langgraph_effects.ledger._faces import AsyncFace, SyncFace
 from langgraph_effects.ledger.base import Synchronous, check_synchronous
 from langgraph_effects.ledger.engine import Dialect, Program, Result
 from langgraph_effects.ledger.engine.postgres import arun, run
-from langgraph_effects.ledger.postgres._sql import DIALECT, RECEIPT_DIALECT
+from langgraph_effects.ledger.postgres._sql import DIALECT, RECEIPT_DIALECT, SERVER_DIALECT
 
-__all__ = ["AsyncPostgresLedger", "PostgresLedger"]
+__all__ = ["AsyncPostgresLedger", "PostgresLedger", "PrepareSynchronous"]
 
 T = TypeVar("T")
 
@@ -73,6 +75,23 @@ def _unreachable(exc: psycopg.Error) -> LedgerUnavailable:
     """Why the server cannot be reached (refused, unknown host, wrong password), at once: a
     pool would only say, after its timeout, that it got no connection in time."""
     return LedgerUnavailable(f"cannot connect to PostgreSQL: {str(exc).strip()}")
+
+
+PrepareSynchronous = Literal["ON", "SERVER"]
+"""How the write-ahead record (``prepare``, ``claim``) commits. ``"ON"`` (default): with
+at least ``synchronous_commit = on``: a session, role or database ``off`` or ``local``
+is raised to ``on`` for that transaction, ``remote_write`` and ``remote_apply`` are kept.
+``"SERVER"``: with the session's setting as it is; ``off`` can lose an acknowledged
+record to a server crash, ``local`` to a failover, and the call is then sent again."""
+
+
+def _write_dialect(prepare_synchronous: PrepareSynchronous | None) -> Dialect:
+    """The dialect every program but a receipt runs with (``PrepareSynchronous``)."""
+    if prepare_synchronous is None or prepare_synchronous == "ON":
+        return DIALECT
+    if prepare_synchronous == "SERVER":
+        return SERVER_DIALECT
+    raise ValueError(f"prepare_synchronous must be 'ON' or 'SERVER', not {prepare_synchronous!r}")
 
 
 def _receipt_dialect(receipt_synchronous: Synchronous | None) -> Dialect:
@@ -98,6 +117,9 @@ class PostgresLedger(SyncFace):
             waiting for the WAL flush; ``"FULL"``: with the server's
             ``synchronous_commit``, like every other write. See ``ledger.base``,
             "Durability of receipts".
+        prepare_synchronous: ``"ON"`` (default): the write-ahead record commits with
+            at least ``synchronous_commit = on``; ``"SERVER"``: with the session's
+            setting, however weak (``PrepareSynchronous``).
         clock: the source of every timestamp (bound as a parameter, never ``now()``).
     """
 
@@ -108,11 +130,13 @@ class PostgresLedger(SyncFace):
         conn: ConnectionPool[Any] | psycopg.Connection[Any],
         *,
         receipt_synchronous: Synchronous | None = None,
+        prepare_synchronous: PrepareSynchronous | None = None,
         clock: Callable[[], datetime] = utcnow,
     ) -> None:
         super().__init__(clock=clock)
         self._conn = conn
         self._receipt_dialect = _receipt_dialect(receipt_synchronous)
+        self._write_dialect = _write_dialect(prepare_synchronous)
         self._lock = threading.Lock()
 
     @classmethod
@@ -121,6 +145,7 @@ class PostgresLedger(SyncFace):
         url: str,
         *,
         receipt_synchronous: Synchronous | None = None,
+        prepare_synchronous: PrepareSynchronous | None = None,
         clock: Callable[[], datetime] = utcnow,
         max_size: int = 10,
         pool_timeout: float = 30.0,
@@ -144,7 +169,12 @@ class PostgresLedger(SyncFace):
         )
         pool.open()
         try:
-            ledger = cls(pool, receipt_synchronous=receipt_synchronous, clock=clock)
+            ledger = cls(
+                pool,
+                receipt_synchronous=receipt_synchronous,
+                prepare_synchronous=prepare_synchronous,
+                clock=clock,
+            )
         except BaseException:
             pool.close()
             raise
@@ -158,6 +188,7 @@ class PostgresLedger(SyncFace):
         url: str,
         *,
         receipt_synchronous: Synchronous | None = None,
+        prepare_synchronous: PrepareSynchronous | None = None,
         clock: Callable[[], datetime] = utcnow,
         max_size: int = 10,
         pool_timeout: float = 30.0,
@@ -169,6 +200,7 @@ class PostgresLedger(SyncFace):
         ledger = cls.open(
             url,
             receipt_synchronous=receipt_synchronous,
+            prepare_synchronous=prepare_synchronous,
             clock=clock,
             max_size=max_size,
             pool_timeout=pool_timeout,
@@ -188,7 +220,7 @@ class PostgresLedger(SyncFace):
                 yield self._conn
 
     def _run(self, program: Program[T]) -> Result[T]:
-        dialect = self._receipt_dialect if program.relaxed else DIALECT
+        dialect = self._receipt_dialect if program.relaxed else self._write_dialect
         return run(self._connection(), dialect, program, own=True)
 
 
@@ -202,6 +234,7 @@ class AsyncPostgresLedger(AsyncFace):
     Args:
         conn: an ``AsyncConnectionPool`` (preferred) or an ``AsyncConnection``.
         receipt_synchronous: as ``PostgresLedger``'s.
+        prepare_synchronous: as ``PostgresLedger``'s.
         clock: the source of every timestamp.
     """
 
@@ -212,11 +245,13 @@ class AsyncPostgresLedger(AsyncFace):
         conn: AsyncConnectionPool[Any] | psycopg.AsyncConnection[Any],
         *,
         receipt_synchronous: Synchronous | None = None,
+        prepare_synchronous: PrepareSynchronous | None = None,
         clock: Callable[[], datetime] = utcnow,
     ) -> None:
         super().__init__(clock=clock)
         self._conn = conn
         self._receipt_dialect = _receipt_dialect(receipt_synchronous)
+        self._write_dialect = _write_dialect(prepare_synchronous)
         self._lock = asyncio.Lock()
 
     @classmethod
@@ -225,6 +260,7 @@ class AsyncPostgresLedger(AsyncFace):
         url: str,
         *,
         receipt_synchronous: Synchronous | None = None,
+        prepare_synchronous: PrepareSynchronous | None = None,
         clock: Callable[[], datetime] = utcnow,
         max_size: int = 10,
         pool_timeout: float = 30.0,
@@ -245,7 +281,12 @@ class AsyncPostgresLedger(AsyncFace):
         )
         await pool.open()
         try:
-            ledger = cls(pool, receipt_synchronous=receipt_synchronous, clock=clock)
+            ledger = cls(
+                pool,
+                receipt_synchronous=receipt_synchronous,
+                prepare_synchronous=prepare_synchronous,
+                clock=clock,
+            )
         except BaseException:
             await pool.close()
             raise
@@ -259,6 +300,7 @@ class AsyncPostgresLedger(AsyncFace):
         url: str,
         *,
         receipt_synchronous: Synchronous | None = None,
+        prepare_synchronous: PrepareSynchronous | None = None,
         clock: Callable[[], datetime] = utcnow,
         max_size: int = 10,
         pool_timeout: float = 30.0,
@@ -267,6 +309,7 @@ class AsyncPostgresLedger(AsyncFace):
         ledger = await cls.open(
             url,
             receipt_synchronous=receipt_synchronous,
+            prepare_synchronous=prepare_synchronous,
             clock=clock,
             max_size=max_size,
             pool_timeout=pool_timeout,
@@ -286,5 +329,5 @@ class AsyncPostgresLedger(AsyncFace):
                 yield self._conn
 
     async def _arun(self, program: Program[T]) -> Result[T]:
-        dialect = self._receipt_dialect if program.relaxed else DIALECT
+        dialect = self._receipt_dialect if program.relaxed else self._write_dialect
         return await arun(self._connection(), dialect, program, own=True)

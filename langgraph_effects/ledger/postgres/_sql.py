@@ -30,7 +30,7 @@ from langgraph_effects.ledger import _programs as ledger
 from langgraph_effects.ledger import engine
 from langgraph_effects.ledger.postgres._migrations import MIGRATIONS
 
-__all__ = ["DIALECT", "RECEIPT_DIALECT", "SETUP_LOCK_KEY", "dump_ts", "load_ts"]
+__all__ = ["DIALECT", "RECEIPT_DIALECT", "SERVER_DIALECT", "SETUP_LOCK_KEY", "dump_ts", "load_ts"]
 
 SETUP_LOCK_KEY = 0x6C67655F6C6564  # "lge_led": one setup at a time per database
 
@@ -88,7 +88,7 @@ _EVENT_COLUMNS = (
 # table it has no statistics for yet (a fresh one, before autovacuum's first
 # ANALYZE) it joined them by a sequential scan of lge_operations on every
 # first-time prepare, its cost growing with the table.
-PREPARE_SQL = f"""
+_PREPARE = f"""
 WITH draft AS (
     SELECT * FROM jsonb_to_recordset(%(batch)s::jsonb) AS d(
         tenant_id text, operation_id text, workflow_id text, action text,
@@ -126,10 +126,10 @@ SELECT i.*, TRUE AS created,
     (SELECT e.event_id FROM event AS e WHERE (e.tenant_id, e.operation_id, e.seq)
         = (i.tenant_id, i.operation_id, 1)) AS prepare_event_id,
     (SELECT e.event_id FROM event AS e WHERE (e.tenant_id, e.operation_id, e.seq)
-        = (i.tenant_id, i.operation_id, 2)) AS claim_event_id
+        = (i.tenant_id, i.operation_id, 2)) AS claim_event_id{{floor}}
 FROM inserted AS i
 UNION ALL
-SELECT o.*, FALSE, NULL, NULL
+SELECT o.*, FALSE, NULL, NULL{{kept}}
 FROM lge_operations AS o JOIN draft AS d
     ON (o.tenant_id, o.operation_id) = (d.tenant_id, d.operation_id)
 WHERE (SELECT count(*) FROM inserted) < (SELECT count(*) FROM draft)
@@ -139,7 +139,7 @@ WHERE (SELECT count(*) FROM inserted) < (SELECT count(*) FROM draft)
 
 # The same for one draft, its values bound as plain parameters: no JSON array
 # to build, send and unpack, which is most of this statement's cost for one row.
-PREPARE_ONE_SQL = f"""
+_PREPARE_ONE = f"""
 WITH inserted AS (
     INSERT INTO lge_operations (
         tenant_id, operation_id, workflow_id, action, action_version, target,
@@ -168,14 +168,31 @@ WITH inserted AS (
 )
 SELECT i.*, TRUE AS created,
     (SELECT e.event_id FROM event AS e WHERE e.seq = 1) AS prepare_event_id,
-    (SELECT e.event_id FROM event AS e WHERE e.seq = 2) AS claim_event_id
+    (SELECT e.event_id FROM event AS e WHERE e.seq = 2) AS claim_event_id{{floor}}
 FROM inserted AS i
 UNION ALL
-SELECT o.*, FALSE, NULL, NULL
+SELECT o.*, FALSE, NULL, NULL{{kept}}
 FROM lge_operations AS o
 WHERE o.tenant_id = %(tenant_id)s AND o.operation_id = %(operation_id)s
     AND NOT EXISTS (SELECT 1 FROM inserted)
 """
+
+# The write-ahead record commits with at least ``synchronous_commit = on``: a
+# session, role or database setting of ``off`` (a server crash loses it) or ``local``
+# (a failover to a synchronous standby loses it) is raised for this transaction,
+# and a stricter one (``remote_write``, ``remote_apply``) is left alone. Set inside
+# the statement like ``_ASYNC_COMMIT``, so it costs no statement and no round trip;
+# evaluated per inserted or claimed row, so only when the statement wrote.
+_SYNC_FLOOR = """, CASE WHEN current_setting('synchronous_commit') IN ('off', 'local')
+    THEN set_config('synchronous_commit', 'on', true) END AS sync_floor"""
+
+
+def _prepare(template: str, floor: str) -> str:
+    return template.replace("{floor}", floor).replace("{kept}", ", NULL" if floor else "")
+
+
+PREPARE_SQL = _prepare(_PREPARE, _SYNC_FLOOR)
+PREPARE_ONE_SQL = _prepare(_PREPARE_ONE, _SYNC_FLOOR)
 
 GET_SQL = """
 SELECT * FROM lge_operations WHERE tenant_id = %(tenant_id)s AND operation_id = %(operation_id)s
@@ -238,23 +255,32 @@ APPROVE_SQL = _move(
     "status = 'prepared' AND payload_digest = COALESCE(%(payload_digest)s, payload_digest)",
     status_change=False,
 )
+
+
 # The status the claim leaves (prepared or unknown) is read from the row it
 # locks (FOR UPDATE returns the latest committed version), so the event is
 # right even when the claim waited for a concurrent writer.
-CLAIM_SQL = _move(
-    """status = 'dispatching', lease_owner = %(lease_owner)s,
-    lease_expires_at = %(lease_expires_at)s,
-    fencing_token = fencing_token + 1, attempts = attempts + 1,
-    first_dispatched_at = COALESCE(first_dispatched_at, %(now)s), last_dispatched_at = %(now)s""",
-    "status IN ('prepared', 'unknown')",
-    prelude="""previous AS (
-        SELECT status AS left_status FROM lge_operations
-        WHERE tenant_id = %(tenant_id)s AND operation_id = %(operation_id)s
-        FOR UPDATE
-    ), """,
-    using="FROM previous",
-    from_status="previous.left_status",
-)
+def _claim(also: str = "") -> str:
+    """The claim's statement; ``also``: ``_SYNC_FLOOR`` (``DIALECT``) or nothing."""
+    return _move(
+        sets="""status = 'dispatching', lease_owner = %(lease_owner)s,
+        lease_expires_at = %(lease_expires_at)s,
+        fencing_token = fencing_token + 1, attempts = attempts + 1,
+        first_dispatched_at = COALESCE(first_dispatched_at, %(now)s),
+        last_dispatched_at = %(now)s""",
+        where="status IN ('prepared', 'unknown')",
+        prelude="""previous AS (
+            SELECT status AS left_status FROM lge_operations
+            WHERE tenant_id = %(tenant_id)s AND operation_id = %(operation_id)s
+            FOR UPDATE
+        ), """,
+        using="FROM previous",
+        from_status="previous.left_status",
+        also=also,
+    )
+
+
+CLAIM_SQL = _claim(_SYNC_FLOOR)
 RENEW_SQL = f"""
 UPDATE lge_operations SET lease_expires_at = %(lease_expires_at)s
 WHERE tenant_id = %(tenant_id)s AND operation_id = %(operation_id)s AND {_FENCED}
@@ -457,3 +483,15 @@ RECEIPT_DIALECT = dataclasses.replace(
     },
 )
 """``DIALECT`` whose receipts commit without waiting for the WAL flush."""
+
+SERVER_DIALECT = dataclasses.replace(
+    DIALECT,
+    statements={
+        **DIALECT.statements,
+        ledger.PREPARE: _prepare(_PREPARE, ""),
+        ledger.CLAIM: _claim(),
+    },
+    single={ledger.PREPARE: _prepare(_PREPARE_ONE, "")},
+)
+"""``DIALECT`` whose write-ahead record commits with the session's ``synchronous_commit``
+as it is (``prepare_synchronous="SERVER"``), however weak."""
