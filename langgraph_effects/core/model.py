@@ -142,6 +142,9 @@ def invalid_fields(model: str, exc: ValidationError) -> str:
 
 M = TypeVar("M", bound=BaseModel)
 
+_ALL_FIELDS: dict[type[BaseModel], set[str]] = {}
+"""By model: its field names, the fields set of every ``unvalidated`` instance of it."""
+
 
 def unvalidated(model: type[M], values: dict[str, Any]) -> M:
     """``model`` holding ``values`` as they are: no validation, no copy.
@@ -154,10 +157,17 @@ def unvalidated(model: type[M], values: dict[str, Any]) -> M:
     each already of its field's type (enum members, aware datetimes): the
     instance is then equal to, and dumps like, the validated one.
     Never for values from outside the package: validate those.
+
+    Every such instance of ``model`` shares one set of field names as its fields set
+    (all of them): pydantic never changes it in place on a frozen model (``model_copy``
+    copies it before adding to it), so one set per model is made, not one per record.
     """
     obj = model.__new__(model)
     object.__setattr__(obj, "__dict__", values)
-    object.__setattr__(obj, "__pydantic_fields_set__", set(values))
+    fields = _ALL_FIELDS.get(model)
+    if fields is None:
+        fields = _ALL_FIELDS[model] = set(model.model_fields)
+    object.__setattr__(obj, "__pydantic_fields_set__", fields)
     object.__setattr__(obj, "__pydantic_extra__", None)
     object.__setattr__(obj, "__pydantic_private__", None)
     return obj

@@ -94,7 +94,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
 from typing import Any, Generic, TypeVar, cast
 
-from langgraph_effects.core.model import LeaseOwner
+from langgraph_effects._owners import current_owner
 from langgraph_effects.decide.actions import (
     Confirm,
     ConfirmMany,
@@ -482,11 +482,10 @@ class Commits:
         return cast(T, await group.awrite(action, aperform, cancelled))
 
 
-def together(
-    calls: Sequence[EffectCall], *, owner: LeaseOwner, lease_for: timedelta
-) -> PrepareMany | None:
+def together(calls: Sequence[EffectCall], *, lease_for: timedelta) -> PrepareMany | None:
     """The write-aheads of one task's parallel calls, claimed in one ``prepare_many``
-    before the fan-out (None: each call prepares on its own).
+    before the fan-out by this process (``current_owner``; None: each call prepares on
+    its own).
 
     Only calls that ask nobody first (no approval, no ``authorize``) and have no
     payload key rotated out or keyed digest (such a call first looks for its
@@ -507,4 +506,4 @@ def together(
         return None
     first = {c.operation_id: c for c in reversed(batch)}
     drafts = [c.draft() for c in batch if first[c.operation_id] is c]
-    return PrepareMany(drafts, owner=owner, lease_for=lease_for)
+    return PrepareMany(drafts, owner=current_owner(), lease_for=lease_for)

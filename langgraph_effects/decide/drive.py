@@ -198,7 +198,7 @@ class EffectRunner:
         the fan-out, where ``decide.commit.together`` batches them; each call's ``run``
         then takes its record (``handoff``). [] when nothing is batched, or the batch
         failed (e.g. ``PayloadMismatch``: each call meets it on its own)."""
-        batch = together(calls, owner=current_owner(), lease_for=self.lease_for)
+        batch = together(calls, lease_for=self.lease_for)
         if batch is None or self._sync is None:
             return []  # an async ledger: ``run`` refuses each call on its own
         try:
@@ -208,7 +208,7 @@ class EffectRunner:
 
     async def aprepare_siblings(self, calls: Sequence[EffectCall]) -> list[Prepared]:
         """The async twin of ``prepare_siblings``; the ledger may be sync or async."""
-        batch = together(calls, owner=current_owner(), lease_for=self.lease_for)
+        batch = together(calls, lease_for=self.lease_for)
         if batch is None:
             return []
         try:

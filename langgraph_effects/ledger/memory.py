@@ -239,7 +239,8 @@ class InMemoryLedger(Ledger):
                 row = _new_row(draft, self._clock())
                 self._commit(None, row, EventKind.PREPARE, actor="ledger")
                 if owner is not None:
-                    row = self._claimed(row, owner, lease_for, actor=owner.encode())
+                    holder = owner.encode()
+                    row = self._claimed(row, holder, lease_for, actor=holder)
                 out.append(unvalidated(Prepared, {"operation": row, "created": True}))
             return out
 
@@ -284,14 +285,15 @@ class InMemoryLedger(Ledger):
         return self._commit(row, new, EventKind.APPROVE, actor=by, detail=detail)
 
     def _claimed(
-        self, row: Operation, owner: LeaseOwner, lease_for: timedelta, *, actor: str
+        self, row: Operation, holder: str, lease_for: timedelta, *, actor: str
     ) -> Operation:
+        """``row`` claimed by ``holder`` (an encoded ``LeaseOwner``) for ``lease_for``."""
         now = self._clock()
         return self._move(
             row,
             S.DISPATCHING,
             actor=actor,
-            lease_owner=owner.encode(),
+            lease_owner=holder,
             lease_expires_at=now + lease_for,
             fencing_token=row.fencing_token + 1,
             attempts=row.attempts + 1,
@@ -315,7 +317,8 @@ class InMemoryLedger(Ledger):
                 raise LeaseHeld(
                     operation_id, owner=row.lease_owner, expires_at=row.lease_expires_at
                 )
-            return self._claimed(row, owner, lease_for, actor=actor or owner.encode())
+            holder = owner.encode()
+            return self._claimed(row, holder, lease_for, actor=actor or holder)
 
     def renew(
         self, tenant_id: str, operation_id: str, *, token: int, lease_for: timedelta = DEFAULT_LEASE
