@@ -143,6 +143,10 @@ _STRING = json.encoder.encode_basestring
 """What ``_ENCODE`` writes for a string (``ensure_ascii=False``), without its Python layers."""
 
 
+_ONLY_STR = {str}
+"""The item types of a list of exact strings (``_by_json``: checked in C, not by a generator)."""
+
+
 def _by_json(value: Any) -> bytes | None:
     """``rfc8785.dumps(value)``, written by ``json``'s encoder; None where it may differ.
 
@@ -153,7 +157,7 @@ def _by_json(value: Any) -> bytes | None:
         kind = type(value)
         if kind is str:
             return _STRING(value).encode("utf-8")
-        if kind is list and all(type(item) is str for item in value):
+        if kind is list and value and set(map(type, value)) == _ONLY_STR:
             return ("[" + ",".join(map(_STRING, value)) + "]").encode("utf-8")
         if _plain(value, 0):
             return _ENCODE(value).encode("utf-8")

@@ -39,6 +39,7 @@ __all__ = [
     "CONVERGENT_WINDOW",
     "REPLACED_BY_PREFIX",
     "TAKEOVER_PREFIX",
+    "TERMINAL",
     "Decision",
     "EventKind",
     "Evidence",
@@ -81,7 +82,11 @@ class OperationStatus(StrEnum):
     @property
     def terminal(self) -> bool:
         """True for ``confirmed`` and ``rejected``: states no transition leaves."""
-        return self in (OperationStatus.CONFIRMED, OperationStatus.REJECTED)
+        return self in TERMINAL
+
+
+TERMINAL = frozenset({OperationStatus.CONFIRMED, OperationStatus.REJECTED})
+"""The states no transition leaves (``OperationStatus.terminal``)."""
 
 
 class EventKind(StrEnum):

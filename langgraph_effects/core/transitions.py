@@ -22,6 +22,7 @@ from types import MappingProxyType
 from typing import Any
 
 from langgraph_effects.core.model import (
+    TERMINAL,
     EventKind,
     Evidence,
     EvidenceKind,
@@ -109,24 +110,25 @@ def moved(
     Raises:
         IllegalTransition: as ``check_transition``.
     """
+    values = row.__dict__
     kind = check_transition(
-        row.operation_id, row.status, target, evidence=evidence, operator=operator
+        values["operation_id"], values["status"], target, evidence=evidence, operator=operator
     )
-    if target.terminal:
-        changes.setdefault("resolved_at", now)
-    if target is not S.DISPATCHING:
-        changes.setdefault("lease_owner", None)
-        changes.setdefault("lease_expires_at", None)
-    if evidence is not None:
-        changes.setdefault("evidence_checked_at", now)
-    # ``row``'s values with the move's: the merge keeps the declaration order, and
-    # nothing is validated, as ``model_copy`` validates nothing (``unvalidated``).
+    # ``row``'s values with the move's, then the transition's own: every key is one of
+    # ``row``'s, so the declaration order stays, and nothing is validated, as
+    # ``model_copy`` validates nothing (``unvalidated``).
     values = {
-        **row.__dict__,
+        **values,
         "status": target,
-        "record_version": row.record_version + 1,
+        "record_version": values["record_version"] + 1,
         "updated_at": now,
         "status_changed_at": now,
-        **changes,
     }
+    if target in TERMINAL:
+        values["resolved_at"] = now
+    if target is not S.DISPATCHING:
+        values["lease_owner"] = values["lease_expires_at"] = None
+    if evidence is not None:
+        values["evidence_checked_at"] = now
+    values.update(changes)
     return kind, unvalidated(Operation, values)
