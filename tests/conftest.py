@@ -27,6 +27,7 @@ from typing import Any
 import pytest
 from _pg import (
     POSTGRES_URL,
+    SetUpSchema,
     _with_search_path,
     require_postgres,
 )
@@ -96,6 +97,24 @@ def _where(request: pytest.FixtureRequest, kind: str, tmp_path: Path) -> str:
     )
 
 
+def _env_where(request: pytest.FixtureRequest, kind: str, tmp_path: Path) -> str:
+    """``_where`` for ``env``: on PostgreSQL the process's set-up schema handed on as new
+    (``_pg.SetUpSchema``: ``env`` sets it up anyway), unless the test also asks for
+    ``pg_url`` (then that schema, which it opens itself)."""
+    if kind != "postgres" or "pg_url" in request.fixturenames:
+        return _where(request, kind, tmp_path)
+    schema: SetUpSchema = request.getfixturevalue("_set_up_schema")
+    return schema.fresh()
+
+
+@pytest.fixture(scope="session")
+def _set_up_schema() -> Iterator[SetUpSchema]:
+    require_postgres()
+    schema = SetUpSchema()
+    yield schema
+    schema.drop()
+
+
 @pytest.fixture
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, str, str]:
     """``(kind, mode, where)`` of one backend, nothing opened."""
@@ -109,7 +128,7 @@ def env(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
     from _graphs import Env
 
     kind, mode = request.param
-    where = _where(request, kind, tmp_path)
+    where = _env_where(request, kind, tmp_path)
     opened = Env(kind, mode, path=Path(where), url=where if kind == "postgres" else None)
     yield opened
     opened.close()
