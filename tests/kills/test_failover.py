@@ -22,7 +22,11 @@ at the moment that matters and the primary's machine then dies (every process of
 SIGKILLed, so the frozen walsender never sends again): a relaxed receipt the standby
 never received is reconciled and never resent, a ``"FULL"`` receipt waits for the
 standby and survives, and under an asynchronous standby an acknowledged write-ahead
-record is lost and the call sent again (the hazard the documentation warns of).
+record is lost and the call sent again (the hazard the documentation warns of), as it
+is under a synchronous one with ``synchronous_commit = local`` for the ledger's database
+once the ledger is told to keep that setting (``prepare_synchronous="SERVER"``). By
+default it raises it to ``on``: the same schedule then waits for the standby, and the
+record survives the failover, the call sent once.
 
 The same template serves one more server, which checks passwords: a ledger opened
 with a wrong one fails at once with the server's reason (issue 23, finding 9).
@@ -38,6 +42,7 @@ import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from datetime import timedelta
@@ -382,10 +387,23 @@ def _caught_up(primary_dsn: str) -> None:
     raise RuntimeError("the standby never caught up")
 
 
-def unkeyed_run(url: str, crm_path: str, start: bool, primary: str, walsender: int) -> None:
+def unkeyed_run(
+    url: str,
+    crm_path: str,
+    start: bool,
+    primary: str,
+    walsender: int,
+    prepare_synchronous: str = "ON",
+    waited: str = "",
+) -> None:
     """Run or resume thread t1: a close sent without an idempotency key (a provider that
     keys nothing). Starting, the checkpoint that holds the model's tool call streams to the
-    standby, then the walsender is frozen before the ledger's first write for the call."""
+    standby, then the walsender is frozen before the ledger's first write for the call.
+
+    ``waited``: a file; a thread then watches the primary for a commit waiting for the
+    standby (``SyncRep``), writes what it saw there, and thaws the walsender."""
+    from langgraph_effects.ledger.postgres import PostgresLedger
+
     crm = FakeCRM(crm_path)
 
     @effect("crm.close_case", target=lambda a: a["case_id"])
@@ -397,9 +415,14 @@ def unkeyed_run(url: str, crm_path: str, start: bool, primary: str, walsender: i
         if start:
             _caught_up(primary)
             freeze(walsender)
+            if waited:
+                threading.Thread(
+                    target=_thaw_on_sync_rep, args=(primary, walsender, waited)
+                ).start()
         return execute(request)
 
     env = Env("postgres", "sync", url=url)
+    env.ledger = PostgresLedger(env.checkpointer.conn, prepare_synchronous=prepare_synchronous)  # type: ignore[arg-type]
     try:
         graph = build_graph(
             [close_case],
@@ -412,6 +435,28 @@ def unkeyed_run(url: str, crm_path: str, start: bool, primary: str, walsender: i
     finally:
         crm.close()
         env.close()
+
+
+def _thaw_on_sync_rep(primary: str, walsender: int, waited: str) -> None:
+    """Wait for a backend of the primary whose commit waits for the standby; write what
+    its statement was (or that none waited) to ``waited``; thaw the walsender."""
+    import psycopg
+
+    seen = "none waited"
+    deadline = time.monotonic() + scaled(10)
+    try:
+        with psycopg.connect(primary, autocommit=True) as conn:
+            while time.monotonic() < deadline:
+                row = conn.execute(
+                    "SELECT query FROM pg_stat_activity WHERE wait_event = 'SyncRep'"
+                ).fetchone()
+                if row is not None:
+                    seen = str(row[0])
+                    break
+                time.sleep(0.01)
+    finally:
+        Path(waited).write_text(seen)
+        os.kill(walsender, signal.SIGCONT)
 
 
 def _records(url: str) -> list[str]:
@@ -576,19 +621,24 @@ def test_a_worker_that_lives_through_the_failover_keeps_its_receipt(
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "standby", ["asynchronous", "synchronous, commits local"], ids=["asynchronous", "local"]
+    "standby",
+    ["asynchronous", "synchronous, commits local, prepare_synchronous='SERVER'"],
+    ids=["asynchronous", "local-opted-out"],
 )
 def test_an_asynchronous_standby_can_lose_an_acknowledged_write_ahead_record_and_sends_again(
     template: Path, tmp_path: Path, standby: str
 ) -> None:
     """Why ``docs/production-failover.md`` calls an asynchronous standby (``synchronous_standby_
-    names = ''``) unsafe for effects, and a synchronous one whose commits are ``local`` for
-    the ledger's database no better, shown: the checkpoint holding the model's tool call has
-    streamed; the walsender is frozen; the write-ahead record and the claim commit on the
-    primary alone (acknowledged: nothing waits for the standby), the CRM acts, the worker is
-    killed after the provider and the primary's machine dies. The promoted standby has the
-    tool call and no record of it: the resume sends it again. A provider without a key closes
-    the case twice (one honouring the key inside its window would answer from it)."""
+    names = ''``) unsafe for effects (the write-ahead record's ``synchronous_commit = on``
+    waits for no standby), and a synchronous one whose commits are ``local`` for the
+    ledger's database no better once the ledger keeps the session's setting
+    (``prepare_synchronous="SERVER"``, the opt-out), shown: the checkpoint holding the
+    model's tool call has streamed; the walsender is frozen; the write-ahead record and the
+    claim commit on the primary alone (acknowledged: nothing waits for the standby), the CRM
+    acts, the worker is killed after the provider and the primary's machine dies. The promoted
+    standby has the tool call and no record of it: the resume sends it again. A provider
+    without a key closes the case twice (one honouring the key inside its window would answer
+    from it)."""
     import psycopg
 
     crm_path = tmp_path / "crm.db"
@@ -601,6 +651,7 @@ def test_an_asynchronous_standby_can_lose_an_acknowledged_write_ahead_record_and
         died = run_in_forked_child(
             unkeyed_run,
             *(cluster.url, str(crm_path), True, primary, cluster.walsender()),
+            "ON" if standby == "asynchronous" else "SERVER",
             crash_at=CrashPoint.AFTER_PROVIDER,
             mode="kill",
         )
@@ -612,6 +663,50 @@ def test_an_asynchronous_standby_can_lose_an_acknowledged_write_ahead_record_and
         assert _records(cluster.url) == ["confirmed"]
     with FakeCRM(crm_path) as crm:
         assert (crm.effects, crm.duplicates) == (2, 1)  # sent again: the hazard, as documented
+
+
+@pytest.mark.slow
+def test_a_synchronous_standby_keeps_the_write_ahead_record_though_commits_are_local(
+    template: Path, tmp_path: Path
+) -> None:
+    """The same schedule as the ``local`` hazard above, with the default
+    ``prepare_synchronous="ON"``: the ledger's database commits ``local``, the walsender is
+    frozen before the ledger's first write, and the write-ahead record's commit is raised to
+    ``on`` inside its statement, so it waits for the standby (``SyncRep``, seen in
+    ``pg_stat_activity``) where under ``local`` it returned at once. Thawed, it commits;
+    the CRM acts; the worker is killed after the provider and the primary's machine dies.
+    The promoted standby holds the record: the resume meets it and does not send again
+    (one closure, no duplicate)."""
+    import psycopg
+
+    crm_path = tmp_path / "crm.db"
+    waited = tmp_path / "waited.txt"
+    FakeCRM(crm_path).close()
+    with _cluster(template, synchronous=True) as cluster:
+        primary = Cluster.dsn(cluster.ports[0])
+        with psycopg.connect(primary, autocommit=True) as conn:
+            conn.execute("ALTER DATABASE postgres SET synchronous_commit = local")
+        died = run_in_forked_child(
+            unkeyed_run,
+            *(cluster.url, str(crm_path), True, primary, cluster.walsender()),
+            "ON",
+            str(waited),
+            crash_at=CrashPoint.AFTER_PROVIDER,
+            mode="kill",
+        )
+        assert died.crashed_at == CrashPoint.AFTER_PROVIDER, died.error
+        # the write-ahead commit waited for the standby (under "SERVER" it does not, and the
+        # worker dies after the provider while the watcher still looks: no file)
+        assert waited.exists(), "the write-ahead record's commit never waited for the standby"
+        assert "lge_operations" in waited.read_text()
+        cluster.lose_primary()
+
+        kept = _records(cluster.url)
+        assert kept == ["dispatching"]  # the acknowledged write-ahead record survived
+        unkeyed_run(cluster.url, str(crm_path), False, primary, 0)
+        assert _records(cluster.url) != []
+    with FakeCRM(crm_path) as crm:
+        assert (crm.effects, crm.duplicates) == (1, 0)  # not sent again
 
 
 def test_a_wrong_password_fails_at_once_naming_the_cause(template: Path) -> None:
