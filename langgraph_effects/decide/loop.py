@@ -1411,6 +1411,14 @@ class Loop:
         prepared = yield from ledger(prepare(edited))
         new_call, prepared = yield from find_operation(edited, prepared, prepare)
         new_op = prepared.operation
+        while new_op.replaced_by is not None and new_op.attempts == 0:
+            # An edit back to arguments an earlier edit replaced (x -> y -> x): that
+            # record never moves again and was never sent; the call the reviewer asks for
+            # is a new operation, the next candidate (never every version left rejected).
+            new_call = new_call.at(new_call.index + 1)
+            prepared = yield from ledger(prepare(new_call))
+            new_call, prepared = yield from find_operation(new_call, prepared, prepare)
+            new_op = prepared.operation
         if new_op.operation_id == op.operation_id:
             # The edit asks for what the call already is (an edit given again, to the
             # request shown again after a crash): an approval of it, never "replaced by

@@ -724,3 +724,36 @@ def test_a_retry_agreeing_with_the_operator_is_kept_for_the_next_review(
         if e.kind is EventKind.RESOLVE
     ]
     assert resolved == [("olga", "retry"), ("ana", "reject")]
+
+
+@pytest.mark.parametrize(
+    "env", [("sqlite", "sync"), ("postgres", "sync")], indirect=True, ids=["sqlite", "pg"]
+)
+def test_an_edit_back_to_the_replaced_arguments_sends_them_once(env: Env, crm: FakeCRM) -> None:
+    """A reviewer edits the call (fixed -> x); the process dies after the ledger applied the
+    edit and before LangGraph saved it, so the approval is shown again, and the reviewer
+    now edits it back to what the call first asked (x -> fixed). That asks for a call whose
+    first record was rejected as replaced, never sent: a new operation is made for it and
+    sent once, never the replaced record met again and everything left rejected (campaign
+    seed 1711, colliding_edits: "1 intended, the provider applied 0")."""
+    from langgraph_effects.testing.faults import CrashPlan, CrashPoint, InjectedCrash
+
+    graph = gated_graph(env, crm)
+    env.invoke(graph, {"messages": [("user", "close A")]}, CFG)
+
+    def edit(resolution: str, **more: Any) -> Command[Any]:
+        args = {"case_id": "A", "resolution": resolution}
+        decision = {"type": "edit", "edited_action": {"name": "close_case", "args": args}}
+        return Command(resume={"decisions": [decision], "by": "ana", **more})
+
+    with CrashPlan.arm(CrashPoint.AFTER_ANSWER), pytest.raises(InjectedCrash):
+        env.invoke(graph, edit("x"), CFG)
+    [again] = interrupts(env, graph)
+    out = env.invoke(graph, edit("fixed", request_id=again.value["request_id"]), CFG)
+    assert interrupts(env, graph) == []
+    assert crm.effects == 1
+    sent = [op for op in env.ops() if op.status is S.CONFIRMED]
+    assert [op.payload["resolution"] for op in sent] == ["fixed"]
+    assert [m.status for m in tool_messages(out)] == ["success"]
+    env.invoke(graph, None, CFG)
+    assert crm.effects == 1
