@@ -50,7 +50,12 @@ from langgraph_effects.decide import (
     tool_message,
     traced,
 )
-from langgraph_effects.decide.identity import Timeline, timeline_of, warn_no_checkpointer
+from langgraph_effects.decide.identity import (
+    Timeline,
+    graph_answers,
+    timeline_of,
+    warn_no_checkpointer,
+)
 from langgraph_effects.effects import effect_spec
 from langgraph_effects.errors import EffectsError
 from langgraph_effects.slot import current_slot
@@ -282,7 +287,11 @@ def effect_result(
         answer = noticed(answer, notices, tool_call_id=tool_call_id)
     state = request.state
     if not (isinstance(state, dict) and OPERATIONS_KEY in state):
-        return answer  # type: ignore[no-any-return]
+        # A task whose input is not the graph state (a Send's payload) still answers into
+        # the graph's channel when the graph has one: a later turn reads it there.
+        config = request.runtime.config if request.runtime is not None else None
+        if graph_answers(config) is None:
+            return answer  # type: ignore[no-any-return]
     # An edited call ends in another operation: the thread owns both.
     owned = list(dict.fromkeys([call.operation_id, op.operation_id]))
     return _with_owned(answer, owned, messages_key)

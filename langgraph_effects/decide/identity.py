@@ -55,6 +55,7 @@ __all__ = [
     "Timeline",
     "answered_in",
     "find_operation",
+    "graph_answers",
     "keeps_answers",
     "timeline_of",
     "warn_no_checkpointer",
@@ -249,8 +250,32 @@ def timeline_of(
         thread_id,
         saver,
         durability=conf.get("__pregel_durability"),
-        answered=answered_in(state),
+        answered=answered_in(state)
+        if keeps_answers(state)
+        else graph_answers(config) or frozenset(),
     )
+
+
+_TASK_READ = "__pregel_read"
+"""LangGraph's reader of the graph's channels in a task's ``configurable`` (a private key,
+guarded by ``tests/faces/test_langgraph_privates.py``)."""
+
+
+def graph_answers(config: Mapping[str, Any] | None) -> frozenset[str] | None:
+    """The graph's ``effect_operations`` as the task's step sees them, read from the graph's
+    channel (None when the graph has no such channel): for a task whose input is not the
+    graph state, a ``Send``'s payload above all, which ``answered_in`` cannot read."""
+    conf = (config or {}).get("configurable") or {}
+    read = conf.get(_TASK_READ)
+    if not callable(read):
+        return None
+    try:
+        values = read([OPERATIONS_KEY])
+    except KeyError:
+        return None  # the graph has no such channel
+    if not isinstance(values, Mapping):
+        return None
+    return answered_in(values)
 
 
 def keeps_answers(state: Any) -> bool:

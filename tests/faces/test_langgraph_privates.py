@@ -270,3 +270,32 @@ def test_a_run_resumed_by_interrupt_id_carries_its_map_where_the_drive_reads_it(
     assert not seen[0], changed
     assert not seen[1], changed
     assert seen[2] == {asked.id: "two"}, changed
+
+
+def test_a_send_task_reads_the_graph_s_channel_where_the_faces_read_answers() -> None:
+    """``decide.identity.graph_answers`` reads ``effect_operations`` through the task's
+    ``__pregel_read`` (a task fed a ``Send`` payload sees no graph state of its own): it
+    returns the graph's channel, and None in a graph without it (a ``KeyError`` there)."""
+    from langchain_core.runnables import RunnableConfig
+    from langgraph.types import Send
+
+    from langgraph_effects import EffectState
+    from langgraph_effects.decide.identity import graph_answers
+
+    class State(MessagesState, EffectState):
+        pass
+
+    seen: list[Any] = []
+
+    def worker(payload: dict[str, Any], config: RunnableConfig) -> dict[str, Any]:
+        seen.append(graph_answers(config))
+        return {}
+
+    for state, start in ((State, {"effect_operations": ["op-1"]}), (MessagesState, {})):
+        builder = StateGraph(state)
+        builder.add_node("worker", worker)
+        builder.add_conditional_edges(START, lambda s: [Send("worker", {"x": 1})], ["worker"])
+        builder.compile().invoke({"messages": [HumanMessage("hi")], **start})
+    assert seen == [frozenset({"op-1"}), None], _changed(
+        f"__pregel_read of a Send task's config (read {seen})", "decide.identity.graph_answers"
+    )

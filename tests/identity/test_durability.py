@@ -19,6 +19,7 @@ from _identity_tools import CFG, ask, close_tool, proposer, tool_node
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langgraph.graph import END, START, StateGraph
 from langgraph.prebuilt import tools_condition
+from langgraph.types import Send
 
 from langgraph_effects import route_tool_calls
 from langgraph_effects.testing import ScriptedChatModel
@@ -136,3 +137,54 @@ def test_the_rule_of_exit_holds_with_trimmed_messages(env: Env, crm: FakeCRM) ->
     assert crm.effects == 2
     ask(env, graph, "and a third time")  # sync after exit: still a new operation
     assert crm.effects == 3
+
+
+def fan_out_graph(env: Env, crm: FakeCRM, *, plain: bool) -> Any:
+    """Each turn, a ``Send`` per case with a hand-made call id (``close-0``, ``close-1``):
+    the payload is the one AIMessage, not the graph state, so the tool node's input has no
+    ``effect_operations``, though the graph (``State``) has the channel."""
+
+    def agent(state: State) -> dict[str, Any]:
+        done = isinstance(state["messages"][-1], ToolMessage)
+        return {"messages": [AIMessage("done" if done else "fanning out")]}
+
+    def fan(state: State) -> Any:
+        if state["messages"][-1].content == "done":
+            return END
+        return [
+            Send(
+                "tools",
+                {"messages": [AIMessage("", tool_calls=[call("close_case", f"close-{i}", case)])]},
+            )
+            for i, case in enumerate(["A", "B"])
+        ]
+
+    builder = StateGraph(State)
+    builder.add_node("agent", agent)
+    builder.add_node("tools", tool_node(env, [close_tool(crm, plain=plain)], plain))
+    builder.add_edge(START, "agent")
+    builder.add_conditional_edges("agent", fan, ["tools", END])
+    builder.add_edge("tools", "agent")
+    return builder.compile(checkpointer=env.checkpointer)
+
+
+def call(name: str, call_id: str, case: str) -> dict[str, Any]:
+    return {"name": name, "args": {"case_id": case}, "id": call_id, "type": "tool_call"}
+
+
+@pytest.mark.parametrize("plain", [False, True], ids=["effects", "toolnode"])
+@pytest.mark.parametrize("durability", DURABILITY, ids=["exit", "default", "sync"])
+def test_a_send_fan_out_asked_again_in_a_later_turn_acts(
+    env: Env, crm: FakeCRM, durability: str | None, plain: bool
+) -> None:
+    """A ``Send`` fan-out with hand-made ids, asked again on the next turn: 4 asked, 4
+    acted under every durability. Under ``"exit"`` the second turn was answered from the
+    first turn's records (2 of 4: the Send payload holds no ``effect_operations`` and the
+    lineage none of the unsaved steps); the faces now read and write the graph's channel
+    when their input lacks it."""
+    graph = fan_out_graph(env, crm, plain=plain)
+    for turn, text in enumerate(["close A and B", "close A and B again"], start=1):
+        env.invoke(graph, {"messages": [HumanMessage(text)]}, CFG, durability=durability)
+        assert crm.effects == 2 * turn
+    if not plain:
+        assert [o.status.value for o in env.ops()] == ["confirmed"] * 4
