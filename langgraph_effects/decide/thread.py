@@ -181,10 +181,14 @@ def warn_durability(config: Mapping[str, Any] | None, *, answers_kept: bool = Fa
             "request, or use durability='sync'."
         )
     user = _site.get() or _user_site(sys._getframe(1))
-    if user is None:
-        _pending = message
-    else:
+    if user is not None:
         _warn_at(user, message)
+    elif answers_kept:
+        _pending = message  # the effect_operations reducer flushes it on the graph's thread
+    else:
+        # No effect_operations channel, so no reducer of ours runs on the graph's thread
+        # to flush a kept message: said now, at this line, rather than never.
+        warnings.warn(message, DurabilityWarning, stacklevel=2)
 
 
 def flush() -> None:

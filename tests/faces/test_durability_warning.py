@@ -13,14 +13,17 @@ from _graphs import build_graph, call
 from langchain.agents import create_agent
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.func import entrypoint, task
+from langgraph.graph import END, START, MessagesState, StateGraph
 
 from langgraph_effects import (
     DurabilityWarning,
     EffectContext,
     EffectMiddleware,
+    EffectToolNode,
     InMemoryLedger,
     arun_effect,
     effect,
+    route_tool_calls,
     run_effect,
 )
 from langgraph_effects.decide import thread
@@ -208,3 +211,37 @@ def _line() -> int:
     import sys
 
     return sys._getframe(1).f_lineno
+
+
+@pytest.mark.usefixtures("unwarned", "own_frames_only")
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_the_warning_is_said_without_an_effect_operations_channel(mode: str) -> None:
+    """A graph on plain ``MessagesState`` (no ``EffectState``) running its calls in
+    LangGraph's tasks (``route_tool_calls``): no reducer of ours runs on the caller's thread
+    to say a kept warning, so it is said at once, where it was found: once, never lost."""
+    crm = FakeCRM()
+    ledger = InMemoryLedger()
+    ledger.setup()
+    model = ScriptedChatModel(plan=[TWO])
+
+    def agent(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [model.invoke(state["messages"])]}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("agent", agent)
+    builder.add_node("tools", EffectToolNode([closing_tool(crm)], ledger=ledger))
+    builder.add_edge(START, "agent")
+    builder.add_conditional_edges("agent", route_tool_calls, ["tools", END])
+    builder.add_edge("tools", "agent")
+    graph = builder.compile(checkpointer=InMemorySaver())
+    config = {"configurable": {"thread_id": "w1"}}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        if mode == "sync":
+            graph.invoke({"messages": [("user", "close A and B")]}, config)
+        else:
+            asyncio.run(graph.ainvoke({"messages": [("user", "close A and B")]}, config))
+    found = [w for w in caught if issubclass(w.category, DurabilityWarning)]
+    assert len(found) == 1
+    assert "durability='async'" in str(found[0].message)
+    assert crm.effects == 2
