@@ -290,3 +290,47 @@ def test_postgres_prepare_synchronous_must_be_on_or_server(pg_url: str, bad: obj
             return
         with pytest.raises(ValueError, match=r"prepare_synchronous must be 'ON' or 'SERVER'"):
             PostgresLedger(conn, prepare_synchronous=bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("floor", "expected"), [(None, "on"), ("SERVER", "local")])
+def test_async_postgres_write_ahead_commits_at_least_synchronous_commit_on(
+    pg_url: str, floor: str | None, expected: str
+) -> None:
+    """The async twin runs the write-ahead record with the same statements: a session
+    ``local`` is raised to ``on`` for ``prepare`` and ``claim``, kept under ``"SERVER"``."""
+    from langgraph_effects.ledger.postgres import AsyncPostgresLedger
+
+    async def scenario() -> list[str]:
+        url = _with_setting(pg_url, "local")
+        async with await psycopg.AsyncConnection.connect(url) as conn:
+            kw = {} if floor is None else {"prepare_synchronous": floor}
+            ledger = AsyncPostgresLedger(conn, **kw)  # type: ignore[arg-type]
+            await ledger.setup()
+            await conn.commit()
+            seen: list[str] = []
+            for write in (
+                lambda: ledger.prepare(make_draft("op-1"), owner=OWNER),
+                lambda: ledger.prepare(make_draft("op-2")),
+                lambda: ledger.claim(T, "op-2", owner=OWNER),
+            ):
+                await conn.execute("SELECT 1")
+                await write()
+                row = await (await conn.execute("SHOW synchronous_commit")).fetchone()
+                assert row is not None
+                seen.append(str(row[0]))
+                await conn.commit()
+            return seen
+
+    assert asyncio.run(scenario()) == [expected] * 3
+
+
+def test_async_postgres_prepare_synchronous_is_checked(pg_url: str) -> None:
+    """The async twin refuses a bad ``prepare_synchronous`` the same way."""
+    from langgraph_effects.ledger.postgres import AsyncPostgresLedger
+
+    async def scenario() -> None:
+        async with await psycopg.AsyncConnection.connect(pg_url) as conn:
+            with pytest.raises(ValueError, match="prepare_synchronous must be 'ON' or 'SERVER'"):
+                AsyncPostgresLedger(conn, prepare_synchronous="local")  # type: ignore[arg-type]
+
+    asyncio.run(scenario())
