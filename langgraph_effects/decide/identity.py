@@ -26,11 +26,13 @@ walk stops once it passes below the checkpoint it looks for.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import sys
 import threading
 import time
 import warnings
+from collections import OrderedDict
 from collections.abc import Generator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -160,29 +162,53 @@ class Timeline:
 
     def _on_my_lineage(self, ns: str, theirs: str, mine: str) -> bool:
         """``theirs`` is a strict ancestor of ``mine`` and its step completed: the child
-        on my lineage was written by the loop (``"input"``: new input over it)."""
+        on my lineage was written by the loop (``"input"``: new input over it).
+
+        ``seen`` is my lineage read so far, newest first, so its parents' ids fall: the
+        place where ``theirs`` would be is found by bisection, not by a scan from my
+        step (a thread that asked for one call a hundred times asks a hundred
+        questions of one long lineage). Each saved checkpoint's parent and source are
+        read once per process (``_LINKS``): a saved checkpoint never changes."""
         if theirs >= mine:
             return False
         seen = self._seen.setdefault(ns, [])
-        i = 0
+
+        def below(i: int) -> bool:
+            parent = seen[i][2]
+            return parent is None or parent <= theirs
+
         while True:
-            if i == len(seen):
-                at = mine if not seen else seen[-1][2]
-                if at is None:
-                    return False
-                got = self._mine(ns) if not seen else self.saver.get_tuple(self._config(ns, at))
-                if got is None:
-                    seen.append((at, None, None))
-                else:
-                    parent = (got.parent_config or {}).get("configurable", {})
-                    source = (got.metadata or {}).get("source")
-                    seen.append((at, source, parent.get("checkpoint_id")))
-            _, source, parent = seen[i]
-            if parent == theirs:
-                return source == "loop"
-            if parent is None or parent < theirs:
+            i = bisect.bisect_left(range(len(seen)), True, key=below)
+            if i < len(seen):
+                _, source, parent = seen[i]
+                return parent == theirs and source == "loop"
+            at = mine if not seen else seen[-1][2]
+            if at is None:
                 return False
-            i += 1
+            if not seen:
+                got = self._mine(ns)
+                link = None if got is None else _link(got)
+            else:
+                link = self._link(ns, at)
+            seen.append((at, None, None) if link is None else (at, *link))
+
+    def _link(self, ns: str, checkpoint_id: str) -> tuple[str | None, str | None] | None:
+        """``(source, parent id)`` of a saved checkpoint (None: not saved, or not yet)."""
+        key = (self.thread_id, ns, checkpoint_id)
+        with _LINKS_LOCK:
+            link = _LINKS.get(key)
+            if link is not None:
+                _LINKS.move_to_end(key)
+                return link
+        got = self.saver.get_tuple(self._config(ns, checkpoint_id))
+        if got is None:
+            return None
+        link = _link(got)
+        with _LINKS_LOCK:
+            _LINKS[key] = link
+            if len(_LINKS) > _LINKS_KEPT:
+                _LINKS.popitem(last=False)
+        return link
 
     def _mine(self, ns: str) -> Any:
         """My step's checkpoint at ``ns``. Under ``durability="async"`` LangGraph saves it
@@ -218,6 +244,20 @@ class Timeline:
             if parent == theirs and (got.metadata or {}).get("source") == "loop":
                 return True
         return False
+
+
+def _link(got: Any) -> tuple[str | None, str | None]:
+    """A checkpoint tuple's ``(source, parent id)``."""
+    parent = (got.parent_config or {}).get("configurable", {})
+    return (got.metadata or {}).get("source"), parent.get("checkpoint_id")
+
+
+_LINKS: OrderedDict[tuple[str | None, str, str], tuple[str | None, str | None]] = OrderedDict()
+"""By ``(thread, namespace, checkpoint id)``: a saved checkpoint's source and parent id,
+the most recently read first out last. Checkpoint ids are uuid6 (time and random
+bits): one id is one checkpoint, whatever saver holds it."""
+_LINKS_KEPT = 200_000
+_LINKS_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True, slots=True)

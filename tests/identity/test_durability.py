@@ -188,3 +188,37 @@ def test_a_send_fan_out_asked_again_in_a_later_turn_acts(
         assert crm.effects == 2 * turn
     if not plain:
         assert [o.status.value for o in env.ops()] == ["confirmed"] * 4
+
+
+@pytest.mark.parametrize("env", [("sqlite", "sync")], indirect=True)
+def test_a_repeat_without_effect_state_reads_each_checkpoint_once(env: Env, crm: FakeCRM) -> None:
+    """A state without ``effect_operations`` has only the lineage: the k-th repeat meets
+    the k-1 earlier records and asks where each was delivered. Each saved checkpoint's
+    parent and source are read once per process, so a turn reads the checkpoints saved
+    since the last one, not the whole thread (a step count; 8 asked, 8 acted)."""
+    from langgraph.checkpoint.sqlite import SqliteSaver
+    from langgraph.graph import MessagesState
+
+    class Counting(SqliteSaver):
+        reads = 0
+
+        def get_tuple(self, config: Any) -> Any:
+            Counting.reads += 1
+            return super().get_tuple(config)
+
+    saver = Counting(env.checkpointer.conn)
+    model = proposer("fresh")
+    builder = StateGraph(MessagesState)
+    builder.add_node("agent", lambda state: {"messages": [model.invoke(state["messages"])]})
+    builder.add_node("tools", tool_node(env, [close_tool(crm)], False))
+    builder.add_edge(START, "agent")
+    builder.add_conditional_edges("agent", route_tool_calls, ["tools", END])
+    builder.add_edge("tools", "agent")
+    graph = builder.compile(checkpointer=saver)
+    reads = []
+    for turn in range(8):
+        before = Counting.reads
+        env.invoke(graph, {"messages": [HumanMessage(f"close case A ({turn})")]}, CFG)
+        reads.append(Counting.reads - before)
+    assert crm.effects == 8
+    assert reads[-1] <= reads[2], reads  # not growing with the thread's history
