@@ -296,6 +296,12 @@ def _consumed_unapplied(value: Any, call: EffectCall, op: Operation, mine: Answe
     )
 
 
+def _named(value: Any) -> bool:
+    """Whether ``value`` names the operation it answers (its ``operation_id``) or echoes
+    one of its requests (``request_id``): it answers no other call's question."""
+    return isinstance(value, Mapping) and bool(value.get("operation_id") or value.get("request_id"))
+
+
 def _asked_after(mine: Answers, value: Any) -> bool:
     """Whether ``value`` may answer a question of ``op``'s: it names ``op`` (``_held``
     checked it), or it holds the place of an answer this task gave ``op`` (LangGraph lost
@@ -304,7 +310,7 @@ def _asked_after(mine: Answers, value: Any) -> bool:
     call's (the Functional API runs several in one task), never taken."""
     if mine.consumed < len(mine.logged) or not mine.logged:
         return True
-    return isinstance(value, Mapping) and bool(value.get("operation_id") or value.get("request_id"))
+    return _named(value)
 
 
 class Loop:
@@ -1262,10 +1268,19 @@ class Loop:
             mark = answer_mark(call, value)
             handed_back = mine.next_is(mark)
             if not handed_back and mine.repeats(mark):
-                # Equal to an answer applied to it before, out of its logged order: by
-                # position, the answer of a later question (the same words can answer
-                # another call's): left for whoever asks next.
-                break
+                if not _named(value):
+                    # Equal to an answer applied to it before, out of its logged order: by
+                    # position, the answer of a later question (the same words can answer
+                    # another call's): left for whoever asks next.
+                    break
+                # It names this operation (``_held`` checked it): a repeat ``_ask``
+                # consumed without applying when it was first handed (an answer given
+                # again after a crash kept LangGraph from saving the first). It holds
+                # this call's place among the task's values, never another call's.
+                if (yield Ask(request, Any, held=True)) is None:
+                    break  # another task took it meanwhile
+                took = True
+                continue
             if not handed_back and events is None:
                 events = yield from ledger(Events(op.key))
             # The question it answered: the review, if the operation was ever unknown.

@@ -1,0 +1,108 @@
+"""Answers given to effects run in the ``@entrypoint``'s own body (one task, several calls,
+each asking in turn): every answer reaches the call it names, after a crash too.
+
+Effects are counted at the fake CRM. SQLite and PostgreSQL, sync and async.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from _graphs import Env
+from langgraph.func import entrypoint
+from langgraph.types import Command
+
+from langgraph_effects import EffectContext, EffectRejected, arun_effect, effect, run_effect
+from langgraph_effects.review import REVIEW_KIND
+from langgraph_effects.testing.faults import CrashMode, CrashPlan, CrashPoint, InjectedCrash
+from langgraph_effects.testing.providers import FakeCRM, Fault
+
+CFG = {"configurable": {"thread_id": "body-1"}}
+
+
+@pytest.fixture
+def crm() -> Any:
+    with FakeCRM(None) as provider:
+        yield provider
+
+
+def _interrupts(env: Env, flow: Any) -> list[Any]:
+    state = env.run(flow.aget_state(CFG)) if env.is_async else flow.get_state(CFG)
+    return [i for t in state.tasks for i in t.interrupts]
+
+
+def test_an_approval_given_again_after_a_crash_keeps_its_place(env: Env, crm: FakeCRM) -> None:
+    """Killed after the ledger applied the approval of the first call and before LangGraph
+    saved it, the person approves again (the request is shown again); the second call then
+    asks, and its approval applies: the first call's repeated answer is its own (it names
+    it), never handed to the second call's question. Regression: campaign seed 5020
+    (functional_api, body), where the second approval was refused ("which this step does
+    not own") and asked again without a word."""
+
+    @effect("crm.close_case", target=lambda a: a["case_id"], require_approval=True)
+    def gated(case_id: str, resolution: str, ctx: EffectContext) -> dict[str, Any]:
+        """Close a CRM case, once a person approved."""
+        return crm.close_case(case_id, resolution, idempotency_key=ctx.idempotency_key)
+
+    cases = [{"case_id": c, "resolution": "fixed"} for c in ("A", "B")]
+    crm.faults.push(Fault.LOSE_REQUEST)  # A's first dispatch: its outcome unknown
+
+    def told(done: Any, case: str) -> dict[str, Any]:
+        return {"closed": case} if done is not None else {"refused": True}
+
+    if env.is_async:
+
+        async def aone(args: dict[str, Any]) -> dict[str, Any]:
+            try:
+                return told(await arun_effect(gated, args, ledger=env.ledger), args["case_id"])
+            except EffectRejected:
+                return told(None, args["case_id"])
+
+        @entrypoint(checkpointer=env.checkpointer)
+        async def aflow(_: Any) -> Any:
+            return [await aone(a) for a in cases]
+
+        flow = aflow
+    else:
+
+        def one(args: dict[str, Any]) -> dict[str, Any]:
+            try:
+                return told(run_effect(gated, args, ledger=env.ledger), args["case_id"])
+            except EffectRejected:
+                return told(None, args["case_id"])
+
+        @entrypoint(checkpointer=env.checkpointer)
+        def sflow(_: Any) -> Any:
+            return [one(a) for a in cases]
+
+        flow = sflow
+
+    def answer(request: Any) -> dict[str, Any]:
+        return {"operation_id": request.value["operation_id"], "decision": "approve", "by": "ana"}
+
+    env.invoke(flow, "go", CFG)
+    (first,) = _interrupts(env, flow)
+    crash = CrashPlan.arm(CrashPoint.DURING_REVIEW_RESUME, CrashMode.RAISE)
+    with crash, pytest.raises(InjectedCrash):
+        env.invoke(flow, Command(resume={first.id: answer(first)}), CFG)
+    assert crm.effects == 0
+    (again,) = _interrupts(env, flow)
+    assert again.value["operation_id"] == first.value["operation_id"]
+    env.invoke(flow, Command(resume={again.id: answer(again)}), CFG)
+    assert crm.effects == 0  # A's request was lost: unknown, asked about
+    (review,) = _interrupts(env, flow)
+    assert review.value["operation_id"] == first.value["operation_id"]
+    assert review.value["kind"] == REVIEW_KIND
+    rejected = {**answer(review), "decision": "reject", "reason": "not found at the CRM"}
+    env.invoke(flow, Command(resume={review.id: rejected}), CFG)
+    (second,) = _interrupts(env, flow)
+    assert second.value["operation_id"] != first.value["operation_id"]
+    out = env.invoke(flow, Command(resume={second.id: answer(second)}), CFG)
+    assert _interrupts(env, flow) == []
+    assert out == [{"refused": True}, {"closed": "B"}]  # B's approval applied
+    # Intended: B (A was rejected by the person); acted: B, once.
+    assert crm.effects == 1
+    assert crm.get_case("A")["status"] == "open"
+    assert crm.get_case("B")["version"] == 1
+    assert sorted(op.status.value for op in env.ops()) == ["confirmed", "rejected"]
