@@ -22,6 +22,11 @@ Five parts, each a row group of the printed table:
   other kinds' schedules (base, replays, forks, key rotations and workflows included),
   and an operator deciding pending questions at the console before the person answers
   them in the UI (``operator_decisions``, half of the ``review_rounds`` schedules).
+  Beside the kinds, issue 23's receipt draws (``scenario.receipts``): in a third of the
+  schedules that fan out, the last call is slow and the process dies while it is in its
+  provider call, once its siblings answered; in some 15% of all, the first receipt
+  commit on the SQLite connection fails as a dropped connection does. Each receipt that
+  came back before is counted lost if a later run takes its operation over.
   People answer by position or by interrupt id, sometimes with a bad answer first.
   Schedule ``i`` has seed ``--seed + i``: a failing one prints its seed and
   replays alone with ``--seed SEED --schedules 1``.
@@ -108,6 +113,7 @@ from langgraph_effects.testing.scenario import (
     run_scenario,
     start_forked_child,
 )
+from langgraph_effects.testing.scenario.receipts import DroppingConnection
 
 __all__ = [
     "PROBLEM_KINDS",
@@ -147,7 +153,20 @@ def run_schedule(
     schedule = Schedule.generate(seed, kinds)
     providers = Providers.open(None)
     scenario = schedule.scenario(providers, control=control)
-    conn = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
+    if schedule.dropped_receipt == "none" or control:
+        conn = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
+    else:
+        # The driver's connection drops the first receipt commit (scenario.receipts).
+        dropping = sqlite3.connect(
+            ":memory:", check_same_thread=False, isolation_level=None, factory=DroppingConnection
+        )
+        dropping.drops, dropping.after = 1, schedule.dropped_receipt == "after"
+        slow = scenario.receipts_due
+        scenario = replace(
+            scenario,
+            receipts_due=lambda: {**({} if slow is None else slow()), **dropping.dropped},
+        )
+        conn = dropping
     try:
         if scenario.asynchronous:
             aledger = AsyncSQLiteLedger(conn, clock=providers.clock.now)

@@ -232,7 +232,7 @@ def test_schedules_draw_every_human_and_graph_dimension() -> None:
     draws: summaries and removals, edits that can collide, repeats in a third of the others
     (base, replays, forks, key rotations and workflows too), a worker run inside a tool; and
     issue 23's operator deciding at the console (half the review rounds, approvals in about
-    half of those)."""
+    half of those), slow siblings killed mid fan-out and receipt commits cut."""
     schedules = [Schedule.generate(seed) for seed in range(SCHEDULES)]
     human = [s for s in schedules if s.policy == "operator"]
     assert len(human) > SCHEDULES // 3
@@ -274,6 +274,18 @@ def test_schedules_draw_every_human_and_graph_dimension() -> None:
     assert len(console) // 4 < sum(s.approval for s in console) < 3 * len(console) // 4
     workers = [s.variant for s in schedules if s.kind is Kind.SUB_AGENT]
     assert min(workers.count(v) for v in ("whole", "last", "tool")) > len(workers) // 6
+    # Issue 23's receipt draws: a slow sibling killed mid fan-out (one task per call, and
+    # the AIMessage in one task: parallel_branches whole/apart), before and after its
+    # provider acted, sync and async; a receipt commit cut, rolled back or committed.
+    slow = [s for s in schedules if s.slow_sibling]
+    assert SCHEDULES // 20 < len(slow) < SCHEDULES // 4
+    assert all(len(s.calls) + s.twins > 1 for s in slow)
+    assert not {s.kind for s in slow} & {Kind.MIDDLEWARE, Kind.FUNCTIONAL, Kind.MCP}
+    assert {s.slow_acted for s in slow} == {s.asynchronous for s in slow} == {False, True}
+    assert any(s.kind is Kind.PARALLEL and s.variant != "send" for s in slow)
+    cut = [s.dropped_receipt for s in schedules]
+    assert min(cut.count("before"), cut.count("after")) > SCHEDULES // 30
+    assert SCHEDULES // 20 < len(cut) - cut.count("none") < SCHEDULES // 4
 
 
 def test_the_command_prints_the_table_and_its_status_says_pass_or_fail(

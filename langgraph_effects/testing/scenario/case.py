@@ -27,6 +27,7 @@ from langgraph_effects.testing.providers import (
 )
 from langgraph_effects.testing.scenario.graph import ToolRetryOrder
 from langgraph_effects.testing.scenario.policies import defer
+from langgraph_effects.testing.scenario.receipts import SlowSibling
 from langgraph_effects.testing.scenario.tools import ReviewPolicy
 from langgraph_effects.testing.workflows import Layout
 
@@ -158,3 +159,12 @@ class Scenario:
     bad_answers: float = 0.0
     seed: int = 0
     count_by_target: bool = False
+    slow_sibling: SlowSibling | None = None
+    """``node`` face: one call of the fan-out is slow and the process dies while it is in
+    its provider call, once its siblings came back (``receipts.SlowSibling``: give its
+    ``pause`` to the tools; the node gets its ``wrap_tool_call`` hooks)."""
+    receipts_due: Callable[[], Mapping[str, int]] | None = None
+    """The operation ids and tool-call ids whose receipt came back before a crash or a
+    failed commit (``receipts``), each with the fencing token it came under: it must be
+    recorded from it, never taken over past that token by a later run (counted as a lost
+    receipt)."""

@@ -15,6 +15,7 @@ from langchain_core.messages import (
 )
 
 from langgraph_effects.core.model import (
+    TAKEOVER_PREFIX,
     Decision,
     Operation,
     OperationEvent,
@@ -422,6 +423,27 @@ def _lost_receipts(
     return problems
 
 
+def _receipts_taken_over(
+    sc: Scenario, ops: Sequence[Operation], histories: Mapping[str, Sequence[OperationEvent]]
+) -> list[str]:
+    """Receipts that came back before a crash or a failed commit (``Scenario.receipts_due``)
+    and were not kept: a later run found the operation in flight and took it over."""
+    due = dict(sc.receipts_due()) if sc.receipts_due is not None else {}
+    lost = []
+    for op in ops:
+        token = due.get(op.operation_id, due.get(str(op.tool_call_id), -1))
+        if token >= 0 and any(
+            e.actor.startswith(TAKEOVER_PREFIX) and (e.fencing_token or 0) > token
+            for e in histories.get(op.operation_id, ())
+        ):
+            lost.append(
+                f"{sc.name}: operation {op.operation_id} ({op.action} {op.target!r}): its "
+                "receipt came back before the process died or its commit failed, and was "
+                "lost: taken over"
+            )
+    return lost
+
+
 def _spoken_for(
     message: ToolMessage, ops: Sequence[Operation], calls: Mapping[str | None, Any]
 ) -> list[Operation]:
@@ -573,6 +595,7 @@ def _count(
     lost = _lost_receipts(
         sc.name, applied, ops, histories, messages, pending=pending, finished=finished
     )
+    lost += _receipts_taken_over(sc, ops, histories)
     problems.extend(lost)
     decided = _decided_by_person(ops, histories)
     delivered = _delivered((yield _History()), state)

@@ -82,6 +82,9 @@ def _start(
     }
     if sc.clock is not None:
         node_kwargs["clock"] = sc.clock.now
+    if sc.slow_sibling is not None and sc.face == "node":
+        node_kwargs["wrap_tool_call"] = sc.slow_sibling.wrap
+        node_kwargs["awrap_tool_call"] = sc.slow_sibling.awrap
     common: dict[str, Any] = {
         "ledger": ledger,
         # One saver for the graph a restart rebuilds too (``Scenario.tools_after``).

@@ -33,6 +33,7 @@ from langgraph_effects.testing.scenario.policies import (
     operator,
     retry_when_safe,
 )
+from langgraph_effects.testing.scenario.receipts import SlowSibling
 from langgraph_effects.testing.scenario.tools import (
     RETENTION,
     ProviderKind,
@@ -220,11 +221,33 @@ class Schedule:
     summary: bool = False
     """``summarized_thread`` kind: every message replaced by a summary, not only the
     answered exchange removed."""
+    slow_sibling: bool = False
+    """A fan-out's last call is slow: the process dies while it is in its provider call,
+    after its siblings answered (``receipts.SlowSibling``), instead of at ``crash_at``."""
+    slow_acted: bool = False
+    """``slow_sibling``: the provider acted before the death (else it heard nothing yet)."""
+    dropped_receipt: Literal["none", "before", "after"] = "none"
+    """The ledger's first receipt commit fails as a dropped connection does, rolled back
+    (``before``) or committed with its answer lost (``after``): tried again
+    (``receipts.DroppingConnection``, on the campaign's SQLite connection)."""
 
     @classmethod
     def generate(cls, seed: int, kinds: Sequence[Kind] | None = None) -> Schedule:
         """The schedule of ``seed`` (a seeded ``random.Random``; no global state), its
         kind drawn from ``kinds`` (default ``DRAWN``)."""
+        schedule = cls._generate(seed, kinds)
+        # Issue 23's receipt draws, from a stream of their own.
+        drawn = random.Random(f"receipts-{seed}")
+        slow, acted, drop, after = (drawn.random() for _ in range(4))
+        fanout = schedule.kind not in _NO_FANOUT and len(schedule.calls) + schedule.twins > 1
+        return schedule.with_(
+            slow_sibling=fanout and slow < _SLOW_SIBLINGS,
+            slow_acted=acted < 0.5,
+            dropped_receipt="none" if drop >= _DROPPED else "after" if after < 0.5 else "before",
+        )
+
+    @classmethod
+    def _generate(cls, seed: int, kinds: Sequence[Kind] | None) -> Schedule:
         rng = random.Random(seed)
         calls = tuple(rng.choice(list(ProviderKind)) for _ in range(rng.choice((1, 1, 2, 3))))
         base = cls._draw(rng, seed, calls)
@@ -348,7 +371,10 @@ class Schedule:
     def scenario(self, providers: Providers, *, control: bool = False) -> Scenario:
         """The :class:`Scenario` of this schedule over ``providers`` (fresh ones per run)."""
         tag = f"s{self.seed}"
-        scripted = [*zip(self.calls, self.faults, strict=True)]
+        dying = self.slow_sibling and not control
+        # The slow call comes to its provider last: it meets the last call's fault, none.
+        faults = (*self.faults[:-1], None) if dying else self.faults
+        scripted = [*zip(self.calls, faults, strict=True)]
         scripted += zip(self.calls, self.refaults, strict=False)
         for kind in ProviderKind:
             script = [f for k, f in scripted if k is kind]
@@ -410,9 +436,15 @@ class Schedule:
                     key_window=timedelta(0) if self.key_window_zero else RETENTION,
                     require_approval=self.approval,
                     payload_key=keys,
+                    pause=None if slow is None else slow.pause,
                 )
             )
 
+        slow = (
+            SlowSibling(str(calls[-1]["id"]), [str(c["id"]) for c in calls], acted=self.slow_acted)
+            if dying
+            else None
+        )
         tools = tools_of([_OLD_KEY] if rotated else None)
         story = self.kind
         return Scenario(
@@ -421,7 +453,10 @@ class Schedule:
             tool_calls=calls,
             providers=providers.all,
             clock=providers.clock,
-            crash_at=self.control_crash() if control else self.crash_at,
+            # The slow sibling's death is the schedule's crash.
+            crash_at=self.control_crash() if control else None if slow else self.crash_at,
+            slow_sibling=slow,
+            receipts_due=None if slow is None else lambda: slow.due,
             crash_hit=self.crash_hit,
             resumers=self.resumers,
             policy=policy,
@@ -487,6 +522,15 @@ class Schedule:
             require_approval=asked,
         )
 
+
+_NO_FANOUT = frozenset(
+    {Kind.MIDDLEWARE, Kind.FUNCTIONAL, Kind.MCP, Kind.SUB_AGENT, Kind.NO_CHECKPOINTER}
+)
+"""The kinds whose calls do not fan out from an ``EffectToolNode`` of the built-in tools."""
+_SLOW_SIBLINGS = 0.3
+"""Of the schedules that fan out: a slow sibling killed mid fan-out."""
+_DROPPED = 0.15
+"""Of all schedules: the first receipt commit drops its connection."""
 
 _OLD_KEY, _NEW_KEY = "campaign-key-old-" + "5a" * 8, "campaign-key-new-" + "c3" * 8
 """The ``payload_key`` a ``key_rotation`` schedule starts with, and the one it rotates to."""
