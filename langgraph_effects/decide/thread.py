@@ -170,15 +170,18 @@ def warn_durability(config: Mapping[str, Any] | None, *, answers_kept: bool = Fa
         "with other arguments is a new one. Use durability='sync', or give effects an "
         "intent_key, which maps every re-proposal to the same operation."
     )
-    if mode == "exit" and not answers_kept:
+    # A nested graph (a sub-agent, a worker fed the latest request) starts from a state of
+    # its own each parent turn: its channel holds none of the parent's earlier answers.
+    nested = len((config or {}).get("configurable", {}).get("checkpoint_map") or {}) > 1
+    if mode == "exit" and (not answers_kept or nested):
         message += (
             " Under durability='exit' this graph's state does not list the answered "
             "operations (no effect_operations channel: add EffectState to the state; "
-            "run_effect has none), and 'exit' saves none of the steps that delivered an "
-            "answer: a later request for the same call on this thread (a deliberate "
-            "repeat) is answered from the earlier record and does not act again "
-            "(docs/identity.md). Add EffectState, give such effects an intent_key per "
-            "request, or use durability='sync'."
+            "run_effect has none; a sub-agent's state starts afresh each turn), and 'exit' "
+            "saves none of the steps that delivered an answer: a later request for the "
+            "same call on this thread (a deliberate repeat) is answered from the earlier "
+            "record and does not act again (docs/identity.md). Add EffectState, give such "
+            "effects an intent_key per request, or use durability='sync'."
         )
     user = _site.get() or _user_site(sys._getframe(1))
     if user is not None:

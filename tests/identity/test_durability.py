@@ -222,3 +222,26 @@ def test_a_repeat_without_effect_state_reads_each_checkpoint_once(env: Env, crm:
         reads.append(Counting.reads - before)
     assert crm.effects == 8
     assert reads[-1] <= reads[2], reads  # not growing with the thread's history
+
+
+def test_exit_warns_of_the_lost_repeat_for_an_effect_in_a_sub_agent(env: Env, crm: FakeCRM) -> None:
+    """A worker fed only the latest request starts from a state of its own each turn: its
+    ``effect_operations`` holds none of the earlier answers and ``"exit"`` saved none of
+    their steps, so the repeat is answered from the first record (1 of 2 acts: the limit,
+    docs/identity.md); the warning says so though the worker's state has the channel."""
+    import warnings
+
+    from test_subagents import latest_request_graph, worker_agent
+
+    from langgraph_effects import DurabilityWarning
+    from langgraph_effects.decide import thread
+
+    graph = latest_request_graph(env, worker_agent(env, crm, plain=False))
+    thread._durability_warned = False
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for text in ("close case A", "close case A again"):
+            env.invoke(graph, {"messages": [HumanMessage(text)]}, CFG, durability="exit")
+    said = [str(w.message) for w in caught if issubclass(w.category, DurabilityWarning)]
+    assert any("sub-agent" in m and "does not act again" in m for m in said), said
+    assert crm.effects == 1
