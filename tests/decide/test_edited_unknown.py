@@ -178,3 +178,38 @@ def test_an_edit_claimed_and_lost_in_a_crash_is_reviewed(
     assert pending(env, graph) == []
     assert (by_target(env)["B"].status, crm.effects) == (S.REJECTED, 0)
     assert [m.status for m in tool_messages(out)] == ["error"]
+
+
+def pending_ids(env: Env, graph: Any) -> list[str]:
+    state = graph.get_state(CFG) if not env.is_async else env.run(graph.aget_state(CFG))
+    return [i.id for task in state.tasks for i in task.interrupts]
+
+
+@pytest.mark.parametrize("by_id", [True, False], ids=["by-id", "by-position"])
+def test_an_anonymous_answer_to_the_replaced_calls_approval_never_blocks_the_review(
+    env: Env, crm: FakeCRM, by_id: bool
+) -> None:
+    """Killed after the edit ("close B") reached the CRM: the approval of A is shown
+    again, and answered by its id with an approve naming A and nobody (no ``by``). The
+    edit's approval is asked at that place and consumes it, not applied; the edit's
+    review asked next takes the place after it. That value stays first among the task's
+    values, and the review, asked first from then on, was handed it on every resume and
+    refused it ("who decides?"), so the person's valid answer was refused too, for ever
+    (campaign seed 70, colliding_edits). Now it is told and asked again, and the
+    confirmation applies: B acted once."""
+    graph, shown = crashed(env, crm, CrashPoint.AFTER_PROVIDER)
+    assert crm.effects == 1
+    late = {"operation_id": shown["operation_id"], "decision": "approve"}
+    [shown_id] = pending_ids(env, graph)
+    late["request_id"] = shown["request_id"]
+    env.invoke(graph, Command(resume={shown_id: late}), CFG)
+    [review] = pending(env, graph)
+    edited = by_target(env)["B"]
+    assert (review["operation_id"], review["status"]) == (edited.operation_id, "unknown")
+    assert shown["operation_id"] in review["notice"]  # told why it did not apply
+    assert "refused" not in review["notice"]
+    answer = {"operation_id": edited.operation_id, "decision": "confirm", "by": "ana"}
+    [review_id] = pending_ids(env, graph)
+    env.invoke(graph, Command(resume={review_id: answer} if by_id else answer), CFG)
+    assert pending(env, graph) == []
+    assert (by_target(env)["B"].status, crm.effects) == (S.CONFIRMED, 1)
