@@ -334,7 +334,7 @@ def test_the_batch_names_the_operations_left_open_on_each_target(env: Env, where
 @pytest.mark.parametrize("env", [("sqlite", "sync"), ("postgres", "async")], indirect=True)
 @pytest.mark.parametrize("where", ["tools_condition", "agent"])
 def test_an_operator_decision_meanwhile_never_wedges_the_batch(
-    env: Env, where: str, tmp_path: Path, request: pytest.FixtureRequest
+    env: Env, where: str, tmp_path: Path
 ) -> None:
     """While the 3-action batch is pending, an operator approves B and rejects C with the
     CLI. The HITL UI's 3 decisions for the request it shows (approve, reject, approve)
@@ -349,7 +349,7 @@ def test_an_operator_decision_meanwhile_never_wedges_the_batch(
     first = env.invoke(g, {"messages": [("user", "close A, B, C")]}, CFG)
     a, b, c = first["__interrupt__"][0].value["operation_ids"]
     pg = env.kind == "postgres"
-    url = request.getfixturevalue("pg_url") if pg else f"sqlite:///{tmp_path / 'app.db'}"
+    url = env.where if pg else f"sqlite:///{tmp_path / 'app.db'}"  # the env's own ledger
     cli = {
         "LGE_LEDGER_URL": url,
         "LGE_TENANT": "default",
