@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import random
 import sqlite3
+import time
 from collections.abc import Iterator
 from dataclasses import replace
 from datetime import timedelta
@@ -715,3 +716,46 @@ def test_an_answer_by_position_langgraph_refuses_is_given_by_id() -> None:
 
     report = run_schedule(155)
     assert (report.errors, report.completed, report.violations) == (0, 1, 0)
+
+
+@pytest.mark.filterwarnings("ignore::langgraph_effects.DurabilityWarning")  # as the campaign
+def test_a_task_that_crashed_beside_a_deferred_review_is_resumed(
+    providers: Providers, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Seed 65 (middleware, async): a mail's response lost, its reconcile crashed
+    (during_reconcile) while the sibling ticket's review interrupt was saved. The state
+    showed only that deferred review, so the story stopped: the crashed task never ran
+    again and the mail, sent once, stayed unknown with no evidence (1 lost receipt,
+    1 mislabelled; in about half the runs, as the interrupt landed before or after the
+    crash). The resumer restarts a failed run whatever review is open: the mail is
+    reconciled, confirmed, sent once. The mail's search waits here, so the review is
+    saved first on every run."""
+    searched = providers.mail.search
+
+    def slow_search(**filters: Any) -> list[dict[str, Any]]:
+        time.sleep(0.3)  # the ticket's review is raised and saved meanwhile
+        return searched(**filters)
+
+    monkeypatch.setattr(providers.mail, "search", slow_search)
+    providers.mail.faults.push(Fault.LOSE_RESPONSE)
+    providers.ticketing.faults.push(Fault.LOSE_RESPONSE)
+    ledger = _ledger(providers)
+    sc = _scenario(
+        providers,
+        ProviderKind.MAIL,
+        tool_calls=[
+            builtin_call(ProviderKind.MAIL, 0, tag="t"),
+            builtin_call(ProviderKind.TICKETING, 0, tag="t"),
+        ],
+        face="middleware",
+        tool_retry="after",
+        asynchronous=True,
+        crash_at=CrashPoint.DURING_RECONCILE,
+        policy=defer,
+    )
+    report = run_scenario(sc, ledger=ledger)
+    mail = next(op for op in ledger.list(tenant_id="t") if op.action == "mail.send")
+    assert report.crashes == 1, report.problems
+    assert providers.mail.effects == 1
+    assert mail.status is S.CONFIRMED, report.problems
+    assert (report.lost_receipts, report.mislabelled, report.duplicates) == (0, 0, 0)

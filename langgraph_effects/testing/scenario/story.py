@@ -69,6 +69,16 @@ def _unexplained(error: BaseException) -> str | None:
     return f"a run failed with {type(error).__name__}: {str(error)[:160]}"
 
 
+def _failed_tasks(state: Any) -> bool:
+    """A task of the state's step failed and did not finish: no result, no interrupt.
+
+    A run that fails in one task while a sibling's interrupt is saved leaves both: the
+    interrupt shows, the failed task shows only in ``tasks``. A resume runs it again
+    (the interrupted task asks again); until then its operation waits for nobody.
+    """
+    return any(t.error is not None and t.result is None and not t.interrupts for t in state.tasks)
+
+
 def _story(sc: Scenario, tally: _Tally) -> Generator[_Request, Any, ScenarioReport]:
     """The scenario as a generator of requests (the sync and async drivers run it).
 
@@ -140,6 +150,12 @@ def _story(sc: Scenario, tally: _Tally) -> Generator[_Request, Any, ScenarioRepo
                 else:
                     answers[pending.id] = (pending.value, answer)
             if not answers:
+                if _failed_tasks(state):
+                    # Only deferred reviews are open, but a task of the step failed
+                    # (crashed while its sibling's interrupt was saved): the resumer
+                    # restarts the run, as after any failure; the review stays open.
+                    yield from run(None)
+                    continue
                 return False
             # An operator may decide some of these at the console first (Scenario.console).
             console: dict[str, Any] = {}
