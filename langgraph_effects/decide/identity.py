@@ -309,8 +309,11 @@ def graph_answers(config: Mapping[str, Any] | None) -> frozenset[str] | None:
     read = conf.get(_TASK_READ)
     if not callable(read):
         return None
+    channels = getattr(read, "args", ())[1:2]  # functools.partial(local_read, pad, channels, ...)
+    if channels and isinstance(channels[0], Mapping) and OPERATIONS_KEY not in channels[0]:
+        return None  # the graph has no such channel
     try:
-        values = read([OPERATIONS_KEY])
+        values = read([OPERATIONS_KEY], False)  # (select, fresh), as local_read takes them
     except KeyError:
         return None  # the graph has no such channel
     if not isinstance(values, Mapping):
