@@ -98,7 +98,7 @@ class EffectSpec:
     """The secret keying the payload digest; set exactly when ``store_payload`` is False."""
     older_payload_keys: tuple[bytes, ...] = field(default=(), repr=False)
     """Keys rotated out, newest first: they digest no new record, they recognise the
-    records they digested (``decide.loop.recognised``, docs/payload-keys.md)."""
+    records they digested (``decide.recognise.recognised``, docs/payload-keys.md)."""
     forks: ForkMode = "replay"
 
     def digest_of(

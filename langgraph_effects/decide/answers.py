@@ -430,7 +430,7 @@ def answer_schema(
         elsewhere = answer.operation_id not in (None, op.operation_id)
         if elsewhere and answer.operation_id in earlier:
             # About the call an edit replaced with this one (its approval, consumed where
-            # it was first handed): not applied, told and asked again (``loop._ask``).
+            # it was first handed): not applied, told and asked again (``asking.Asking._ask``).
             return value
         if elsewhere and call.sibling(str(answer.operation_id)) is None:
             raise ValueError(

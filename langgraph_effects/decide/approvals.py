@@ -66,7 +66,8 @@ from langgraph_effects.decide.answers import (
 )
 from langgraph_effects.decide.call import EffectCall
 from langgraph_effects.decide.identity import find_operation
-from langgraph_effects.decide.loop import Loop, keyed_unknown_check, recognised
+from langgraph_effects.decide.loop import Loop
+from langgraph_effects.decide.recognise import keyed_unknown_check, recognised
 from langgraph_effects.errors import EffectsError
 from langgraph_effects.review import (
     Answer,

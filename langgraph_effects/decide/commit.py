@@ -103,7 +103,7 @@ from langgraph_effects.decide.actions import (
     PrepareMany,
 )
 from langgraph_effects.decide.call import EffectCall
-from langgraph_effects.decide.loop import keyed_unknown_check
+from langgraph_effects.decide.recognise import keyed_unknown_check
 
 __all__ = [
     "Commits",
@@ -489,7 +489,7 @@ def together(calls: Sequence[EffectCall], *, lease_for: timedelta) -> PrepareMan
 
     Only calls that ask nobody first (no approval, no ``authorize``) and have no
     payload key rotated out or keyed digest (such a call first looks for its
-    record: ``decide.loop.recognised``, ``keyed_unknown_check``), when two or more
+    record: ``decide.recognise.recognised``, ``keyed_unknown_check``), when two or more
     remain with distinct tool-call ids. Identical calls share their first
     candidate id: only the first is prepared with the batch, the others walk on
     from its record (``decide.identity``).

@@ -82,7 +82,7 @@ class Trace:
 
     via: Via = Via.REPLAYED
     notices: list[str] = dataclasses.field(default_factory=list)
-    """Answers this run read and did not apply, and why (``decide.loop._late_answers``):
+    """Answers this run read and did not apply, and why (``decide.asking.Asking._late_answers``):
     said in the ToolMessage (``noticed``), after what the record says."""
 
 

@@ -3,7 +3,7 @@
 ``store_payload=False`` keeps a keyed digest, and the digest is part of a call's
 identity. Rotated with the old key listed after the new one
 (``payload_key=[new, old]``, ``LGE_PAYLOAD_OLD_KEYS``), a call prepared before the
-rotation meets its record again (``decide.loop.recognised``): a receipt lost in a
+rotation meets its record again (``decide.recognise.recognised``): a receipt lost in a
 real kill is settled, not sent again (``tests/kills/test_key_rotation_kill.py``); a
 pending approval is still answered; an intent key is no ``PayloadMismatch``. SMS counted
 at a file-backed fake.
