@@ -89,6 +89,7 @@ if TYPE_CHECKING:
         run_in_forked_child,
         run_scenario,
     )
+    from langgraph_effects.testing.scenario.receipts import SlowSibling
 
 _EXPORTS: dict[str, str] = {
     # fake providers
@@ -129,6 +130,7 @@ _EXPORTS: dict[str, str] = {
     "Scenario": "langgraph_effects.testing.scenario",
     "ScenarioReport": "langgraph_effects.testing.scenario",
     "Schedule": "langgraph_effects.testing.scenario",
+    "SlowSibling": "langgraph_effects.testing.scenario.receipts",
     "arun_scenario": "langgraph_effects.testing.scenario",
     "builtin_call": "langgraph_effects.testing.scenario",
     "confirm_if_seen": "langgraph_effects.testing.scenario",
@@ -171,6 +173,7 @@ __all__ = [
     "Schedule",
     "Script",
     "ScriptedChatModel",
+    "SlowSibling",
     "SyncFacade",
     "SystemClock",
     "arun_scenario",
