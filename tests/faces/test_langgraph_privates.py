@@ -37,6 +37,16 @@ def _tool_message(tool_: Any, call: dict[str, Any]) -> Any:
     return out["messages"][-1]
 
 
+def _asking_graph(node: Any) -> Any:
+    """A graph of the one node ``node`` (which asks with ``interrupt()``), checkpointed."""
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("ask", node)
+    builder.add_edge(START, "ask")
+    return builder.compile(checkpointer=InMemorySaver())
+
+
 def _changed(what: str, where: str) -> str:
     return f"LangGraph/LangChain changed {what}: update {where} (tests/faces/{__name__}.py)"
 
@@ -151,7 +161,6 @@ def test_a_task_s_interrupt_ids_and_resume_values_are_where_a_refusal_reads_them
     """``decide.drive`` asks a refused answer again under the id LangGraph answers next:
     ``langgraph.types._interrupt_id(checkpoint_ns, values held)``, with the task's values in
     ``configurable["__pregel_scratchpad"].resume`` (a list)."""
-    from langgraph.checkpoint.memory import InMemorySaver
     from langgraph.config import get_config
     from langgraph.types import Command, interrupt
 
@@ -166,10 +175,7 @@ def test_a_task_s_interrupt_ids_and_resume_values_are_where_a_refusal_reads_them
         interrupt("second")
         return {}
 
-    builder = StateGraph(MessagesState)
-    builder.add_node("ask", node)
-    builder.add_edge(START, "ask")
-    graph = builder.compile(checkpointer=InMemorySaver())
+    graph = _asking_graph(node)
     cfg = {"configurable": {"thread_id": "t"}}
     graph.invoke({"messages": []}, cfg)
     graph.invoke(Command(resume="one"), cfg)
@@ -191,7 +197,6 @@ def test_the_value_held_for_a_task_s_next_interrupt_is_read_where_langgraph_keep
     (``scratchpad.interrupt_counter``, a ``LazyAtomicCounter`` over ``itertools.count``,
     read from its repr), else the value given by position (``get_null_resume``), which
     ``_claim_held`` moves into ``resume`` as ``interrupt()`` itself does."""
-    from langgraph.checkpoint.memory import InMemorySaver
     from langgraph.types import Command, interrupt
 
     from langgraph_effects.decide import drive
@@ -214,10 +219,7 @@ def test_the_value_held_for_a_task_s_next_interrupt_is_read_where_langgraph_keep
         seen.append(("second", drive._interrupts_reached(pad), second))
         return {}
 
-    builder = StateGraph(MessagesState)
-    builder.add_node("ask", node)
-    builder.add_edge(START, "ask")
-    graph = builder.compile(checkpointer=InMemorySaver())
+    graph = _asking_graph(node)
     cfg = {"configurable": {"thread_id": "t"}}
     graph.invoke({"messages": []}, cfg)
     assert seen == [("start", 0, None)], changed
@@ -240,7 +242,6 @@ def test_a_run_resumed_by_interrupt_id_carries_its_map_where_the_drive_reads_it(
     ``configurable["__pregel_resume_map"]``: the map in the first, nothing in the second.
     If LangGraph moves it, a stale value given by position would again answer a question
     asked after the person answered by id."""
-    from langgraph.checkpoint.memory import InMemorySaver
     from langgraph.config import get_config
     from langgraph.types import Command, interrupt
 
@@ -258,10 +259,7 @@ def test_a_run_resumed_by_interrupt_id_carries_its_map_where_the_drive_reads_it(
         interrupt("second")
         return {}
 
-    builder = StateGraph(MessagesState)
-    builder.add_node("ask", node)
-    builder.add_edge(START, "ask")
-    graph = builder.compile(checkpointer=InMemorySaver())
+    graph = _asking_graph(node)
     cfg = {"configurable": {"thread_id": "t"}}
     graph.invoke({"messages": []}, cfg)
     graph.invoke(Command(resume="one"), cfg)  # by position
