@@ -19,6 +19,7 @@ import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -68,9 +69,6 @@ def work_dir(name: str, given: str | None, *, fresh: bool) -> Path:
     empty one is ever emptied: a ``--dir`` pointing at anything else is refused.
     """
     if given is None:
-        if not fresh:
-            print("--resume needs --dir DIR (the directory the crash printed)", file=sys.stderr)
-            raise SystemExit(2)
         path = Path(tempfile.mkdtemp(prefix=f"lge-{name}-"))
         (path / MARKER).touch()
         print(f"files in {path} (kept after the run: remove it when done)")
@@ -363,6 +361,115 @@ def crash_argument(points: Sequence[str]) -> Any:
         return value
 
     return check
+
+
+# --------------------------------------------------------------------------- the command line
+
+
+def example_parser(
+    doc: str,
+    points: Sequence[str] = (),
+    *,
+    counted: bool = True,
+    crash_help: str | None = None,
+    resume_help: str = "continue after a crash",
+    model: bool = False,
+) -> argparse.ArgumentParser:
+    """The command line every example shares: ``--dir`` and ``--postgres``; with crash
+    ``points``, ``--crash-at`` and ``--resume``; with ``model``, ``--model``.
+
+    ``doc`` is the example's module docstring (its first line describes the command).
+    ``--crash-at`` takes ``POINT[:N]``, a runner's ``CrashPoint`` that ``Run.arm`` arms;
+    with ``counted=False`` it takes one of ``points`` as it is, for an example that dies
+    at points of its own. The example adds its own flags to the parser it is given.
+    """
+    parser = argparse.ArgumentParser(description=doc.split("\n", 1)[0])
+    parser.add_argument("--dir", help="where the run's files go (default: a new temp dir)")
+    if points:
+        parser.add_argument(
+            "--crash-at",
+            metavar="POINT[:N]" if counted else None,
+            type=crash_argument(points) if counted else None,
+            choices=None if counted else points,
+            help=crash_help or f"die at a crash point: {', '.join(points)}",
+        )
+        parser.add_argument("--resume", action="store_true", help=resume_help)
+    if model:
+        add_model_argument(parser)
+    add_postgres_argument(parser)
+    return parser
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run of an example as its command line asks it: the parsed ``args``, the
+    run's ``directory`` and ``pg``, the PostgreSQL URL narrowed to the run's own
+    schema (None: SQLite files in ``directory``)."""
+
+    args: argparse.Namespace
+    directory: Path
+    pg: str | None
+
+    @property
+    def resume(self) -> bool:
+        return bool(getattr(self.args, "resume", False))
+
+    @property
+    def crash_at(self) -> str | None:
+        return getattr(self.args, "crash_at", None)
+
+    def resume_command(self) -> str:
+        """What to type to resume this run."""
+        return resume_command(sys.argv[0], self.directory, self.pg)
+
+    def arm(self) -> Any:
+        """The runner's ``CrashPlan`` for ``--crash-at``, armed to exit there; None unarmed."""
+        from langgraph_effects.testing import CrashPlan
+
+        crash = parse_crash(self.crash_at)
+        return None if crash is None else CrashPlan.arm(crash[0], "exit", hit=crash[1])
+
+    def exit_code(self, plan: Any, code: int) -> int:
+        """``code``, or ``NOT_REACHED`` (said) when ``--crash-at`` was given and ``plan``,
+        its armed plan, never fired: this run ended where it was meant to die."""
+        if self.crash_at and (plan is None or not plan.fired):
+            print(f"The crash point {self.crash_at} was not reached in this run: nothing died.")
+            return NOT_REACHED
+        return code
+
+
+def begin(
+    name: str,
+    parser: argparse.ArgumentParser,
+    args: argparse.Namespace,
+    *,
+    fresh: bool | None = None,
+    stores: str | None = None,
+    needs: str | None = None,
+) -> Run:
+    """The run ``args`` ask for: its directory (``work_dir``) and PostgreSQL schema
+    (``postgres_url``), fresh unless it resumes; stdout line-buffered, so that what it
+    printed is there when it dies.
+
+    A resume needs ``--dir`` (a usage error says so), and with ``needs`` that file in it.
+    With ``stores`` (what goes to PostgreSQL under ``--postgres``, as "ledger, checkpoints")
+    the run says where its files are and, armed with ``--crash-at``, where it dies and the
+    command that resumes it.
+    """
+    run_fresh = not getattr(args, "resume", False) if fresh is None else fresh
+    if not run_fresh and args.dir is None:
+        parser.error("--resume needs --dir DIR (the directory the crash printed)")
+    if not run_fresh and needs is not None and not (Path(args.dir) / needs).exists():
+        parser.error(f"--resume --dir {args.dir}: no run there (start one without --resume)")
+    sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
+    directory = work_dir(name, args.dir, fresh=run_fresh)
+    run = Run(args, directory, postgres_url(args.postgres, directory, fresh=run_fresh))
+    if stores is not None:
+        print(f"Files in {directory}" + (f" ({stores}: PostgreSQL)" if run.pg else ""))
+        if run.crash_at:
+            print(f"Armed: this process dies at {run.crash_at}. Then run:")
+            print(f"  {run.resume_command()}")
+    return run
 
 
 def who(actor: str) -> str:

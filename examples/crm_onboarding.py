@@ -52,31 +52,24 @@ armed crash point was not reached (nothing died); 1 otherwise.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from _common import (
-    NOT_REACHED,
-    add_model_argument,
-    add_postgres_argument,
     app_connection,
     app_relay,
     app_sql,
     app_transaction,
+    begin,
     chat_model,
-    crash_argument,
+    example_parser,
     narrate,
     open_ledger,
     open_saver,
-    parse_crash,
-    postgres_url,
-    resume_command,
     table,
     who,
-    work_dir,
 )
 from langchain_core.messages import HumanMessage
 from langchain_core.tools import tool
@@ -94,7 +87,7 @@ from langgraph_effects import (
     route_tool_calls,
 )
 from langgraph_effects.outbox import Delivery, Outbox, Receipt
-from langgraph_effects.testing import CrashPlan, CrashPoint, FakeCRM, FakeMail, Fault
+from langgraph_effects.testing import CrashPoint, FakeCRM, FakeMail, Fault
 
 TENANT = "acme"
 THREAD = "onboarding-42"
@@ -276,28 +269,11 @@ def report(directory: Path, ledger: Ledger, app: Any) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--dir", help="where the SQLite files go (default: a temp dir)")
-    parser.add_argument(
-        "--crash-at",
-        metavar="POINT[:N]",
-        type=crash_argument(CRASH_POINTS),
-        help=f"die at a crash point: {', '.join(CRASH_POINTS)}",
-    )
-    parser.add_argument("--resume", action="store_true", help="continue after a crash")
-    add_model_argument(parser)
-    add_postgres_argument(parser)
+    parser = example_parser(__doc__, CRASH_POINTS, model=True)
     args = parser.parse_args(argv)
-    sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
-
-    directory = work_dir("crm_onboarding", args.dir, fresh=not args.resume)
-    pg = postgres_url(args.postgres, directory, fresh=not args.resume)
-    print(f"Files in {directory}" + (" (ledger, checkpoints, app: PostgreSQL)" if pg else ""))
+    run = begin("crm_onboarding", parser, args, stores="ledger, checkpoints, app")
+    directory, pg = run.directory, run.pg
     relay_crash = args.crash_at == RELAY_CRASH
-    crash = None if relay_crash else parse_crash(args.crash_at)
-    if args.crash_at:
-        print(f"Armed: this process dies at {args.crash_at}. Then run:")
-        print(f"  {resume_command(sys.argv[0], directory, pg)}")
 
     app = open_app(directory, pg)
     config = {"configurable": {"thread_id": THREAD}}
@@ -309,11 +285,11 @@ def main(argv: list[str] | None = None) -> int:
     ):
         if relay_crash:
             mail.faults.push(Fault.CRASH)  # accept the message, commit, then kill us
-        if crash and crash[0] is CrashPoint.DURING_RECONCILE and not args.resume:
+        plan = None if relay_crash else run.arm()
+        if plan and plan.point is CrashPoint.DURING_RECONCILE and not args.resume:
             crm.faults.push(Fault.LOSE_RESPONSE)  # closes, then times out: reconcile follows
             print("Scripted: the CRM will close the case and lose the reply.")
         graph = build_graph(build_tools(crm, app), ledger, saver, chat_model(args.model, PLAN))
-        plan = CrashPlan.arm(crash[0], "exit", hit=crash[1]) if crash else None
 
         if not args.resume:
             print("\nThe agent (one process; the checkpoint is saved at every step):")
@@ -332,11 +308,7 @@ def main(argv: list[str] | None = None) -> int:
         with relay_for(directory, pg, ledger, mail) as relay:
             done = relay.run_until_idle()
         print(f"  claimed {done.claimed}, sent {done.sent}, review {done.review}, dead {done.dead}")
-        code = report(directory, ledger, app)
-        if args.crash_at and (plan is None or not plan.fired):
-            print(f"The crash point {args.crash_at} was not reached in this run: nothing died.")
-            return NOT_REACHED
-        return code
+        return run.exit_code(plan, report(directory, ledger, app))
 
 
 if __name__ == "__main__":

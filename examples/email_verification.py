@@ -40,7 +40,6 @@ directory holding no run).
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import os
 import sqlite3
@@ -50,7 +49,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from _common import SCHEMA_FILE, add_postgres_argument, postgres_url, work_dir
+from _common import SCHEMA_FILE, begin, example_parser
 
 from langgraph_effects.errors import StaleVersion
 from langgraph_effects.journal import RunEvent, RunJournal, RunMachine, RunState, Transition
@@ -356,27 +355,17 @@ def report(journal: RunJournal, provider: FakeVerificationProvider, run_id: str)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--dir", type=Path, help="where the SQLite files live (default: a temp dir)"
+    parser = example_parser(
+        __doc__,
+        CRASH_POINTS,
+        counted=False,
+        crash_help="kill this process after the request was sent, while it waits for the "
+        "answer, or just after the answer arrived",
+        resume_help="resume the run found in --dir",
     )
-    parser.add_argument(
-        "--crash-at",
-        choices=CRASH_POINTS,
-        help="kill this process after the request was sent, while it waits for the answer, "
-        "or just after the answer arrived",
-    )
-    parser.add_argument("--resume", action="store_true", help="resume the run found in --dir")
-    add_postgres_argument(parser)
     args = parser.parse_args(argv)
-    if args.resume and args.dir is None:
-        parser.error("--resume needs --dir (printed by the crashed run)")
-    if args.resume and not (args.dir / "provider.db").exists():
-        parser.error(f"--resume --dir {args.dir}: no run there (start one without --resume)")
-    workdir = work_dir(
-        "email_verification", str(args.dir) if args.dir else None, fresh=not args.resume
-    )
-    pg = postgres_url(args.postgres, workdir, fresh=not args.resume)
+    run = begin("email_verification", parser, args, needs="provider.db")
+    workdir, pg = run.directory, run.pg
     provider = FakeVerificationProvider(workdir / "provider.db")
     with RunJournal.from_conn_string(pg or workdir / "runs.db", [EMAIL_VERIFICATION]) as journal:
         journal.setup()

@@ -31,24 +31,18 @@ killed it; 3 when the armed point was not reached (nothing died); 1 otherwise.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from _common import (
-    NOT_REACHED,
-    add_postgres_argument,
-    crash_argument,
+    begin,
+    example_parser,
     open_ledger,
     open_saver,
-    parse_crash,
-    postgres_url,
-    resume_command,
     table,
     who,
-    work_dir,
 )
 from langgraph.func import entrypoint, task
 
@@ -62,7 +56,7 @@ from langgraph_effects import (
     effect,
     run_effect,
 )
-from langgraph_effects.testing import CrashPlan, FakeCRM
+from langgraph_effects.testing import FakeCRM
 
 TENANT = "acme"
 THREAD = "onboarding-7"
@@ -129,26 +123,10 @@ def report(directory: Path, ledger: Ledger) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--dir", help="where the SQLite files go (default: a temp dir)")
-    parser.add_argument(
-        "--crash-at",
-        metavar="POINT[:N]",
-        type=crash_argument(CRASH_POINTS),
-        help=f"die at a crash point: {', '.join(CRASH_POINTS)}",
-    )
-    parser.add_argument("--resume", action="store_true", help="continue after a crash")
-    add_postgres_argument(parser)
+    parser = example_parser(__doc__, CRASH_POINTS)
     args = parser.parse_args(argv)
-    sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
-
-    directory = work_dir("functional_api", args.dir, fresh=not args.resume)
-    pg = postgres_url(args.postgres, directory, fresh=not args.resume)
-    print(f"Files in {directory}" + (" (ledger, checkpoints: PostgreSQL)" if pg else ""))
-    crash = parse_crash(args.crash_at)
-    if args.crash_at:
-        print(f"Armed: this process dies at {args.crash_at}. Then run:")
-        print(f"  {resume_command(sys.argv[0], directory, pg)}")
+    run = begin("functional_api", parser, args, stores="ledger, checkpoints")
+    directory, pg = run.directory, run.pg
 
     config = {"configurable": {"thread_id": THREAD}}
     with (
@@ -157,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
         open_saver(directory, pg) as saver,
     ):
         onboard = build_flow(crm, ledger, saver)
-        plan = CrashPlan.arm(crash[0], "exit", hit=crash[1]) if crash else None
+        plan = run.arm()
         if not args.resume:
             print(f"\nonboard.invoke({CASE!r}): the task closes the case through run_effect")
             out = onboard.invoke(CASE, config, durability="sync")
@@ -178,11 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             print(f"Nothing to resume in {directory}: run without --resume first.")
             return 1
-        code = report(directory, ledger)
-        if args.crash_at and (plan is None or not plan.fired):
-            print(f"The crash point {args.crash_at} was not reached in this run: nothing died.")
-            return NOT_REACHED
-        return code
+        return run.exit_code(plan, report(directory, ledger))
 
 
 if __name__ == "__main__":

@@ -45,7 +45,6 @@ killed it; 3 when the armed point was not reached (nothing died); 1 otherwise.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import multiprocessing
@@ -54,18 +53,13 @@ from pathlib import Path
 from typing import Any
 
 from _common import (
-    NOT_REACHED,
-    add_postgres_argument,
     anarrate,
-    crash_argument,
+    begin,
+    example_parser,
     open_async_ledger,
     open_async_saver,
-    parse_crash,
-    postgres_url,
-    resume_command,
     table,
     who,
-    work_dir,
 )
 from langchain.agents import create_agent
 from langchain_core.messages import HumanMessage
@@ -75,7 +69,7 @@ from langgraph.types import Command
 
 from langgraph_effects import EffectMiddleware, OperationStatus
 from langgraph_effects.mcp import mcp_effects
-from langgraph_effects.testing import CrashPlan, ScriptedChatModel
+from langgraph_effects.testing import ScriptedChatModel
 
 SERVER = Path(__file__).resolve().with_name("_tickets_mcp_server.py")
 TENANT = "acme"
@@ -187,22 +181,12 @@ def killed(agent: str, directory: Path, pg: str | None) -> int | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--dir", help="where the files go (default: a temp dir)")
-    parser.add_argument(
-        "--crash-at",
-        metavar="POINT[:N]",
-        type=crash_argument(CRASH_POINTS),
-        help=f"die at a crash point of the effect agent: {', '.join(CRASH_POINTS)}",
-    )
-    parser.add_argument("--resume", action="store_true", help="continue after a crash")
-    add_postgres_argument(parser)
+    crashes = f"die at a crash point of the effect agent: {', '.join(CRASH_POINTS)}"
+    parser = example_parser(__doc__, CRASH_POINTS, crash_help=crashes)
     args = parser.parse_args(argv)
-    sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]  # interleave with children
-
-    directory = work_dir("mcp_tools", args.dir, fresh=not args.resume)
-    pg = postgres_url(args.postgres, directory, fresh=not args.resume)
-    print(f"Files in {directory}" + (" (ledger, checkpoints: PostgreSQL)" if pg else ""))
+    # stdout line-buffered: this process's lines interleave with its children's
+    run = begin("mcp_tools", parser, args, stores="ledger, checkpoints")
+    directory, pg = run.directory, run.pg
 
     if not args.crash_at and not args.resume:
         print("\n== run 1, a child process per agent: it asks for a ticket, and its server")
@@ -238,11 +222,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 0 if ok else 1
 
-    crash = parse_crash(args.crash_at)
-    if crash:
-        print(f"Armed: this process dies at {args.crash_at}. Then run:")
-        print(f"  {resume_command(sys.argv[0], directory, pg)}")
-    plan = CrashPlan.arm(crash[0], "exit", hit=crash[1]) if crash else None
+    plan = run.arm()
     print(f"\n-- {AGENTS['effect']}" + (": a fresh process resumes" if args.resume else ""))
     if asyncio.run(run_agent("effect", directory, pg, start=not args.resume)):
         return 1
@@ -251,10 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\ntickets the server opened: {opened}")
     ok = opened == 1 and statuses == [OperationStatus.CONFIRMED]
     print("OK: the effect happened exactly once." if ok else "NOT DONE: see above.")
-    if plan is not None and not plan.fired:
-        print(f"The crash point {args.crash_at} was not reached in this run: nothing died.")
-        return NOT_REACHED
-    return 0 if ok else 1
+    return run.exit_code(plan, 0 if ok else 1)
 
 
 if __name__ == "__main__":

@@ -30,23 +30,19 @@ directory holding no run).
 
 from __future__ import annotations
 
-import argparse
 import os
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from _common import (
     RollBack,
-    add_postgres_argument,
     app_connection,
     app_relay,
     app_sql,
     app_transaction,
+    begin,
+    example_parser,
     open_ledger,
-    postgres_url,
-    resume_command,
-    work_dir,
 )
 
 from langgraph_effects.core.model import Evidence, Operation
@@ -106,26 +102,16 @@ def reconciler(mail: FakeMail) -> Callable[[Operation], Evidence]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--dir", type=Path, help="where the SQLite files live (default: a new temp dir)"
+    parser = example_parser(
+        __doc__,
+        CRASH_POINTS,
+        counted=False,
+        crash_help="kill this process before the relay runs, or just after the provider sent",
+        resume_help="let a new relay finish the run found in --dir",
     )
-    parser.add_argument(
-        "--crash-at",
-        choices=CRASH_POINTS,
-        help="kill this process before the relay runs, or just after the provider sent",
-    )
-    parser.add_argument(
-        "--resume", action="store_true", help="let a new relay finish the run found in --dir"
-    )
-    add_postgres_argument(parser)
     args = parser.parse_args(argv)
-    if args.resume and args.dir is None:
-        parser.error("--resume needs --dir (printed by the crashed run)")
-    if args.resume and not (args.dir / "mail.db").exists():
-        parser.error(f"--resume --dir {args.dir}: no run there (start one without --resume)")
-    workdir = work_dir("outbox_notify", str(args.dir) if args.dir else None, fresh=not args.resume)
-    pg = postgres_url(args.postgres, workdir, fresh=not args.resume)
+    run = begin("outbox_notify", parser, args, needs="mail.db")
+    workdir, pg = run.directory, run.pg
     mail = FakeMail(workdir / "mail.db")
     app = app_connection(workdir, pg)
     if not args.resume:
@@ -139,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"working in {workdir}" + (" (app tables and ledger: PostgreSQL)" if pg else ""))
         close_case(app, "case-318", commit=True)
         close_case(app, "case-319", commit=False)
-        resume = resume_command("examples/outbox_notify.py", workdir, pg)
+        resume = run.resume_command()
         if args.crash_at == "before_relay":
             print(f"** crash before the relay ran; resume with {resume}")
             os._exit(137)

@@ -50,7 +50,6 @@ killed it; 3 when the armed point was not reached (nothing died); 1 otherwise.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from datetime import timedelta
@@ -58,19 +57,14 @@ from pathlib import Path
 from typing import Any
 
 from _common import (
-    NOT_REACHED,
-    add_postgres_argument,
-    crash_argument,
+    begin,
+    example_parser,
     narrate,
     open_ledger,
     open_saver,
-    parse_crash,
-    postgres_url,
-    resume_command,
     scripted,
     table,
     who,
-    work_dir,
 )
 from langchain_core.messages import HumanMessage
 from langgraph.graph import END, START, MessagesState, StateGraph
@@ -85,7 +79,7 @@ from langgraph_effects import (
     route_tool_calls,
 )
 from langgraph_effects.presets import SENDGRID, STRIPE
-from langgraph_effects.testing import CrashPlan, FakeAPI, Fault
+from langgraph_effects.testing import FakeAPI, Fault
 
 TENANT = "acme"
 THREAD = "checkout-42"
@@ -193,34 +187,19 @@ def report(ledger: Ledger, stripe: FakeAPI, sendgrid: FakeAPI) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--dir", help="where the SQLite files go (default: a temp dir)")
-    parser.add_argument(
-        "--crash-at",
-        metavar="POINT[:N]",
-        type=crash_argument(CRASH_POINTS),
-        help=f"die at a crash point: {', '.join(CRASH_POINTS)} (:2 is the e-mail's)",
-    )
-    parser.add_argument("--resume", action="store_true", help="continue after a crash")
-    add_postgres_argument(parser)
+    crashes = f"die at a crash point: {', '.join(CRASH_POINTS)} (:2 is the e-mail's)"
+    parser = example_parser(__doc__, CRASH_POINTS, crash_help=crashes)
     args = parser.parse_args(argv)
-    sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
-
-    directory = work_dir("provider_presets", args.dir, fresh=not args.resume)
-    pg = postgres_url(args.postgres, directory, fresh=not args.resume)
-    print(f"Files in {directory}" + (" (ledger, checkpoints: PostgreSQL)" if pg else ""))
-    crash = parse_crash(args.crash_at)
-    if crash:
-        print(f"Armed: this process dies at {args.crash_at}. Then run:")
-        print(f"  {resume_command(sys.argv[0], directory, pg)}")
+    run = begin("provider_presets", parser, args, stores="ledger, checkpoints")
+    directory, pg = run.directory, run.pg
 
     config = {"configurable": {"thread_id": THREAD}}
     stripe, sendgrid = providers(directory)
     with stripe, sendgrid, open_ledger(directory, pg) as ledger, open_saver(directory, pg) as saver:
         graph = build_graph(stripe, sendgrid, ledger, saver)
-        plan = CrashPlan.arm(crash[0], "exit", hit=crash[1]) if crash else None
+        plan = run.arm()
         if not args.resume:
-            if not crash:
+            if plan is None:
                 stripe.faults.push(Fault.LOSE_RESPONSE)  # charges, then the answer is lost
                 sendgrid.faults.push(Fault.LOSE_RESPONSE)  # sends, then the answer is lost
                 print("Scripted: Stripe and SendGrid will act and lose their answers.")
@@ -244,11 +223,7 @@ def main(argv: list[str] | None = None) -> int:
             answer = policy_answer(request, sendgrid)
             print(f"Answer: graph.invoke(Command(resume={json.dumps(answer)}), config)")
             interrupts = narrate(graph, Command(resume=answer), config)
-        code = report(ledger, stripe, sendgrid)
-        if plan is not None and not plan.fired:
-            print(f"The crash point {args.crash_at} was not reached in this run: nothing died.")
-            return NOT_REACHED
-        return code
+        return run.exit_code(plan, report(ledger, stripe, sendgrid))
 
 
 if __name__ == "__main__":

@@ -43,14 +43,13 @@ from pathlib import Path
 from typing import Any
 
 from _common import (
-    add_postgres_argument,
+    begin,
+    example_parser,
     open_ledger,
     open_saver,
-    postgres_url,
     scripted,
     table,
     who,
-    work_dir,
 )
 from langchain_core.messages import HumanMessage
 from langchain_core.tools import tool
@@ -209,22 +208,17 @@ def demo(node: str, directory: Path, base_pg: str | None, pg: str | None) -> tup
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--dir", help="where the SQLite files go (default: a temp dir)")
+    parser = example_parser(__doc__)
     parser.add_argument("--phase", choices=["start", "resume"], help=argparse.SUPPRESS)
     parser.add_argument("--node", choices=["effect", "plain"], help=argparse.SUPPRESS)
-    add_postgres_argument(parser)
     args = parser.parse_args(argv)
-    sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]  # interleave with children
-    if args.phase:  # we are one of the child processes
-        directory = Path(args.dir)
-        run_phase(
-            args.phase, args.node, directory, postgres_url(args.postgres, directory, fresh=False)
-        )
+    # One of the child processes (--phase) runs in the parent's directory and schema; stdout
+    # line-buffered: the parent's lines interleave with its children's.
+    run = begin("quickstart", parser, args, fresh=not args.phase)
+    directory, pg = run.directory, run.pg
+    if args.phase:
+        run_phase(args.phase, args.node, directory, pg)
         return 0
-
-    directory = work_dir("quickstart", args.dir, fresh=True)
-    pg = postgres_url(args.postgres, directory, fresh=True)
     if pg:
         print(
             f"Files: {directory} (crm-*.db = CRM); ledger and LangGraph's checkpoints: PostgreSQL"

@@ -62,7 +62,6 @@ point killed it; 3 when the armed crash point was not reached; 1 otherwise.
 
 from __future__ import annotations
 
-import argparse
 import json
 import shlex
 import shutil
@@ -72,20 +71,14 @@ from pathlib import Path
 from typing import Any
 
 from _common import (
-    NOT_REACHED,
-    add_model_argument,
-    add_postgres_argument,
+    begin,
     chat_model,
-    crash_argument,
+    example_parser,
     ledger_url,
     narrate,
     open_ledger,
     open_saver,
-    parse_crash,
-    postgres_url,
-    resume_command,
     who,
-    work_dir,
 )
 from langchain_core.messages import HumanMessage
 from langgraph.graph import END, START, MessagesState, StateGraph
@@ -99,7 +92,7 @@ from langgraph_effects import (
     effect,
     route_tool_calls,
 )
-from langgraph_effects.testing import CrashPlan, FakeTicketing, Fault
+from langgraph_effects.testing import FakeTicketing, Fault
 
 TENANT = "acme"
 THREAD = "support-7"
@@ -186,15 +179,9 @@ def cli(*args: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--dir", help="where the SQLite files go (default: a temp dir)")
-    parser.add_argument(
-        "--crash-at",
-        metavar="POINT[:N]",
-        type=crash_argument(CRASH_POINTS),
-        help=f"die at a crash point: {', '.join(CRASH_POINTS)}",
+    parser = example_parser(
+        __doc__, CRASH_POINTS, resume_help="continue the thread in --dir", model=True
     )
-    parser.add_argument("--resume", action="store_true", help="continue the thread in --dir")
     parser.add_argument(
         "--decision", choices=["confirm", "reject", "retry"], help="answer the review yourself"
     )
@@ -206,19 +193,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--via-cli", action="store_true", help="resolve with the langgraph-effects CLI"
     )
-    add_model_argument(parser)
-    add_postgres_argument(parser)
     args = parser.parse_args(argv)
-    sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
-
-    directory = work_dir("support_ticket", args.dir, fresh=not args.resume)
-    pg = postgres_url(args.postgres, directory, fresh=not args.resume)
+    run = begin("support_ticket", parser, args, stores="ledger, checkpoints")
+    directory, pg = run.directory, run.pg
     db_url = ledger_url(directory, pg)
-    print(f"Files in {directory}" + (" (ledger, checkpoints: PostgreSQL)" if pg else ""))
-    crash = parse_crash(args.crash_at)
-    if crash:
-        print(f"Armed: this process dies at {args.crash_at}. Then run:")
-        print(f"  {resume_command(sys.argv[0], directory, pg)}")
 
     config = {"configurable": {"thread_id": THREAD}}
     with (
@@ -227,10 +205,10 @@ def main(argv: list[str] | None = None) -> int:
         open_saver(directory, pg) as saver,
     ):
         graph = build_graph(tickets, ledger, saver, chat_model(args.model, PLAN))
-        plan = CrashPlan.arm(crash[0], "exit", hit=crash[1]) if crash else None
+        plan = run.arm()
 
         if not args.resume:
-            if not crash or crash[0].value not in ("after_provider", "after_receipt"):
+            if plan is None or plan.point.value not in ("after_provider", "after_receipt"):
                 tickets.faults.push(Fault.LOSE_RESPONSE)  # creates the ticket, then times out
                 print("Scripted: the ticketing system will create the ticket and lose the reply.")
             print("\nThe agent:")
@@ -266,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
                     f"  langgraph-effects resolve {op_id} --tenant {TENANT} --confirm --by alice"
                     f' --reason "seen in the UI" --db {db_url}'
                 )
-                print(f"and then: {resume_command(sys.argv[0], directory, pg)}")
+                print(f"and then: {run.resume_command()}")
                 return STOPPED_AT_REVIEW
             if args.decision:
                 answer = {
@@ -309,10 +287,7 @@ def main(argv: list[str] | None = None) -> int:
             print("Rejected, yet the ticketing system holds the ticket: the decision was wrong.")
         ok = confirmed_right or rejected_right
         print("OK: the ledger matches the ticketing system." if ok else "MISMATCH: see above.")
-        if plan is not None and not plan.fired:
-            print(f"The crash point {args.crash_at} was not reached in this run: nothing died.")
-            return NOT_REACHED
-        return 0 if ok else 1
+        return run.exit_code(plan, 0 if ok else 1)
 
 
 if __name__ == "__main__":
