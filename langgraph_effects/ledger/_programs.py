@@ -118,6 +118,25 @@ STATEMENT_NAMES = (
 (``FEED_PENDING`` and ``PAUSE`` are optional, for a backend whose event ids may
 commit out of order: see ``_queries.feed``)."""
 
+DURABLE = frozenset(
+    {PREPARE, CLAIM, APPROVE, REJECT, RELEASE, MARK_UNKNOWN, RESOLVE, RECORD_EVIDENCE}
+)
+"""The decisions: the writes whose answer is acted on as it is given, so each must be
+durable before the ledger gives it. The write-ahead record (``prepare``, ``claim``) comes
+before the provider hears of a call; an approval, a rejection (a person's, an
+``authorize`` hook's, a reconciler's), a release, an ``unknown``, a resolution or
+evidence decides whether a call is sent, sent again, reviewed or replayed, and a
+person is told so. Lost to a crash or a failover after that answer, a rejection given
+before dispatch would leave the call ``prepared``, to be sent by the next run; an
+``unknown`` would be ``dispatching`` again, and evidence or a resolution would be asked
+for again. A backend whose commit may return before it is durable (PostgreSQL under
+``synchronous_commit = off`` or ``local``) raises these, and only these, to a durable
+commit (``postgres/_sql.py``, the ledgers' ``prepare_synchronous``). Not decisions:
+receipts (``confirm``, ``confirm_many``) and a thread's binding, relaxed on purpose (a
+lost receipt is reconciled, never resent: ``ledger.base``, "Durability of receipts");
+a lease's renewal (lost, the lease looks shorter: the record is taken over and
+reconciled) and ``adopt`` (lost, the origin is adopted again)."""
+
 _RETRIES = 3
 """Conditional writes retried when the row moved back under them (see module doc)."""
 

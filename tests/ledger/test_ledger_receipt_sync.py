@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,8 @@ import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from langgraph_effects.core.model import OperationStatus
+from langgraph_effects.core.model import Decision, Evidence, OperationStatus, Resolution
+from langgraph_effects.ledger import _programs as ledger_programs
 from langgraph_effects.ledger.base import Confirmation
 from langgraph_effects.ledger.postgres import PostgresLedger
 from langgraph_effects.ledger.sqlite import SQLiteLedger
@@ -278,6 +280,98 @@ def test_postgres_write_ahead_floor_on_the_ledgers_own_pool(pg_url: str) -> None
         ledger.prepare_many([make_draft("op-3"), make_draft("op-4")], owner=OWNER)
         statuses = [op.status for op in ledger.list(tenant_id=T)]
     assert statuses == [OperationStatus.DISPATCHING] * 4
+
+
+def _decisions(ledger: Any) -> dict[str, Callable[[], Any]]:
+    """One call of each decision (``ledger.DURABLE``), by the statement it writes with, in
+    an order each can follow the one before (a sync ledger's, or an async one's coroutines)."""
+    digest = make_draft("op-1").payload_digest
+    return {
+        ledger_programs.PREPARE: lambda: ledger.prepare(make_draft("op-1")),
+        ledger_programs.APPROVE: lambda: ledger.approve(
+            T, "op-1", payload_digest=digest, by="alice"
+        ),
+        ledger_programs.CLAIM: lambda: ledger.claim(T, "op-1", owner=OWNER),
+        ledger_programs.RELEASE: lambda: ledger.release(T, "op-1", token=1, reason="not sent"),
+        # The rejection a person gives before dispatch: lost, the next run would send.
+        ledger_programs.REJECT: lambda: ledger.reject(T, "op-1", token=None, reason="refused"),
+        ledger_programs.MARK_UNKNOWN: lambda: ledger.mark_unknown(
+            T, "op-2", token=1, reason="no receipt"
+        ),
+        ledger_programs.RECORD_EVIDENCE: lambda: ledger.record_evidence(
+            T, "op-2", Evidence.inconclusive("nothing seen yet")
+        ),
+        ledger_programs.RESOLVE: lambda: ledger.resolve(
+            T, "op-2", Resolution(decision=Decision.CONFIRM, by="alice", reason="seen")
+        ),
+    }
+
+
+@pytest.mark.parametrize(
+    ("session", "floor", "expected"),
+    [
+        ("off", None, "on"),
+        ("local", None, "on"),
+        ("remote_apply", None, "remote_apply"),  # stricter: kept
+        ("off", "SERVER", "off"),  # the opt-out: every decision keeps the session's
+        ("local", "SERVER", "local"),
+    ],
+)
+def test_postgres_every_decision_commits_at_least_synchronous_commit_on(
+    pg_url: str, session: str, floor: str | None, expected: str
+) -> None:
+    """Every decision (``ledger.DURABLE``: the write-ahead record, and each write that stops
+    or changes a call: approve, reject, release, mark_unknown, resolve, record_evidence)
+    commits with at least ``synchronous_commit = on`` under a session ``off`` or ``local``:
+    a reject acknowledged before dispatch and lost to a crash or a failover would let the
+    next run send the call. Read back inside the transaction the verb ran in (the test
+    holds it open: the ledger's block is a savepoint of it); each verb of the set is
+    called, so a decision added to it is tested here too."""
+    with _session(pg_url, session) as conn:
+        kw = {} if floor is None else {"prepare_synchronous": floor}
+        ledger = PostgresLedger(conn, **kw)  # type: ignore[arg-type]
+        ledger.setup()
+        ledger.prepare(make_draft("op-2"), owner=OWNER)  # dispatching, for mark_unknown
+        conn.commit()
+        decisions = _decisions(ledger)
+        assert set(decisions) == ledger_programs.DURABLE
+        seen: dict[str, str] = {}
+        for name, decide in decisions.items():
+            conn.execute("SELECT 1")
+            decide()
+            seen[name] = _synchronous_commit(conn)
+            conn.commit()
+            assert _synchronous_commit(conn) == session  # local to the verb's transaction
+        assert seen == dict.fromkeys(decisions, expected)
+        statuses = {op.operation_id: op.status for op in ledger.list(tenant_id=T)}
+        assert statuses == {"op-1": OperationStatus.REJECTED, "op-2": OperationStatus.CONFIRMED}
+        conn.commit()
+
+
+def test_async_postgres_every_decision_commits_at_least_synchronous_commit_on(
+    pg_url: str,
+) -> None:
+    """The async twin: the same decisions under a session ``local``, each raised to ``on``."""
+    from langgraph_effects.ledger.postgres import AsyncPostgresLedger
+
+    async def scenario() -> dict[str, str]:
+        url = _with_setting(pg_url, "local")
+        async with await psycopg.AsyncConnection.connect(url) as conn:
+            ledger = AsyncPostgresLedger(conn)
+            await ledger.setup()
+            await ledger.prepare(make_draft("op-2"), owner=OWNER)
+            await conn.commit()
+            seen: dict[str, str] = {}
+            for name, decide in _decisions(ledger).items():
+                await conn.execute("SELECT 1")
+                await decide()
+                row = await (await conn.execute("SHOW synchronous_commit")).fetchone()
+                assert row is not None
+                seen[name] = str(row[0])
+                await conn.commit()
+            return seen
+
+    assert asyncio.run(scenario()) == dict.fromkeys(ledger_programs.DURABLE, "on")
 
 
 @pytest.mark.parametrize("bad", ["on", "FULL", "off", "", None])

@@ -10,7 +10,9 @@ A receipt may commit without waiting for its WAL flush (the ledgers'
 ``receipt_synchronous="NORMAL"``, the default; the rule is in ``ledger.base``,
 "Durability of receipts"): ``RECEIPT_DIALECT`` is this dialect with ``confirm``,
 ``confirm_many`` and ``bind_thread`` setting ``synchronous_commit = off`` for their
-own transaction inside the statement itself, so it costs no round trip.
+own transaction inside the statement itself, so it costs no round trip. The other
+way, every decision (``ledger.DURABLE``) raises a weaker ``synchronous_commit`` to
+``on`` for its transaction the same way (``_floored``); ``SERVER_DIALECT`` does not.
 
 Statements run at READ COMMITTED. A conditional UPDATE that meets a row
 locked by a concurrent writer waits, then re-checks its WHERE clause against
@@ -177,22 +179,41 @@ WHERE o.tenant_id = %(tenant_id)s AND o.operation_id = %(operation_id)s
     AND NOT EXISTS (SELECT 1 FROM inserted)
 """
 
-# The write-ahead record commits with at least ``synchronous_commit = on``: a
-# session, role or database setting of ``off`` (a server crash loses it) or ``local``
-# (a failover to a synchronous standby loses it) is raised for this transaction,
-# and a stricter one (``remote_write``, ``remote_apply``) is left alone. Set inside
-# the statement like ``_ASYNC_COMMIT``, so it costs no statement and no round trip;
-# evaluated per inserted or claimed row, so only when the statement wrote.
+# A decision (``ledger.DURABLE``: the write-ahead record, an approval, a rejection, a
+# release, an unknown, a resolution, evidence) commits with at least
+# ``synchronous_commit = on``: a session, role or database setting of ``off`` (a server
+# crash loses it) or ``local`` (a failover to a synchronous standby loses it) is raised
+# for this transaction, and a stricter one (``remote_write``, ``remote_apply``) is left
+# alone. Set inside the statement like ``_ASYNC_COMMIT``, so it costs no statement and
+# no round trip; evaluated per written row, so only when the statement wrote. Each
+# statement's returned row marks the place (``_FLOOR``); ``_floored`` fills it, for the
+# statements of ``ledger.DURABLE`` only.
 _SYNC_FLOOR = """, CASE WHEN current_setting('synchronous_commit') IN ('off', 'local')
     THEN set_config('synchronous_commit', 'on', true) END AS sync_floor"""
+_FLOOR = "{floor}"
+"""Where a statement's returned row takes ``_SYNC_FLOOR`` (``prepare``'s replayed rows,
+which wrote nothing, take ``{kept}``: a NULL for the union's column)."""
 
 
-def _prepare(template: str, floor: str) -> str:
-    return template.replace("{floor}", floor).replace("{kept}", ", NULL" if floor else "")
+def _floored(statements: dict[str, str], durable: frozenset[str]) -> dict[str, str]:
+    """``statements`` with ``_SYNC_FLOOR`` in those named in ``durable``, and nothing in
+    the others' marks.
+
+    Raises:
+        TypeError: a statement of ``durable`` has no mark: it would commit unfloored.
+    """
+    unmarked = sorted(n for n in durable if n in statements and _FLOOR not in statements[n])
+    if unmarked:
+        raise TypeError(f"statements without a durability floor mark: {unmarked}")
+    out = {}
+    for name, sql in statements.items():
+        floor = _SYNC_FLOOR if name in durable else ""
+        out[name] = sql.replace(_FLOOR, floor).replace("{kept}", ", NULL" if floor else "")
+    return out
 
 
-PREPARE_SQL = _prepare(_PREPARE, _SYNC_FLOOR)
-PREPARE_ONE_SQL = _prepare(_PREPARE_ONE, _SYNC_FLOOR)
+PREPARE_SQL = _PREPARE
+PREPARE_ONE_SQL = _PREPARE_ONE
 
 GET_SQL = """
 SELECT * FROM lge_operations WHERE tenant_id = %(tenant_id)s AND operation_id = %(operation_id)s
@@ -217,7 +238,8 @@ def _move(
     """A conditional UPDATE and its event in one statement, returning the new row.
 
     ``status_change``: the move changes the status, so ``status_changed_at`` is stamped.
-    ``also``: more columns of the returned row (``_ASYNC_COMMIT``).
+    ``also``: more columns of the returned row (``_ASYNC_COMMIT``); the durability
+    floor's mark follows them (``_floored``).
     """
     if status_change:
         sets = f"status_changed_at = %(now)s, {sets}"
@@ -235,7 +257,7 @@ def _move(
         FROM moved
         RETURNING event_id
     )
-    SELECT moved.*, event.event_id{also} FROM moved CROSS JOIN event
+    SELECT moved.*, event.event_id{also}{_FLOOR} FROM moved CROSS JOIN event
     """
 
 
@@ -260,27 +282,21 @@ APPROVE_SQL = _move(
 # The status the claim leaves (prepared or unknown) is read from the row it
 # locks (FOR UPDATE returns the latest committed version), so the event is
 # right even when the claim waited for a concurrent writer.
-def _claim(also: str = "") -> str:
-    """The claim's statement; ``also``: ``_SYNC_FLOOR`` (``DIALECT``) or nothing."""
-    return _move(
-        sets="""status = 'dispatching', lease_owner = %(lease_owner)s,
-        lease_expires_at = %(lease_expires_at)s,
-        fencing_token = fencing_token + 1, attempts = attempts + 1,
-        first_dispatched_at = COALESCE(first_dispatched_at, %(now)s),
-        last_dispatched_at = %(now)s""",
-        where="status IN ('prepared', 'unknown')",
-        prelude="""previous AS (
-            SELECT status AS left_status FROM lge_operations
-            WHERE tenant_id = %(tenant_id)s AND operation_id = %(operation_id)s
-            FOR UPDATE
-        ), """,
-        using="FROM previous",
-        from_status="previous.left_status",
-        also=also,
-    )
-
-
-CLAIM_SQL = _claim(_SYNC_FLOOR)
+CLAIM_SQL = _move(
+    sets="""status = 'dispatching', lease_owner = %(lease_owner)s,
+    lease_expires_at = %(lease_expires_at)s,
+    fencing_token = fencing_token + 1, attempts = attempts + 1,
+    first_dispatched_at = COALESCE(first_dispatched_at, %(now)s),
+    last_dispatched_at = %(now)s""",
+    where="status IN ('prepared', 'unknown')",
+    prelude="""previous AS (
+        SELECT status AS left_status FROM lge_operations
+        WHERE tenant_id = %(tenant_id)s AND operation_id = %(operation_id)s
+        FOR UPDATE
+    ), """,
+    using="FROM previous",
+    from_status="previous.left_status",
+)
 RENEW_SQL = f"""
 UPDATE lge_operations SET lease_expires_at = %(lease_expires_at)s
 WHERE tenant_id = %(tenant_id)s AND operation_id = %(operation_id)s AND {_FENCED}
@@ -427,37 +443,41 @@ FILTERS = {
     "id_prefix": "starts_with(operation_id, %(id_prefix)s)",
 }
 
+_STATEMENTS = {
+    engine.SETUP_LOCK: SETUP_LOCK_SQL,
+    engine.SCHEMA_VERSION_TABLE: SCHEMA_VERSION_TABLE_SQL,
+    engine.SCHEMA_VERSION: SCHEMA_VERSION_SQL,
+    engine.RECORD_SCHEMA_VERSION: RECORD_SCHEMA_VERSION_SQL,
+    ledger.PREPARE: PREPARE_SQL,
+    ledger.GET: GET_SQL,
+    ledger.GET_MANY: GET_MANY_SQL,
+    ledger.APPROVE: APPROVE_SQL,
+    ledger.CLAIM: CLAIM_SQL,
+    ledger.RENEW: RENEW_SQL,
+    ledger.CONFIRM: CONFIRM_SQL,
+    ledger.CONFIRM_MANY: CONFIRM_MANY_SQL,
+    ledger.REJECT: REJECT_SQL,
+    ledger.RELEASE: RELEASE_SQL,
+    ledger.MARK_UNKNOWN: MARK_UNKNOWN_SQL,
+    ledger.RESOLVE: RESOLVE_SQL,
+    ledger.RECORD_EVIDENCE: RECORD_EVIDENCE_SQL,
+    ledger.LIST: LIST_SQL,
+    ledger.OPEN_OPERATIONS: OPEN_OPERATIONS_SQL,
+    ledger.OPEN_COUNT: OPEN_COUNT_SQL,
+    ledger.EVENTS: EVENTS_SQL,
+    ledger.FEED: FEED_SQL,
+    ledger.FEED_PENDING: FEED_PENDING_SQL,
+    ledger.PAUSE: PAUSE_SQL,
+    ledger.STATS_COUNTS: STATS_COUNTS_SQL,
+    ledger.STATS_EVIDENCE: STATS_EVIDENCE_SQL,
+    ledger.BIND_THREAD: BIND_THREAD_SQL,
+    ledger.ADOPT: ADOPT_SQL,
+}
+"""Every statement of the ledger, each decision's with the floor's mark (``_floored``)."""
+_SINGLE = {ledger.PREPARE: PREPARE_ONE_SQL}
+
 DIALECT = engine.Dialect(
-    statements={
-        engine.SETUP_LOCK: SETUP_LOCK_SQL,
-        engine.SCHEMA_VERSION_TABLE: SCHEMA_VERSION_TABLE_SQL,
-        engine.SCHEMA_VERSION: SCHEMA_VERSION_SQL,
-        engine.RECORD_SCHEMA_VERSION: RECORD_SCHEMA_VERSION_SQL,
-        ledger.PREPARE: PREPARE_SQL,
-        ledger.GET: GET_SQL,
-        ledger.GET_MANY: GET_MANY_SQL,
-        ledger.APPROVE: APPROVE_SQL,
-        ledger.CLAIM: CLAIM_SQL,
-        ledger.RENEW: RENEW_SQL,
-        ledger.CONFIRM: CONFIRM_SQL,
-        ledger.CONFIRM_MANY: CONFIRM_MANY_SQL,
-        ledger.REJECT: REJECT_SQL,
-        ledger.RELEASE: RELEASE_SQL,
-        ledger.MARK_UNKNOWN: MARK_UNKNOWN_SQL,
-        ledger.RESOLVE: RESOLVE_SQL,
-        ledger.RECORD_EVIDENCE: RECORD_EVIDENCE_SQL,
-        ledger.LIST: LIST_SQL,
-        ledger.OPEN_OPERATIONS: OPEN_OPERATIONS_SQL,
-        ledger.OPEN_COUNT: OPEN_COUNT_SQL,
-        ledger.EVENTS: EVENTS_SQL,
-        ledger.FEED: FEED_SQL,
-        ledger.FEED_PENDING: FEED_PENDING_SQL,
-        ledger.PAUSE: PAUSE_SQL,
-        ledger.STATS_COUNTS: STATS_COUNTS_SQL,
-        ledger.STATS_EVIDENCE: STATS_EVIDENCE_SQL,
-        ledger.BIND_THREAD: BIND_THREAD_SQL,
-        ledger.ADOPT: ADOPT_SQL,
-    },
+    statements=_floored(_STATEMENTS, ledger.DURABLE),
     tables=("lge_schema_version", "lge_operations", "lge_events", "lge_threads"),
     setup="ledger.setup()",
     required=ledger.STATEMENT_NAMES,
@@ -468,30 +488,30 @@ DIALECT = engine.Dialect(
     load_json=_load_json,
     dump_batch=_dump_batch,
     batch=True,
-    single={ledger.PREPARE: PREPARE_ONE_SQL},
+    single=_floored(_SINGLE, ledger.DURABLE),
 )
+"""The ledger's statements: every decision (``ledger.DURABLE``) floored at ``on``."""
 
 RECEIPT_DIALECT = dataclasses.replace(
     DIALECT,
-    statements={
-        **DIALECT.statements,
-        ledger.CONFIRM: _move(_CONFIRM_SETS, _FENCED, also=_ASYNC_COMMIT),
-        ledger.CONFIRM_MANY: _CONFIRM_MANY.format(also=_ASYNC_COMMIT),
-        ledger.BIND_THREAD: BIND_THREAD_SQL.replace(
-            "RETURNING tenant_id", "RETURNING tenant_id" + _ASYNC_COMMIT
-        ),
-    },
+    statements=_floored(
+        {
+            **_STATEMENTS,
+            ledger.CONFIRM: _move(_CONFIRM_SETS, _FENCED, also=_ASYNC_COMMIT),
+            ledger.CONFIRM_MANY: _CONFIRM_MANY.format(also=_ASYNC_COMMIT),
+            ledger.BIND_THREAD: BIND_THREAD_SQL.replace(
+                "RETURNING tenant_id", "RETURNING tenant_id" + _ASYNC_COMMIT
+            ),
+        },
+        ledger.DURABLE,
+    ),
 )
 """``DIALECT`` whose receipts commit without waiting for the WAL flush."""
 
 SERVER_DIALECT = dataclasses.replace(
     DIALECT,
-    statements={
-        **DIALECT.statements,
-        ledger.PREPARE: _prepare(_PREPARE, ""),
-        ledger.CLAIM: _claim(),
-    },
-    single={ledger.PREPARE: _prepare(_PREPARE_ONE, "")},
+    statements=_floored(_STATEMENTS, frozenset()),
+    single=_floored(_SINGLE, frozenset()),
 )
-"""``DIALECT`` whose write-ahead record commits with the session's ``synchronous_commit``
-as it is (``prepare_synchronous="SERVER"``), however weak."""
+"""``DIALECT`` whose decisions commit with the session's ``synchronous_commit`` as it is
+(``prepare_synchronous="SERVER"``), however weak."""
