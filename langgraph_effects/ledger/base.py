@@ -16,9 +16,11 @@ at creation). Stale-token refusals are reported to ``observe.log_stale_token``.
 Durability of receipts (``receipt_synchronous``, the same option and meaning on
 the SQLite and PostgreSQL ledgers): only the write-ahead record waits for the
 disk. ``prepare`` and ``claim`` always commit synchronously: the record must be
-on disk before the provider is called (on PostgreSQL with at least
-``synchronous_commit = on`` whatever the session, role or database sets, unless
-``prepare_synchronous="SERVER"``). A receipt (``confirm``,
+on disk before the provider is called; so does every other decision (``approve``,
+``reject``, ``release``, ``mark_unknown``, ``resolve``, ``record_evidence``:
+``ledger._programs.DURABLE``), acted on as soon as it is acknowledged (on PostgreSQL
+each with at least ``synchronous_commit = on`` whatever the session, role or database
+sets, unless ``prepare_synchronous="SERVER"``). A receipt (``confirm``,
 ``confirm_many``) commits with ``"NORMAL"`` by default where its commit is
 write-ahead logged (SQLite in WAL mode; PostgreSQL always, with
 ``synchronous_commit = off`` set inside the receipt's own statement): it
@@ -73,7 +75,7 @@ from langgraph_effects.core.model import (
     Prepared,
     Resolution,
 )
-from langgraph_effects.errors import EffectsError
+from langgraph_effects.errors import EffectsError, InvalidInput
 
 __all__ = [
     "DEFAULT_LEASE",
@@ -82,7 +84,9 @@ __all__ = [
     "Ledger",
     "LedgerStats",
     "OpenOperations",
+    "PrepareSynchronous",
     "Synchronous",
+    "check_prepare_synchronous",
     "check_synchronous",
 ]
 
@@ -99,6 +103,25 @@ def check_synchronous(name: str, value: object) -> None:
     """Refuse a durability other than ``"FULL"`` or ``"NORMAL"`` (``ValueError``)."""
     if value not in ("FULL", "NORMAL"):
         raise ValueError(f"{name} must be 'FULL' or 'NORMAL', not {value!r}")
+
+
+PrepareSynchronous = Literal["ON", "SERVER"]
+"""How the write-ahead record (``prepare``, ``claim``) and every other decision
+(``ledger._programs.DURABLE``: ``approve``, ``reject``, ``release``, ``mark_unknown``,
+``resolve``, ``record_evidence``) commit on PostgreSQL. ``"ON"`` (default): with at
+least ``synchronous_commit = on``: a session, role or database ``off`` or ``local`` is
+raised to ``on`` for that transaction, ``remote_write`` and ``remote_apply`` are kept.
+``"SERVER"``: with the session's setting as it is; ``off`` can lose an acknowledged
+record to a server crash, ``local`` to a failover, and the call is then sent again (or
+a rejection, and the call is sent though a person refused it). A SQLite ledger commits
+every decision with its own ``synchronous`` whichever is given."""
+
+
+def check_prepare_synchronous(value: object) -> None:
+    """Refuse a ``prepare_synchronous`` other than ``"ON"`` or ``"SERVER"`` (``InvalidInput``,
+    a ``ValueError``), naming both; None (the default, ``"ON"``) passes."""
+    if value is not None and value not in ("ON", "SERVER"):
+        raise InvalidInput(f"prepare_synchronous must be 'ON' or 'SERVER', not {value!r}")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

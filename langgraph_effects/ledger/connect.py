@@ -43,7 +43,7 @@ from urllib.parse import urlsplit
 from langgraph_effects.core.model import utcnow
 from langgraph_effects.errors import InvalidInput
 from langgraph_effects.ledger._defaults import LEDGER_URL_ENV
-from langgraph_effects.ledger.base import AsyncLedger
+from langgraph_effects.ledger.base import AsyncLedger, PrepareSynchronous, check_prepare_synchronous
 
 __all__ = [
     "DEFAULT_LEDGER_URL",
@@ -189,6 +189,12 @@ class LazyLedger:
             ``False`` for a database migrated by a deploy step.
         clock: the ledger's time source.
         max_size: the PostgreSQL pool's largest size.
+        prepare_synchronous: the PostgreSQL ledger's (``PrepareSynchronous``): ``"ON"``
+            (default) or ``"SERVER"``. A SQLite ledger commits every decision with its
+            own ``synchronous`` (``FULL``) whichever is given.
+
+    Raises:
+        InvalidInput: ``prepare_synchronous`` is neither ``"ON"`` nor ``"SERVER"``.
     """
 
     def __init__(
@@ -198,12 +204,14 @@ class LazyLedger:
         setup: bool = True,
         clock: Callable[[], datetime] = utcnow,
         max_size: int = 10,
+        prepare_synchronous: PrepareSynchronous | None = None,
     ) -> None:
+        check_prepare_synchronous(prepare_synchronous)  # now, not at the first call
         self.location = location
         self._setup = setup
         self._clock = clock
         self._max_size = max_size
-        self._open_backend = _postgres if location.backend == "postgres" else _sqlite
+        self._prepare_synchronous = prepare_synchronous
         # Import the backend now (a module's import time, before any loop runs): an
         # import in the loop on first use would read files there, a blocking call.
         importlib.import_module(f"langgraph_effects.ledger.{location.backend}")
@@ -230,9 +238,7 @@ class LazyLedger:
             if entry is None:
                 stack = contextlib.AsyncExitStack()
                 try:
-                    ledger = await stack.enter_async_context(
-                        self._open_backend(self.location.target, self._clock, self._max_size)
-                    )
+                    ledger = await stack.enter_async_context(self._backend())
                     if self._setup:
                         await ledger.setup()
                 except BaseException:
@@ -240,6 +246,14 @@ class LazyLedger:
                     raise
                 entry = self._open[loop] = (ledger, stack)
         return entry[0]
+
+    def _backend(self) -> contextlib.AbstractAsyncContextManager[Any]:
+        """The backend ledger for the running loop, to be entered."""
+        if self.location.backend == "postgres":
+            return _postgres(
+                self.location.target, self._clock, self._max_size, self._prepare_synchronous
+            )
+        return _sqlite(self.location.target, self._clock, self._max_size)
 
     async def aclose(self) -> None:
         """Close the backend opened for the running loop (a later call opens it again)."""
@@ -297,12 +311,17 @@ def _sqlite(
 
 
 def _postgres(
-    url: str, clock: Callable[[], datetime], max_size: int
+    url: str,
+    clock: Callable[[], datetime],
+    max_size: int,
+    prepare_synchronous: PrepareSynchronous | None,
 ) -> contextlib.AbstractAsyncContextManager[Any]:
     """``AsyncPostgresLedger`` on its own ``AsyncConnectionPool``, opened in the running loop."""
     from langgraph_effects.ledger.postgres import AsyncPostgresLedger
 
-    return AsyncPostgresLedger.from_conn_string(url, clock=clock, max_size=max_size)
+    return AsyncPostgresLedger.from_conn_string(
+        url, clock=clock, max_size=max_size, prepare_synchronous=prepare_synchronous
+    )
 
 
 def ledger_from_url(
@@ -311,13 +330,26 @@ def ledger_from_url(
     setup: bool = True,
     clock: Callable[[], datetime] = utcnow,
     max_size: int = 10,
+    prepare_synchronous: PrepareSynchronous | None = None,
 ) -> LazyLedger:
     """A ``LazyLedger`` for ``url``: checked now, opened on first use (no I/O here).
 
+    ``prepare_synchronous``: how the PostgreSQL ledger commits its write-ahead record and
+    every decision (``PrepareSynchronous``): ``"ON"`` (default) or ``"SERVER"``, the opt-out
+    (``docs/production-failover.md``); a SQLite ledger commits them with its own
+    ``synchronous`` whichever is given.
+
     Raises:
-        InvalidInput: the URL is malformed or names an unsupported scheme.
+        InvalidInput: the URL is malformed or names an unsupported scheme, or
+            ``prepare_synchronous`` is neither ``"ON"`` nor ``"SERVER"``.
     """
-    return LazyLedger(parse_ledger_url(url), setup=setup, clock=clock, max_size=max_size)
+    return LazyLedger(
+        parse_ledger_url(url),
+        setup=setup,
+        clock=clock,
+        max_size=max_size,
+        prepare_synchronous=prepare_synchronous,
+    )
 
 
 def ledger_from_env(
@@ -326,13 +358,22 @@ def ledger_from_env(
     setup: bool = True,
     clock: Callable[[], datetime] = utcnow,
     max_size: int = 10,
+    prepare_synchronous: PrepareSynchronous | None = None,
 ) -> LazyLedger:
     """The ledger ``LGE_LEDGER_URL`` names (else ``LGE_DB``, else ``default``), opened lazily.
 
-    Safe at import time and under a running event loop: see ``LazyLedger``.
+    Safe at import time and under a running event loop: see ``LazyLedger``;
+    ``prepare_synchronous`` as ``ledger_from_url``'s.
 
     Raises:
-        InvalidInput: the URL is malformed or names an unsupported scheme.
+        InvalidInput: the URL is malformed or names an unsupported scheme, or
+            ``prepare_synchronous`` is neither ``"ON"`` nor ``"SERVER"``.
     """
     url = next((os.environ[v] for v in LEDGER_URL_ENV if os.environ.get(v)), default)
-    return ledger_from_url(url, setup=setup, clock=clock, max_size=max_size)
+    return ledger_from_url(
+        url,
+        setup=setup,
+        clock=clock,
+        max_size=max_size,
+        prepare_synchronous=prepare_synchronous,
+    )

@@ -196,3 +196,48 @@ def test_the_lazy_ledger_delegates_every_verb_of_the_async_protocol() -> None:
 
     verbs = {name for name in dir(AsyncLedger) if not name.startswith("_")}
     assert verbs - set(dir(LazyLedger)) == set()
+
+
+@pytest.mark.parametrize("bad", ["on", "FULL", "off", "", 1])
+@pytest.mark.parametrize("url", ["sqlite:///effects.db", "postgresql://u@h:5432/db"])
+def test_a_bad_prepare_synchronous_is_refused_when_the_url_is_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bad: object, url: str
+) -> None:
+    """``ledger_from_url`` / ``ledger_from_env`` refuse a ``prepare_synchronous`` other than
+    ``"ON"`` or ``"SERVER"`` at once (no I/O, not at the first call), naming both and the
+    value given, on either backend's URL."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("LGE_LEDGER_URL", url)
+    refusal = rf"prepare_synchronous must be 'ON' or 'SERVER', not {bad!r}"
+    with pytest.raises(InvalidInput, match=refusal):
+        ledger_from_url(url, prepare_synchronous=bad)  # type: ignore[arg-type]
+    with pytest.raises(InvalidInput, match=refusal):
+        ledger_from_env(prepare_synchronous=bad)  # type: ignore[arg-type]
+    assert list(tmp_path.iterdir()) == []  # nothing opened
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("given", [None, "ON", "SERVER"])
+def test_ledger_from_url_hands_prepare_synchronous_to_the_postgres_ledger(
+    pg_url: str, given: str | None
+) -> None:
+    """The lazy PostgreSQL ledger opens with the ``prepare_synchronous`` given: decisions
+    floored at ``on`` by default and under ``"ON"``, the session's setting under
+    ``"SERVER"`` (the statements ``tests/ledger/test_ledger_receipt_sync.py`` reads back)."""
+    from langgraph_effects.ledger.postgres._sql import DIALECT, SERVER_DIALECT
+
+    kw = {} if given is None else {"prepare_synchronous": given}
+    ledger = ledger_from_url(pg_url, **kw)  # type: ignore[arg-type]
+    owner = current_owner()
+
+    async def opened() -> Any:
+        backend = await ledger.opened()
+        await ledger.prepare(make_draft("op-1"), owner=owner)
+        await ledger.reject("tenant-a", "op-1", token=1, reason="refused")
+        [op] = await ledger.list(tenant_id="tenant-a")
+        await ledger.aclose()
+        return backend._write_dialect, op.status
+
+    dialect, status = asyncio.run(opened())
+    assert dialect is (SERVER_DIALECT if given == "SERVER" else DIALECT)
+    assert status is OperationStatus.REJECTED

@@ -21,10 +21,12 @@ Receipts (``confirm``, ``confirm_many``) commit with ``synchronous_commit = off`
 by default (``receipt_synchronous="NORMAL"``), set inside their own statement:
 they do not wait for the WAL flush, and are durable with the next synchronous
 commit on the server (the saver's checkpoint write when it shares the server)
-or the WAL writer's next flush. The write-ahead record (``prepare``, ``claim``)
-commits with at least ``synchronous_commit = on`` (``prepare_synchronous="ON"``, the
-default), set inside its own statement the same way: a session, role or database
-setting of ``off`` or ``local`` is raised for that transaction, a stricter one kept.
+or the WAL writer's next flush. The write-ahead record (``prepare``, ``claim``) and
+every decision that stops or changes a call (``approve``, ``reject``, ``release``,
+``mark_unknown``, ``resolve``, ``record_evidence``: ``ledger._programs.DURABLE``) commit
+with at least ``synchronous_commit = on`` (``prepare_synchronous="ON"``, the default),
+set inside their own statement the same way: a session, role or database setting of
+``off`` or ``local`` is raised for that transaction, a stricter one kept.
 The rule, and what a receipt lost to a server crash costs (never a duplicate), is in
 ``ledger.base`` ("Durability of receipts").
 
@@ -41,7 +43,7 @@ import contextlib
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from datetime import datetime
-from typing import Any, Literal, Self, TypeVar
+from typing import Any, Self, TypeVar
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
@@ -50,7 +52,12 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 from langgraph_effects.core.model import utcnow
 from langgraph_effects.errors import LedgerUnavailable
 from langgraph_effects.ledger._faces import AsyncFace, SyncFace
-from langgraph_effects.ledger.base import Synchronous, check_synchronous
+from langgraph_effects.ledger.base import (
+    PrepareSynchronous,
+    Synchronous,
+    check_prepare_synchronous,
+    check_synchronous,
+)
 from langgraph_effects.ledger.engine import Dialect, Program, Result
 from langgraph_effects.ledger.engine.postgres import arun, run
 from langgraph_effects.ledger.postgres._sql import DIALECT, RECEIPT_DIALECT, SERVER_DIALECT
@@ -77,21 +84,14 @@ def _unreachable(exc: psycopg.Error) -> LedgerUnavailable:
     return LedgerUnavailable(f"cannot connect to PostgreSQL: {str(exc).strip()}")
 
 
-PrepareSynchronous = Literal["ON", "SERVER"]
-"""How the write-ahead record (``prepare``, ``claim``) commits. ``"ON"`` (default): with
-at least ``synchronous_commit = on``: a session, role or database ``off`` or ``local``
-is raised to ``on`` for that transaction, ``remote_write`` and ``remote_apply`` are kept.
-``"SERVER"``: with the session's setting as it is; ``off`` can lose an acknowledged
-record to a server crash, ``local`` to a failover, and the call is then sent again."""
-
-
 def _write_dialect(prepare_synchronous: PrepareSynchronous | None) -> Dialect:
-    """The dialect every program but a receipt runs with (``PrepareSynchronous``)."""
-    if prepare_synchronous is None or prepare_synchronous == "ON":
-        return DIALECT
-    if prepare_synchronous == "SERVER":
-        return SERVER_DIALECT
-    raise ValueError(f"prepare_synchronous must be 'ON' or 'SERVER', not {prepare_synchronous!r}")
+    """The dialect every program but a receipt runs with (``PrepareSynchronous``).
+
+    Raises:
+        InvalidInput: neither ``"ON"`` nor ``"SERVER"`` (a ``ValueError``).
+    """
+    check_prepare_synchronous(prepare_synchronous)
+    return SERVER_DIALECT if prepare_synchronous == "SERVER" else DIALECT
 
 
 def _receipt_dialect(receipt_synchronous: Synchronous | None) -> Dialect:
@@ -117,9 +117,9 @@ class PostgresLedger(SyncFace):
             waiting for the WAL flush; ``"FULL"``: with the server's
             ``synchronous_commit``, like every other write. See ``ledger.base``,
             "Durability of receipts".
-        prepare_synchronous: ``"ON"`` (default): the write-ahead record commits with
-            at least ``synchronous_commit = on``; ``"SERVER"``: with the session's
-            setting, however weak (``PrepareSynchronous``).
+        prepare_synchronous: ``"ON"`` (default): the write-ahead record and every
+            decision commit with at least ``synchronous_commit = on``; ``"SERVER"``: with
+            the session's setting, however weak (``PrepareSynchronous``).
         clock: the source of every timestamp (bound as a parameter, never ``now()``).
     """
 
