@@ -14,7 +14,13 @@ With LangChain's ``HumanInTheLoopMiddleware``:
   and respond messages reach the model as HITL made them;
 - pass ``hitl=`` (the HITL instance) and an effect with ``require_approval``
   that HITL already gates is not asked twice: the HITL approval is recorded
-  as the operation's approval.
+  as the operation's approval;
+- with ``hitl=``, an answer HITL's batched request raises on (2 decisions for 3
+  action requests, a type not offered) is refused, never kept: HITL asks again at
+  once, the interrupt id unchanged, saying why in front of each action request's
+  description, and the next answer applies (``decide.drive.ask_upstream``). Without
+  it LangGraph keeps the failed answer and hands it to HITL on every later run: the
+  thread is wedged, every later answer fails on the first one.
 
 In HITL's ``per_call`` mode list HITL *before* ``EffectMiddleware`` (HITL then
 asks before the operation is claimed). Listed after it, an edit would be applied
@@ -66,6 +72,8 @@ from langgraph_effects.decide import (
     EffectCall,
     EffectRunner,
     Trace,
+    aask_upstream,
+    ask_upstream,
     authenticated_user,
     record_refusals,
     warn_durability,
@@ -74,6 +82,7 @@ from langgraph_effects.decide.identity import keeps_answers, timeline_of
 from langgraph_effects.effects import effect_spec
 from langgraph_effects.errors import MiddlewareOrderError
 from langgraph_effects.ledger.base import DEFAULT_LEASE
+from langgraph_effects.review import hitl_misfit
 
 __all__ = ["EffectAgentState", "EffectMiddleware"]
 
@@ -118,7 +127,9 @@ class EffectMiddleware(AgentMiddleware[EffectAgentState, Any, Any]):
             gated effect counts as the effect's approval (asked once), recorded as
             decided by the run's authenticated user (LangGraph Server), else as
             ``anonymous`` when ``anonymous_answers``; with neither, the ledger asks
-            its own approval, which names who decides.
+            its own approval, which names who decides. An answer to its batched
+            request that it raises on is refused and asked again, saying why
+            (its ``after_model`` is wrapped, on the instance).
         approvals: ``"per_call"`` (default): each effect call needing an approval
             asks in its own interrupt (answered by interrupt id when several are
             pending). ``"batched"``: the approvals of one AIMessage are asked in
@@ -183,6 +194,8 @@ class EffectMiddleware(AgentMiddleware[EffectAgentState, Any, Any]):
         self.trace_metadata = trace_metadata
         self.tenant_id = tenant_id
         self.hitl = hitl
+        if hitl is not None:
+            _refuse_failed_answers(hitl)
         self.approvals = approvals
         self._effect_tools = {t.name: t for t in tools if effect_spec(t) is not None}
 
@@ -308,6 +321,30 @@ def _arefuse_inner_review(
             raise
 
     return run
+
+
+_GUARDED = "_langgraph_effects_guarded"
+
+
+def _refuse_failed_answers(hitl: Any) -> None:
+    """Wrap ``hitl``'s ``after_model`` / ``aafter_model`` (on the instance, which
+    ``create_agent`` reads when it builds the node) so that an answer it raises on is
+    refused and asked again, never kept (``decide.drive.ask_upstream``). Once per
+    instance: a second ``EffectMiddleware`` given the same HITL leaves it as it is."""
+    if getattr(hitl, _GUARDED, False):
+        return
+    after, aafter = getattr(hitl, "after_model", None), getattr(hitl, "aafter_model", None)
+    if not callable(after) or not callable(aafter):
+        return
+
+    def after_model(state: Any, runtime: Any) -> Any:
+        return ask_upstream(lambda: after(state, runtime), hitl_misfit)
+
+    async def aafter_model(state: Any, runtime: Any) -> Any:
+        return await aask_upstream(lambda: aafter(state, runtime), hitl_misfit)
+
+    hitl.after_model, hitl.aafter_model = after_model, aafter_model
+    setattr(hitl, _GUARDED, True)
 
 
 def _run_config() -> Any:

@@ -64,6 +64,7 @@ __all__ = [
     "approvals_request",
     "hitl_answer",
     "hitl_decisions",
+    "hitl_misfit",
     "parse_answer",
     "review_request",
     "with_notice",
@@ -387,6 +388,50 @@ def with_notice(request: Mapping[str, Any], notice: str) -> dict[str, Any]:
             for a in request.get("action_requests", [])
         ],
     }
+
+
+def hitl_misfit(value: Any, request: Mapping[str, Any]) -> str | None:
+    """What keeps ``value`` from answering ``request``, a batched request of LangChain's
+    ``HumanInTheLoopMiddleware`` (``{"action_requests", "review_configs"}``), in words a
+    person reads; None: nothing found (the middleware may still refuse it).
+
+    HITL checks its answer only after ``interrupt()`` saved it, and raises on it; its
+    checks are said here first: one decision per action request, in order, each of a
+    type its review config allows, an edit with its ``edited_action``.
+    """
+    actions = list(request.get("action_requests") or [])
+    configs = list(request.get("review_configs") or [])
+    decisions = value.get("decisions") if isinstance(value, Mapping) else None
+    if not isinstance(decisions, list) or not all(isinstance(d, Mapping) for d in decisions):
+        return (
+            f"answer {{'decisions': [one per action request, in order]}} "
+            f"({len(actions)} action request(s)), each a dict with a 'type'"
+        )
+    if len(decisions) != len(actions):
+        return (
+            f"{len(decisions)} decision(s) for {len(actions)} action request(s): answer "
+            "each action request, in order"
+        )
+    for index, (decision, action) in enumerate(zip(decisions, actions, strict=True), 1):
+        config = configs[index - 1] if index <= len(configs) else {}
+        allowed = list(config.get("allowed_decisions") or [])
+        kind = decision.get("type")
+        if kind not in allowed:
+            return (
+                f"decision {index} ({kind!r:.40}) is not offered for {action.get('name')!r}: "
+                f"one of {allowed}"
+            )
+        edited = decision.get("edited_action")
+        if kind == "edit" and not (
+            isinstance(edited, Mapping)
+            and isinstance(edited.get("name"), str)
+            and isinstance(edited.get("args"), Mapping)
+        ):
+            return (
+                f"decision {index} is an edit without its 'edited_action': "
+                "{'name': <tool>, 'args': {...}}"
+            )
+    return None
 
 
 # -- answers --------------------------------------------------------------------------

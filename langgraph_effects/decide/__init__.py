@@ -30,7 +30,7 @@ from langgraph_effects.decide.answers import ANONYMOUS, authenticated_user
 from langgraph_effects.decide.approvals import APPROVAL_MODES, ApprovalMode, record_refusals
 from langgraph_effects.decide.call import EffectCall, Execute, ProviderResult
 from langgraph_effects.decide.commit import GroupCommit
-from langgraph_effects.decide.drive import AsyncExecute, EffectRunner
+from langgraph_effects.decide.drive import AsyncExecute, EffectRunner, aask_upstream, ask_upstream
 from langgraph_effects.decide.messages import (
     Trace,
     Via,
@@ -70,6 +70,8 @@ __all__ = [
     "Release",
     "Trace",
     "Via",
+    "aask_upstream",
+    "ask_upstream",
     "authenticated_user",
     "noticed",
     "record_refusals",

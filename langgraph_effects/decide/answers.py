@@ -264,11 +264,15 @@ REFUSED_NOTE = "Your answer was refused, nothing was recorded: "
 """How the request asked again after a refused answer begins (``refused_note``)."""
 
 
-def refused_note(error: ValidationError) -> str:
-    """What a person is told when the request's schema refused their answer: what was wrong."""
-    errors = error.errors()
-    cause = (errors[0].get("ctx") or {}).get("error") if errors else None
-    why = str(cause) if cause is not None else str(errors[0]["msg"] if errors else error)
+def refused_note(error: ValidationError | str) -> str:
+    """What a person is told when their answer was refused: what was wrong (the request's
+    schema's error, or the words given)."""
+    if isinstance(error, str):
+        why = error
+    else:
+        errors = error.errors()
+        cause = (errors[0].get("ctx") or {}).get("error") if errors else None
+        why = str(cause) if cause is not None else str(errors[0]["msg"] if errors else error)
     return f"{REFUSED_NOTE}{why.rstrip('.')}. Answer this request again."
 
 

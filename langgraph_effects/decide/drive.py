@@ -66,7 +66,7 @@ from langgraph_effects.observe import log_abandoned
 from langgraph_effects.review import with_notice
 from langgraph_effects.slot import dispatching
 
-__all__ = ["AsyncExecute", "EffectRunner"]
+__all__ = ["AsyncExecute", "EffectRunner", "aask_upstream", "ask_upstream"]
 
 T = TypeVar("T")
 
@@ -585,6 +585,107 @@ def _interrupt(request: dict[str, Any], schema: Any) -> Any:
                 ),
             )
         ) from None
+
+
+Misfit = Callable[[Any, Any], "str | None"]
+"""What keeps an answer (first) from answering a request (second), or None."""
+_REFUSALS = 4  # values one run may refuse (a kept one, one by id, one by position, ...)
+_SEND = "__pregel_send"
+"""Where a task's ``configurable`` keeps its write channel (a private key)."""
+_RESUME = "__resume__"
+"""The channel of a task's resume values (LangGraph's ``RESUME``)."""
+
+
+def ask_upstream(ask: Callable[[], T], misfit: Misfit) -> T:
+    """Run ``ask``, code that asks in its own ``interrupt()`` and then reads the answer
+    (``HumanInTheLoopMiddleware.after_model``), so that an answer it fails on is refused,
+    never kept.
+
+    LangGraph saves the value ``interrupt()`` returned among the task's values before the
+    code reads it: an answer the code raises on is handed to it again on every later run,
+    ahead of any new answer, and the thread is wedged (HITL: "Number of human decisions
+    (2) does not match number of hanging tool calls (3)", on every answer after). Here it
+    is dropped, the question asked again at once (its interrupt id unchanged) with why
+    (``misfit``'s words, else the error's), and the next answer applies::
+
+        {resume: 2 decisions} ─▶ HITL raises ─▶ dropped; asked again, told why
+          ─▶ {resume: 3 decisions} ─▶ applied
+    """
+    refusals = _Refusals(misfit)
+    while True:
+        try:
+            return ask()
+        except Exception as exc:
+            if not refusals.failed(exc):
+                raise
+
+
+async def aask_upstream(ask: Callable[[], Awaitable[T]], misfit: Misfit) -> T:
+    """The async twin of ``ask_upstream``."""
+    refusals = _Refusals(misfit)
+    while True:
+        try:
+            return await ask()
+        except Exception as exc:
+            if not refusals.failed(exc):
+                raise
+
+
+class _Refusals:
+    """The answers one run of an upstream asker refused (``ask_upstream``)."""
+
+    __slots__ = ("misfit", "pad", "refused")
+
+    def __init__(self, misfit: Misfit) -> None:
+        self.misfit = misfit
+        self.pad = _scratchpad()
+        self.refused: list[tuple[Any, Exception]] = []
+        if self.pad is not None:
+            _given_by_position(self.pad)  # an earlier run's, in a run resumed by id: dropped
+
+    def failed(self, exc: Exception) -> bool:
+        """True: the answer ``exc`` was raised on is dropped, ask again. False: raise
+        ``exc``. Raises the question asked again, with why, once one was refused."""
+        if isinstance(exc, GraphInterrupt) and self.refused and exc.args and exc.args[0]:
+            value, error = self.refused[-1]  # the newest: a kept value is handed out first
+            why = self.misfit(value, exc.args[0][0].value) or str(error)
+            raise GraphInterrupt(
+                tuple(
+                    Interrupt(
+                        value=with_notice(i.value, refused_note(why))
+                        if isinstance(i.value, Mapping)
+                        else i.value,
+                        id=i.id,
+                        response_schema=i.response_schema,
+                    )
+                    for i in exc.args[0]
+                )
+            ) from None
+        if isinstance(exc, GraphBubbleUp) or len(self.refused) >= _REFUSALS:
+            return False
+        taken = self._drop_last()
+        if taken is None:
+            return False
+        self.refused.append((taken[0], exc))
+        return True
+
+    def _drop_last(self) -> tuple[Any] | None:
+        """The value the asker's last ``interrupt()`` returned, dropped from the task's
+        values (and from what LangGraph saves of them), the asker's interrupt counter
+        started again; None: the asker raised before an answer reached it."""
+        pad = self.pad
+        resume = getattr(pad, "resume", None)
+        if not isinstance(resume, list) or not resume:
+            return None
+        counter = getattr(pad, "interrupt_counter", None)
+        if _interrupts_reached(pad) != len(resume) or not hasattr(counter, "_counter"):
+            return None
+        value = resume.pop()
+        # What the task saves of its values: without it (a value kept from an earlier run
+        # was sent as a copy; a later write of the channel replaces an earlier one).
+        get_config()["configurable"][_SEND]([(_RESUME, list(resume))])
+        counter._counter = None  # type: ignore[union-attr]  # asked again from the first
+        return (value,)
 
 
 def _scratchpad() -> Any:

@@ -197,3 +197,109 @@ def test_a_hitl_reject_is_recorded_with_who_refused(env: Env, mode: str) -> None
     ]
     assert event.actor == "ana"
     assert "not this one" in (op.error or "")
+
+
+# -- a batched answer HITL raises on (issue 23: every answer applied) ---------------------
+
+THREE = [call("close_case", f"c-{case}", case_id=case, resolution="fixed") for case in "ABC"]
+APPROVE_3 = {"decisions": [{"type": "approve"}] * 3}
+MISFITS = {
+    "too-few": ({"decisions": [{"type": "approve"}] * 2}, r"2 decision\(s\) for 3 action"),
+    "not-offered": (
+        {"decisions": [{"type": "approve"}, {"type": "maybe"}, {"type": "approve"}]},
+        r"decision 2 \('maybe'\) is not offered for 'close_case'",
+    ),
+    "no-decisions": ({"type": "approve"}, r"answer \{'decisions'"),
+}
+
+
+def three_closes(env: Env, crm: FakeCRM, *, effects: bool) -> Any:
+    """create_agent asking HITL's batched approval of three closes, with or without
+    ``EffectMiddleware(hitl=...)``."""
+    hitl = HumanInTheLoopMiddleware(interrupt_on={"close_case": True})
+    middleware: list[Any] = [hitl]
+    if effects:
+        middleware.append(EffectMiddleware(ledger=env.ledger, hitl=hitl, anonymous_answers=True))
+    return create_agent(
+        ScriptedChatModel(plan=[THREE]),
+        tools=tools(crm, FakeCRM())[:1],
+        middleware=middleware,
+        checkpointer=env.checkpointer,
+    )
+
+
+@pytest.mark.parametrize("misfit", sorted(MISFITS))
+def test_a_malformed_batched_answer_is_refused_and_the_next_applies(env: Env, misfit: str) -> None:
+    """A batched answer HITL raises on (too few decisions, a type not offered, no
+    'decisions') is refused: the same request is asked again at once, its interrupt id
+    unchanged, saying why in front of each action request's description; the next valid
+    answer, given by position as Agent Chat UI does, applies: 3 closes intended, 3 sent
+    at the fake CRM, never more (a later answer sends nothing)."""
+    crm = FakeCRM()
+    agent = three_closes(env, crm, effects=True)
+    [asked] = env.invoke(agent, {"messages": [("user", "close A, B, C")]}, CFG)["__interrupt__"]
+    bad, why = MISFITS[misfit]
+    [again] = env.refused(agent, Command(resume=bad), CFG, why)
+    assert again.id == asked.id
+    assert [a["args"]["case_id"] for a in again.value["action_requests"]] == ["A", "B", "C"]
+    assert all(
+        a["description"].startswith(again.value["notice"]) for a in again.value["action_requests"]
+    )
+    assert crm.effects == 0
+
+    out = env.invoke(agent, Command(resume=APPROVE_3), CFG)
+    assert "__interrupt__" not in out
+    assert [crm.effects_for(case) for case in "ABC"] == [1, 1, 1]
+    assert [op.status for op in env.ops()] == [S.CONFIRMED] * 3
+    env.invoke(agent, Command(resume=APPROVE_3), CFG)  # answered again: nothing more
+    assert crm.effects == 3
+
+
+@pytest.mark.parametrize("env", BACKENDS[1:], indirect=True)
+def test_a_refused_batched_answer_then_one_by_id_and_a_resume_without_value(env: Env) -> None:
+    """After a refused answer given by position, a resume without a value (``invoke(None)``)
+    is refused again with the same reason (LangGraph still holds that answer), and a valid
+    answer by interrupt id applies: 3 closes sent once each."""
+    crm = FakeCRM()
+    agent = three_closes(env, crm, effects=True)
+    env.invoke(agent, {"messages": [("user", "close A, B, C")]}, CFG)
+    bad, why = MISFITS["too-few"]
+    [again] = env.refused(agent, Command(resume=bad), CFG, why)
+    env.refused(agent, None, CFG, why)
+    out = env.invoke(agent, Command(resume={again.id: APPROVE_3}), CFG)
+    assert "__interrupt__" not in out
+    assert [crm.effects_for(case) for case in "ABC"] == [1, 1, 1]
+
+
+@pytest.mark.parametrize("env", BACKENDS[1:], indirect=True)
+def test_plain_hitl_keeps_a_malformed_batched_answer(env: Env) -> None:
+    """The upstream behaviour ``EffectMiddleware(hitl=...)`` guards (control, no effects
+    ledger): LangGraph keeps the answer HITL raised on and hands it to HITL on every later
+    run, so every later answer, valid or not, fails on it: 3 closes intended, 0 sent. If
+    this starts passing without the guard, HITL or LangGraph fixed it upstream."""
+    crm = FakeCRM()
+    agent = three_closes(env, crm, effects=False)
+    env.invoke(agent, {"messages": [("user", "close A, B, C")]}, CFG)
+    for answer in (MISFITS["too-few"][0], APPROVE_3, APPROVE_3):
+        with pytest.raises(ValueError, match=r"Number of human decisions \(2\)"):
+            env.invoke(agent, Command(resume=answer), CFG)
+    assert crm.effects == 0
+
+
+@pytest.mark.parametrize("env", BACKENDS[1:], indirect=True)
+def test_a_thread_wedged_by_plain_hitl_is_freed_by_the_guard(env: Env) -> None:
+    """A thread wedged without the guard (LangGraph kept the answer HITL raised on) and
+    run on by an agent with ``EffectMiddleware(hitl=...)``: the kept answer is dropped and
+    the next valid answer applies at once: 3 closes sent once each, none again on a
+    resume without a value."""
+    crm = FakeCRM()
+    plain = three_closes(env, crm, effects=False)
+    env.invoke(plain, {"messages": [("user", "close A, B, C")]}, CFG)
+    with pytest.raises(ValueError, match="Number of human decisions"):
+        env.invoke(plain, Command(resume=MISFITS["too-few"][0]), CFG)
+    guarded = three_closes(env, crm, effects=True)
+    out = env.invoke(guarded, Command(resume=APPROVE_3), CFG)
+    assert "__interrupt__" not in out
+    assert [crm.effects_for(case) for case in "ABC"] == [1, 1, 1]
+    env.invoke(guarded, None, CFG)
+    assert crm.effects == 3
