@@ -19,11 +19,13 @@ per core. A loaded machine runs the suite slower, never red.
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import _gates
 import pytest
 from _pg import (
     POSTGRES_URL,
@@ -52,6 +54,19 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
     chosen = option.numprocesses is not None or option.dist != "no" or option.tx
     if not (chosen or option.usepdb or option.collectonly):
         option.numprocesses = DEFAULT_WORKERS
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Under ``LGE_CI_GATES=1`` (``.ci/run``), the house gates first (``_gates``): once, in
+    the controller, before xdist starts its workers; a failing gate ends the session."""
+    if os.environ.get(_gates.ENV_VAR) != "1" or hasattr(session.config, "workerinput"):
+        return
+    failed = _gates.run_gates()
+    if failed is not None:
+        pytest.exit(f"a house gate failed:\n{failed}", returncode=1)
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line("house gates passed: ruff check, ruff format, mypy, mkdocs --strict")
 
 
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)  # before pytest-timeout reads the item

@@ -215,6 +215,33 @@ def test_ci_runs_exactly_the_readme_test_command() -> None:
     assert ci_lines[-1] == match.group(1).strip()
 
 
+def test_ci_installs_the_venv_once() -> None:
+    """.ci/run installs the venv once, in the README's command; the house gates run in that
+    venv before the suite (LGE_CI_GATES=1: tests/_gates.py, started by tests/conftest.py)."""
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    assert ci.count("pip install") == 1
+    assert re.search(r"^export LGE_CI_GATES=1$", ci, re.M)
+
+
+def test_a_failing_gate_says_which_and_what_it_printed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The gates stop at the first stage that fails, naming its command and its output."""
+    import _gates
+
+    stages = [
+        [[sys.executable, "-c", "print('fine')"]],
+        [[sys.executable, "-c", "print('bad'); raise SystemExit(1)"]],
+        [["false-never-run"]],
+    ]
+    monkeypatch.setattr(_gates, "gates", lambda: stages)
+    failed = _gates.run_gates()
+    assert failed is not None
+    assert failed.startswith(f"$ {sys.executable} -c print('bad')")
+    assert "bad\n" in failed
+    assert "fine" not in failed
+    monkeypatch.setattr(_gates, "gates", lambda: stages[:1])
+    assert _gates.run_gates() is None
+
+
 @pytest.mark.parametrize(
     ("options", "workers"),
     [([], "2 workers"), (["-p", "no:xdist"], None)],
