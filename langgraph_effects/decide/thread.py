@@ -211,15 +211,26 @@ def flush() -> None:
 
 def _warn_at(user: Site, message: str) -> None:
     filename, lineno, user_globals = user
-    warnings.warn_explicit(
-        message,
-        DurabilityWarning,
-        filename,
-        lineno,
-        module=str(user_globals.get("__name__", "")),
-        registry=user_globals.setdefault("__warningregistry__", {}),
-        module_globals=user_globals,
-    )
+    name = str(user_globals.get("__name__", ""))
+    registry = user_globals.setdefault("__warningregistry__", {})
+    try:
+        warnings.warn_explicit(
+            message,
+            DurabilityWarning,
+            filename,
+            lineno,
+            module=name,
+            registry=registry,
+            module_globals=user_globals,
+        )
+    except ImportError:
+        # The source line is read through the module's loader, by its name: a module a
+        # multiprocessing child runs as ``__mp_main__`` (its parent ran ``python -m
+        # pkg.mod``) keeps the loader of ``pkg.mod``, which refuses that name. A warning
+        # never fails the user's run: said without its source line.
+        warnings.warn_explicit(
+            message, DurabilityWarning, filename, lineno, module=name, registry=registry
+        )
 
 
 def tenant_request(

@@ -245,3 +245,34 @@ def test_the_warning_is_said_without_an_effect_operations_channel(mode: str) -> 
     assert len(found) == 1
     assert "durability='async'" in str(found[0].message)
     assert crm.effects == 2
+
+
+@pytest.mark.usefixtures("unwarned")
+def test_the_warning_never_fails_a_run_from_a_module_run_as_mp_main(tmp_path: Any) -> None:
+    """A multiprocessing child of ``python -m pkg.mod`` runs that module again as
+    ``__mp_main__`` with the loader of ``pkg.mod``, which refuses to read the source of
+    another name: the warning's source line came through it, and the user's ``invoke``
+    failed with ImportError (every sync stale case of ``python -m
+    langgraph_effects.testing.campaign``). The run acts once and the warning is said."""
+    import importlib.machinery
+
+    source = tmp_path / "usermod.py"
+    source.write_text(
+        "def run(graph):\n"
+        "    return graph.invoke(\n"
+        "        {'messages': [('user', 'close A')]}, {'configurable': {'thread_id': 'mp'}}\n"
+        "    )\n"
+    )
+    user_globals: dict[str, Any] = {
+        "__name__": "__mp_main__",
+        "__file__": str(source),
+        "__loader__": importlib.machinery.SourceFileLoader("pkg.usermod", str(source)),
+    }
+    exec(compile(source.read_text(), str(source), "exec"), user_globals)
+    crm = FakeCRM()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        user_globals["run"](graph_for(crm))
+    [warning] = [w for w in caught if issubclass(w.category, DurabilityWarning)]
+    assert (warning.filename, warning.lineno) == (str(source), 2)
+    assert crm.effects == 1
