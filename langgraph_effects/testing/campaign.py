@@ -1378,6 +1378,21 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"PostgreSQL unusable ({problem}); use --backends sqlite", file=sys.stderr)
             return 2
     schedules = max(args.schedules, 20_000) if args.large else args.schedules
+    with contextlib.ExitStack() as stack:
+        url = None
+        if "postgres" in backends:
+            url = stack.enter_context(own_schema(args.postgres_url))
+        return _report(args, backends, parts, names, schedules, url)
+
+
+def _report(
+    args: argparse.Namespace,
+    backends: list[str],
+    parts: list[str],
+    names: list[str],
+    schedules: int,
+    postgres_url: str | None,
+) -> int:
     result = run_campaign(
         progress=Progress("campaign"),
         schedules=schedules,
@@ -1387,7 +1402,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         processes=args.processes,
         threads=args.threads,
         workers=args.workers,
-        postgres_url=args.postgres_url if "postgres" in backends else None,
+        postgres_url=postgres_url,
         control_every=args.control_every,
         kinds=[Kind(k) for k in names] or None,
     )
@@ -1414,6 +1429,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         + ("" if result.control is None else f"; control: {result.control.duplicates} duplicates")
     )
     return 0 if result.ok else 1
+
+
+@contextlib.contextmanager
+def own_schema(url: str) -> Iterator[str]:
+    """``url`` in a schema of the campaign's own, dropped afterwards: the tables its
+    ledgers and checkpointers set up never land in the database's ``public`` schema
+    (or in one a test or an application uses). A URL that names its own
+    ``search_path`` is the caller's choice, used as it is."""
+    if "search_path" in url:
+        yield url
+        return
+    import psycopg
+    from psycopg import sql
+
+    name = f"lge_campaign_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(name)))
+    sep = "&" if "?" in url else "?"
+    try:
+        yield f"{url}{sep}options=-csearch_path%3D{name}"
+    finally:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
 
 
 def _postgres_problem(url: str) -> str | None:
