@@ -69,6 +69,23 @@ def resolution_plan(resolution: Resolution) -> tuple[OperationStatus, Evidence, 
     return target, evidence, resolution.by if is_operator else None
 
 
+def resolved_columns(
+    resolution: Resolution, target: OperationStatus, evidence: Evidence
+) -> dict[str, Any]:
+    """The record's columns a resolution to ``target`` sets besides its status, as values:
+    a confirmation's result (the resolution's, else its evidence's) and provider result id,
+    a rejection's error (the reason, else the evidence's summary); a retry, none. Every
+    ledger writes these (the SQL ledgers as stored text, ``resolve`` below)."""
+    if target is S.CONFIRMED:
+        return {
+            "result": resolution.result if resolution.result is not None else evidence.result,
+            "provider_result_id": resolution.provider_result_id or evidence.provider_result_id,
+        }
+    if target is S.REJECTED:
+        return {"error": resolution.reason or evidence.summary}
+    return {}
+
+
 def resolve(
     dialect: Dialect,
     clock: Callable[[], datetime],
@@ -117,19 +134,14 @@ def resolve(
 
         return Program(refuse(), writes=False)
 
+    columns = resolved_columns(resolution, target, evidence)
     values: dict[str, Any] = {
         "to_status": target.value,
         "from_status": S.UNKNOWN.value,
-        "result": None,
-        "provider_result_id": None,
-        "error": None,
+        "result": json_text(columns.get("result"), what="result"),
+        "provider_result_id": columns.get("provider_result_id"),
+        "error": text(columns.get("error")),
     }
-    if target is S.CONFIRMED:
-        result = resolution.result if resolution.result is not None else evidence.result
-        values["result"] = json_text(result, what="result")
-        values["provider_result_id"] = resolution.provider_result_id or evidence.provider_result_id
-    elif target is S.REJECTED:
-        values["error"] = text(resolution.reason or evidence.summary)
     move = transition(
         dialect,
         clock,

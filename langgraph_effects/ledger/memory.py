@@ -8,6 +8,7 @@ atomic. It is the executable specification the SQL backends are tested against
 from __future__ import annotations
 
 import builtins
+import dataclasses
 import threading
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
@@ -40,7 +41,7 @@ from langgraph_effects.errors import (
     PayloadMismatch,
     StaleFencingToken,
 )
-from langgraph_effects.ledger._resolve import resolution_plan
+from langgraph_effects.ledger._resolve import resolution_plan, resolved_columns
 from langgraph_effects.ledger._values import json_text, who, with_answer
 from langgraph_effects.ledger.base import (
     DEFAULT_LEASE,
@@ -378,17 +379,8 @@ class InMemoryLedger(Ledger):
         with self._lock:  # one "transaction"; each receipt stands or falls alone
             for c in confirmations:
                 try:
-                    out.append(
-                        self.confirm(
-                            c.tenant_id,
-                            c.operation_id,
-                            token=c.token,
-                            result=c.result,
-                            provider_result_id=c.provider_result_id,
-                            provider_request_id=c.provider_request_id,
-                            evidence=c.evidence,
-                        )
-                    )
+                    receipt = {f.name: getattr(c, f.name) for f in dataclasses.fields(c)}
+                    out.append(self.confirm(**receipt))
                 except (StaleFencingToken, IllegalTransition, OperationNotFound) as exc:
                     out.append(exc)
         return out
@@ -465,15 +457,9 @@ class InMemoryLedger(Ledger):
         if resolution.decision is Decision.APPROVE:
             return self._approve_prepared(tenant_id, operation_id, resolution)
         target, evidence, operator = resolution_plan(resolution)
-        changes: dict[str, Any] = {}
         if target is S.CONFIRMED:
             json_text(resolution.result, what="result")
-            changes = {
-                "result": resolution.result if resolution.result is not None else evidence.result,
-                "provider_result_id": resolution.provider_result_id or evidence.provider_result_id,
-            }
-        elif target is S.REJECTED:
-            changes = {"error": resolution.reason or evidence.summary}
+        changes = resolved_columns(resolution, target, evidence)
         with self._lock:
             self._require_setup()
             row = self._row(tenant_id, operation_id)
