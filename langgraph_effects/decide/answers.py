@@ -63,6 +63,7 @@ __all__ = [
     "named_round",
     "refusals",
     "refused_note",
+    "repeat_kept",
     "repeated_answer",
     "replaced_note",
     "round_id",
@@ -257,6 +258,16 @@ def repeated_answer(operation_id: str) -> str:
         f"An answer equal to one already applied to operation {operation_id} came back "
         "(LangGraph hands an answer given by position to a later question): it was not "
         "applied again. Answer this request, naming its request_id."
+    )
+
+
+def repeat_kept(operation_id: str) -> str:
+    """What the log keeps of a repeat consumed without applying (``Answers.repeats``): its
+    mark beside it holds the repeat's place among the task's values on every later run."""
+    return (
+        f"An answer equal to one already applied to operation {operation_id} came back at "
+        "this call's question (given again after a crash, or handed back by position): not "
+        "applied again; kept at its place, so each later run hands it back to this call"
     )
 
 

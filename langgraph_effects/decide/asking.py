@@ -50,6 +50,7 @@ from langgraph_effects.decide.answers import (
     late_refusal,
     named_round,
     refusals,
+    repeat_kept,
     repeated_answer,
     replaced_note,
     round_id,
@@ -205,6 +206,8 @@ class Asking(LoopBase):
             if answers.repeats(mark):
                 # An answer applied before, handed to this later question (LangGraph
                 # keeps a positional resume): not applied again; the person is asked.
+                if named == op.operation_id:
+                    yield from self._keep_repeat(p, op, value, answers)
                 request = with_notice(base, repeated_answer(named))
                 continue
             # Who decided: the run's authenticated user, else the answer's by (or refused).
@@ -376,7 +379,11 @@ class Asking(LoopBase):
             answer = answer_of(value)
             if held:
                 if answer is None:
-                    continue  # consumed without applying when first handed (answer_of)
+                    # Consumed without applying (answer_of): a repeat of an answer applied
+                    # to it, given again to the request shown after a crash. Kept at its
+                    # place, or a later run would hand it to the next call's question.
+                    yield from self._keep_repeat(p, op, value, mine)
+                    continue
                 # Applied even when it agrees with the operator's approval (an approve):
                 # logged with its mark, so a later run meets it as this task's answer
                 # (the review asked if the call ends unknown never reads it as its own).
@@ -393,6 +400,37 @@ class Asking(LoopBase):
                 return None  # the same word again: what is recorded stands
             return (yield from self._answered(p, op, answer, answer_mark(call, value)))
         return None
+
+    def _keep_repeat(
+        self, p: Pass, op: Operation, value: Any, mine: Answers
+    ) -> Generator[Action, Any, None]:
+        """Log ``value``, a repeat of an answer applied to ``op`` that this call's question
+        took at this place and consumed without applying, with its mark: every later run
+        of the task hands it back here in its logged order (``Answers.next_is``), and no
+        later question takes it, whichever call asks.
+
+        Unlogged, a repeat that names nothing (Agent Chat UI's answer: no operation_id,
+        no request_id) is read by position: once ``op`` is decided, ``_late_answers``
+        leaves it for whoever asks next, the Functional API's next call in the same task,
+        which met the first call's words (campaign seed 5257: an edit given again after a
+        crash refused the second call's reject; a repeated approve would send it)::
+
+            ask A ─▶ edit (applied) ─▶ ✗ ─▶ A shown again ─▶ edit again (kept here)
+                  ─▶ ask B ─▶ reject ─▶ re-run: A takes both edits, B the reject
+
+        Only past every answer logged for ``op`` (its place follows theirs in the log).
+        """
+        mark = answer_mark(p.call, value)
+        if mark is None or mine.consumed < len(mine.logged):
+            return
+        try:
+            answer = parse_answer(value, tool_name=p.call.tool_name)
+            by = identify(answer, user=p.call.user, anonymous=self.anonymous_answers).by
+        except InvalidAnswer:
+            by = None
+        evidence = Evidence.inconclusive(repeat_kept(op.operation_id), source=by or ANONYMOUS)
+        yield from self._guarded(p, op, RecordEvidence(op.key, evidence, answer=mark))
+        mine.note(mark)
 
     def _held(
         self, p: Pass, op: Operation, mine: Answers, *, any_shape: bool

@@ -13,7 +13,13 @@ from _graphs import Env
 from langgraph.func import entrypoint
 from langgraph.types import Command
 
-from langgraph_effects import EffectContext, EffectRejected, arun_effect, effect, run_effect
+from langgraph_effects import (
+    EffectContext,
+    EffectRejected,
+    arun_effect,
+    effect,
+    run_effect,
+)
 from langgraph_effects.review import REVIEW_KIND
 from langgraph_effects.testing.faults import CrashMode, CrashPlan, CrashPoint, InjectedCrash
 from langgraph_effects.testing.providers import FakeCRM, Fault
@@ -106,3 +112,97 @@ def test_an_approval_given_again_after_a_crash_keeps_its_place(env: Env, crm: Fa
     assert crm.get_case("A")["status"] == "open"
     assert crm.get_case("B")["version"] == 1
     assert sorted(op.status.value for op in env.ops()) == ["confirmed", "rejected"]
+
+
+def _two_calls(env: Env, crm: FakeCRM, *, look: Any = None) -> Any:
+    """An entrypoint whose body closes case A, then notes something on record B, each once
+    a person approved (``look``: A's reconciler); it returns "done" or "refused" for each."""
+
+    @effect("crm.close_case", target=lambda a: a["case_id"], require_approval=True, reconcile=look)
+    def close(case_id: str, resolution: str, ctx: EffectContext) -> dict[str, Any]:
+        """Close a CRM case, once a person approved."""
+        return crm.close_case(case_id, resolution, idempotency_key=ctx.idempotency_key)
+
+    @effect("crm.update", target=lambda a: a["target"], require_approval=True)
+    def update(target: str, note: str, ctx: EffectContext) -> dict[str, Any]:
+        """Note something on a CRM record, once a person approved."""
+        return crm.update(target, {"note": note}, idempotency_key=ctx.idempotency_key)
+
+    calls = [
+        (close, {"case_id": "A", "resolution": "fixed"}),
+        (update, {"target": "B", "note": "hi"}),
+    ]
+    if env.is_async:
+
+        async def aone(tool: Any, args: dict[str, Any]) -> str:
+            try:
+                await arun_effect(tool, args, ledger=env.ledger)
+            except EffectRejected:
+                return "refused"
+            return "done"
+
+        @entrypoint(checkpointer=env.checkpointer)
+        async def aflow(_: Any) -> Any:
+            return [await aone(t, a) for t, a in calls]
+
+        return aflow
+
+    def one(tool: Any, args: dict[str, Any]) -> str:
+        try:
+            run_effect(tool, args, ledger=env.ledger)
+        except EffectRejected:
+            return "refused"
+        return "done"
+
+    @entrypoint(checkpointer=env.checkpointer)
+    def sflow(_: Any) -> Any:
+        return [one(t, a) for t, a in calls]
+
+    return sflow
+
+
+@pytest.mark.parametrize("shape", ["approve", "edit"])
+def test_an_unnamed_answer_given_again_after_a_crash_keeps_its_place(
+    env: Env, crm: FakeCRM, shape: str
+) -> None:
+    """Agent Chat UI's answer names no call (no operation_id, no request_id) and comes by
+    position. The first call's approval is answered; the task fails after the ledger
+    applied it (LangGraph keeps the value the task took but still shows the first call's
+    request), and the person gives the same words again. The first call consumes that
+    repeat as its own (it was shown nothing else); the second call then asks, and the
+    person rejects it. On every later run the repeat keeps its place, so the reject
+    reaches the second call: a repeated approve was applied to it and sent (shape
+    "approve"), a repeated edit refused the reject ("an edit cannot switch tools", shape
+    "edit"). Regression: campaign seed 5257 (functional_api, body)."""
+    flow = _two_calls(env, crm)
+    if shape == "approve":
+        first: dict[str, Any] = {"decisions": [{"type": "approve"}], "by": "ana"}
+    else:
+        edited = {"name": "close", "args": {"case_id": "A", "resolution": "fixed (edited)"}}
+        first = {"decisions": [{"type": "edit", "edited_action": edited}], "by": "ana"}
+    reject = {"decisions": [{"type": "reject", "message": "not B"}], "by": "ana"}
+
+    env.invoke(flow, "go", CFG)
+    (asked,) = _interrupts(env, flow)
+    crash = CrashPlan.arm(CrashPoint.AFTER_ANSWER, CrashMode.RAISE)
+    with crash, pytest.raises(InjectedCrash):
+        env.invoke(flow, Command(resume=first), CFG)
+    assert crm.effects == 0
+    (again,) = _interrupts(env, flow)  # the first call's request, shown again
+    assert again.value["operation_id"] == asked.value["operation_id"]
+    env.invoke(flow, Command(resume=first), CFG)  # the same words, by position
+    assert crm.effects == 1  # A, once
+    (second,) = _interrupts(env, flow)
+    assert second.value["tool"] == "update"
+    assert second.value.get("notice") is None
+    out = env.invoke(flow, Command(resume=reject), CFG)
+    assert _interrupts(env, flow) == []
+    assert out == ["done", "refused"]
+    # Intended: A (approved, or edited), B rejected; acted: A once, B never.
+    assert crm.effects == 1
+    assert crm.get_case("A")["status"] == "closed"
+    statuses = sorted((op.action, op.status.value) for op in env.ops())
+    expected = [("crm.close_case", "confirmed"), ("crm.update", "rejected")]
+    if shape == "edit":
+        expected.insert(1, ("crm.close_case", "rejected"))  # replaced by the edit
+    assert statuses == expected
