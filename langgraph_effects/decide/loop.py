@@ -92,6 +92,9 @@ _SETTLING = frozenset({Step.DISPATCH_CLAIMED, Step.RECONCILE, Step.REVIEW})
 """Steps whose own write may confirm the record: a confirmation right after one is
 this pass's outcome, not a replay (``observe.count_replay``)."""
 
+_READING = frozenset({Step.ASK_APPROVAL, Step.REVIEW, Step.AUTHORIZE_AND_CLAIM, Step.RETRY_SAFE})
+"""Steps that read the values LangGraph holds for the call (a question, ``_last_word``)."""
+
 Decide = Generator[Action, Any, Operation]
 """A decision in progress: yields actions, returns the final record."""
 
@@ -154,6 +157,7 @@ class Loop(Asking, Dispatching):
             crash_point(CrashPoint.AFTER_PREPARE)
 
         last: Step | None = None
+        read = False  # a step of this pass read the values held for the call (_READING)
         for _ in range(MAX_STEPS):
             if op.status is S.UNKNOWN and p.late_receipt is None and not p.receipts_read:
                 # A receipt kept by a worker that died before it settled anything.
@@ -180,7 +184,12 @@ class Loop(Asking, Dispatching):
                     if last not in _SETTLING:
                         # Confirmed before this pass could act on it: one duplicate prevented.
                         count_replay(op)
-                    if last is None:
+                    if last is None or (last is Step.RECONCILE and not read):
+                        # Decided before this pass read what LangGraph holds for it
+                        # (replayed, or reconciled first, as every resume of an unknown
+                        # is): those values answered questions of earlier runs, and no
+                        # interrupt() of this run reads them; left unread, the next call of
+                        # the task took them by position (campaign seed 5025).
                         yield from self._late_answers(p, op)
                     return op
                 case Step.REPLAY_REJECTED:
@@ -192,7 +201,7 @@ class Loop(Asking, Dispatching):
                             continue
                     if last is None and op.attempts == 0 and (yield from self._batch_rejected(op)):
                         p.trace.via = Via.REVIEWED  # as when its own interrupt was answered
-                    if last is None:
+                    if last is None or (last is Step.RECONCILE and not read):
                         yield from self._late_answers(p, op)
                     return (yield from self._receipt_conflict(op))
                 case Step.ASK_APPROVAL if p.call.preapproved_by is not None:
@@ -252,6 +261,7 @@ class Loop(Asking, Dispatching):
                         return op
                     op = yield from self._ask(p, op, kind="review")
             last = step
+            read = read or step in _READING
         raise EffectsError(
             f"operation {op.operation_id!r} made no progress in {MAX_STEPS} steps (status "
             f"{op.status.value}); leaving it for an operator"

@@ -16,6 +16,7 @@ from langgraph.types import Command
 from langgraph_effects import (
     EffectContext,
     EffectRejected,
+    Evidence,
     arun_effect,
     effect,
     run_effect,
@@ -206,3 +207,51 @@ def test_an_unnamed_answer_given_again_after_a_crash_keeps_its_place(
     if shape == "edit":
         expected.insert(1, ("crm.close_case", "rejected"))  # replaced by the edit
     assert statuses == expected
+
+
+def test_a_call_reconciled_before_it_asks_keeps_the_answers_it_was_given(
+    env: Env, crm: FakeCRM
+) -> None:
+    """The first call is approved (Agent Chat UI's words, by interrupt id), its response is
+    lost and its review asked; the person answers the review. The next run reconciles
+    first, and the CRM now shows the case closed: the call is confirmed without asking,
+    and the values this task holds for it (the approval, the review's answer) are its
+    own: read as late answers, never handed to the second call's question by position,
+    which took the first call's approval and sent B that nobody approved. Regression:
+    campaign seed 5025 (functional_api, body), where the handed-back edit escaped the
+    run as a ValidationError."""
+    shows = [False]
+
+    def look(op: Any) -> Evidence:
+        case = crm.get_case(op.target or "")
+        if shows[0] and case["closed_by"] == op.idempotency_key:
+            return Evidence.confirmed("closed under our key", result=case)
+        return Evidence.inconclusive("the CRM's search shows nothing yet")
+
+    flow = _two_calls(env, crm, look=look)
+    crm.faults.push(Fault.LOSE_RESPONSE)  # A acts, its answer lost: unknown
+    env.invoke(flow, "go", CFG)
+    (approval,) = _interrupts(env, flow)
+    approve = {"decisions": [{"type": "approve"}], "by": "ana"}
+    env.invoke(flow, Command(resume={approval.id: approve}), CFG)
+    assert crm.effects == 1  # A
+    (review,) = _interrupts(env, flow)
+    assert (review.value["kind"], review.value["operation_id"]) == (
+        REVIEW_KIND,
+        approval.value["operation_id"],
+    )
+    shows[0] = True  # the CRM's search catches up
+    seen = {"operation_id": review.value["operation_id"], "decision": "confirm", "by": "ana"}
+    env.invoke(flow, Command(resume={review.id: seen}), CFG)
+    assert crm.effects == 1  # B not sent: nobody approved it
+    (second,) = _interrupts(env, flow)  # B asks
+    assert second.value["tool"] == "update"
+    assert second.value.get("notice") is None
+    reject = {"decisions": [{"type": "reject", "message": "not B"}], "by": "ana"}
+    out = env.invoke(flow, Command(resume={second.id: reject}), CFG)
+    assert _interrupts(env, flow) == []
+    assert out == ["done", "refused"]
+    # Intended: A; B rejected. Acted: A once, B never.
+    assert crm.effects == 1
+    statuses = sorted((op.action, op.status.value) for op in env.ops())
+    assert statuses == [("crm.close_case", "confirmed"), ("crm.update", "rejected")]
