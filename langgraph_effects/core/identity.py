@@ -24,6 +24,12 @@ which saves no step in between. Where a graph's state has no such channel (the
 Functional API, a state without ``EffectState``, a sub-agent's fresh state),
 the checkpoint lineage says it: ``judge`` takes a ``Delivered`` callable and
 calls it on the rare path alone.
+
+Under ``"exit"`` the lineage holds none of a run's steps, only its end; an origin
+written under ``"exit"`` also names its **run** at each level (``Run``: the saved
+checkpoint the run started from and a token of the run), so that a later run can
+tell the step of a run whose end it descends from (delivered) from the step of a run
+that died unsaved (never delivered: met again, adopted).
 """
 
 from __future__ import annotations
@@ -36,11 +42,13 @@ from enum import StrEnum
 from typing import Literal
 
 __all__ = [
+    "ANSWERED_STATES",
     "FORK_MODES",
     "Delivered",
     "ForkMode",
     "Origin",
     "Place",
+    "Run",
     "Verdict",
     "decode_origins",
     "encode_origins",
@@ -59,22 +67,49 @@ Steps = tuple[tuple[str, str], ...]
 
 
 @dataclass(frozen=True, slots=True)
+class Run:
+    """Under ``durability="exit"``, the run a step belongs to at one graph level.
+
+    ``since``: the saved checkpoint the run started from at namespace ``ns`` (``""``:
+    none was saved there), which the checkpoint saved at the run's end names as its
+    parent; ``token``: drawn once per run (per LangGraph loop), so that a step of my own
+    run is told from one of another run that started from the same checkpoint.
+    """
+
+    ns: str
+    since: str
+    token: str
+
+
+@dataclass(frozen=True, slots=True)
 class Origin:
     """Where a record's call was met: task, tool-call id, and the step's checkpoints.
 
     ``asked``: the record was written to ask a person first (an approval node
-    before the tool node), not by the task that answers the call.
+    before the tool node), not by the task that answers the call. ``runs``: under
+    ``durability="exit"``, the run of the step at each level (``Run``); empty otherwise,
+    where every step is saved and the lineage alone places it.
     """
 
     task: str
     call: str
     steps: Steps
     asked: bool = False
+    runs: tuple[Run, ...] = ()
+
+    def run(self, ns: str) -> Run | None:
+        """The run of the step at namespace ``ns`` (None: not written under ``"exit"``)."""
+        for r in self.runs:
+            if r.ns == ns:
+                return r
+        return None
 
     def to_json(self) -> dict[str, object]:
         out: dict[str, object] = {"task": self.task, "call": self.call, "steps": self.steps}
         if self.asked:
             out["asked"] = True
+        if self.runs:
+            out["runs"] = [[r.ns, r.since, r.token] for r in self.runs]
         return out
 
 
@@ -93,6 +128,7 @@ def decode_origins(text: str | None) -> tuple[Origin, ...]:
             call=str(o["call"]),
             steps=tuple((str(ns), str(cid)) for ns, cid in o["steps"]),
             asked=bool(o.get("asked", False)),
+            runs=tuple(Run(str(ns), str(since), str(tok)) for ns, since, tok in o.get("runs", ())),
         )
         for o in json.loads(text)
     )
@@ -118,10 +154,15 @@ class Place(StrEnum):
     """Neither: never saved, or its step abandoned (new input over it, a crash)."""
 
 
-Delivered = Callable[[str, str, str, bool], Place]
-"""``delivered(ns, c_E, c_mine, look_elsewhere)``: where checkpoint ``c_E`` stands
+Delivered = Callable[[str, str, str, bool, Run | None], Place]
+"""``delivered(ns, c_E, c_mine, look_elsewhere, run)``: where checkpoint ``c_E`` stands
 from ``c_mine`` at namespace ``ns`` (``ELSEWHERE`` only asked for when
-``look_elsewhere``)."""
+``look_elsewhere``); ``run``: the ``Run`` of ``c_E``'s step when it was written under
+``durability="exit"`` and its record's outcome is recorded, else None."""
+
+ANSWERED_STATES = frozenset({"confirmed", "rejected", "unknown"})
+"""Statuses of a record whose outcome its run recorded (and so could have delivered):
+only such a record's ``Run`` is asked about (``judge``, ``settled``)."""
 
 
 def meeting(theirs: Steps, mine: Steps) -> tuple[str, str, str] | None:
@@ -144,6 +185,7 @@ def judge(
     forks: ForkMode = "replay",
     *,
     answered: bool = False,
+    settled: bool = True,
 ) -> Verdict:
     """Whether the call met at ``mine`` is the operation of a record with ``origins``.
 
@@ -156,6 +198,10 @@ def judge(
         forks: the effect's fork rule (``ForkMode``).
         answered: my timeline's state lists the record's operation as answered
             (``effect_operations``).
+        settled: the record's outcome is recorded (``ANSWERED_STATES``). One still
+            prepared or dispatching was never answered, so no run delivered it: its
+            origins' ``Run`` are not asked about (a run that died mid-dispatch, then a
+            turn that did not propose it, leaves it to be met again and settled).
 
     In order: the same task and call (a crash, interrupt or ``RetryPolicy`` re-run)
     is the same; one my state lists as answered was answered already; a record met
@@ -182,19 +228,23 @@ def judge(
         return Verdict.NEXT  # a sibling of my step (same AIMessage, branch or fan-out)
     if delivered is None:
         return Verdict.NEXT  # no lineage: protection holds within one task only
+
+    def run(o: Origin, ns: str) -> Run | None:
+        return o.run(ns) if settled else None
+
     met = [(o, p) for o, p in zip(origins, parted, strict=True) if not o.asked]
-    for _, p in met:
+    for o, p in met:
         assert p is not None
-        if delivered(*p, False) is Place.MINE:
+        if delivered(*p, False, run(o, p[0])) is Place.MINE:
             return Verdict.NEXT
     if forks == "new":
-        for _, p in met:
+        for o, p in met:
             assert p is not None
-            if delivered(*p, True) is Place.ELSEWHERE:
+            if delivered(*p, True, run(o, p[0])) is Place.ELSEWHERE:
                 return Verdict.NEXT
     for o, p in zip(origins, parted, strict=True):
         assert p is not None
-        if o.asked and o.call != mine.call and delivered(*p, False) is Place.MINE:
+        if o.asked and o.call != mine.call and delivered(*p, False, run(o, p[0])) is Place.MINE:
             return Verdict.NEXT  # another call of my timeline, asked about first
     return Verdict.ADOPT
 

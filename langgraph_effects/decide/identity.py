@@ -22,6 +22,22 @@ The checkpointer is the one LangGraph hands the task in its config
 LangGraph renames it). Its lineage is read with ``get_tuple`` from my step's
 checkpoint up through ``parent_config``; ids are uuid6, ordered by time, so the
 walk stops once it passes below the checkpoint it looks for.
+
+Under ``durability="exit"`` no step is saved, only each run's end, whose parent is
+the checkpoint the run started from. A task's run (``core.identity.Run``) is read from
+LangGraph's loop, which the task's ``__pregel_call`` is bound to, at every graph level
+(``_runs``; private too, guarded in ``tests/faces/test_langgraph_privates.py``): my
+unsaved step's place on the lineage is then known exactly (the run's start, never a
+checkpoint another branch saved meanwhile), and a record's step of an earlier run is
+placed by that run's end (``Timeline._run_ended``)::
+
+    P ──(R1: c_E answered, unsaved)──▶ F1 (saved at exit, parent P) ──▶ ... ──▶ me
+         a later call: F1 is the oldest of my lineage after c_E, a loop child of the
+         checkpoint R1 started from, and no other run from P saved an end in between:
+         c_E's step completed in the run that F1 ends, delivered (a new operation)
+
+    P ──(R1: c_E answered, killed: nothing saved)        me (R2 from P: a resume, the
+         request sent again): nothing of my lineage after c_E: never delivered, adopted
 """
 
 from __future__ import annotations
@@ -31,16 +47,20 @@ import dataclasses
 import sys
 import threading
 import time
+import uuid
 import warnings
+import weakref
 from collections import OrderedDict
 from collections.abc import Generator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from langgraph_effects.core.identity import (
+    ANSWERED_STATES,
     ForkMode,
     Origin,
     Place,
+    Run,
     Verdict,
     decode_origins,
     encode_origins,
@@ -124,8 +144,15 @@ class Timeline:
     answered: frozenset[str] = frozenset()
     """The operations the task's state lists as answered in this timeline (the
     ``effect_operations`` channel; empty where the state has none)."""
+    runs: tuple[Run, ...] = ()
+    """Under ``durability="exit"``: my run at each level, written into my origins."""
+    call: Any = None
+    """The task's ``__pregel_call`` (bound to LangGraph's loop): my runs, read on the rare
+    path under any durability (``my_run``)."""
     _seen: dict[str, list[tuple[str, str | None, str | None]]] = field(default_factory=dict)
     """By namespace: my lineage read so far, ``(checkpoint id, source, parent id)``."""
+    _exact: dict[str, bool] = field(default_factory=dict)
+    """By namespace: my step's place on the lineage was read, not guessed (``_mine``)."""
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
@@ -134,18 +161,36 @@ class Timeline:
         return None if self.saver is not None or not self.steps else self.steps[0][1]
 
     def origin(self, tool_call_id: str) -> Origin:
-        return Origin(task=self.task, call=tool_call_id, steps=self.steps, asked=self.asked)
+        return Origin(
+            task=self.task, call=tool_call_id, steps=self.steps, asked=self.asked, runs=self.runs
+        )
 
     def asking(self) -> Timeline:
         """The same place, for calls prepared to ask a person first."""
-        return dataclasses.replace(self, asked=True, _seen={}, _lock=threading.Lock())
+        return dataclasses.replace(self, asked=True, _seen={}, _exact={}, _lock=threading.Lock())
+
+    def my_run(self, ns: str) -> Run | None:
+        """My run at namespace ``ns`` (None: LangGraph's loop could not be read)."""
+        runs = self.runs or _runs(self.call)
+        for r in runs:
+            if r.ns == ns:
+                return r
+        return None
 
     # -- the lineage (the rare path) -------------------------------------------------
 
-    def delivered(self, ns: str, theirs: str, mine: str, elsewhere: bool) -> Place:
-        """Where checkpoint ``theirs`` stands from my step ``mine`` at namespace ``ns``."""
+    def delivered(
+        self, ns: str, theirs: str, mine: str, elsewhere: bool, run: Run | None = None
+    ) -> Place:
+        """Where checkpoint ``theirs`` stands from my step ``mine`` at namespace ``ns``;
+        ``run``: the run of ``theirs``'s step, when written under ``durability="exit"``."""
         with self._lock:
-            if self._on_my_lineage(ns, theirs, mine):
+            me = None if run is None else self.my_run(ns)
+            if run is not None and me is not None and me.token == run.token:
+                # An earlier step of my own run: the loop moved on past it, so its writes
+                # were applied (a step of my run is never saved under "exit").
+                return Place.MINE if theirs < mine else Place.NOWHERE
+            if self._on_my_lineage(ns, theirs, mine, run, me):
                 return Place.MINE
             if elsewhere and self._completed_anywhere(ns, theirs):
                 return Place.ELSEWHERE
@@ -160,9 +205,13 @@ class Timeline:
             }
         }
 
-    def _on_my_lineage(self, ns: str, theirs: str, mine: str) -> bool:
+    def _on_my_lineage(
+        self, ns: str, theirs: str, mine: str, run: Run | None = None, me: Run | None = None
+    ) -> bool:
         """``theirs`` is a strict ancestor of ``mine`` and its step completed: the child
-        on my lineage was written by the loop (``"input"``: new input over it).
+        on my lineage was written by the loop (``"input"``: new input over it). Or,
+        ``theirs`` never saved (``"exit"``), the run it was a step of ended in a
+        checkpoint of my lineage (``_run_ended``).
 
         ``seen`` is my lineage read so far, newest first, so its parents' ids fall: the
         place where ``theirs`` would be is found by bisection, not by a scan from my
@@ -180,8 +229,18 @@ class Timeline:
         while True:
             i = bisect.bisect_left(range(len(seen)), True, key=below)
             if i < len(seen):
-                _, source, parent = seen[i]
-                return parent == theirs and source == "loop"
+                first, source, parent = seen[i]
+                if parent == theirs:
+                    return source == "loop"
+                return (
+                    run is not None
+                    and me is not None
+                    and source == "loop"
+                    and self._exact.get(ns, False)
+                    and first <= (me.since or "")  # a checkpoint before my run, not of it
+                    and (parent or "") == run.since
+                    and self._run_ended(ns, theirs, first, run.since)
+                )
             at = mine if not seen else seen[-1][2]
             if at is None:
                 return False
@@ -191,6 +250,38 @@ class Timeline:
             else:
                 link = self._link(ns, at)
             seen.append((at, None, None) if link is None else (at, *link))
+
+    def _run_ended(self, ns: str, theirs: str, end: str, since: str) -> bool:
+        """``end``, a checkpoint the loop saved with parent ``since`` after ``theirs``,
+        is the end of the run whose step ``theirs`` was (it started from ``since``):
+        ``theirs`` was never saved (a step of an ``"exit"`` run; a saved one ended its
+        run there, or was placed above), and no other run from ``since`` saved an end
+        between the two (a fork or replay from ``since``: then the older one may be its
+        run's and this one another's, and it is not counted as delivered).
+
+        What stays unknown: a run that died after its answer was recorded and before
+        ``"exit"`` saved, then another run from the same checkpoint that never proposed
+        the call again; its end is taken for the dead run's, and a later identical call
+        acts again (docs/identity.md)."""
+        if self._link(ns, theirs) is not None:
+            return False
+        config = {"configurable": {"thread_id": self.thread_id, "checkpoint_ns": ns}}
+        before = end
+        for _ in range(_SIBLING_PAGES):
+            # One checkpoint a page, each ``list`` read to its end (see ``_mine``).
+            older = next(
+                iter(list(self.saver.list(config, before=self._config(ns, before), limit=1))), None
+            )
+            if older is None:
+                return True
+            checkpoint = older.config["configurable"]["checkpoint_id"]
+            if checkpoint <= theirs:
+                return True
+            source, parent = _link(older)
+            if (parent or "") == since and source == "loop":
+                return False
+            before = checkpoint
+        return False
 
     def _link(self, ns: str, checkpoint_id: str) -> tuple[str | None, str | None] | None:
         """``(source, parent id)`` of a saved checkpoint (None: not saved, or not yet)."""
@@ -213,16 +304,24 @@ class Timeline:
     def _mine(self, ns: str) -> Any:
         """My step's checkpoint at ``ns``. Under ``durability="async"`` LangGraph saves it
         in the background while the step's tasks run: wait for it a little (the rare
-        path only). Never saved (``"exit"``): the newest older one stands in for its
-        parent, with no source of its own."""
+        path only). Never saved (``"exit"``): the checkpoint my run started from stands
+        in for its parent, with no source of its own; where LangGraph's loop could not
+        be read, the newest older one (a guess: ``_exact`` stays false)."""
         mine = dict(self.steps)[ns]
         wait = 0.002
         for _ in range(9 if self.durability != "exit" else 0):  # about 1 s in all
             got = self.saver.get_tuple(self._config(ns, mine))
             if got is not None:
+                self._exact[ns] = True
                 return got
             time.sleep(wait)
             wait *= 2
+        me = self.my_run(ns) if self.durability == "exit" else None
+        if me is not None:
+            self._exact[ns] = True
+            if not me.since:
+                return None  # nothing was saved at this level before my run
+            return _Standin(parent_config=self._config(ns, me.since), metadata={})
         config = {"configurable": {"thread_id": self.thread_id, "checkpoint_ns": ns}}
         before = self._config(ns, mine)
         # Every ``list`` is read to its end: the async savers' sync ``list`` holds the
@@ -258,6 +357,38 @@ the most recently read first out last. Checkpoint ids are uuid6 (time and random
 bits): one id is one checkpoint, whatever saver holds it."""
 _LINKS_KEPT = 200_000
 _LINKS_LOCK = threading.Lock()
+_SIBLING_PAGES = 64
+"""A bound on ``Timeline._run_ended``'s walk back from a run's end (other branches' saves
+in between); past it, not counted as delivered."""
+
+_TOKENS: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+"""A token per LangGraph loop (one run at one graph level), drawn when first read."""
+_TOKENS_LOCK = threading.Lock()
+
+
+def _runs(call: Any) -> tuple[Run, ...]:
+    """The runs of a task at every graph level, root first, from the loop its
+    ``__pregel_call`` is bound to (``schedule_task``, a bound method of LangGraph's
+    loop) and, through each loop's config, the parent graph's: the checkpoint each
+    loop started from (``_initial_checkpoint_config``) and its token. Empty when any of
+    it cannot be read (LangGraph moved it): then nothing is placed by runs."""
+    out: list[Run] = []
+    try:
+        while call is not None:
+            loop = call.keywords["schedule_task"].__self__
+            conf = loop.config.get("configurable") or {}
+            since = ""
+            if loop._has_persisted_parent:
+                since = str(loop._initial_checkpoint_config["configurable"]["checkpoint_id"])
+            with _TOKENS_LOCK:
+                token = _TOKENS.get(loop)
+                if token is None:
+                    token = _TOKENS[loop] = uuid.uuid4().hex
+            out.append(Run(ns=str(conf.get("checkpoint_ns", "")), since=since, token=token))
+            call = conf.get(_TASK_CALL)
+    except (AttributeError, KeyError, TypeError):
+        return ()
+    return tuple(reversed(out))
 
 
 @dataclass(frozen=True, slots=True)
@@ -284,18 +415,29 @@ def timeline_of(
         saver = None
     thread = conf.get("thread_id")
     thread_id = None if thread is None else str(thread)
+    durability = conf.get("__pregel_durability")
+    call = conf.get(_TASK_CALL)
+    runs = _runs(call) if durability == "exit" and saver is not None else ()
+    if runs and {r.ns for r in runs} != {ns for ns, _ in steps}:
+        runs = ()  # the loops do not match the step's levels: placed by the lineage alone
     return Timeline(
         task_id,
         steps,
         thread_id,
         saver,
-        durability=conf.get("__pregel_durability"),
+        durability=durability,
         answered=answered_in(state)
         if keeps_answers(state)
         else graph_answers(config) or frozenset(),
+        runs=runs,
+        call=call,
     )
 
 
+_TASK_CALL = "__pregel_call"
+"""LangGraph's ``call`` of a task's ``configurable``, a ``functools.partial`` whose
+``schedule_task`` is bound to the task's loop (a private key, guarded by
+``tests/faces/test_langgraph_privates.py``)."""
 _TASK_READ = "__pregel_read"
 """LangGraph's reader of the graph's channels in a task's ``configurable`` (a private key,
 guarded by ``tests/faces/test_langgraph_privates.py``)."""
@@ -346,10 +488,10 @@ def _verdict(call: Any, op: Operation, forks: ForkMode) -> Generator[Action, Any
         # A call outside a graph task: only its own tool call is known to be it.
         return Verdict.SAME if op.tool_call_id == call.tool_call_id else Verdict.NEXT
     origins = decode_origins(op.origin)
-    answers: dict[tuple[str, str, str, bool], Place] = {}
+    answers: dict[tuple[str, str, str, bool, Run | None], Place] = {}
 
-    def ask(ns: str, theirs: str, mine: str, elsewhere: bool) -> Place:
-        question = (ns, theirs, mine, elsewhere)
+    def ask(ns: str, theirs: str, mine: str, elsewhere: bool, run: Run | None) -> Place:
+        question = (ns, theirs, mine, elsewhere, run)
         if question not in answers:
             raise _Unanswered(question)
         return answers[question]
@@ -366,6 +508,7 @@ def _verdict(call: Any, op: Operation, forks: ForkMode) -> Generator[Action, Any
                 None if timeline.saver is None else ask,
                 forks,
                 answered=op.operation_id in timeline.answered,
+                settled=op.status.value in ANSWERED_STATES,
             )
         except _Unanswered as missing:
             answers[missing.question] = yield Hook(_ask_lineage, (timeline, missing.question))
@@ -374,12 +517,12 @@ def _verdict(call: Any, op: Operation, forks: ForkMode) -> Generator[Action, Any
 class _Unanswered(Exception):
     """``judge`` asked the lineage a question not read yet."""
 
-    def __init__(self, question: tuple[str, str, str, bool]) -> None:
+    def __init__(self, question: tuple[str, str, str, bool, Run | None]) -> None:
         super().__init__(question)
         self.question = question
 
 
-def _ask_lineage(arg: tuple[Timeline, tuple[str, str, str, bool]]) -> Place:
+def _ask_lineage(arg: tuple[Timeline, tuple[str, str, str, bool, Run | None]]) -> Place:
     timeline, question = arg
     return timeline.delivered(*question)
 

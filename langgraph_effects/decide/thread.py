@@ -172,13 +172,16 @@ def warn_durability(config: Mapping[str, Any] | None, *, answers_kept: bool = Fa
     )
     # A nested graph (a sub-agent, a worker fed the latest request) starts from a state of
     # its own each parent turn: its channel holds none of the parent's earlier answers.
+    # There the record's run places the answer (decide.identity._runs, read from
+    # LangGraph's loop); only where that loop cannot be read is a repeat lost.
     nested = len((config or {}).get("configurable", {}).get("checkpoint_map") or {}) > 1
-    if mode == "exit" and (not answers_kept or nested):
+    if mode == "exit" and (not answers_kept or nested) and not _runs_readable(config):
         message += (
             " Under durability='exit' this graph's state does not list the answered "
             "operations (no effect_operations channel: add EffectState to the state; "
-            "run_effect has none; a sub-agent's state starts afresh each turn), and 'exit' "
-            "saves none of the steps that delivered an answer: a later request for the "
+            "run_effect has none; a sub-agent's state starts afresh each turn), 'exit' "
+            "saves none of the steps that delivered an answer, and this LangGraph's loop "
+            "does not say which run a step was of: a later request for the "
             "same call on this thread (a deliberate repeat) is answered from the earlier "
             "record and does not act again (docs/identity.md). Add EffectState, give such "
             "effects an intent_key per request, or use durability='sync'."
@@ -192,6 +195,14 @@ def warn_durability(config: Mapping[str, Any] | None, *, answers_kept: bool = Fa
         # No effect_operations channel, so no reducer of ours runs on the graph's thread
         # to flush a kept message: said now, at this line, rather than never.
         warnings.warn(message, DurabilityWarning, stacklevel=2)
+
+
+def _runs_readable(config: Mapping[str, Any] | None) -> bool:
+    """The task's runs can be read from LangGraph's loop (``decide.identity._runs``)."""
+    from langgraph_effects.decide.identity import _TASK_CALL, _runs
+
+    conf = (config or {}).get("configurable") or {}
+    return bool(_runs(conf.get(_TASK_CALL)))
 
 
 def flush() -> None:

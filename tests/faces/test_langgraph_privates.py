@@ -297,3 +297,49 @@ def test_a_send_task_reads_the_graph_s_channel_where_the_faces_read_answers() ->
     assert seen == [frozenset({"op-1"}), None], _changed(
         f"__pregel_read of a Send task's config (read {seen})", "decide.identity.graph_answers"
     )
+
+
+@pytest.mark.parametrize("durability", ["exit", "sync"])
+def test_a_task_s_call_is_bound_to_its_loop_which_names_where_its_run_started(
+    durability: str,
+) -> None:
+    """``decide.identity._runs`` reads a task's run at every graph level from the loop its
+    ``__pregel_call`` is bound to (``schedule_task``), and the parent graph's through that
+    loop's config: the checkpoint each loop started from (``_initial_checkpoint_config``,
+    when ``_has_persisted_parent``), which the checkpoint saved at a run's end under
+    ``"exit"`` names as its parent; ``""`` at a level where nothing was saved before."""
+    from langchain_core.runnables import RunnableConfig
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    from langgraph_effects.decide.identity import _TASK_CALL, _runs
+
+    seen: list[Any] = []
+
+    def inner(state: MessagesState, config: RunnableConfig) -> dict[str, Any]:
+        seen.append((_runs(config["configurable"].get(_TASK_CALL)), config))
+        return {}
+
+    sub = StateGraph(MessagesState)
+    sub.add_node("inner", inner)
+    sub.add_edge(START, "inner")
+    worker = sub.compile()
+    builder = StateGraph(MessagesState)
+    builder.add_node("worker", lambda state: worker.invoke(state))
+    builder.add_edge(START, "worker")
+    saver = InMemorySaver()
+    graph = builder.compile(checkpointer=saver)
+    cfg: Any = {"configurable": {"thread_id": "t"}}
+    for _ in range(2):
+        graph.invoke({"messages": [HumanMessage("hi")]}, cfg, durability=durability)
+    ends = [t.config["configurable"]["checkpoint_id"] for t in saver.list(cfg)]  # newest first
+    (first, config1), (second, _) = seen
+    levels = [list(config1["configurable"]["checkpoint_map"]), [r.ns for r in first]]
+    changed = _changed(f"__pregel_call's loop (read {first}, {second})", "decide.identity._runs")
+    assert levels[0] == levels[1], changed
+    assert len(first) == len(second) == 2, changed
+    assert [r.since for r in first] == ["", ""], changed
+    if durability == "exit":  # two saved: each run's end
+        assert second[0].since == ends[-1], changed  # the first run's end
+    assert second[0].since, changed
+    assert second[1].since == "", changed
+    assert len({r.token for r in (*first, *second)}) == 4, changed  # one per loop

@@ -224,24 +224,138 @@ def test_a_repeat_without_effect_state_reads_each_checkpoint_once(env: Env, crm:
     assert reads[-1] <= reads[2], reads  # not growing with the thread's history
 
 
-def test_exit_warns_of_the_lost_repeat_for_an_effect_in_a_sub_agent(env: Env, crm: FakeCRM) -> None:
-    """A worker fed only the latest request starts from a state of its own each turn: its
-    ``effect_operations`` holds none of the earlier answers and ``"exit"`` saved none of
-    their steps, so the repeat is answered from the first record (1 of 2 acts: the limit,
-    docs/identity.md); the warning says so though the worker's state has the channel."""
-    import warnings
+# -- faces whose state lists no answers: the checkpoint lineage and the runs carry them --
 
+
+def messages_state_graph(env: Env, crm: FakeCRM, *, plain: bool) -> Any:
+    """agent -> tools -> agent on LangGraph's ``MessagesState``: no ``effect_operations``."""
+    from langgraph.graph import MessagesState
+
+    model = proposer("fresh")
+    builder = StateGraph(MessagesState)
+    builder.add_node("agent", lambda state: {"messages": [model.invoke(state["messages"])]})
+    builder.add_node("tools", tool_node(env, [close_tool(crm, plain=plain)], plain))
+    builder.add_edge(START, "agent")
+    builder.add_conditional_edges("agent", route_tool_calls, ["tools", END])
+    builder.add_edge("tools", "agent")
+    return builder.compile(checkpointer=env.checkpointer)
+
+
+def functional_flow(env: Env, crm: FakeCRM, *, plain: bool) -> Any:
+    """An ``@entrypoint`` closing case A once a request: ``run_effect`` in its body (the
+    Functional API: no state of ours), or a plain ``@task`` closing it."""
+    from langgraph.func import entrypoint, task
+
+    from langgraph_effects import arun_effect, run_effect
+
+    tool = close_tool(crm)
+
+    @task
+    def close_plain() -> Any:
+        return crm.close_case("A", "fixed")
+
+    if env.is_async:
+
+        @entrypoint(checkpointer=env.checkpointer)
+        async def aflow(_: Any) -> Any:
+            if plain:
+                return await close_plain()
+            return await arun_effect(tool, {"case_id": "A"}, ledger=env.ledger)
+
+        return aflow
+
+    @entrypoint(checkpointer=env.checkpointer)
+    def flow(_: Any) -> Any:
+        if plain:
+            return close_plain().result()
+        return run_effect(tool, {"case_id": "A"}, ledger=env.ledger)
+
+    return flow
+
+
+def sub_agent_graph(env: Env, crm: FakeCRM, *, plain: bool) -> Any:
+    """A worker subgraph fed only the latest request (its state starts afresh each turn)."""
     from test_subagents import latest_request_graph, worker_agent
+
+    return latest_request_graph(env, worker_agent(env, crm, plain=plain))
+
+
+NO_ANSWERS = {
+    "functional": functional_flow,
+    "messages-state": messages_state_graph,
+    "sub-agent": sub_agent_graph,
+}
+"""The faces whose state lists none of the answers delivered before: ``run_effect``, a
+state without ``EffectState``, a worker fed only the latest request."""
+
+
+def _ask(env: Env, graph: Any, face: str, text: str, durability: str | None) -> None:
+    value: Any = text if face == "functional" else {"messages": [HumanMessage(text)]}
+    env.invoke(graph, value, CFG, durability=durability)
+
+
+@pytest.mark.parametrize("plain", [False, True], ids=["effects", "control"])
+@pytest.mark.parametrize("durability", DURABILITY, ids=["exit", "default", "sync"])
+@pytest.mark.parametrize("face", list(NO_ANSWERS))
+def test_a_later_turn_acts_again_where_the_state_lists_no_answers(
+    env: Env, crm: FakeCRM, face: str, durability: str | None, plain: bool
+) -> None:
+    """The same request in each of three turns: 3 asked, 3 acted, under every durability.
+    Under ``"exit"`` the second turn was answered from the first turn's record (the
+    lineage holds none of the steps that delivered it, and the state lists nothing);
+    the record's run now says where it ended: the checkpoint saved at exit, from which
+    the next turn started. The plain ``ToolNode`` / ``@task`` beside it: 3 too."""
+    graph = NO_ANSWERS[face](env, crm, plain=plain)
+    for turn in range(1, 4):
+        _ask(env, graph, face, f"close case A ({turn})", durability)
+        assert crm.effects == turn
+    if not plain:
+        assert [o.status.value for o in env.ops()] == ["confirmed"] * 3
+
+
+@pytest.mark.parametrize("face", list(NO_ANSWERS))
+def test_a_fork_from_before_the_answer_sends_nothing_again_where_the_state_lists_no_answers(
+    env: Env, crm: FakeCRM, face: str
+) -> None:
+    """Under ``"exit"``: two turns (2 acted), then the second run again twice from the
+    checkpoint it started from (a fork of the first turn's end): answered from the second
+    turn's record, nothing sent again (2 in all). Then a later turn on the fork asks
+    again: the fork's own run delivered the answer, so it acts (3)."""
+    graph = NO_ANSWERS[face](env, crm, plain=False)
+    _ask(env, graph, face, "close case A", "exit")
+    state = graph.get_state(CFG) if not env.is_async else env.run(graph.aget_state(CFG))
+    start = state.config
+    _ask(env, graph, face, "close case A again", "exit")
+    assert crm.effects == 2
+    for _ in range(2):
+        value: Any = "again" if face == "functional" else {"messages": [HumanMessage("again")]}
+        env.invoke(graph, value, start, durability="exit")
+    assert crm.effects == 2  # neither run from the first turn's end sent again
+    _ask(env, graph, face, "and once more", "exit")
+    assert crm.effects == 3
+
+
+@pytest.mark.parametrize("env", [("sqlite", "sync"), ("postgres", "async")], indirect=True)
+@pytest.mark.parametrize("face", list(NO_ANSWERS))
+def test_exit_warns_of_no_lost_repeat_where_the_state_lists_no_answers(
+    env: Env, crm: FakeCRM, face: str
+) -> None:
+    """The ``DurabilityWarning`` of ``"exit"`` no longer says a later request is answered
+    from the earlier record (it acts: 2 of 2); it still names ``intent_key`` for
+    re-proposals with other arguments."""
+    import warnings
 
     from langgraph_effects import DurabilityWarning
     from langgraph_effects.decide import thread
 
-    graph = latest_request_graph(env, worker_agent(env, crm, plain=False))
+    graph = NO_ANSWERS[face](env, crm, plain=False)
     thread._durability_warned = False
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for text in ("close case A", "close case A again"):
-            env.invoke(graph, {"messages": [HumanMessage(text)]}, CFG, durability="exit")
+            _ask(env, graph, face, text, "exit")
     said = [str(w.message) for w in caught if issubclass(w.category, DurabilityWarning)]
-    assert any("sub-agent" in m and "does not act again" in m for m in said), said
-    assert crm.effects == 1
+    assert said
+    assert not any("does not act again" in m for m in said), said
+    assert all("intent_key" in m for m in said), said
+    assert crm.effects == 2

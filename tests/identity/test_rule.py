@@ -13,6 +13,7 @@ import pytest
 from langgraph_effects.core.identity import (
     Origin,
     Place,
+    Run,
     Verdict,
     decode_origins,
     encode_origins,
@@ -38,7 +39,9 @@ LINE: Lineage = {
 
 
 def reader(line: Lineage, asked: list[tuple[str, str, str, bool]] | None = None):  # type: ignore[no-untyped-def]
-    def delivered(ns: str, theirs: str, mine: str, elsewhere: bool) -> Place:
+    def delivered(
+        ns: str, theirs: str, mine: str, elsewhere: bool, run: Run | None = None
+    ) -> Place:
         if asked is not None:
             asked.append((ns, theirs, mine, elsewhere))
         at: str | None = mine
