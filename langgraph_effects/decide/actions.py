@@ -71,6 +71,7 @@ __all__ = [
     "Resolve",
     "Sleep",
     "Waiting",
+    "claims",
     "ledger",
 ]
 
@@ -167,6 +168,15 @@ class Claim(LedgerAction[Operation]):
             lease_for=self.lease_for,
             actor=self.actor,
         )
+
+
+def claims(action: LedgerAction[Any]) -> bool:
+    """``action`` takes a lease to dispatch: a ``Claim``, or a write-ahead record fused
+    with its claim (``Prepare`` / ``PrepareMany`` with an owner). A cancelled task takes
+    none (``decide.drive``): it would send a call nobody waits for."""
+    if isinstance(action, Claim):
+        return True
+    return isinstance(action, Prepare | PrepareMany) and action.owner is not None
 
 
 @dataclass(frozen=True, slots=True)

@@ -44,6 +44,7 @@ from langgraph_effects.decide.actions import (
     Renew,
     Sleep,
     Waiting,
+    claims,
 )
 from langgraph_effects.decide.answers import refused_note
 from langgraph_effects.decide.approvals import ask_approvals
@@ -64,7 +65,7 @@ from langgraph_effects.errors import EffectsError
 from langgraph_effects.ledger.base import DEFAULT_LEASE, AsyncLedger, Ledger
 from langgraph_effects.observe import log_abandoned
 from langgraph_effects.review import with_notice
-from langgraph_effects.slot import dispatching
+from langgraph_effects.slot import CallSlot, dispatching
 
 __all__ = ["AsyncExecute", "EffectRunner", "aask_upstream", "ask_upstream"]
 
@@ -406,6 +407,14 @@ class EffectRunner:
         is renewed no longer (``observe.log_abandoned``), so a call that outlasts
         it is taken over by the next run (unknown, then reconciled or reviewed),
         and its receipt, if it comes, is kept as a late receipt.
+
+        A cancellation noted while a ledger write or a sync hook ran (each is finished,
+        its outcome recorded) is raised before the next claim or dispatch: a cancelled
+        task sends nothing more, not even a retry under the call's key after an
+        inconclusive reconcile. A claim already made is released (the provider heard
+        nothing). An async hook (a reconciler) is awaited in the task and cut short by
+        a cancellation: what it would have recorded is not written, the record stays as
+        it was, and the next run reconciles it again (``_aact``).
         """
         gen = self.loop.decide(call, handoff, current_owner(), trace)
         return await self._adrive(gen, execute, [])
@@ -443,6 +452,10 @@ class EffectRunner:
                 continue
             try:
                 if isinstance(action, LedgerAction):
+                    if cancelled and claims(action):
+                        # Noted while a write or a hook ran: take no lease to send anything
+                        # now. Nothing changes: the record is left as it is, for the next run.
+                        raise asyncio.CancelledError
                     value = await self.commits.awrite(action, self._aledger, cancelled)
                 else:
                     value = await self._aact(action, execute, cancelled)
@@ -463,6 +476,11 @@ class EffectRunner:
         match action:
             case Hook(fn, arg):
                 if inspect.iscoroutinefunction(fn):
+                    # Awaited in the task, not shielded: a cancellation cuts it short (a
+                    # reconciler's lookup need not outlive a failed superstep). Its outcome
+                    # is recorded only once it returned, by the shielded write that follows
+                    # (``_aledger``): a reconcile cut short writes nothing, so the record
+                    # stays as it was (``unknown``), to be reconciled again, never resent.
                     return await fn(arg)
                 # A sync hook may do I/O (a provider lookup): a worker thread, as LangGraph
                 # runs a sync tool. One that returns an awaitable is awaited here.
@@ -478,6 +496,11 @@ class EffectRunner:
                 await (finish(nap, cancelled) if outlast else nap)
                 return None
             case Dispatch(op, context, args):
+                if cancelled:
+                    # Cancelled while the claim was written: nobody waits for this call
+                    # now. Not sent: the loop releases the claim and raises the
+                    # cancellation (``_record``: a bubble before the tool started).
+                    return Dispatched(call=CallSlot(context), bubble=asyncio.CancelledError())
                 renewing = self._arenewing(op.key, op.fencing_token)
                 with dispatching(context) as slot:
                     out = Dispatched(call=slot)
