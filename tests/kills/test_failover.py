@@ -26,7 +26,9 @@ record is lost and the call sent again (the hazard the documentation warns of), 
 is under a synchronous one with ``synchronous_commit = local`` for the ledger's database
 once the ledger is told to keep that setting (``prepare_synchronous="SERVER"``). By
 default it raises it to ``on``: the same schedule then waits for the standby, and the
-record survives the failover, the call sent once.
+record survives the failover, the call sent once. So is a person's rejection given
+before dispatch (every decision is raised the same way): kept, where the opt-out loses it
+and leaves the call approved, to be sent.
 
 The same template serves one more server, which checks passwords: a ledger opened
 with a wrong one fails at once with the server's reason (issue 23, finding 9).
@@ -744,3 +746,64 @@ def test_a_wrong_password_fails_at_once_naming_the_cause(template: Path) -> None
         with contextlib.suppress(RuntimeError):
             _pg("pg_ctl", "-D", str(data), "-m", "immediate", "stop")
         shutil.rmtree(server, ignore_errors=True)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("prepare_synchronous", ["ON", "SERVER"])
+def test_a_rejection_before_dispatch_waits_for_the_standby_though_commits_are_local(
+    template: Path, prepare_synchronous: str
+) -> None:
+    """A person's rejection of an approved call, before it was sent, under a synchronous
+    standby and ``synchronous_commit = local`` for the ledger's database: the approval has
+    streamed, the walsender is frozen, and the rejection is given. By default its commit is
+    raised to ``on`` and waits for the standby (``SyncRep``); thawed, it commits; the
+    primary's machine dies and the promoted standby holds the record ``rejected``. Under
+    ``prepare_synchronous="SERVER"`` the rejection commits ``local`` at once, acknowledged,
+    and the promoted standby holds the call ``prepared`` and approved: the next run would
+    send what the person refused (the hazard the floor removes)."""
+    import psycopg
+
+    from langgraph_effects import Decision, Resolution
+    from langgraph_effects.ledger.postgres import PostgresLedger
+    from langgraph_effects.testing.contract import make_draft
+
+    with _cluster(template, synchronous=True) as cluster:
+        primary = Cluster.dsn(cluster.ports[0])
+        with psycopg.connect(primary, autocommit=True) as conn:
+            conn.execute("ALTER DATABASE postgres SET synchronous_commit = local")
+        ledger = PostgresLedger.open(cluster.url, prepare_synchronous=prepare_synchronous)  # type: ignore[arg-type]
+        try:
+            ledger.setup()
+            draft = make_draft("op-1")
+            ledger.prepare(draft)
+            ledger.approve("tenant-a", "op-1", payload_digest=draft.payload_digest, by="alice")
+            _caught_up(primary)
+            walsender = cluster.walsender()
+            freeze(walsender)
+            refusal = Resolution(decision=Decision.REJECT, by="alice", reason="do not refund")
+            rejecting = threading.Thread(target=ledger.resolve, args=("tenant-a", "op-1", refusal))
+            rejecting.start()
+            try:
+                if prepare_synchronous == "ON":
+                    deadline = time.monotonic() + scaled(10)
+                    while not _primary_waits(cluster, "SyncRep"):
+                        assert time.monotonic() < deadline, "the rejection never waited"
+                        time.sleep(0.01)
+                    assert rejecting.is_alive()  # not acknowledged while nothing streams
+                else:
+                    rejecting.join(scaled(10))
+                    assert not rejecting.is_alive()  # acknowledged at once, on the primary alone
+            finally:
+                if prepare_synchronous == "ON":
+                    os.kill(walsender, signal.SIGCONT)
+            rejecting.join(scaled(10))
+            assert not rejecting.is_alive()
+            cluster.lose_primary()
+        finally:
+            ledger.close()
+        with PostgresLedger.from_conn_string(cluster.url) as promoted:
+            [op] = promoted.list(tenant_id="tenant-a")
+    if prepare_synchronous == "ON":
+        assert op.status.value == "rejected"  # the last word before dispatch, kept
+    else:
+        assert (op.status.value, op.authorization_ref is not None) == ("prepared", True)
