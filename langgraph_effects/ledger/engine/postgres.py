@@ -8,7 +8,7 @@ exception class (``UndefinedTable``, ``UndefinedColumn``), never by its message.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any, TypeVar
 
 import psycopg
@@ -80,6 +80,66 @@ def _transaction(
     return BLOCK if program.atomic or not conn.autocommit else None
 
 
+@contextlib.contextmanager
+def _framed(
+    conn: psycopg.Connection[Any], cur: psycopg.Cursor[Any], how: str | None, commit: bool
+) -> Iterator[psycopg.Pipeline | None]:
+    """The transaction ``how`` names (``_transaction``) around the block; the pipeline to
+    sync after each statement, if any. Unframed, ``commit`` commits after the block (a
+    no-op in autocommit mode) and rolls back on an error."""
+    if how == BLOCK:
+        with conn.transaction():
+            yield None
+    elif how == PIPELINE:
+        with conn.pipeline() as pipe:
+            cur.execute("BEGIN")
+            try:
+                yield pipe
+            except BaseException:
+                cur.execute("ROLLBACK")
+                raise
+            cur.execute("COMMIT")
+    else:
+        try:
+            yield None
+        except BaseException:
+            if commit:
+                with contextlib.suppress(psycopg.Error):
+                    conn.rollback()
+            raise
+        if commit:
+            conn.commit()
+
+
+@contextlib.asynccontextmanager
+async def _aframed(
+    conn: psycopg.AsyncConnection[Any], cur: psycopg.AsyncCursor[Any], how: str | None, commit: bool
+) -> AsyncIterator[psycopg.AsyncPipeline | None]:
+    """``_framed``, awaited."""
+    if how == BLOCK:
+        async with conn.transaction():
+            yield None
+    elif how == PIPELINE:
+        async with conn.pipeline() as pipe:
+            await cur.execute("BEGIN")
+            try:
+                yield pipe
+            except BaseException:
+                await cur.execute("ROLLBACK")
+                raise
+            await cur.execute("COMMIT")
+    else:
+        try:
+            yield None
+        except BaseException:
+            if commit:
+                with contextlib.suppress(psycopg.Error):
+                    await conn.rollback()
+            raise
+        if commit:
+            await conn.commit()
+
+
 def run(
     connection: contextlib.AbstractContextManager[psycopg.Connection[Any]],
     dialect: Dialect,
@@ -88,48 +148,23 @@ def run(
     own: bool = False,
     commit: bool = False,
 ) -> Result[T]:
-    """The one synchronous PostgreSQL driver: run ``program`` on the connection entered.
-
-    A program that needs a transaction runs in one (``_transaction``: ``own`` says the
-    connection is the ledger's). Any other runs its statements as they come; with
-    ``commit`` the connection is committed after them (a no-op in autocommit mode),
-    rolled back on an error.
-    """
-    with boundary(dialect), connection as conn, conn.cursor(row_factory=dict_row) as cur:
-        pipes: list[psycopg.Pipeline] = []
+    """The one synchronous PostgreSQL driver: run ``program`` on the connection entered,
+    in the transaction it needs (``_transaction``: ``own`` says the connection is the
+    ledger's; ``_framed``, where ``commit`` commits after a program that needs none)."""
+    with (
+        boundary(dialect),
+        connection as conn,
+        conn.cursor(row_factory=dict_row) as cur,
+        _framed(conn, cur, _transaction(conn, program, own), commit) as pipe,
+    ):
 
         def execute(sql: str, params: Mapping[str, Any], adhoc: bool) -> list[DictRow]:
             cur.execute(sql, params, prepare=False if adhoc else None)
-            for pipe in pipes:
+            if pipe is not None:
                 pipe.sync()  # the queued BEGIN and this statement: one round trip
             return cur.fetchall() if has_rows(cur) else []
 
-        raw = compile_statements(dialect, program.statements)
-        transaction = _transaction(conn, program, own)
-        if transaction == PIPELINE:
-            with conn.pipeline() as pipe:
-                pipes.append(pipe)
-                cur.execute("BEGIN")
-                try:
-                    result = drive(execute, raw)
-                except BaseException:
-                    cur.execute("ROLLBACK")
-                    raise
-                cur.execute("COMMIT")
-                return result
-        if transaction == BLOCK:
-            with conn.transaction():
-                return drive(execute, raw)
-        try:
-            result = drive(execute, raw)
-        except BaseException:
-            if commit:
-                with contextlib.suppress(psycopg.Error):
-                    conn.rollback()
-            raise
-        if commit:
-            conn.commit()
-        return result
+        return drive(execute, compile_statements(dialect, program.statements))
 
 
 async def arun(
@@ -142,38 +177,16 @@ async def arun(
 ) -> Result[T]:
     """The one asynchronous PostgreSQL driver: ``run``'s statements, awaited."""
     with boundary(dialect):
-        async with connection as conn, conn.cursor(row_factory=dict_row) as cur:
-            pipes: list[psycopg.AsyncPipeline] = []
+        async with (
+            connection as conn,
+            conn.cursor(row_factory=dict_row) as cur,
+            _aframed(conn, cur, _transaction(conn, program, own), commit) as pipe,
+        ):
 
             async def execute(sql: str, params: Mapping[str, Any], adhoc: bool) -> list[DictRow]:
                 await cur.execute(sql, params, prepare=False if adhoc else None)
-                for pipe in pipes:
+                if pipe is not None:
                     await pipe.sync()
                 return await cur.fetchall() if has_rows(cur) else []
 
-            raw = compile_statements(dialect, program.statements)
-            transaction = _transaction(conn, program, own)
-            if transaction == PIPELINE:
-                async with conn.pipeline() as pipe:
-                    pipes.append(pipe)
-                    await cur.execute("BEGIN")
-                    try:
-                        result = await adrive(execute, raw)
-                    except BaseException:
-                        await cur.execute("ROLLBACK")
-                        raise
-                    await cur.execute("COMMIT")
-                    return result
-            if transaction == BLOCK:
-                async with conn.transaction():
-                    return await adrive(execute, raw)
-            try:
-                result = await adrive(execute, raw)
-            except BaseException:
-                if commit:
-                    with contextlib.suppress(psycopg.Error):
-                        await conn.rollback()
-                raise
-            if commit:
-                await conn.commit()
-            return result
+            return await adrive(execute, compile_statements(dialect, program.statements))
