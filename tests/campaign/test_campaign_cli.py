@@ -12,9 +12,8 @@ from langgraph_effects.testing.campaign import own_schema
 def _schemas_and_public_tables() -> tuple[set[str], set[str]]:
     with psycopg.connect(POSTGRES_URL) as conn:
         schemas = {r[0] for r in conn.execute("SELECT nspname FROM pg_namespace")}
-        public = {
-            r[0] for r in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")
-        }
+        rows = conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")
+        public = {r[0] for r in rows}
     return schemas, public
 
 
@@ -26,9 +25,7 @@ def test_the_command_lines_tables_live_in_a_schema_dropped_afterwards() -> None:
     require_postgres()
     schemas_before, public_before = _schemas_and_public_tables()
     with own_schema(POSTGRES_URL) as url:
-        [schema] = [
-            s for s in _schemas_and_public_tables()[0] - schemas_before if "campaign" in s
-        ]
+        [schema] = [s for s in _schemas_and_public_tables()[0] - schemas_before if "campaign" in s]
         with PostgresLedger.from_conn_string(url) as ledger:
             ledger.setup()
         with psycopg.connect(POSTGRES_URL) as conn:
