@@ -44,6 +44,7 @@ from langgraph_effects.review import Answer, InvalidAnswer, RequestKind, parse_a
 __all__ = [
     "ANONYMOUS",
     "AUTH_USER_KEY",
+    "KEPT",
     "NOT_APPLIED",
     "REFUSED_NOTE",
     "Answers",
@@ -59,11 +60,11 @@ __all__ = [
     "earlier_round",
     "echoed_about",
     "identify",
+    "kept_unapplied",
     "late_refusal",
     "named_round",
     "refusals",
     "refused_note",
-    "repeat_kept",
     "repeated_answer",
     "replaced_note",
     "round_id",
@@ -261,14 +262,23 @@ def repeated_answer(operation_id: str) -> str:
     )
 
 
-def repeat_kept(operation_id: str) -> str:
-    """What the log keeps of a repeat consumed without applying (``Answers.repeats``): its
-    mark beside it holds the repeat's place among the task's values on every later run."""
-    return (
-        f"An answer equal to one already applied to operation {operation_id} came back at "
-        "this call's question (given again after a crash, or handed back by position): not "
-        "applied again; kept at its place, so each later run hands it back to this call"
+KEPT = "Kept, not applied: "
+"""How the log's record of a value consumed without applying begins (``kept_unapplied``):
+its mark holds the value's place among the task's values; nothing it says was applied."""
+
+
+def kept_unapplied(operation_id: str, earlier: str | None = None) -> str:
+    """What the log keeps of a value a call's question consumed without applying: a repeat
+    of an answer applied to ``operation_id`` (``Answers.repeats``), or an answer to
+    ``earlier``, the request id of an earlier question. Its mark beside it holds its place
+    among the task's values."""
+    what = (
+        f"an answer equal to one already applied to operation {operation_id}"
+        if earlier is None
+        else f"an answer to request {earlier}, an earlier question about operation {operation_id}"
     )
+    kept = f"{KEPT}{what} came back at this call's question; each later run hands it back there"
+    return kept[:2000]
 
 
 REFUSED_NOTE = "Your answer was refused, nothing was recorded: "

@@ -47,10 +47,10 @@ from langgraph_effects.decide.answers import (
     decided_note,
     earlier_round,
     identify,
+    kept_unapplied,
     late_refusal,
     named_round,
     refusals,
-    repeat_kept,
     repeated_answer,
     replaced_note,
     round_id,
@@ -201,13 +201,14 @@ class Asking(LoopBase):
             if named == op.operation_id and echoed not in (None, request["request_id"]):
                 # It answers an earlier question (shown by LangGraph after a crash, or sent
                 # late): not applied; the current request is asked, saying why.
+                yield from self._keep_unapplied(p, op, value, answers, echoed)
                 request = with_notice(base, earlier_round(echoed, op))
                 continue
             if answers.repeats(mark):
                 # An answer applied before, handed to this later question (LangGraph
                 # keeps a positional resume): not applied again; the person is asked.
                 if named == op.operation_id:
-                    yield from self._keep_repeat(p, op, value, answers)
+                    yield from self._keep_unapplied(p, op, value, answers)
                 request = with_notice(base, repeated_answer(named))
                 continue
             # Who decided: the run's authenticated user, else the answer's by (or refused).
@@ -382,7 +383,7 @@ class Asking(LoopBase):
                     # Consumed without applying (answer_of): a repeat of an answer applied
                     # to it, given again to the request shown after a crash. Kept at its
                     # place, or a later run would hand it to the next call's question.
-                    yield from self._keep_repeat(p, op, value, mine)
+                    yield from self._keep_unapplied(p, op, value, mine)
                     continue
                 # Applied even when it agrees with the operator's approval (an approve):
                 # logged with its mark, so a later run meets it as this task's answer
@@ -401,13 +402,14 @@ class Asking(LoopBase):
             return (yield from self._answered(p, op, answer, answer_mark(call, value)))
         return None
 
-    def _keep_repeat(
-        self, p: Pass, op: Operation, value: Any, mine: Answers
+    def _keep_unapplied(
+        self, p: Pass, op: Operation, value: Any, mine: Answers, earlier: str | None = None
     ) -> Generator[Action, Any, None]:
-        """Log ``value``, a repeat of an answer applied to ``op`` that this call's question
-        took at this place and consumed without applying, with its mark: every later run
-        of the task hands it back here in its logged order (``Answers.next_is``), and no
-        later question takes it, whichever call asks.
+        """Log ``value``, which this call's question took at this place and consumed without
+        applying (a repeat of an answer applied to ``op``, or an answer to ``earlier``, an
+        earlier question about it), with its mark: every later run of the task hands it
+        back here in its logged order (``Answers.next_is``), and no later question takes
+        it, whichever call asks.
 
         Unlogged, a repeat that names nothing (Agent Chat UI's answer: no operation_id,
         no request_id) is read by position: once ``op`` is decided, ``_late_answers``
@@ -418,7 +420,10 @@ class Asking(LoopBase):
             ask A ─▶ edit (applied) ─▶ ✗ ─▶ A shown again ─▶ edit again (kept here)
                   ─▶ ask B ─▶ reject ─▶ re-run: A takes both edits, B the reject
 
-        Only past every answer logged for ``op`` (its place follows theirs in the log).
+        And logged only later (``_late_answers`` logs a late answer it takes), the log
+        lists it after answers LangGraph hands back after it: out of order, the call
+        counts an answer of its own still to come and takes the next call's (campaign
+        seed 1106). Only past every answer logged for ``op`` (its place follows theirs).
         """
         mark = answer_mark(p.call, value)
         if mark is None or mine.consumed < len(mine.logged):
@@ -428,7 +433,9 @@ class Asking(LoopBase):
             by = identify(answer, user=p.call.user, anonymous=self.anonymous_answers).by
         except InvalidAnswer:
             by = None
-        evidence = Evidence.inconclusive(repeat_kept(op.operation_id), source=by or ANONYMOUS)
+        evidence = Evidence.inconclusive(
+            kept_unapplied(op.operation_id, earlier), source=by or ANONYMOUS
+        )
         yield from self._guarded(p, op, RecordEvidence(op.key, evidence, answer=mark))
         mine.note(mark)
 

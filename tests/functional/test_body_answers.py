@@ -255,3 +255,47 @@ def test_a_call_reconciled_before_it_asks_keeps_the_answers_it_was_given(
     assert crm.effects == 1
     statuses = sorted((op.action, op.status.value) for op in env.ops())
     assert statuses == [("crm.close_case", "confirmed"), ("crm.update", "rejected")]
+
+
+def test_an_answer_to_an_earlier_question_keeps_its_place(env: Env, crm: FakeCRM) -> None:
+    """The first call's review is answered by a stale UI that echoes the approval's
+    request_id (an earlier question: told, asked again), then rejected; the second call
+    asks, a bad answer is refused, and the person rejects it. The stale answer is logged
+    at its place when it is consumed, so the first call's log lists its answers in the
+    order LangGraph hands them back: logged later (as a late answer, after the reject),
+    it put the log out of order, the first call counted an answer not handed back yet,
+    and took the second call's reject as its own (agreeing, silently): the second call
+    was asked again without a word. Regression: campaign seed 1106 (functional_api,
+    body), where the second call's edit was lost that way."""
+    flow = _two_calls(env, crm)
+    crm.faults.push(Fault.LOSE_REQUEST)  # A's dispatch: nothing acted, its outcome unknown
+    env.invoke(flow, "go", CFG)
+    (approval,) = _interrupts(env, flow)
+    a_id = approval.value["operation_id"]
+    env.invoke(
+        flow, Command(resume={"operation_id": a_id, "decision": "approve", "by": "ana"}), CFG
+    )
+    (review,) = _interrupts(env, flow)
+    assert (review.value["kind"], crm.effects) == (REVIEW_KIND, 0)
+    stale = {
+        "decisions": [{"type": "approve"}],
+        "by": "ana",
+        "request_id": approval.value["request_id"],
+    }
+    env.invoke(flow, Command(resume=stale), CFG)
+    (again,) = _interrupts(env, flow)
+    assert again.value["request_id"] == review.value["request_id"]
+    assert "earlier question" in again.value["notice"]
+    no = {"operation_id": a_id, "decision": "reject", "by": "ana", "reason": "not at the CRM"}
+    env.invoke(flow, Command(resume=no), CFG)
+    (second,) = _interrupts(env, flow)
+    assert second.value["tool"] == "update"
+    env.refused(flow, Command(resume={"decisions": [{"type": "approve"}]}), CFG, "who decides")
+    reject = {"decisions": [{"type": "reject", "message": "not B"}], "by": "ana"}
+    out = env.invoke(flow, Command(resume=reject), CFG)
+    assert _interrupts(env, flow) == []
+    assert out == ["refused", "refused"]
+    # Intended: nothing (A rejected after its request was lost, B rejected); acted: nothing.
+    assert crm.effects == 0
+    statuses = sorted((op.action, op.status.value) for op in env.ops())
+    assert statuses == [("crm.close_case", "rejected"), ("crm.update", "rejected")]

@@ -23,7 +23,7 @@ from langgraph_effects.core.model import (
     Resolution,
 )
 from langgraph_effects.core.plan import operator_decisions
-from langgraph_effects.decide.answers import NOT_APPLIED, REFUSED_NOTE, answer_digest
+from langgraph_effects.decide.answers import KEPT, NOT_APPLIED, REFUSED_NOTE, answer_digest
 from langgraph_effects.decide.messages import TRACE_KEY
 from langgraph_effects.ledger.base import AsyncLedger, Ledger
 from langgraph_effects.review import APPROVAL_KIND, REVIEW_KIND
@@ -47,7 +47,8 @@ def _events(key: OperationKey, ledger: Ledger | AsyncLedger) -> Any:
 def _answer_applied(sc: Scenario, value: Any) -> Generator[_Request, Any, bool]:
     """Whether the ledger applied ``value`` as an answer to any operation of the thread
     (``decide.answers.answer_mark``: every applied answer is logged with its digest). A
-    late answer logged as not applied (``decide.answers.late_refusal``) was not."""
+    late answer logged as not applied (``decide.answers.late_refusal``) was not, nor a
+    value kept at its place without applying (``decide.answers.kept_unapplied``)."""
     digest = answer_digest(value)
     for op in (yield from _thread_ops(sc)):
         events = yield _LedgerCall(functools.partial(_events, op.key))
@@ -55,7 +56,7 @@ def _answer_applied(sc: Scenario, value: Any) -> Generator[_Request, Any, bool]:
             e.detail.get("answer")
             for e in events
             if isinstance(e.detail, dict)
-            and not (e.evidence is not None and e.evidence.summary.startswith(NOT_APPLIED))
+            and not (e.evidence is not None and e.evidence.summary.startswith((NOT_APPLIED, KEPT)))
         )
         if any(isinstance(mark, str) and digest in mark for mark in marks):
             return True
