@@ -38,6 +38,8 @@ from langgraph_effects.testing.providers import FakeCRM
 
 CFG = {"configurable": {"thread_id": "t1"}}
 FACES = ("functional", "messages-state", "sub-agent")
+NEVER_MIND = "never mind"
+"""A request that proposes no call (on every face)."""
 
 
 def _effect(crm: FakeCRM) -> Any:
@@ -72,6 +74,8 @@ def _model(kill: bool) -> ScriptedChatModel:
             if kill:
                 os._exit(CRASH_EXIT_CODE)
             return AIMessage(content="done")
+        if NEVER_MIND in str(messages[-1].content):
+            return AIMessage(content="nothing to do")
         call = {"name": "close_case", "args": {"case_id": "A"}, "id": f"c-{uuid.uuid4().hex[:8]}"}
         return AIMessage(content="", tool_calls=[call])
 
@@ -129,7 +133,9 @@ def _face(env: Env, crm: FakeCRM, face: str, plain: bool, kill: bool) -> Any:
     if env.is_async:
 
         @entrypoint(checkpointer=env.checkpointer)
-        async def aflow(_: Any) -> Any:
+        async def aflow(text: str) -> Any:
+            if NEVER_MIND in text:
+                return None
             if plain:
                 return after(await close_plain())
             return after(await arun_effect(close, {"case_id": "A"}, ledger=env.ledger))
@@ -137,7 +143,9 @@ def _face(env: Env, crm: FakeCRM, face: str, plain: bool, kill: bool) -> Any:
         return aflow
 
     @entrypoint(checkpointer=env.checkpointer)
-    def flow(_: Any) -> Any:
+    def flow(text: str) -> Any:
+        if NEVER_MIND in text:
+            return None
         if plain:
             return after(close_plain().result())
         return after(run_effect(close, {"case_id": "A"}, ledger=env.ledger))

@@ -359,3 +359,61 @@ def test_exit_warns_of_no_lost_repeat_where_the_state_lists_no_answers(
     assert not any("does not act again" in m for m in said), said
     assert all("intent_key" in m for m in said), said
     assert crm.effects == 2
+
+
+def _twice_graph(env: Env, crm: FakeCRM, face: str, *, plain: bool) -> Any:
+    """One request asking for case A to be closed twice (``twice_in_one_run``), on
+    ``MessagesState`` or in a worker subgraph fed the latest request."""
+    from langgraph.graph import MessagesState
+    from test_subagents import latest_request_graph
+
+    model = twice_in_one_run()
+    builder = StateGraph(MessagesState if face == "messages-state" else State)
+    builder.add_node("agent", lambda state: {"messages": [model.invoke(state["messages"])]})
+    builder.add_node("tools", tool_node(env, [close_tool(crm, plain=plain)], plain))
+    builder.add_edge(START, "agent")
+    builder.add_conditional_edges("agent", route_tool_calls, ["tools", END])
+    builder.add_edge("tools", "agent")
+    if face == "messages-state":
+        return builder.compile(checkpointer=env.checkpointer)
+    return latest_request_graph(env, builder.compile())
+
+
+@pytest.mark.parametrize("plain", [False, True], ids=["effects", "control"])
+@pytest.mark.parametrize("face", ["messages-state", "sub-agent"])
+def test_a_repeat_in_a_later_step_of_the_same_exit_run_acts_where_the_state_lists_no_answers(
+    env: Env, crm: FakeCRM, face: str, plain: bool
+) -> None:
+    """Two steps of one ``"exit"`` run ask for the same closure: 2 asked, 2 acted. Neither
+    step is saved and the state lists nothing; the first record's run is the second
+    call's own (its token), so the loop went past its step: delivered."""
+    graph = _twice_graph(env, crm, face, plain=plain)
+    env.invoke(graph, {"messages": [HumanMessage("close A twice")]}, CFG, durability="exit")
+    assert crm.effects == 2
+    if not plain:
+        assert [o.status.value for o in env.ops()] == ["confirmed"] * 2
+
+
+@pytest.mark.parametrize("env", [("sqlite", "sync"), ("postgres", "async")], indirect=True)
+def test_where_langgraphs_loop_cannot_be_read_a_repeat_is_answered_and_the_warning_says_so(
+    env: Env, crm: FakeCRM, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fallback: a LangGraph whose task config no longer leads to its loop (the key
+    moved) gives no record a run, so an unsaved step is never placed as delivered (a guess
+    there could re-send a killed run's effect): 2 asked, 1 acted, and ``DurabilityWarning``
+    names the lost repeat and what to do."""
+    import warnings
+
+    from langgraph_effects import DurabilityWarning
+    from langgraph_effects.decide import identity, thread
+
+    monkeypatch.setattr(identity, "_TASK_CALL", "__moved__")
+    graph = messages_state_graph(env, crm, plain=False)
+    thread._durability_warned = False
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for text in ("close case A", "close case A again"):
+            _ask(env, graph, "messages-state", text, "exit")
+    said = [str(w.message) for w in caught if issubclass(w.category, DurabilityWarning)]
+    assert any("does not act again" in m and "intent_key per request" in m for m in said), said
+    assert crm.effects == 1

@@ -215,3 +215,23 @@ def test_the_docs_table_names_every_verdict_once() -> None:
         text = (root / other).read_text()
         assert "docs/identity.md" in text
         assert "| path | operation | why |" not in text
+
+
+def test_an_exit_records_run_is_asked_about_only_once_its_outcome_is_recorded() -> None:
+    """An origin written under ``durability="exit"`` names its run; ``judge`` hands it to the
+    lineage reader (which places an unsaved step by the run's end) only when the record's
+    outcome is recorded: a record still dispatching was never answered, so no run delivered
+    it, and it is met again (adopted) whatever checkpoints followed."""
+    run = Run(ns=ROOT, since="c1", token="r1")
+    e = Origin(task="t1", call="call-1", steps=((ROOT, "x2"),), runs=(run,))
+    mine = at("t2", "call-2", (ROOT, "c5"))
+    handed: list[Run | None] = []
+
+    def delivered(ns: str, theirs: str, me: str, elsewhere: bool, r: Run | None = None) -> Place:
+        handed.append(r)
+        return Place.MINE if r is not None else Place.NOWHERE
+
+    assert judge([e], "call-1", mine, delivered) is Verdict.NEXT
+    assert judge([e], "call-1", mine, delivered, settled=False) is Verdict.ADOPT
+    assert handed == [run, None]
+    assert decode_origins(encode_origins([e])) == (e,)  # the run is kept with the record

@@ -59,3 +59,42 @@ def test_a_run_killed_after_its_answer_resumes_once_and_a_later_turn_acts(
     assert acted() == (4 if plain else 3)  # a deliberate repeat in a later turn acts
     if not plain:
         assert later.value["statuses"] == ["confirmed"] * 3
+
+
+@pytest.mark.parametrize("plain", [False, True], ids=["effects", "control"])
+@pytest.mark.parametrize(
+    ("kind", "mode"), [BACKENDS[0], BACKENDS[3]], ids=["sqlite-sync", "postgres-async"]
+)
+@pytest.mark.parametrize("face", FACES)
+def test_a_run_killed_inside_the_provider_call_is_never_taken_for_delivered(
+    request: pytest.FixtureRequest, tmp_path: Path, face: str, kind: str, mode: str, plain: bool
+) -> None:
+    """The CRM applies the second request's closure and the process dies inside the call
+    (``Fault.CRASH``): the record stays dispatching, its outcome never recorded. The next
+    request proposes nothing (``never mind``) and its run ends in a checkpoint saved at exit
+    from the same start; a later request asking again meets the dispatching record (no run
+    delivered an answer it never had), which its reconciler confirms: 2 at the CRM, not 3.
+    The plain control: 3."""
+    from _exit_repeat_child import NEVER_MIND
+
+    from langgraph_effects.testing.providers import Fault
+
+    if plain and (kind, mode) != ("sqlite", "sync"):
+        pytest.skip("the control runs on SQLite")
+    where = request.getfixturevalue("pg_url") if kind == "postgres" else str(tmp_path / "app.db")
+    crm_path = tmp_path / "crm.db"
+    FakeCRM(crm_path).close()
+    thread = (ask, kind, mode, where, str(crm_path), face, plain, False)
+    assert run_in_forked_child(*thread, "close case A").ok
+    with FakeCRM(crm_path) as crm:
+        crm.faults.push(Fault.CRASH)
+    died = run_in_forked_child(*thread, "close case A, please")
+    assert died.crashed, died.error
+    calm = run_in_forked_child(*thread, NEVER_MIND)
+    assert calm.ok, calm.error
+    later = run_in_forked_child(*thread, "close case A")
+    assert later.ok, later.error
+    with FakeCRM(crm_path) as crm:
+        assert crm.effects == (3 if plain else 2)
+    if not plain:
+        assert later.value["statuses"] == ["confirmed"] * 2
