@@ -82,7 +82,9 @@ def _model(kill: bool) -> ScriptedChatModel:
     return ScriptedChatModel(script=reply)
 
 
-def _agent(env: Env, crm: FakeCRM, plain: bool, kill: bool, state: Any, saver: Any) -> Any:
+def _agent(
+    env: Env, crm: FakeCRM, plain: bool, kill: bool, state: Any, saver: Any, paused: bool = False
+) -> Any:
     model = _model(kill)
     tools = [_plain(crm) if plain else _effect(crm)]
     builder = StateGraph(state)
@@ -93,12 +95,12 @@ def _agent(env: Env, crm: FakeCRM, plain: bool, kill: bool, state: Any, saver: A
     builder.add_edge(START, "agent")
     builder.add_conditional_edges("agent", route_tool_calls, ["tools", END])
     builder.add_edge("tools", "agent")
-    return builder.compile(checkpointer=saver)
+    return builder.compile(checkpointer=saver, interrupt_before=["tools"] if paused else None)
 
 
-def _face(env: Env, crm: FakeCRM, face: str, plain: bool, kill: bool) -> Any:
+def _face(env: Env, crm: FakeCRM, face: str, plain: bool, kill: bool, paused: bool) -> Any:
     if face == "messages-state":
-        return _agent(env, crm, plain, kill, MessagesState, env.checkpointer)
+        return _agent(env, crm, plain, kill, MessagesState, env.checkpointer, paused)
     if face == "sub-agent":
         worker = _agent(env, crm, plain, kill, State, None)
 
@@ -116,6 +118,7 @@ def _face(env: Env, crm: FakeCRM, face: str, plain: bool, kill: bool) -> Any:
         builder.add_edge("worker", END)
         return builder.compile(checkpointer=env.checkpointer)
     from langgraph.func import entrypoint, task
+    from langgraph.types import interrupt
 
     from langgraph_effects import arun_effect
 
@@ -136,6 +139,8 @@ def _face(env: Env, crm: FakeCRM, face: str, plain: bool, kill: bool) -> Any:
         async def aflow(text: str) -> Any:
             if NEVER_MIND in text:
                 return None
+            if paused:
+                interrupt("close case A?")
             if plain:
                 return after(await close_plain())
             return after(await arun_effect(close, {"case_id": "A"}, ledger=env.ledger))
@@ -146,6 +151,8 @@ def _face(env: Env, crm: FakeCRM, face: str, plain: bool, kill: bool) -> Any:
     def flow(text: str) -> Any:
         if NEVER_MIND in text:
             return None
+        if paused:
+            interrupt("close case A?")
         if plain:
             return after(close_plain().result())
         return after(run_effect(close, {"case_id": "A"}, ledger=env.ledger))
@@ -154,14 +161,31 @@ def _face(env: Env, crm: FakeCRM, face: str, plain: bool, kill: bool) -> Any:
 
 
 def ask(
-    kind: str, mode: str, where: str, crm_path: str, face: str, plain: bool, kill: bool, text: str
+    kind: str,
+    mode: str,
+    where: str,
+    crm_path: str,
+    face: str,
+    plain: bool,
+    kill: bool,
+    text: str | None,
+    paused: bool = False,
 ) -> dict[str, Any]:
-    """Send ``text`` under ``durability="exit"``; return the ledger's statuses."""
+    """Send ``text`` under ``durability="exit"``; return the ledger's statuses. ``paused``:
+    each request stops before it acts (``interrupt_before=["tools"]``; ``interrupt()`` in
+    the entrypoint), saved at exit; ``text`` None resumes it (``invoke(None)``;
+    ``Command(resume=...)``)."""
+    from langgraph.types import Command
+
     env = Env(kind, mode, path=Path(where), url=where)
     crm = FakeCRM(crm_path)
     try:
-        graph = _face(env, crm, face, plain, kill)
-        value: Any = text if face == "functional" else {"messages": [HumanMessage(text)]}
+        graph = _face(env, crm, face, plain, kill, paused)
+        value: Any
+        if text is None:
+            value = Command(resume="yes") if face == "functional" else None
+        else:
+            value = text if face == "functional" else {"messages": [HumanMessage(text)]}
         env.invoke(graph, value, CFG, durability="exit")
         return {"statuses": [] if plain else sorted(o.status.value for o in env.ops())}
     finally:

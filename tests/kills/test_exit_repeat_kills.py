@@ -98,3 +98,45 @@ def test_a_run_killed_inside_the_provider_call_is_never_taken_for_delivered(
         assert crm.effects == (3 if plain else 2)
     if not plain:
         assert later.value["statuses"] == ["confirmed"] * 2
+
+
+@pytest.mark.parametrize("plain", [False, True], ids=["effects", "control"])
+@pytest.mark.parametrize(
+    ("kind", "mode"), [BACKENDS[0], BACKENDS[3]], ids=["sqlite-sync", "postgres-async"]
+)
+@pytest.mark.parametrize("face", ["functional", "messages-state"])
+def test_a_resumed_run_killed_after_its_answer_is_resumed_again_without_a_second_send(
+    request: pytest.FixtureRequest, tmp_path: Path, face: str, kind: str, mode: str, plain: bool
+) -> None:
+    """Each request stops before it acts, and ``"exit"`` saves the stop; the resume
+    (``invoke(None)``, ``Command(resume=...)``) acts and is killed after the answer, so the
+    thread stays at the stop. Resumed again from that last saved checkpoint, the same task
+    meets its own record: 2 at the CRM, not 3. A third request, resumed, acts (3). The
+    plain control: 1, 2, 3, 4."""
+    if plain and (kind, mode) != ("sqlite", "sync"):
+        pytest.skip("the control runs on SQLite")
+    where = request.getfixturevalue("pg_url") if kind == "postgres" else str(tmp_path / "app.db")
+    crm_path = tmp_path / "crm.db"
+    FakeCRM(crm_path).close()
+    thread = (ask, kind, mode, where, str(crm_path), face, plain)
+
+    def acted() -> int:
+        with FakeCRM(crm_path) as crm:
+            return crm.effects
+
+    for text in ("close case A", None):
+        assert run_in_forked_child(*thread, False, text, True).ok
+    assert acted() == 1
+    assert run_in_forked_child(*thread, False, "close case A again", True).ok  # stops
+    died = run_in_forked_child(*thread, True, None, True)  # resumed: acts, killed
+    assert died.crashed, died.error
+    assert acted() == 2
+    again = run_in_forked_child(*thread, False, None, True)  # resumed again from the stop
+    assert again.ok, again.error
+    assert acted() == (3 if plain else 2)
+    for text in ("and once more", None):
+        later = run_in_forked_child(*thread, False, text, True)
+        assert later.ok, later.error
+    assert acted() == (4 if plain else 3)
+    if not plain:
+        assert later.value["statuses"] == ["confirmed"] * 3
