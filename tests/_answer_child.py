@@ -55,3 +55,18 @@ def nobody(claimed: str | None) -> Any:
 def signed_in(claimed: str | None) -> str:
     """An identity hook: the signed-in operator, whatever name is given."""
     return "olga"
+
+
+def answer_by_id(
+    kind: str, mode: str, where: str, crm_path: str, interrupt_id: str, request_id: str
+) -> None:
+    """Answer t1's pending approval with ``approve`` by interrupt id, echoing the request's
+    ``request_id`` (the test arms the crash)."""
+    env = Env(kind, mode, path=Path(where), url=where)
+    crm = FakeCRM(crm_path)
+    try:
+        value = {**APPROVE, "request_id": request_id}
+        env.invoke(gated_graph(env, crm), Command(resume={interrupt_id: value}), CFG)
+    finally:
+        crm.close()
+        env.close()

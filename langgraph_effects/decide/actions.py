@@ -69,6 +69,7 @@ __all__ = [
     "Release",
     "Renew",
     "Resolve",
+    "SetAside",
     "Sleep",
     "Waiting",
     "claims",
@@ -432,7 +433,19 @@ class Waiting:
     """
 
 
-Action: TypeAlias = LedgerAction[Any] | Hook | Dispatch | Sleep | Ask | Waiting
+@dataclass(frozen=True, slots=True)
+class SetAside:
+    """The value given by position (``Command(resume=value)``) that this run, resumed by
+    interrupt id, sets aside; None: none (or a run not resumed by id).
+
+    LangGraph keeps such a value among the checkpoint's pending writes; a run resumed by
+    id drops it (``decide.drive``), but a crash before LangGraph saves that run's answer
+    loses the drop, and the next run would hand the older value to the question it
+    answered (``decide.asking``: logged, so it is consumed there).
+    """
+
+
+Action: TypeAlias = LedgerAction[Any] | Hook | Dispatch | Sleep | Ask | Waiting | SetAside
 
 
 def ledger(action: LedgerAction[T]) -> Generator[Action, Any, T]:

@@ -32,6 +32,7 @@ from langgraph_effects.decide.actions import (
     RecordEvidence,
     Reject,
     Resolve,
+    SetAside,
     Waiting,
     ledger,
 )
@@ -54,6 +55,7 @@ from langgraph_effects.decide.answers import (
     repeated_answer,
     replaced_note,
     round_id,
+    set_aside_note,
 )
 from langgraph_effects.decide.call import EffectCall
 from langgraph_effects.decide.identity import find_operation
@@ -232,7 +234,36 @@ class Asking(LoopBase):
                 user=call.user,
                 anonymous=self.anonymous_answers,
             )
+            op = yield from self._set_aside(p, op, answers, answer, mark)
             return (yield from self._answered(p, op, answer, mark))
+
+    def _set_aside(
+        self, p: Pass, op: Operation, mine: Answers, answer: Answer, mark: str | None
+    ) -> Generator[Action, Any, Operation]:
+        """Before an answer given by interrupt id applies: log the older answer given by
+        position that this run sets aside (``SetAside``), with its mark, ahead of the
+        answer's.
+
+        LangGraph keeps that value; a crash after the ledger applied this answer and
+        before LangGraph saved it loses the drop, and the next run hands the older value
+        to this question again, where the logged answer was lost. Logged, it is consumed
+        there as an answer handed back, never read as the person's last word (a refused
+        one was shown with its refusal's reason, stale: the person answered since)::
+
+            {resume: bad} ─▶ refused ─▶ {id0: approve} ─▶ bad logged, approved ─▶ ✗
+              ─▶ invoke(None): bad handed back, consumed ─▶ the approval asked again
+        """
+        if mark is None:
+            return op
+        aside = yield SetAside()
+        aside_mark = None if aside is None else answer_mark(p.call, aside)
+        if aside_mark is None or aside_mark == mark or aside_mark in mine.logged:
+            return op
+        evidence = Evidence.inconclusive(set_aside_note(op, answer), source=answer.by or ANONYMOUS)
+        op = yield from self._guarded(p, op, RecordEvidence(op.key, evidence, answer=aside_mark))
+        mine.logged.insert(mine.consumed - 1, aside_mark)  # before this answer, as logged
+        mine.consumed += 1
+        return op
 
     def open_on_target(self, op: Operation) -> Generator[Action, Any, OpenOnTarget]:
         """The other unresolved operations on ``op``'s action and target, for the person

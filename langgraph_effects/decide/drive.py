@@ -42,6 +42,7 @@ from langgraph_effects.decide.actions import (
     Hook,
     LedgerAction,
     Renew,
+    SetAside,
     Sleep,
     Waiting,
     claims,
@@ -345,6 +346,9 @@ class EffectRunner:
                     wait_turn()  # read at this call's place among the task's questions
                     value = _next_value()
                 continue
+            if isinstance(action, SetAside):
+                value = _set_aside() if self._held else None
+                continue
             try:
                 if isinstance(action, LedgerAction):
                     # Committed as decide.commit says (alone, or in its group).
@@ -449,6 +453,9 @@ class EffectRunner:
                     if cancelled:
                         raise asyncio.CancelledError
                     value = _next_value()
+                continue
+            if isinstance(action, SetAside):
+                value = _set_aside() if self._held else None
                 continue
             try:
                 if isinstance(action, LedgerAction):
@@ -753,6 +760,20 @@ def _given_by_position(pad: Any) -> Any:
         by_id = False
     if by_id:
         pad.get_null_resume(True)  # taken from the pending writes: interrupt() finds none
+        return None
+    return given
+
+
+def _set_aside() -> Any:
+    """The value given by position that this run, resumed by interrupt id, sets aside
+    (``_given_by_position`` drops it; LangGraph still shows it); None: none. A value the
+    task holds among its own (taken by one of its questions before) is not set aside."""
+    pad = _scratchpad()
+    if pad is None or not get_config()["configurable"].get(_RESUME_MAP):
+        return None
+    given = pad.get_null_resume(False)
+    resume = getattr(pad, "resume", None)
+    if given is None or not isinstance(resume, list) or any(v == given for v in resume):
         return None
     return given
 

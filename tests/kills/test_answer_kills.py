@@ -9,12 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _answer_child import APPROVE, CFG, gated_graph
+from _answer_child import APPROVE, CFG, answer_by_id, gated_graph
 from _answer_child import answer as answer_in_child
 from _graphs import Env, tool_messages
 from langgraph.types import Command
 
 from langgraph_effects.core.model import EventKind, OperationStatus
+from langgraph_effects.decide.answers import REFUSED_NOTE
 from langgraph_effects.testing.faults import CrashPoint
 from langgraph_effects.testing.providers import FakeCRM
 from langgraph_effects.testing.scenario import run_in_forked_child as run_in_child
@@ -91,3 +92,73 @@ def test_the_same_approval_given_again_after_that_crash_sends_once(env: Env, crm
     env.invoke(graph, Command(resume={**APPROVE, "by": "bob"}), CFG)
     [op] = env.ops()
     assert (op.status, crm.effects, pending(env, graph)) == (S.CONFIRMED, 1, [])
+
+
+TWO_FOR_ONE = {"decisions": [{"type": "approve"}] * 2, "by": "ana"}  # refused: one call asked
+
+
+def approved_by_id_then_killed(env: Env, graph: Any, crm: FakeCRM, shown: Any) -> None:
+    """Answer ``shown`` with ``approve`` by its interrupt id, echoing its request_id, in a
+    child killed after the ledger applied it and before LangGraph saved it."""
+    died = run_in_child(
+        answer_by_id,
+        env.kind,
+        env.mode,
+        env.where,
+        str(crm.path),
+        shown.id,
+        shown.value["request_id"],
+        crash_at=CrashPoint.AFTER_ANSWER,
+    )
+    assert died.crashed_at is CrashPoint.AFTER_ANSWER, died.error
+    [op] = env.ops()
+    assert (op.status, op.authorization_ref, crm.effects) == (S.PREPARED, "approved-by:ana", 0)
+
+
+def test_a_refused_answer_set_aside_by_an_answer_by_id_is_not_shown_after_that_crash(
+    env: Env, crm: FakeCRM
+) -> None:
+    """A bad answer given by position is refused; the approve given next by interrupt id
+    (its request_id echoed) is applied by the ledger, and the process is killed before
+    LangGraph saved it. LangGraph still holds the bad answer, and ``invoke(None)`` handed
+    it to the approval shown again, refused with its reason: stale, the person answered
+    since. Now the approval is shown as the record asks it (no refusal, the same round),
+    the next answer sends the call exactly once, and a repeat sends nothing more."""
+    graph = gated_graph(env, crm)
+    env.invoke(graph, {"messages": [("user", "close A")]}, CFG)
+    [refused] = env.refused(graph, Command(resume=TWO_FOR_ONE), CFG, "decides one call")
+    approved_by_id_then_killed(env, graph, crm, refused)
+
+    out = env.invoke(graph, None, CFG)
+    [shown] = out["__interrupt__"]
+    assert shown.value["kind"] == "effect_approval"
+    assert "notice" not in shown.value  # no refusal: the bad answer is not the last word
+    assert not any(
+        a["description"].startswith(REFUSED_NOTE) for a in shown.value["action_requests"]
+    )
+    assert shown.value["request_id"] == refused.value["request_id"]
+    assert crm.effects == 0
+
+    out = env.invoke(graph, Command(resume={**APPROVE, "by": "bob"}), CFG)
+    assert (crm.effects, pending(env, graph)) == (1, [])
+    [op] = env.ops()
+    assert op.status is S.CONFIRMED
+    assert [m.status for m in tool_messages(out)] == ["success"]
+    env.invoke(graph, None, CFG)
+    assert crm.effects == 1
+
+
+@pytest.mark.parametrize("env", [("sqlite", "sync"), ("postgres", "async")], indirect=True)
+def test_a_bad_answer_given_after_that_crash_is_refused_with_its_own_reason(
+    env: Env, crm: FakeCRM
+) -> None:
+    """The other order: approved by interrupt id, killed before LangGraph saved it, then a
+    bad answer by position: it is the person's latest word, refused with its reason (not
+    set aside), and the next approve sends the call exactly once."""
+    graph = gated_graph(env, crm)
+    [asked] = env.invoke(graph, {"messages": [("user", "close A")]}, CFG)["__interrupt__"]
+    approved_by_id_then_killed(env, graph, crm, asked)
+    env.refused(graph, Command(resume=TWO_FOR_ONE), CFG, "decides one call")
+    assert crm.effects == 0
+    env.invoke(graph, Command(resume=APPROVE), CFG)
+    assert (crm.effects, pending(env, graph)) == (1, [])
