@@ -51,10 +51,12 @@ from langgraph_effects.decide.actions import (
     Events,
     Prepare,
     RecordEvidence,
+    SetAside,
     Waiting,
     ledger,
 )
 from langgraph_effects.decide.answers import (
+    ANONYMOUS,
     agrees,
     answer_digest,
     check_applicable,
@@ -63,6 +65,7 @@ from langgraph_effects.decide.answers import (
     identify,
     late_refusal,
     round_id,
+    set_aside_note,
 )
 from langgraph_effects.decide.call import EffectCall
 from langgraph_effects.decide.identity import find_operation
@@ -316,6 +319,7 @@ def ask_approvals(loop: Loop, calls: Sequence[EffectCall]) -> Generator[Action, 
         digest = answer_digest(value)
         applied: set[int] = set()
         frame: list[EffectCall]
+        fresh = digest not in logged
         if digest in logged:
             applied, count = logged.pop(digest)
             same = [f for f in frames if len(f) == count]
@@ -345,6 +349,9 @@ def ask_approvals(loop: Loop, calls: Sequence[EffectCall]) -> Generator[Action, 
             [_offered(request, frame[i]) for i in positions],
             anonymous=loop.anonymous_answers,
         )
+        if fresh and task is not None and answers:
+            first = frame[positions[0]].operation_id
+            ops[first] = yield from _set_aside(task, value, ops[first], answers[0])
         notices = []
         for index, answer in zip(positions, answers, strict=True):
             call = frame[index]
@@ -370,6 +377,30 @@ def ask_approvals(loop: Loop, calls: Sequence[EffectCall]) -> Generator[Action, 
                 continue
             crash_point(CrashPoint.DURING_REVIEW_RESUME)
             ops[call.operation_id] = yield from loop.answer(call, op, answer, mark)
+
+
+def _set_aside(
+    task: str, value: Any, op: Operation, answer: Answer
+) -> Generator[Action, Any, Operation]:
+    """Before a batch answer given by interrupt id applies: log the older answer given
+    by position that this run sets aside (``SetAside``) on the first operation the answer
+    decides, as a batch value none of whose positions applies (``...:0/0``).
+
+    A crash after the ledger applied part of this answer and before LangGraph saved it
+    loses the drop, and the next run hands the older value to the request asked again,
+    of the calls left, where it may fit (one decision for the one call left, though it
+    was refused for two: it was applied to that call). Logged, it is consumed there
+    (``ask_approvals``: no frame of no calls), never applied::
+
+        {resume: 1 for 2} ─▶ refused ─▶ {id0: 2 approvals} ─▶ logged, A approved ─▶ ✗
+          ─▶ invoke(None): B asked; the old value consumed, not applied to B
+    """
+    aside = yield SetAside()
+    if aside is None or answer_digest(aside) == answer_digest(value):
+        return op
+    mark = f"{task}#approvals:{answer_digest(aside)}:0/0"
+    evidence = Evidence.inconclusive(set_aside_note(op, answer), source=answer.by or ANONYMOUS)
+    return (yield from ledger(RecordEvidence(op.key, evidence, answer=mark)))
 
 
 _DECIDED = frozenset(

@@ -9,7 +9,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _answer_child import APPROVE, CFG, answer_by_id, gated_graph
+from _answer_child import (
+    APPROVE,
+    APPROVE_BOTH,
+    BATCH_CFG,
+    CFG,
+    answer_batch_by_id,
+    answer_by_id,
+    batched_agent,
+    gated_graph,
+)
 from _answer_child import answer as answer_in_child
 from _graphs import Env, tool_messages
 from langgraph.types import Command
@@ -162,3 +171,43 @@ def test_a_bad_answer_given_after_that_crash_is_refused_with_its_own_reason(
     assert crm.effects == 0
     env.invoke(graph, Command(resume=APPROVE), CFG)
     assert (crm.effects, pending(env, graph)) == (1, [])
+
+
+def test_a_refused_batch_answer_set_aside_by_one_by_id_is_not_applied_after_that_crash(
+    env: Env, crm: FakeCRM
+) -> None:
+    """The batched request of two approvals (``EffectMiddleware(approvals="batched")``): a
+    bad answer by position (one decision for two) is refused; both approved next by
+    interrupt id, killed after the ledger applied the first and before LangGraph saved the
+    answer. ``invoke(None)`` handed the bad answer to the request shown again, which now
+    asked only B: one decision fitted, and the answer refused before was applied to B.
+    Now it is consumed, never applied: B's approval is asked, with no refusal shown; the
+    next answer approves it and each close is sent exactly once."""
+    agent = batched_agent(env, crm)
+    env.invoke(agent, {"messages": [("user", "close A and B")]}, BATCH_CFG)
+    one = {"decisions": [{"type": "approve"}], "by": "ana"}
+    [refused] = env.refused(agent, Command(resume=one), BATCH_CFG, r"1 decision\(s\) for 2")
+    died = run_in_child(
+        answer_batch_by_id,
+        env.kind,
+        env.mode,
+        env.where,
+        str(crm.path),
+        refused.id,
+        refused.value["request_id"],
+        crash_at=CrashPoint.AFTER_ANSWER,
+    )
+    assert died.crashed_at is CrashPoint.AFTER_ANSWER, died.error
+    assert sorted(op.authorization_ref is not None for op in env.ops()) == [False, True]
+
+    out = env.invoke(agent, None, BATCH_CFG)
+    assert crm.effects == 0  # the refused answer approved nothing
+    [shown] = out["__interrupt__"]
+    assert [a["args"]["case_id"] for a in shown.value["action_requests"]] == ["B"]
+    assert "notice" not in shown.value
+
+    env.invoke(agent, Command(resume=one), BATCH_CFG)
+    assert (crm.effects_for("A"), crm.effects_for("B")) == (1, 1)
+    assert [op.status for op in env.ops()] == [S.CONFIRMED] * 2
+    env.invoke(agent, Command(resume=APPROVE_BOTH), BATCH_CFG)
+    assert crm.effects == 2
