@@ -390,11 +390,12 @@ def agreed_note(op: Operation, events: Sequence[OperationEvent], answer: Answer)
 
 def set_aside_note(op: Operation, answer: Answer) -> str:
     """What the log keeps of an older answer given by position that an answer given by
-    interrupt id set aside (``asking._set_aside``): it is not told, only kept with its
-    mark, so that LangGraph handing it back after a crash is consumed, never read as the
+    interrupt id set aside (``asking._set_aside``, ``approvals._set_aside``): it is not
+    told, only kept with its mark (a value consumed without applying, as ``KEPT`` says),
+    so that LangGraph handing it back after a crash is consumed, never read as the
     person's last word."""
     return (
-        f"an earlier answer given by position was set aside: {answer.by}'s "
+        f"{KEPT}an earlier answer given by position, set aside: {answer.by}'s "
         f"{answer.decision.value} of operation {op.operation_id}, given by interrupt id, "
         "decides."
     )[:2000]
