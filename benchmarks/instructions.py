@@ -9,7 +9,7 @@ clock on a shared machine). Each variant runs in a process of its own under
 ``valgrind --tool=callgrind``, counting only the invokes after a warm-up: the
 counters are zeroed when the loop starts (at ``os.getppid``) and dumped when it
 ends (at ``os.getpgrp``), two calls nothing else on this path makes, so imports and
-warm-up are not counted. The count is deterministic (the same in two runs).
+warm-up are not counted. The count does not depend on the load of the machine.
 
 Several trees are measured in one run (``--rev``: a git revision, written to a
 temporary directory with ``git archive``; ``--tree``: a directory), each process
@@ -208,6 +208,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--traced", action="store_true", help="also with OpenTelemetry's SDK")
     parser.add_argument("--jobs", type=int, default=2, help="valgrind processes at once")
+    parser.add_argument(
+        "--plain",
+        type=float,
+        help="the plain ToolNode's instructions per invoke from an earlier run (not counted again)",
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
@@ -221,11 +226,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     with tempfile.TemporaryDirectory(prefix="lge-trees-") as scratch:
         trees = _trees(args, Path(scratch))
         # The plain ToolNode does not run the package: counted once, on the first tree.
-        jobs = [(trees[0], VARIANTS[0])] + [(t, v) for t in trees for v in variants[1:]]
+        plain_job = [] if args.plain else [(trees[0], VARIANTS[0])]
+        jobs = plain_job + [(t, v) for t in trees for v in variants[1:]]
         with ThreadPoolExecutor(args.jobs) as pool:
             counts = list(pool.map(lambda job: _count(job[0][1], job[1], args), jobs))
     per_invoke = {(tree[0], v): n / args.invokes for (tree, v), n in zip(jobs, counts, strict=True)}
-    plain = per_invoke[(trees[0][0], VARIANTS[0])]
+    plain = args.plain or per_invoke[(trees[0][0], VARIANTS[0])]
     print(
         f"N = {args.calls}, {args.router}, {args.invokes} invokes counted per variant "
         f"(callgrind); ToolNode: {plain / 1e3:,.0f}k instructions per invoke"
