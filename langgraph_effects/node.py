@@ -301,19 +301,21 @@ class _Unhandled(GraphBubbleUp):
         self.error = error
 
 
-@contextmanager
-def _before_the_calls() -> Iterator[None]:
+class _before_the_calls:  # a context manager named as it reads: ``with _before_the_calls()``
     """Fail the task, not the call: what goes wrong here concerns every call of the task.
 
     (The thread's tenant: a refusal is not an answer for the model, whatever
-    ``handle_tool_errors`` says.)
+    ``handle_tool_errors`` says.) A class, not a generator: two calls per task.
     """
-    try:
-        yield
-    except GraphBubbleUp:
-        raise
-    except Exception as exc:
-        raise _Unhandled(exc) from exc
+
+    __slots__ = ()
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: object, exc: BaseException | None, tb: object) -> None:
+        if isinstance(exc, Exception) and not isinstance(exc, GraphBubbleUp):
+            raise _Unhandled(exc) from exc
 
 
 _UNSENT = "answered by the node's wrap_tool_call without calling execute: nothing was sent"
@@ -676,15 +678,13 @@ class EffectToolNode(ToolNode):
             place=None if task is None else task.place_of(request.tool_call),
         )
 
-    @contextmanager
-    def _carrying(self, run: Execution, carry: bool) -> Iterator[None]:
-        """Carry out what ``execute`` raised past ToolNode's wrapper handling (``_Unhandled``)."""
-        try:
-            yield
-        except Exception as exc:
-            if carry and run.raised_here(exc):
-                raise _Unhandled(exc) from exc
-            raise
+    @staticmethod
+    def _carry(run: Execution, carry: bool, exc: Exception) -> None:
+        """Carry out what ``execute`` raised past ToolNode's wrapper handling (``_Unhandled``);
+        called in the decision's ``except`` (a ``try``, not a context manager: no generator
+        and no three calls per tool call), which re-raises anything else."""
+        if carry and run.raised_here(exc):
+            raise _Unhandled(exc) from exc
 
     def _decide(
         self,
@@ -696,7 +696,7 @@ class EffectToolNode(ToolNode):
     ) -> ToolMessage | Command[Any]:
         run = Execution(request, execute)
         task = task or self._task()
-        with self._carrying(run, carry):
+        try:
             config = self._config(request)
             if config is None:
                 plain: ToolMessage | Command[Any] = run(request.tool_call["args"])
@@ -710,6 +710,9 @@ class EffectToolNode(ToolNode):
             trace = Trace()
             with nullcontext() if task is None else task.turns.mine(call.tool_call_id):
                 op = self.runner.run(call, run, handoff=handoff, trace=trace)
+        except Exception as exc:
+            self._carry(run, carry, exc)
+            raise
         answer = effect_result(
             request,
             call,
@@ -732,7 +735,7 @@ class EffectToolNode(ToolNode):
     ) -> ToolMessage | Command[Any]:
         run = Execution(request, execute)
         task = task or self._task()
-        with self._carrying(run, carry):
+        try:
             config = self._config(request)
             if config is None:
                 plain: ToolMessage | Command[Any] = await run.acall(request.tool_call["args"])
@@ -749,6 +752,9 @@ class EffectToolNode(ToolNode):
                 trace = Trace()
                 with task.turns.mine(call.tool_call_id) if task is not None else nullcontext():
                     op = await self.runner.arun(call, run.acall, handoff=handoff, trace=trace)
+        except Exception as exc:
+            self._carry(run, carry, exc)
+            raise
         answer = effect_result(
             request,
             call,

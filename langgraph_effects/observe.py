@@ -213,9 +213,10 @@ def _fields(operation: Operation) -> dict[str, Any]:
 
 def log_transition(operation: Operation, event: OperationEvent) -> None:
     """Report one committed transition (after commit, never for a refused write)."""
-    # Each enum's value read once: ``.value`` is a Python-level property.
-    source = event.from_status.value if event.from_status else None
-    target, kind = event.to_status.value, event.kind.value
+    # Each enum's value read once, as ``_value_`` (the member's own attribute, which the
+    # ``.value`` property returns through two Python calls).
+    source = event.from_status._value_ if event.from_status else None
+    target, kind = event.to_status._value_, event.kind._value_
     evidence = event.evidence
     level = logging.WARNING if event.to_status is OperationStatus.UNKNOWN else logging.INFO
     if logger.isEnabledFor(level):

@@ -113,9 +113,13 @@ class Origin:
         return out
 
 
+_ORIGINS = json.JSONEncoder(separators=(",", ":")).encode
+"""``json.dumps(value, separators=(",", ":"))``, its encoder built once, not per call."""
+
+
 def encode_origins(origins: Sequence[Origin]) -> str:
     """The ``origin`` column's text: a JSON list, in the order the origins were met."""
-    return json.dumps([o.to_json() for o in origins], separators=(",", ":"))
+    return _ORIGINS([o.to_json() for o in origins])
 
 
 def decode_origins(text: str | None) -> tuple[Origin, ...]:

@@ -22,8 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import threading
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 
 
 class Turns:
@@ -70,14 +69,24 @@ class Turns:
             if earlier not in self._left:
                 await self._events.setdefault(earlier, asyncio.Event()).wait()
 
-    @contextmanager
-    def mine(self, call_id: str) -> Iterator[None]:
+    def mine(self, call_id: str) -> _Mine:
         """While the body runs, the questions the decision asks wait for ``call_id``'s turn."""
-        token = _TURN.set((self, call_id))
-        try:
-            yield
-        finally:
-            _TURN.reset(token)
+        return _Mine((self, call_id))
+
+
+class _Mine:
+    """``Turns.mine``'s context manager (a class: two calls per tool call, not six)."""
+
+    __slots__ = ("_token", "_turn")
+
+    def __init__(self, turn: tuple[Turns, str]) -> None:
+        self._turn = turn
+
+    def __enter__(self) -> None:
+        self._token = _TURN.set(self._turn)
+
+    def __exit__(self, *_: object) -> None:
+        _TURN.reset(self._token)
 
 
 _TURN: contextvars.ContextVar[tuple[Turns, str] | None] = contextvars.ContextVar(
