@@ -25,6 +25,7 @@ import time
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from typing import Any, Self
 
+from langgraph_effects.ledger.engine.sqlite import parameter_names
 from langgraph_effects.slot import current_slot
 from langgraph_effects.testing.faults import CrashPoint, InjectedCrash
 
@@ -119,12 +120,13 @@ class _Watching(sqlite3.Cursor):
     """Notes the operations a transaction confirms (the connection drops their commit)."""
 
     def execute(self, sql: str, parameters: Any = (), /) -> Self:
-        if _CONFIRMING in sql and isinstance(parameters, Mapping):
+        if _CONFIRMING in sql:
+            named = parameters
+            if not isinstance(named, Mapping):  # the driver binds by place
+                named = dict(zip(parameter_names(sql) or (), parameters, strict=False))
             conn = self.connection
             assert isinstance(conn, DroppingConnection)
-            conn.confirming.append(
-                (str(parameters.get("operation_id")), int(parameters.get("token") or 0))
-            )
+            conn.confirming.append((str(named.get("operation_id")), int(named.get("token") or 0)))
         return super().execute(sql, parameters)
 
 
