@@ -70,6 +70,7 @@ __all__ = [
     "Renew",
     "Resolve",
     "SetAside",
+    "Shown",
     "Sleep",
     "Waiting",
     "claims",
@@ -445,7 +446,21 @@ class SetAside:
     """
 
 
-Action: TypeAlias = LedgerAction[Any] | Hook | Dispatch | Sleep | Ask | Waiting | SetAside
+@dataclass(frozen=True, slots=True)
+class Shown:
+    """The request LangGraph showed the person for the value the last ``Ask`` returned,
+    when it was given in this run: the saved checkpoint's pending interrupt of this task
+    (None: a value handed back, none saved, or not asked through LangGraph).
+
+    An answer that names no request (a HITL UI's, or a native one without
+    ``request_id``) answers the request the person saw, which is not the current one
+    when the process died before LangGraph saved a newer question (``decide.asking``).
+    Yielded on the answer path only, and read only for a value the person gave in this
+    run (never one handed back): the driver reads one checkpoint.
+    """
+
+
+Action: TypeAlias = LedgerAction[Any] | Hook | Dispatch | Sleep | Ask | Waiting | SetAside | Shown
 
 
 def ledger(action: LedgerAction[T]) -> Generator[Action, Any, T]:

@@ -44,6 +44,7 @@ from langgraph_effects.review import Answer, InvalidAnswer, RequestKind, parse_a
 __all__ = [
     "ANONYMOUS",
     "AUTH_USER_KEY",
+    "EARLIER_REQUEST",
     "KEPT",
     "NOT_APPLIED",
     "REFUSED_NOTE",
@@ -69,6 +70,7 @@ __all__ = [
     "replaced_note",
     "round_id",
     "set_aside_note",
+    "shown_earlier",
     "verified_as",
 ]
 
@@ -169,6 +171,9 @@ class Answers:
     """The operations of the calls this one replaced (a reviewer's edit): their answers
     in this task come first in ``logged``, and their questions are earlier questions
     about this one."""
+    skipped: set[str] = dataclasses.field(default_factory=set)
+    """The marks in ``logged`` of answers given to an earlier request LangGraph still
+    showed, never applied (``shown_earlier``)."""
 
     def next_is(self, mark: str | None) -> bool:
         return (
@@ -197,6 +202,23 @@ class Answers:
         self.logged.insert(self.consumed, mark)
         self.consumed += 1
         self.applied.add(mark.rpartition(":")[2])
+
+    def skip(self, mark: str) -> None:
+        """``mark`` was logged now without applying (``shown_earlier``): the next value
+        handed back in its place, and no answer applied (the same words may answer the
+        current question)."""
+        self.logged.insert(self.consumed, mark)
+        self.consumed += 1
+        self.skipped.add(mark)
+
+    def handed_skipped(self, mark: str | None) -> bool:
+        """A value handed back that was logged as given to an earlier request, past
+        answers LangGraph lost with a crash (logged before it, never handed back: the
+        value sits at their place): it and they are consumed."""
+        if mark is None or mark not in self.skipped or mark not in self.logged[self.consumed :]:
+            return False
+        self.consumed = self.logged.index(mark, self.consumed) + 1
+        return True
 
 
 def round_id(op: Operation) -> str:
@@ -305,6 +327,40 @@ def earlier_round(named: str, op: Operation) -> str:
         f"about operation {op.operation_id}, which is now {op.status.value} after "
         f"{op.attempts} attempt(s). Answer this request instead."
     )
+
+
+EARLIER_REQUEST = "Not applied, it answered an earlier request: "
+"""How the log's record of an answer to a request LangGraph still showed begins
+(``shown_earlier``): logged with its mark to hold its place, never counted as applied."""
+
+
+def shown_earlier(
+    shown: str, op: Operation, events: Sequence[OperationEvent], answer: Answer
+) -> str:
+    """What a person is told, and the log keeps, when an answer that names no request
+    answered ``shown``, the request LangGraph still showed (the process died before it
+    saved a newer one), an earlier question about ``op``: who decided what and when, when
+    it was sent, what ``op`` is now."""
+    person = next(
+        (e for e in reversed(events) if e.kind in (EventKind.APPROVE, EventKind.RESOLVE)), None
+    )
+    said = ""
+    if person is not None:
+        decided = person.detail.get("decision") if isinstance(person.detail, dict) else None
+        what = decided if isinstance(decided, str) else person.kind.value
+        said = f"{person.actor} decided {what} at {person.at:%Y-%m-%d %H:%M:%S} UTC; "
+    claims = [e for e in events if e.kind is EventKind.CLAIM]
+    sent = (
+        "never sent"
+        if not claims
+        else f"last sent at {claims[-1].at:%Y-%m-%d %H:%M:%S} UTC ({op.attempts} attempt(s))"
+    )
+    return (
+        f"{EARLIER_REQUEST}your {answer.decision.value} answered request {shown}, an "
+        f"earlier question about operation {op.operation_id}: {said}{sent}; it is "
+        f"{op.status.value} now. Nothing you answered changed it. Answer this request "
+        "instead."
+    )[:2000]
 
 
 def replaced_note(named: str, op: Operation) -> str:

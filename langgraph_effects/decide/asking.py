@@ -33,11 +33,13 @@ from langgraph_effects.decide.actions import (
     Reject,
     Resolve,
     SetAside,
+    Shown,
     Waiting,
     ledger,
 )
 from langgraph_effects.decide.answers import (
     ANONYMOUS,
+    EARLIER_REQUEST,
     Answers,
     agreed_note,
     agrees,
@@ -56,6 +58,7 @@ from langgraph_effects.decide.answers import (
     replaced_note,
     round_id,
     set_aside_note,
+    shown_earlier,
 )
 from langgraph_effects.decide.call import EffectCall
 from langgraph_effects.decide.identity import find_operation
@@ -117,6 +120,17 @@ def _asked_after(mine: Answers, value: Any) -> bool:
     if mine.consumed < len(mine.logged) or not mine.logged:
         return True
     return _named(value)
+
+
+def _echoes(value: Any) -> bool:
+    """Whether ``value`` carries a ``request_id`` (``named_round`` reads it)."""
+    return isinstance(value, Mapping) and value.get("request_id") is not None
+
+
+def _skipped(event: Any) -> bool:
+    """An event that logs an answer to an earlier request, not applied (``shown_earlier``)."""
+    evidence = getattr(event, "evidence", None)
+    return evidence is not None and evidence.summary.startswith(EARLIER_REQUEST)
 
 
 class Asking(LoopBase):
@@ -191,9 +205,19 @@ class Asking(LoopBase):
             named = answer.operation_id or op.operation_id
             mark = answer_mark(call, value)
             answers = yield from self._answers(p, named)
-            if answers.next_is(mark):
+            now: str | bool = False
+            if named == op.operation_id and mark is not None and not _echoes(value):
+                # It names no request: it answers the one LangGraph showed, which is an
+                # earlier question when the process died before LangGraph saved a newer.
+                now = yield from self._shown_earlier(p, op, value, mark, mine, request)
+                if isinstance(now, str):
+                    request = with_notice(base, now)
+                    continue
+            if now is not True and answers.next_is(mark):
                 answers.consumed += 1  # an earlier round's answer, applied already
                 continue
+            if now is not True and answers.handed_skipped(mark):
+                continue  # given to an earlier request shown after a crash: told then
             if named != op.operation_id and named in mine.earlier:
                 # It answers the approval of the call this one replaced (shown again after
                 # a crash): too late, this call was dispatched; told and asked again.
@@ -206,7 +230,7 @@ class Asking(LoopBase):
                 yield from self._keep_unapplied(p, op, value, answers, echoed)
                 request = with_notice(base, earlier_round(echoed, op))
                 continue
-            if answers.repeats(mark):
+            if answers.repeats(mark) and now is not True:
                 # An answer applied before, handed to this later question (LangGraph
                 # keeps a positional resume): not applied again; the person is asked.
                 if named == op.operation_id:
@@ -264,6 +288,50 @@ class Asking(LoopBase):
         mine.logged.insert(mine.consumed - 1, aside_mark)  # before this answer, as logged
         mine.consumed += 1
         return op
+
+    def _shown_earlier(
+        self, p: Pass, op: Operation, value: Any, mark: str, mine: Answers, request: Any
+    ) -> Generator[Action, Any, str | bool]:
+        """When ``value``, an answer about ``op`` that names no request, was given to an
+        earlier question LangGraph still showed: logged as not applied (its mark holds its
+        place among the task's values, never counted as applied) and what the person is
+        told. Else whether the person gave it in this run to the current question (True:
+        an answer of now, even in the words of one applied before, never a value handed
+        back; False: nothing shows which question it answered).
+
+        LangGraph shows a task's last saved interrupt. A process that died after the
+        ledger moved on (the approval followed and the call sent; a retry ordered and
+        resent) and before LangGraph saved the newer question leaves the earlier one
+        shown, and the person answers it::
+
+            approve ─▶ sent ─▶ ✗ ─▶ approval shown again ─▶ reject ─▶ told; review asked
+            retry (round 1) ─▶ resent, unknown ─▶ ✗ ─▶ round 1 shown ─▶ retry ─▶ told;
+              round 2 asked (applied to round 2, the ticket was created twice)
+
+        Read only here, on the answer path (one checkpoint read, ``Shown``).
+        """
+        shown = yield Shown()
+        named = shown.get("request_id") if isinstance(shown, Mapping) else None
+        if not isinstance(named, str):
+            return False
+        if named == request["request_id"]:
+            return True
+        about = named.partition("@")[0]
+        if about != op.operation_id and about not in mine.earlier:
+            return False
+        if mark.rpartition(":")[2] in mine.applied:
+            return False  # the words of an answer applied: a repeat (``Answers.repeats``)
+        try:
+            answer = parse_answer(value, tool_name=p.call.tool_name)
+            by = identify(answer, user=p.call.user, anonymous=self.anonymous_answers).by
+        except InvalidAnswer:
+            answer, by = parse_answer(value, tool_name=p.call.tool_name), None
+        events = yield from ledger(Events(op.key))
+        note = shown_earlier(named, op, events, answer)
+        evidence = Evidence.inconclusive(note, source=by or ANONYMOUS)
+        yield from self._guarded(p, op, RecordEvidence(op.key, evidence, answer=mark))
+        mine.skip(mark)
+        return note
 
     def open_on_target(self, op: Operation) -> Generator[Action, Any, OpenOnTarget]:
         """The other unresolved operations on ``op``'s action and target, for the person
@@ -602,6 +670,7 @@ class Asking(LoopBase):
         task = p.call.task_id
         logged: list[str] = []
         applied: set[str] = set()
+        skipped: set[str] = set()
         if task is not None:
             events = yield from ledger(
                 Events(OperationKey(tenant_id=p.call.tenant_id, operation_id=operation_id))
@@ -609,10 +678,13 @@ class Asking(LoopBase):
             for event in events:
                 mark = event.detail.get("answer") if isinstance(event.detail, dict) else None
                 if isinstance(mark, str):
-                    applied.add(mark.rpartition(":")[2])
+                    if _skipped(event):
+                        skipped.add(mark)
+                    else:
+                        applied.add(mark.rpartition(":")[2])
                     if mark.startswith(f"{task}:"):
                         logged.append(mark)
-        p.answers[operation_id] = known = Answers(logged, applied=applied)
+        p.answers[operation_id] = known = Answers(logged, applied=applied, skipped=skipped)
         return known
 
     def _apply(
@@ -775,6 +847,7 @@ class Asking(LoopBase):
             replaced.logged[replaced.consumed :] + mine.logged[mine.consumed :],
             applied=replaced.applied | mine.applied,
             earlier=replaced.earlier | mine.earlier | {op.operation_id},
+            skipped=replaced.skipped | mine.skipped,
         )
         p.followed.add(new_id)
         p.call = p.call.with_args(new_op.payload).at_id(new_op.operation_id)

@@ -16,6 +16,7 @@ context variables); an async ledger and async hooks are awaited.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import inspect
 import itertools
 import re
@@ -43,6 +44,7 @@ from langgraph_effects.decide.actions import (
     LedgerAction,
     Renew,
     SetAside,
+    Shown,
     Sleep,
     Waiting,
     claims,
@@ -349,6 +351,10 @@ class EffectRunner:
             if isinstance(action, SetAside):
                 value = _set_aside() if self._held else None
                 continue
+            if isinstance(action, Shown):
+                place = _shown_place() if self._held else None
+                value = None if place is None else _read_shown(place)
+                continue
             try:
                 if isinstance(action, LedgerAction):
                     # Committed as decide.commit says (alone, or in its group).
@@ -456,6 +462,11 @@ class EffectRunner:
                 continue
             if isinstance(action, SetAside):
                 value = _set_aside() if self._held else None
+                continue
+            if isinstance(action, Shown):
+                place = _shown_place() if self._held else None
+                if place is not None:
+                    value = await _off_loop(_read_shown, place, cancelled=cancelled)
                 continue
             try:
                 if isinstance(action, LedgerAction):
@@ -593,10 +604,18 @@ def _interrupt(request: dict[str, Any], schema: Any) -> Any:
 
     checked = Annotated[schema, WrapValidator(keep)]
     pad = _scratchpad()
+    _FRESH.set(None)
+    place = before = None
     if pad is not None:
         _given_by_position(pad)  # an earlier run's, in a run resumed by id: dropped
+        resume = getattr(pad, "resume", None)
+        place = _interrupts_reached(pad)
+        before = len(resume) if isinstance(resume, list) else None
     try:
-        return interrupt(request, response_schema=checked)
+        value = interrupt(request, response_schema=checked)
+        if place is not None and before is not None:
+            _FRESH.set(_given_now(pad, place, before))
+        return value
     except ValidationError as exc:
         if not is_invalid_resume(exc) or not refused:
             raise
@@ -716,6 +735,82 @@ class _Refusals:
         get_config()["configurable"][_SEND]([(_RESUME, list(resume))])
         counter._counter = None  # type: ignore[union-attr]  # asked again from the first
         return (value,)
+
+
+_CHECKPOINTER = "__pregel_checkpointer"
+"""The saver in a task's ``configurable`` (a private key, read by ``decide.identity`` too)."""
+_TASK_ID = "__pregel_task_id"
+"""The task's id in its ``configurable`` (a private key)."""
+_INTERRUPT = "__interrupt__"
+"""The channel of a task's pending interrupt among a checkpoint's writes (``INTERRUPT``)."""
+
+
+_FRESH: contextvars.ContextVar[tuple[Any, int, tuple[str, ...] | None] | None] = (
+    contextvars.ContextVar("langgraph_effects_fresh", default=None)
+)
+"""The value ``_interrupt`` returned last, when the person gave it in this run: the task's
+scratchpad, its place, and the id of the interrupt it was given to (None: given by
+position, to whichever the task shows)."""
+
+
+def _given_now(pad: Any, place: int, before: int) -> tuple[Any, int, tuple[str, ...] | None] | None:
+    """Whether the value ``interrupt()`` returned at ``place`` (the task held ``before``
+    values) was given in this run, and to which interrupt: by position (it took the value
+    waiting for the first place without one), or by id (LangGraph put it after the saved
+    ones, under this place's id, or the first place's, which it also accepts). None: a
+    value saved by an earlier run, handed back."""
+    if place == before:
+        return pad, place, None
+    if place != before - 1:
+        return None
+    try:
+        conf = get_config()["configurable"]
+    except RuntimeError:  # not inside a runnable
+        return None
+    given, ns = conf.get(_RESUME_MAP), conf.get(_CHECKPOINT_NS)
+    if not isinstance(given, Mapping) or not isinstance(ns, str):
+        return None
+    for at in (place, 0):
+        if (shown := _interrupt_id(ns, at)) in given:
+            return pad, place, (shown,)
+    return None
+
+
+def _shown_place() -> tuple[Any, dict[str, Any], str, tuple[str, ...] | None] | None:
+    """Where the request LangGraph showed for the value ``interrupt()`` just returned is
+    saved, when the person gave that value in this run (``_FRESH``): the saver, the config
+    of the task's step checkpoint, the task, and the interrupt's id (None: whichever the
+    task shows). None: a value handed back, not in a task, or no saver."""
+    fresh = _FRESH.get()
+    pad = _scratchpad()
+    if fresh is None or pad is None or fresh[0] is not pad:
+        return None
+    if _interrupts_reached(pad) != fresh[1] + 1:
+        return None  # another interrupt() since
+    conf = get_config()["configurable"]
+    saver, task, steps = conf.get(_CHECKPOINTER), conf.get(_TASK_ID), conf.get("checkpoint_map")
+    if not saver or not isinstance(task, str) or not isinstance(steps, Mapping) or not steps:
+        return None
+    ns, checkpoint_id = list(steps.items())[-1]  # the task's own step, its parent's last
+    step = {"thread_id": conf.get("thread_id"), "checkpoint_ns": ns}
+    step["checkpoint_id"] = checkpoint_id
+    return saver, {"configurable": step}, task, fresh[2]
+
+
+def _read_shown(place: tuple[Any, dict[str, Any], str, tuple[str, ...] | None]) -> Any:
+    """The request of the task's interrupt that its step checkpoint holds as pending (the
+    one LangGraph showed the person), with the id at ``place``; None: none saved.
+    Blocking (a worker thread under the async driver, as ``decide.identity`` reads the
+    lineage)."""
+    saver, config, task, ids = place
+    got = saver.get_tuple(config)
+    for writer, channel, value in getattr(got, "pending_writes", None) or ():
+        if writer != task or channel != _INTERRUPT:
+            continue
+        for pending in value if isinstance(value, (list, tuple)) else (value,):
+            if ids is None or getattr(pending, "id", None) in ids:
+                return getattr(pending, "value", None)
+    return None
 
 
 def _scratchpad() -> Any:

@@ -343,3 +343,53 @@ def test_a_task_s_call_is_bound_to_its_loop_which_names_where_its_run_started(
     assert second[0].since, changed
     assert second[1].since == "", changed
     assert len({r.token for r in (*first, *second)}) == 4, changed  # one per loop
+
+
+def test_the_request_a_person_answered_is_read_where_langgraph_saves_it() -> None:
+    """``decide.drive._shown_place`` / ``_read_shown`` (the ``Shown`` action) read the
+    request LangGraph showed for a value given in this run: the task's pending interrupt
+    among its step checkpoint's writes (``(task id, "__interrupt__", [Interrupt])``, read
+    with ``get_tuple`` from ``configurable["__pregel_checkpointer"]``, the step in
+    ``checkpoint_map``, the task in ``__pregel_task_id``). A value given by position takes
+    the place after the task's saved values; one given by id is put there under that
+    place's id, or the first place's (which LangGraph also accepts); a value handed back
+    reads nothing. If LangGraph moves any of these, an answer to a request shown after a
+    crash would again be applied to the question asked now."""
+    from langgraph.types import Command
+
+    from langgraph_effects.decide import drive
+
+    changed = _changed(
+        "where a task's pending interrupt is saved or how a resume value takes its place "
+        "(checkpoint pending_writes, __pregel_checkpointer, checkpoint_map, resume_map)",
+        "langgraph_effects/decide/drive.py (_given_now, _shown_place, _read_shown)",
+    )
+    seen: list[tuple[str, Any, Any]] = []
+    spaces: list[str] = []
+
+    def node(state: MessagesState) -> dict[str, Any]:
+        from langgraph.config import get_config
+
+        spaces.append(get_config()["configurable"][drive._CHECKPOINT_NS])
+        for n in ("r1", "r2"):
+            value = drive._interrupt({"request_id": n}, Any)
+            place = drive._shown_place()
+            seen.append((n, value, None if place is None else drive._read_shown(place)))
+        return {}
+
+    def run(thread: str, second: Any) -> None:
+        graph = _asking_graph(node)
+        cfg = {"configurable": {"thread_id": thread}}
+        graph.invoke({"messages": []}, cfg)
+        graph.invoke(Command(resume="one"), cfg)  # by position
+        assert seen == [("r1", "one", {"request_id": "r1"})], changed
+        seen.clear()
+        [asked] = graph.get_state(cfg).interrupts
+        graph.invoke(Command(resume=second(asked)), cfg)
+        assert seen[0] == ("r1", "one", None), changed  # handed back: read nothing
+
+    run("by-id", lambda asked: {asked.id: "two"})
+    assert seen[1] == ("r2", "two", {"request_id": "r2"}), changed
+    seen.clear()
+    run("first-id", lambda asked: {drive._interrupt_id(spaces[-1], 0): "two"})
+    assert seen[1][:2] == ("r2", "two"), changed  # put at the place after the saved one

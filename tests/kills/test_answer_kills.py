@@ -211,3 +211,47 @@ def test_a_refused_batch_answer_set_aside_by_one_by_id_is_not_applied_after_that
     assert [op.status for op in env.ops()] == [S.CONFIRMED] * 2
     env.invoke(agent, Command(resume=APPROVE_BOTH), BATCH_CFG)
     assert crm.effects == 2
+
+
+@pytest.mark.filterwarnings("ignore::langgraph_effects.DurabilityWarning")
+def test_a_reject_given_to_the_approval_shown_after_a_kill_past_the_provider_is_told(
+    env: Env, crm: FakeCRM
+) -> None:
+    """Killed after the CRM acted and before the receipt (a real process death): LangGraph
+    shows the approval again, and the reviewer rejects it in the HITL shape (no
+    request_id). The call was sent: the reject is told (who approved, when it was sent),
+    never applied as the review's answer; the review asked instead is answered and
+    applies. The record never says rejected, the model never reads "NOT carried out",
+    the CRM acted once (issue 23; ``tests/decide/test_shown_answers.py``)."""
+    graph = gated_graph(env, crm)
+    env.invoke(graph, {"messages": [("user", "close A")]}, CFG, durability="sync")
+    died = run_in_child(
+        answer_in_child,
+        env.kind,
+        env.mode,
+        env.where,
+        str(crm.path),
+        "sync",
+        crash_at=CrashPoint.AFTER_PROVIDER,
+    )
+    assert died.crashed_at is CrashPoint.AFTER_PROVIDER, died.error
+    assert crm.effects == 1
+    [shown] = pending(env, graph)
+    assert shown["kind"] == "effect_approval"  # LangGraph shows the approval again
+    reject = {"decisions": [{"type": "reject", "message": "wrong case"}], "by": "bob"}
+    env.invoke(graph, Command(resume=reject), CFG, durability="sync")
+    [op] = env.ops()
+    assert op.status is S.UNKNOWN  # the dead run's claim taken over; never rejected
+    [review] = pending(env, graph)
+    assert review["kind"] == "effect_review"
+    assert review["notice"].startswith(
+        f"Not applied, it answered an earlier request: your reject answered request "
+        f"{shown['request_id']}"
+    )
+    assert "ana decided approve at " in review["notice"]
+    seen = {"operation_id": op.operation_id, "decision": "confirm", "by": "bob"}
+    out = env.invoke(graph, Command(resume=seen), CFG, durability="sync")
+    assert pending(env, graph) == []
+    [op] = env.ops()
+    assert (op.status, crm.effects) == (S.CONFIRMED, 1)
+    assert all("NOT carried out" not in str(m.content) for m in tool_messages(out))
