@@ -24,6 +24,8 @@ Only LangGraph's public API is used: ``ToolCallRequest`` (``tool_call``,
 from __future__ import annotations
 
 import dataclasses
+import threading
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -38,6 +40,7 @@ from langchain_core.tools import BaseTool
 from langgraph.prebuilt.tool_node import ToolCallRequest, msg_content_output
 from langgraph.types import Command
 
+from langgraph_effects.core.digest import canonical_json
 from langgraph_effects.core.model import Operation, OperationDraft, OperationStatus
 from langgraph_effects.decide import (
     OPERATIONS_KEY,
@@ -53,6 +56,7 @@ from langgraph_effects.decide import (
 from langgraph_effects.decide.identity import (
     Timeline,
     graph_answers,
+    graph_channel,
     timeline_of,
     warn_no_checkpointer,
 )
@@ -75,6 +79,7 @@ __all__ = [
     "task_id_of",
     "timeline_of_request",
     "trace_decision",
+    "twins_in",
     "unanswered_calls",
 ]
 
@@ -140,11 +145,15 @@ def build_call(
     preapproved_by: str | None = None,
     user: str | None = None,
     place: int | None = None,
+    index: int = 0,
+    twin: int = 0,
+    canonical: bytes | None = None,
 ) -> EffectCall:
     """The ``EffectCall`` of a tool call, for a tenant and thread resolved by the face;
     ``timeline``: where its task runs (``timeline_of``; shared by the calls of a task);
     ``user``: the run's authenticated user (``decide.answers.authenticated_user``);
-    ``place``: its place among the task's calls of its tool (``call_id_of``)."""
+    ``place``: its place among the task's calls of its tool (``call_id_of``);
+    ``index`` and ``twin``: where its walk starts (``EffectCall.build``)."""
     spec = effect_spec(tool)
     if spec is None:
         raise EffectsError(f"tool {tool.name!r} is not an effect")
@@ -161,8 +170,11 @@ def build_call(
         siblings=siblings,
         preapproved_by=preapproved_by,
         timeline=timeline,
+        index=index,
+        twin=twin,
         task_id=task_id,
         user=user,
+        canonical=canonical,
     )
 
 
@@ -188,6 +200,70 @@ def unanswered_calls(state: Any, messages_key: str = "messages") -> list[ToolCal
     return [tc for tc in messages[at].tool_calls if tc["id"] not in answered]
 
 
+def twins_in(
+    config: Mapping[str, Any] | None, tool_calls: Sequence[ToolCall], messages_key: str
+) -> dict[str, int]:
+    """For calls a task holds without their AIMessage (a task per call: ``route_tool_calls``,
+    a hand-made ``Send``), by tool-call id: how many calls identical to it (same tool,
+    same arguments) come before it in the graph's latest AIMessage that lists it, read
+    from the graph's messages channel (``decide.identity.graph_channel``). A call is not
+    numbered (it walks from its first candidate, as it always may) when its id is empty,
+    listed more than once in that message, or listed with other arguments."""
+    wanted = {tc["id"]: tc for tc in tool_calls if tc["id"]}
+    values = graph_channel(config, messages_key) if wanted else None
+    messages = None if values is None else values.get(messages_key)
+    if not isinstance(messages, list):
+        return {}
+    message = next(
+        (
+            m
+            for m in reversed(messages)
+            if isinstance(m, AIMessage) and any(tc["id"] in wanted for tc in m.tool_calls)
+        ),
+        None,
+    )
+    if message is None:
+        return {}
+    numbered = _numbered(message)
+    out = {}
+    for call_id, tc in wanted.items():
+        known = numbered.get(call_id)
+        if known is not None and known[0] == tc["name"] and known[1] == tc["args"]:
+            out[call_id] = known[2]
+    return out
+
+
+def _numbered(message: AIMessage) -> dict[str, tuple[str, Any, int]]:
+    """By tool-call id (each listed once): ``(tool, arguments, twins before it)`` of an
+    AIMessage's calls, counted once per message object (the tasks of one step read the
+    same one): ``n`` tasks pay ``n`` canonicalisations, not ``n * n``."""
+    with _NUMBERED_LOCK:
+        kept = _NUMBERED.get(id(message))
+        if kept is not None and kept[0] is message:
+            return kept[1]
+    ids = Counter(tc["id"] for tc in message.tool_calls)
+    seen: Counter[tuple[str, bytes]] = Counter()
+    out: dict[str, tuple[str, Any, int]] = {}
+    for tc in message.tool_calls:
+        try:
+            same = (tc["name"], canonical_json(dict(tc["args"])))
+        except Exception:
+            continue
+        if tc["id"] and ids[tc["id"]] == 1:
+            out[tc["id"]] = (tc["name"], tc["args"], seen[same])
+        seen[same] += 1
+    with _NUMBERED_LOCK:
+        _NUMBERED[id(message)] = (message, out)  # the message kept: its id is not reused
+        while len(_NUMBERED) > _NUMBERED_KEPT:
+            _NUMBERED.popitem(last=False)
+    return out
+
+
+_NUMBERED: OrderedDict[int, tuple[AIMessage, dict[str, tuple[str, Any, int]]]] = OrderedDict()
+_NUMBERED_KEPT = 32
+_NUMBERED_LOCK = threading.Lock()
+
+
 def effect_calls(
     tools: Mapping[str, BaseTool],
     tool_calls: Sequence[ToolCall],
@@ -197,6 +273,7 @@ def effect_calls(
     task_id: str | None = None,
     user: str | None = None,
     siblings: dict[str, OperationDraft] | None = None,
+    twins: Mapping[str, int] | None = None,
 ) -> list[EffectCall]:
     """The ``EffectCall`` of each effect tool's call among ``tool_calls``, in order.
 
@@ -206,14 +283,25 @@ def effect_calls(
     arguments) is left out: its own run reports it. ``siblings``: filled with each
     built call's draft by operation id, and every call knows it as its ``siblings``
     (the calls of one task; none when not given).
+
+    Identical calls (same tool, same arguments) are numbered once, in order: each
+    starts its walk one open candidate after the one before it (``EffectCall.build``),
+    so ``n`` twins pay ``n`` prepares, not ``n * (n + 1) / 2``. ``twins``: by
+    tool-call id, how many identical calls come before it in its AIMessage, for calls
+    whose task holds only some of them (``twins_in``).
     """
     workflow_id, tenant_id = thread
     calls = []
+    started: dict[tuple[str, bytes], int] = {}
+    """By tool and canonical arguments: the candidate the last such call starts from."""
     for place, tool_call in zip(places(tool_calls), tool_calls, strict=True):
         tool = tools.get(tool_call["name"])
         if tool is None or effect_spec(tool) is None:
             continue
         try:
+            canonical = canonical_json(dict(tool_call["args"]))
+            same = (tool_call["name"], canonical)
+            before = started.get(same)
             call = build_call(
                 tool,
                 tool_call,
@@ -225,9 +313,13 @@ def effect_calls(
                 siblings=siblings,
                 user=user,
                 place=place,
+                index=0 if before is None else before + 1,
+                twin=(twins or {}).get(tool_call["id"] or "", 0) if before is None else 0,
+                canonical=canonical,
             )
         except Exception:
             continue
+        started[same] = call.index
         if siblings is not None:
             siblings.setdefault(call.operation_id, call.draft())
         calls.append(call)

@@ -48,6 +48,7 @@ from langgraph_effects._faces import (
     task_id_of,
     timeline_of_request,
     trace_decision,
+    twins_in,
     unanswered_calls,
 )
 from langgraph_effects.core.model import OperationDraft, OperationStatus, Prepared, utcnow
@@ -561,14 +562,17 @@ class EffectToolNode(ToolNode):
         state the calls see."""
         tools = self.tools_by_name
         drafts: dict[str, OperationDraft] = {}
+        mine = [tc for tc in task.tool_calls if effect_spec(tools.get(tc["name"]))]
         calls = effect_calls(
             tools,
-            [tc for tc in task.tool_calls if effect_spec(tools.get(tc["name"]))],
+            mine,
             thread=thread,
             timeline=timeline_of(config, task_id, state),
             task_id=task_id,
             user=authenticated_user(config),
             siblings=drafts,
+            # Calls sent without their AIMessage (route_tool_calls): numbered in it.
+            twins=None if task.state_input else twins_in(config, mine, self.messages_key),
         )
         return calls, drafts
 

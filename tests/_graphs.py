@@ -8,6 +8,8 @@ tool results it answers "done".
 
 from __future__ import annotations
 
+import inspect
+from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -61,6 +63,36 @@ def build_graph(
 
 def tool_messages(result: dict[str, Any]) -> list[ToolMessage]:
     return [m for m in result["messages"] if isinstance(m, ToolMessage)]
+
+
+def counting_prepares(ledger: Any) -> Counter[str]:
+    """Count the write-aheads the ledger is asked for (``prepare``, and each draft of a
+    ``prepare_many``), delegating every call to the ledger itself."""
+    counts: Counter[str] = Counter()
+    prepare, prepare_many = ledger.prepare, ledger.prepare_many
+    if inspect.iscoroutinefunction(prepare):
+
+        async def aprepare(*args: Any, **kwargs: Any) -> Any:
+            counts["prepare"] += 1
+            return await prepare(*args, **kwargs)
+
+        async def aprepare_many(drafts: Any, *args: Any, **kwargs: Any) -> Any:
+            counts["prepare"] += len(drafts)
+            return await prepare_many(drafts, *args, **kwargs)
+
+        ledger.prepare, ledger.prepare_many = aprepare, aprepare_many
+        return counts
+
+    def sprepare(*args: Any, **kwargs: Any) -> Any:
+        counts["prepare"] += 1
+        return prepare(*args, **kwargs)
+
+    def sprepare_many(drafts: Any, *args: Any, **kwargs: Any) -> Any:
+        counts["prepare"] += len(drafts)
+        return prepare_many(drafts, *args, **kwargs)
+
+    ledger.prepare, ledger.prepare_many = sprepare, sprepare_many
+    return counts
 
 
 # --------------------------------------------------------------------------- backends

@@ -55,6 +55,7 @@ __all__ = [
     "first_open",
     "judge",
     "meeting",
+    "nth_open",
 ]
 
 ForkMode = Literal["replay", "new"]
@@ -261,4 +262,20 @@ def first_open(index: int, candidate: Callable[[int], str], answered: AbstractSe
     hundred."""
     while candidate(index) in answered:
         index += 1
+    return index
+
+
+def nth_open(
+    n: int, index: int, candidate: Callable[[int], str], answered: AbstractSet[str]
+) -> int:
+    """The ``n``-th candidate index (from 0) at or after ``index`` that my state does not
+    list as answered: where the call after ``n`` identical ones of its AIMessage starts
+    (``decide.call.EffectCall.build``). Each open candidate before it is an earlier
+    twin's start, which that twin judges first, so the walk need not prepare them: the
+    ``k``-th of ``k + 1`` identical calls pays one prepare, not ``k + 1``."""
+    if not answered:
+        return index + n
+    index = first_open(index, candidate, answered)
+    for _ in range(n):
+        index = first_open(index + 1, candidate, answered)
     return index

@@ -12,8 +12,20 @@ import hashlib
 from langgraph_effects.core.digest import canonical_json
 from langgraph_effects.errors import InvalidInput
 
-__all__ = ["candidate_operation_id", "idempotency_key", "intent_operation_id", "operation_id"]
+__all__ = [
+    "MAX_CANDIDATES",
+    "candidate_operation_id",
+    "idempotency_key",
+    "intent_operation_id",
+    "operation_id",
+]
 
+
+MAX_CANDIDATES = 10_000
+"""The last candidate index a call takes (``candidate_operation_id``): that many identical
+operations of one call on one thread. The walk stops there (``decide.identity``), and an
+answer naming a sibling call is looked for up to there (``decide.call.EffectCall.sibling``),
+so no answer naming a call the walk can reach is refused."""
 
 _BASE32 = "abcdefghijklmnopqrstuvwxyz234567"
 """RFC 4648's base32 alphabet in lower case, as ``base64.b32encode(...).lower()`` writes it."""

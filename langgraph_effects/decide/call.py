@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from langgraph_effects.core.digest import canonical_json
-from langgraph_effects.core.identity import encode_origins, first_open
+from langgraph_effects.core.identity import encode_origins, first_open, nth_open
 from langgraph_effects.core.ids import (
+    MAX_CANDIDATES,
     candidate_operation_id,
     idempotency_key,
     intent_operation_id,
@@ -36,10 +37,6 @@ __all__ = ["EffectCall", "Execute", "ProviderResult"]
 
 Execute = Callable[[dict[str, Any]], Any]
 """Run the tool with these arguments (through ToolNode / the middleware chain)."""
-
-
-SIBLING_CANDIDATES = 256
-"""How far :meth:`EffectCall.sibling` looks for a sibling moved on by the identity walk."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +106,7 @@ class EffectCall:
         preapproved_by: str | None = None,
         timeline: Timeline | None = None,
         index: int = 0,
+        twin: int = 0,
         task_id: str | None = None,
         user: str | None = None,
         canonical: bytes | None = None,
@@ -117,9 +115,13 @@ class EffectCall:
         """Derive target, digest and ids (``canonical``: ``args`` already canonicalised;
         ``digest``: the payload digest when it is known, one under a key rotated out).
 
-        The operation id: the application's intent key's; else the ``index``-th
-        candidate of tenant, thread, action and digest, which the decision loop
-        walks from 0 to the call's operation (``decide.identity``).
+        The operation id: the application's intent key's; else a candidate of tenant,
+        thread, action and digest, which the decision loop walks on from to the call's
+        operation (``decide.identity``): the first at or after ``index`` that the
+        state does not list as answered, or, for a call ``twin`` identical calls of its
+        AIMessage come before (same tool, same arguments, in the message's order), the
+        ``twin``-th such (``core.identity.nth_open``): each open candidate before it
+        is an earlier twin's start, so the ``k``-th twin pays one prepare, not ``k``.
         """
         args = dict(args)
         target = spec.target_of(args)
@@ -142,8 +144,8 @@ class EffectCall:
                     scope=scope,
                 )
 
-            if timeline is not None and timeline.answered:
-                index = first_open(index, candidate, timeline.answered)
+            answered = frozenset() if timeline is None else timeline.answered
+            index = nth_open(twin, index, candidate, answered)
             op_id = candidate(index)
         key = idempotency_key(op_id)
         draft = OperationDraft.with_payload_json(
@@ -236,24 +238,31 @@ class EffectCall:
         """The write-ahead record of the call of this task whose operation is ``op_id``,
         or None when no call of this task is that operation.
 
-        ``siblings`` holds each call at its first candidate; a call the identity walk
-        moved on (a repeat, a twin, a parallel branch: ``decide.identity``) is at a later
-        one, so an answer naming it is matched against those too, up to
-        ``SIBLING_CANDIDATES`` (beyond: refused as another step's, and asked again).
+        ``siblings`` holds each call at the candidate it starts from; a call the
+        identity walk moved on (past a repeat's record, a parallel branch's:
+        ``decide.identity``) is at a later one, so an answer naming it is matched
+        against those too: each group of identical calls once, up to the last candidate
+        a walk takes (``core.ids.MAX_CANDIDATES``), so no answer naming a call of this
+        task is refused. An answer naming none costs that many ids per group (about
+        0.15 s), paid only by an answer that is refused.
         """
         found = self.siblings.get(op_id)
         if found is not None or not op_id.startswith("op-"):
             return found
         scope = None if self.timeline is None else self.timeline.scope
-        for draft in self.siblings.values():
-            if draft.workflow_id is None:
-                continue
-            for index in range(1, SIBLING_CANDIDATES):
+        groups = {
+            (d.tenant_id, d.workflow_id, d.action, d.payload_digest): d
+            for d in self.siblings.values()
+            if d.workflow_id is not None
+        }
+        for (tenant_id, workflow_id, action, digest), draft in groups.items():
+            assert workflow_id is not None
+            for index in range(1, MAX_CANDIDATES + 1):
                 candidate = candidate_operation_id(
-                    tenant_id=draft.tenant_id,
-                    workflow_id=draft.workflow_id,
-                    action=draft.action,
-                    payload_digest=draft.payload_digest,
+                    tenant_id=tenant_id,
+                    workflow_id=workflow_id,
+                    action=action,
+                    payload_digest=digest,
                     index=index,
                     scope=scope,
                 )

@@ -490,9 +490,11 @@ def together(calls: Sequence[EffectCall], *, lease_for: timedelta) -> PrepareMan
     Only calls that ask nobody first (no approval, no ``authorize``) and have no
     payload key rotated out or keyed digest (such a call first looks for its
     record: ``decide.recognise.recognised``, ``keyed_unknown_check``), when two or more
-    remain with distinct tool-call ids. Identical calls share their first
-    candidate id: only the first is prepared with the batch, the others walk on
-    from its record (``decide.identity``).
+    remain with distinct tool-call ids. Identical calls start at candidates of their
+    own (``_faces.effect_calls``: the ``k``-th twin at the ``k``-th open one), so each
+    is prepared with the batch; calls that still share one (equal digests of unequal
+    arguments) are prepared once, the others walk on from its record
+    (``decide.identity``).
     """
     batch = [
         c

@@ -15,7 +15,9 @@ or a ``RetryPolicy`` retry) is one prepare and nothing else: the checkpoints
 are read only when a record was written by another task or another call. A
 deliberate repeat is one prepare too where the state lists what was answered
 (``Timeline.answered``, the ``effect_operations`` channel): its answered
-candidates are skipped before anything is prepared (``core.identity.first_open``).
+candidates are skipped before anything is prepared (``core.identity.first_open``),
+and identical calls of one AIMessage start at candidates of their own
+(``core.identity.nth_open``): ``n`` twins, ``n`` prepares.
 
 The checkpointer is the one LangGraph hands the task in its config
 (``__pregel_checkpointer``, a private key: ``tests/identity`` fails loudly if
@@ -66,6 +68,7 @@ from langgraph_effects.core.identity import (
     encode_origins,
     judge,
 )
+from langgraph_effects.core.ids import MAX_CANDIDATES
 from langgraph_effects.core.model import Operation, Prepared
 from langgraph_effects.decide.actions import Action, Adopt, Get, Hook, ledger
 from langgraph_effects.decide.thread import OPERATIONS_KEY
@@ -78,6 +81,7 @@ __all__ = [
     "answered_in",
     "find_operation",
     "graph_answers",
+    "graph_channel",
     "keeps_answers",
     "timeline_of",
     "warn_no_checkpointer",
@@ -85,8 +89,6 @@ __all__ = [
 
 CHECKPOINTER_KEY = "__pregel_checkpointer"
 """Where LangGraph puts the graph's checkpointer in a task's ``configurable``."""
-_MAX_CANDIDATES = 10_000
-"""A bound on the walk: that many identical operations of one call on one thread."""
 
 
 class NoCheckpointerWarning(UserWarning):
@@ -447,20 +449,25 @@ def graph_answers(config: Mapping[str, Any] | None) -> frozenset[str] | None:
     """The graph's ``effect_operations`` as the task's step sees them, read from the graph's
     channel (None when the graph has no such channel): for a task whose input is not the
     graph state, a ``Send``'s payload above all, which ``answered_in`` cannot read."""
+    values = graph_channel(config, OPERATIONS_KEY)
+    return None if values is None else answered_in(values)
+
+
+def graph_channel(config: Mapping[str, Any] | None, key: str) -> Mapping[str, Any] | None:
+    """``{key: value}`` of the graph's channel ``key`` as the task's step sees it (None when
+    the graph has no such channel, or outside a task), read as ToolNode reads channels."""
     conf = (config or {}).get("configurable") or {}
     read = conf.get(_TASK_READ)
     if not callable(read):
         return None
     channels = getattr(read, "args", ())[1:2]  # functools.partial(local_read, pad, channels, ...)
-    if channels and isinstance(channels[0], Mapping) and OPERATIONS_KEY not in channels[0]:
+    if channels and isinstance(channels[0], Mapping) and key not in channels[0]:
         return None  # the graph has no such channel
     try:
-        values = read([OPERATIONS_KEY], False)  # (select, fresh), as local_read takes them
+        values = read([key], False)  # (select, fresh), as local_read takes them
     except KeyError:
         return None  # the graph has no such channel
-    if not isinstance(values, Mapping):
-        return None
-    return answered_in(values)
+    return values if isinstance(values, Mapping) else None
 
 
 def keeps_answers(state: Any) -> bool:
@@ -530,7 +537,8 @@ def _ask_lineage(arg: tuple[Timeline, tuple[str, str, str, bool, Run | None]]) -
 def find_operation(
     call: Any, prepared: Prepared, prepare: Any
 ) -> Generator[Action, Any, tuple[Any, Prepared]]:
-    """Walk ``call``'s candidate ids from ``prepared`` (op_0's prepare) to its operation.
+    """Walk ``call``'s candidate ids from ``prepared`` (its first candidate's prepare) to
+    its operation.
 
     ``call`` is an ``EffectCall``; ``prepare(call)`` the ``Prepare`` action for one
     candidate. Returns the call at its operation's candidate and that prepare's
@@ -539,7 +547,7 @@ def find_operation(
     """
     if call.fixed_id:
         return call, prepared
-    for _ in range(_MAX_CANDIDATES):
+    for _ in range(2 * MAX_CANDIDATES):  # each candidate, and a judge again after an adoption lost
         if prepared.created:
             return call, prepared
         op = prepared.operation
@@ -555,9 +563,11 @@ def find_operation(
                 prepared = Prepared(operation=fresh, created=False)
                 continue  # the origins moved meanwhile: judge again
         call = call.at(call.index + 1)  # past the candidates the state lists as answered
+        if call.index > MAX_CANDIDATES:
+            break
         prepared = yield from ledger(prepare(call))
     raise EffectsError(  # pragma: no cover - ten thousand identical calls on one thread
-        f"operation {call.operation_id!r}: no free candidate id after {_MAX_CANDIDATES}"
+        f"operation {call.operation_id!r}: no free candidate id up to {MAX_CANDIDATES}"
     )
 
 

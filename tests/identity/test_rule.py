@@ -125,6 +125,20 @@ def test_first_open_skips_only_the_answered_candidates() -> None:
     assert first_open(2, ids.__getitem__, frozenset({ids[0], ids[2], ids[3]})) == 4
 
 
+def test_nth_open_counts_only_the_open_candidates() -> None:
+    """The call after ``n`` twins starts at the ``n``-th candidate the state does not list
+    as answered: each open one before it is an earlier twin's start."""
+    from langgraph_effects.core.identity import nth_open
+
+    ids = [f"op-{i}" for i in range(9)]
+    assert nth_open(0, 0, ids.__getitem__, frozenset()) == 0
+    assert nth_open(5, 0, ids.__getitem__, frozenset()) == 5
+    assert nth_open(2, 1, ids.__getitem__, frozenset()) == 3
+    answered = frozenset({ids[0], ids[1], ids[3]})
+    assert [nth_open(n, 0, ids.__getitem__, answered) for n in range(4)] == [2, 4, 5, 6]
+    assert nth_open(1, 3, ids.__getitem__, answered) == 5
+
+
 def test_an_abandoned_step_or_a_lost_checkpoint_is_the_same_operation_met_again() -> None:
     """New input over the step (``input`` child), or a step checkpoint never saved (the
     AIMessage lost under default durability): the answer never reached this timeline."""
