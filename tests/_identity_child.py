@@ -9,12 +9,13 @@ another id. Module-level and picklable, so ``run_in_child`` can spawn it.
 from __future__ import annotations
 
 import uuid
+from collections import Counter
 from collections.abc import Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from _graphs import Env, State
+from _graphs import Env, State, counting_prepares
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, RemoveMessage
 from langchain_core.tools import tool
 from langgraph.graph import END, START, StateGraph
@@ -151,3 +152,46 @@ def _graph(
     builder.add_conditional_edges("agent", router, ["tools", END])
     builder.add_edge("tools", "agent")
     return builder.compile(checkpointer=env.checkpointer)
+
+
+def many_twins(
+    kind: str, mode: str, where: str, crm_path: str, plain: bool, face: str, n: int, ask: bool
+) -> dict[str, Any]:
+    """``n`` identical calls (close case A, ids ``sms-0`` ...) in one AIMessage, run by
+    ``face`` (``tools_condition``: one task; ``route_tool_calls``: a task each), the CRM's
+    key window declared; ``ask``: send the request, else resume the thread as it stands.
+    Returns the records' statuses and the write-aheads this process prepared."""
+    env = Env(kind, mode, path=Path(where), url=where)
+    crm = FakeCRM(crm_path)
+    try:
+        prepares = counting_prepares(env.ledger)
+        calls = [
+            {"name": "close_case", "args": {"case_id": "A"}, "id": f"sms-{i}"} for i in range(n)
+        ]
+
+        def agent(state: State) -> dict[str, Any]:
+            if not isinstance(state["messages"][-1], HumanMessage):
+                return {"messages": [AIMessage(content="done")]}
+            return {"messages": [AIMessage(content="", tool_calls=calls, id="ai-many")]}
+
+        tools = [_tool(crm, plain, keyed=True)]
+        builder = StateGraph(State)
+        builder.add_node("agent", agent)
+        builder.add_node(
+            "tools", ToolNode(tools) if plain else EffectToolNode(tools, ledger=env.ledger)
+        )
+        builder.add_edge(START, "agent")
+        router = tools_condition if face == "tools_condition" else route_tool_calls
+        builder.add_conditional_edges("agent", router, ["tools", END])
+        builder.add_edge("tools", "agent")
+        graph = builder.compile(checkpointer=env.checkpointer)
+        out = env.invoke(graph, {"messages": [HumanMessage("send it")]} if ask else None, CFG)
+        ops = [] if plain else env.ledger_call("list", tenant_id="default", limit=10 * n)
+        return {
+            "statuses": dict(Counter(o.status.value for o in ops)),
+            "answers": sum(m.type == "tool" for m in out["messages"]),
+            "prepares": prepares["prepare"],
+        }
+    finally:
+        crm.close()
+        env.close()

@@ -13,6 +13,10 @@
    with ``EffectMiddleware``): the process dies as the provider acts on the first; the
    resume re-runs the task(s), and each call meets its own record once: two effects,
    both settled. A ``ToolNode`` sends again.
+4. 300 identical calls with distinct ids in one AIMessage (the same request asked for
+   300 times): the process dies as the CRM acts on the 151st; the resume in a fresh
+   process settles every one, none sent twice: 300 effects in all, one prepare per call
+   at most. A ``ToolNode`` sends the task's calls again.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from _identity_child import turn
+from _identity_child import many_twins, turn
 
 from langgraph_effects.testing.providers import FakeCRM, Fault
 from langgraph_effects.testing.scenario import run_in_forked_child
@@ -117,3 +121,42 @@ def test_two_id_less_twins_killed_mid_task_resume_to_two_effects(
             assert crm.effects == 2
     if not plain:
         assert resumed.value["statuses"] == ["confirmed", "confirmed"]
+
+
+MANY_FACES = [
+    ("tools_condition", "sqlite", "sync", False),
+    ("tools_condition", "postgres", "async", False),
+    ("route_tool_calls", "sqlite", "sync", False),
+    ("route_tool_calls", "postgres", "async", False),
+    ("tools_condition", "sqlite", "sync", True),
+]
+"""Both faces on both backends; the plain ``ToolNode`` control once."""
+MANY = 300
+
+
+@pytest.mark.parametrize(
+    ("face", "kind", "mode", "plain"),
+    MANY_FACES,
+    ids=[f"{f}-{k}-{m}{'-toolnode' * p}" for f, k, m, p in MANY_FACES],
+)
+def test_300_identical_calls_killed_mid_batch_resume_to_300_effects(
+    request: pytest.FixtureRequest, tmp_path: Path, face: str, kind: str, mode: str, plain: bool
+) -> None:
+    where, crm_path = _where(request, kind, tmp_path), tmp_path / "crm.db"
+    with FakeCRM(crm_path) as crm:
+        crm.faults.script([None] * (MANY // 2) + [Fault.CRASH])  # the 151st act kills it
+    twins = (many_twins, kind, mode, where, str(crm_path), plain, face, MANY)
+    died = run_in_forked_child(*twins, True, timeout=300)
+    assert died.crashed, died.error
+    with FakeCRM(crm_path) as crm:
+        assert crm.effects == MANY // 2 + 1
+    resumed = run_in_forked_child(*twins, False, timeout=300)  # a fresh process resumes
+    assert resumed.ok, resumed.error
+    with FakeCRM(crm_path) as crm:
+        if plain:
+            assert crm.effects > MANY  # the task's calls are sent again
+            return
+        assert crm.effects == MANY
+    assert resumed.value["statuses"] == {"confirmed": MANY}
+    assert resumed.value["answers"] == MANY
+    assert resumed.value["prepares"] <= MANY  # each call meets its own record at its start
