@@ -284,16 +284,20 @@ def effect_calls(
     built call's draft by operation id, and every call knows it as its ``siblings``
     (the calls of one task; none when not given).
 
-    Identical calls (same tool, same arguments) are numbered once, in order: each
-    starts its walk one open candidate after the one before it (``EffectCall.build``),
-    so ``n`` twins pay ``n`` prepares, not ``n * (n + 1) / 2``. ``twins``: by
-    tool-call id, how many identical calls come before it in its AIMessage, for calls
-    whose task holds only some of them (``twins_in``).
+    Identical calls (same tool, same arguments) are numbered once, in order, and the
+    call after ``k`` of them starts its walk at its ``k``-th open candidate
+    (``EffectCall.build``), counted on from the twin before it in ``tool_calls``: ``n``
+    twins pay ``n`` prepares, not ``n * (n + 1) / 2``. ``twins``: by tool-call id, how
+    many identical calls come before it in its AIMessage (``twins_in``), for calls that
+    are only some of the message's (one task per call, the unanswered ones); a call it
+    does not number starts at its first candidate. Every face numbering one AIMessage
+    alike starts a call at the same candidate, never past its own record.
     """
     workflow_id, tenant_id = thread
     calls = []
-    started: dict[tuple[str, bytes], int] = {}
-    """By tool and canonical arguments: the candidate the last such call starts from."""
+    counted: Counter[tuple[str, bytes]] = Counter()
+    started: dict[tuple[str, bytes], tuple[int, int]] = {}
+    """By tool and canonical arguments: the last such call's number and start."""
     for place, tool_call in zip(places(tool_calls), tool_calls, strict=True):
         tool = tools.get(tool_call["name"])
         if tool is None or effect_spec(tool) is None:
@@ -301,7 +305,15 @@ def effect_calls(
         try:
             canonical = canonical_json(dict(tool_call["args"]))
             same = (tool_call["name"], canonical)
+            if twins is None:
+                number: int | None = counted[same]
+                counted[same] += 1
+            else:
+                number = twins.get(tool_call["id"] or "")
+            index, twin = 0, number or 0
             before = started.get(same)
+            if number is not None and before is not None and before[0] < number:
+                index, twin = before[1] + 1, number - before[0] - 1
             call = build_call(
                 tool,
                 tool_call,
@@ -313,13 +325,14 @@ def effect_calls(
                 siblings=siblings,
                 user=user,
                 place=place,
-                index=0 if before is None else before + 1,
-                twin=(twins or {}).get(tool_call["id"] or "", 0) if before is None else 0,
+                index=index,
+                twin=twin,
                 canonical=canonical,
             )
         except Exception:
             continue
-        started[same] = call.index
+        if number is not None:
+            started[same] = (number, call.index)
         if siblings is not None:
             siblings.setdefault(call.operation_id, call.draft())
         calls.append(call)

@@ -512,14 +512,17 @@ class EffectToolNode(ToolNode):
         def gated(state: Any, thread: Thread, config: RunnableConfig) -> list[EffectCall]:
             task_id = task_id_of(_runtime())
             timeline = timeline_of(config, task_id, state)
+            open_calls = unanswered_calls(state, self.messages_key)
             return effect_calls(
                 self.tools_by_name,
-                unanswered_calls(state, self.messages_key),
+                open_calls,
                 thread=thread,
                 # Asked here, answered by the tool node's tasks of the next step.
                 timeline=None if timeline is None else timeline.asking(),
                 task_id=task_id,
                 user=authenticated_user(config),
+                # Numbered in the AIMessage as those tasks number them (_faces.twins_in).
+                twins=twins_in(config, open_calls, self.messages_key),
             )
 
         def approve(state: Any, config: RunnableConfig) -> None:

@@ -120,6 +120,47 @@ def test_an_answer_naming_twin_280_by_request_id_applies(env: Env, crm: FakeCRM)
     assert crm.effects == 0
 
 
+@pytest.mark.parametrize("face", ["tools_condition", "route_tool_calls"])
+def test_300_twins_approved_in_one_batch_act_300_times(env: Env, crm: FakeCRM, face: str) -> None:
+    """300 twins that each need an approval, asked in one batch (``approvals="batched"``: in
+    the task under ``tools_condition``, by ``approval_node()`` before ``route_tool_calls``),
+    all approved: 300 acts, each twin's record written once where it was asked and met
+    there by its call (the approval node numbers the AIMessage's twins as the tasks do)."""
+    from langgraph_effects import EffectToolNode
+
+    calls = [{"name": "close_case", "args": {"case_id": "A"}, "id": f"b-{i}"} for i in range(N)]
+
+    def agent(state: State) -> dict[str, Any]:
+        if isinstance(state["messages"][-1], ToolMessage):
+            return {"messages": [AIMessage(content="done")]}
+        return {"messages": [AIMessage(content="", tool_calls=calls, id="ai-batch")]}
+
+    node = EffectToolNode(
+        [close_tool(crm, require_approval=True)], ledger=env.ledger, approvals="batched"
+    )
+    builder = StateGraph(State)
+    builder.add_node("agent", agent)
+    builder.add_node("tools", node)
+    builder.add_edge(START, "agent")
+    if face == "tools_condition":
+        builder.add_conditional_edges("agent", tools_condition, ["tools", END])
+    else:
+        builder.add_node("approve", node.approval_node())
+        builder.add_edge("agent", "approve")
+        builder.add_conditional_edges("approve", route_tool_calls, ["tools", END])
+    builder.add_edge("tools", "agent")
+    graph = builder.compile(checkpointer=env.checkpointer)
+    prepares = counting_prepares(env.ledger)
+    [asked] = ask(env, graph)["__interrupt__"]
+    assert len(asked.value["operation_ids"]) == N
+    decisions = {"decisions": [{"type": "approve"}] * N, "by": "ana"}
+    out = env.invoke(graph, Command(resume=decisions), CFG)
+    assert "__interrupt__" not in out
+    assert crm.effects == N
+    assert [o.status.value for o in all_ops(env)] == ["confirmed"] * N
+    assert prepares["prepare"] <= 3 * N  # asked, met again on the resume, met by its call
+
+
 def test_a_sibling_moved_past_its_256th_candidate_is_found(crm: FakeCRM) -> None:
     """An answer naming a call of the task that the walk moved far on (past earlier
     turns' records) is matched up to the walk's own bound, each group of identical calls
