@@ -490,11 +490,14 @@ def together(calls: Sequence[EffectCall], *, lease_for: timedelta) -> PrepareMan
     Only calls that ask nobody first (no approval, no ``authorize``) and have no
     payload key rotated out or keyed digest (such a call first looks for its
     record: ``decide.recognise.recognised``, ``keyed_unknown_check``), when two or more
-    remain with distinct tool-call ids. Identical calls start at candidates of their
-    own (``_faces.effect_calls``: the ``k``-th twin at the ``k``-th open one), so each
-    is prepared with the batch; calls that still share one (equal digests of unequal
-    arguments) are prepared once, the others walk on from its record
-    (``decide.identity``).
+    remain with distinct tool-call ids. Of identical calls (one action and digest) only
+    the first is prepared with the batch: the others start at candidates of their own
+    (``_faces.effect_calls``: the ``k``-th twin at the ``k``-th open one) and prepare
+    there when they run, one prepare each, claimed only by a call that runs. A batch
+    claim whose call never runs (ToolNode's task failed first: a sibling raised) stays
+    ``dispatching`` under a live lease until it lapses, and a twin claimed that way
+    answered "in progress" on the next try without acting (seen with two id-less twins;
+    unequal calls of a batch still are claimed so).
     """
     batch = [
         c
@@ -506,6 +509,6 @@ def together(calls: Sequence[EffectCall], *, lease_for: timedelta) -> PrepareMan
     ids = [c.tool_call_id for c in batch]
     if len(batch) < 2 or len(set(ids)) != len(ids):
         return None
-    first = {c.operation_id: c for c in reversed(batch)}
-    drafts = [c.draft() for c in batch if first[c.operation_id] is c]
+    first = {(c.spec.action, c.payload_digest): c for c in reversed(batch)}
+    drafts = [c.draft() for c in batch if first[c.spec.action, c.payload_digest] is c]
     return PrepareMany(drafts, owner=current_owner(), lease_for=lease_for)
