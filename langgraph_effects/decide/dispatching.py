@@ -4,7 +4,6 @@ the provider answered, keep a receipt the fence refused (``decide.loop``).
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Generator
 from typing import Any
 
@@ -171,13 +170,7 @@ class Dispatching(LoopBase):
                     ),
                 )
             else:
-                reason = (
-                    "the tool asked a person (interrupt)"
-                    if asked
-                    else "cancelled before the tool ran"
-                    if isinstance(out.bubble, asyncio.CancelledError)
-                    else "interrupted"
-                )
+                reason = "the tool asked a person (interrupt)" if asked else "interrupted"
                 yield from self._guarded(p, op, Release(op.key, token=token, reason=reason))
             raise out.bubble or out.error  # type: ignore[misc]
         # Once the tool started, its own outcome decides; ToolNode may still refuse the

@@ -68,7 +68,7 @@ from langgraph_effects.errors import EffectsError
 from langgraph_effects.ledger.base import DEFAULT_LEASE, AsyncLedger, Ledger
 from langgraph_effects.observe import log_abandoned
 from langgraph_effects.review import with_notice
-from langgraph_effects.slot import CallSlot, dispatching
+from langgraph_effects.slot import dispatching
 
 __all__ = ["AsyncExecute", "EffectRunner", "aask_upstream", "ask_upstream"]
 
@@ -419,12 +419,13 @@ class EffectRunner:
         and its receipt, if it comes, is kept as a late receipt.
 
         A cancellation noted while a ledger write or a sync hook ran (each is finished,
-        its outcome recorded) is raised before the next claim or dispatch: a cancelled
-        task sends nothing more, not even a retry under the call's key after an
-        inconclusive reconcile. A claim already made is released (the provider heard
-        nothing). An async hook (a reconciler) is awaited in the task and cut short by
-        a cancellation: what it would have recorded is not written, the record stays as
-        it was, and the next run reconciles it again (``_aact``).
+        its outcome recorded) is raised before the next claim: a cancelled task takes no
+        lease to send again, not even a retry under the call's key after an inconclusive
+        reconcile. A claim that committed while the cancellation came is dispatched and
+        its receipt recorded, as a dispatch in flight is. An async hook (a reconciler) is
+        awaited in the task and cut short by a cancellation: what it would have recorded
+        is not written, the record stays as it was, and the next run reconciles it again
+        (``_aact``).
         """
         gen = self.loop.decide(call, handoff, current_owner(), trace)
         return await self._adrive(gen, execute, [])
@@ -514,11 +515,6 @@ class EffectRunner:
                 await (finish(nap, cancelled) if outlast else nap)
                 return None
             case Dispatch(op, context, args):
-                if cancelled:
-                    # Cancelled while the claim was written: nobody waits for this call
-                    # now. Not sent: the loop releases the claim and raises the
-                    # cancellation (``_record``: a bubble before the tool started).
-                    return Dispatched(call=CallSlot(context), bubble=asyncio.CancelledError())
                 renewing = self._arenewing(op.key, op.fencing_token)
                 with dispatching(context) as slot:
                     out = Dispatched(call=slot)
