@@ -264,7 +264,9 @@ def test_each_tests_timeout_is_scaled(
     by the scale, before pytest-timeout arms it."""
     tests = Path(__file__).parents[1]
     pytester.makeconftest((tests / "conftest.py").read_text())
-    pytester.makepyfile(_pg=(tests / "_pg.py").read_text())  # what conftest.py imports
+    pytester.makepyfile(  # what conftest.py imports
+        _pg=(tests / "_pg.py").read_text(), _gates=(tests / "_gates.py").read_text()
+    )
     pytester.makepyfile(
         """
         import pytest
