@@ -68,7 +68,7 @@ def test_a_v1_sqlite_ledger_upgrades_with_setup(sqlite_path: Path) -> None:
         ledger = SQLiteLedger(conn, clock=clock.now)
         ledger.setup()
         (version,) = conn.execute("SELECT MAX(version) FROM lge_schema_version").fetchone()
-        assert version == len(MIGRATIONS) == 4
+        assert version == len(MIGRATIONS) == 5
         _check_upgraded(ledger, clock)
     finally:
         conn.close()
