@@ -244,6 +244,20 @@ class _Task:
         with self.lock:
             return self.handoff.pop(call.operation_id, None)
 
+    def never_ran(self) -> list[Release]:
+        """The releases of the claims the batch made for calls no hook took, once the
+        node's run failed with an error: ToolNode's executor cancels the calls not started
+        when one raises, so nothing was sent for them (left ``dispatching``, a takeover
+        would call them unknown and ask a person about a call never sent). Taken once,
+        under the lock: a hook about to take its record finds none and prepares its own."""
+        with self.lock:
+            left, self.handoff = self.handoff, {}
+        return [
+            Release(p.operation.key, token=p.operation.fencing_token, reason=_NEVER_RAN)
+            for p in left.values()
+            if p.created and p.operation.status is S.DISPATCHING
+        ]
+
     @contextmanager
     def under_way(self) -> Iterator[None]:
         """Count the running asyncio task among the task's effect calls (``settle``)."""
@@ -320,6 +334,7 @@ class _before_the_calls:  # a context manager named as it reads: ``with _before_
 
 
 _UNSENT = "answered by the node's wrap_tool_call without calling execute: nothing was sent"
+_NEVER_RAN = "never started: a sibling call's error failed its node first: nothing was sent"
 
 
 def _unsent(task: _Task | None, request: ToolCallRequest) -> Release | None:
@@ -472,8 +487,16 @@ class EffectToolNode(ToolNode):
                 return super().invoke(input, config, **kwargs)
         except _Unhandled as exc:
             error = exc.error
+        except GraphBubbleUp:
+            raise
+        except Exception as exc:
+            error = exc
         finally:
             _TASK.reset(token)
+        if task is not None:
+            for release in task.never_ran():
+                with _logged(release):
+                    self.runner.perform(release)
         raise error
 
     async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
@@ -489,6 +512,12 @@ class EffectToolNode(ToolNode):
         except BaseException as exc:
             if task is not None:
                 await task.settle()
+                if isinstance(exc, _Unhandled) or (
+                    isinstance(exc, Exception) and not isinstance(exc, GraphBubbleUp)
+                ):
+                    for release in task.never_ran():
+                        with _logged(release):
+                            await self.runner.aperform(release)
             if not isinstance(exc, _Unhandled):
                 raise
             error = exc.error

@@ -154,3 +154,55 @@ def test_a_call_a_middleware_answers_says_not_sent_and_a_later_call_acts(
         [refused] = [op for op in env.ops() if op.tool_call_id == "c1"]
         assert "not sent" in (refused.error or "")
     assert stuck(env) == []
+
+
+@pytest.mark.parametrize(
+    "env", [("sqlite", "sync"), ("postgres", "sync")], indirect=True, ids=["sqlite", "pg"]
+)
+def test_a_call_its_node_never_started_after_a_siblings_error_is_sent_on_resume(env: Env) -> None:
+    """Under ``tools_condition`` the task's effect calls are claimed before ToolNode fans
+    them out; when a sibling raises, ToolNode's executor cancels the calls not started yet.
+    Such a claim was left ``dispatching``: the resume took it over as ``unknown`` and asked
+    a person about a call that was never sent (the intended close lost behind a review; 8
+    of 40 runs of two id-less calls at load). Now the node gives it back, and the resume
+    sends it once.
+
+    One worker (``max_concurrency=1``): the plain tool fails, the slow one takes the
+    worker, and the two effect calls after it are cancelled before they start."""
+    import time
+
+    from langchain_core.tools import tool
+
+    crm = FakeCRM()
+    failures = [RuntimeError("the plain tool fails once")]
+
+    @tool
+    def flaky() -> str:
+        """Fail the first time."""
+        if failures:
+            raise failures.pop()
+        return "ok"
+
+    @tool
+    def slow() -> str:
+        """Take the worker a while."""
+        time.sleep(0.5)
+        return "slow"
+
+    calls = [call("flaky", "call-f"), call("slow", "call-s"), *CALLS]
+    graph = build_graph(
+        [flaky, slow, close_tool(crm)],
+        calls,
+        ledger=env.ledger,
+        checkpointer=env.checkpointer,
+        per_call=False,
+        node_kwargs={"handle_tool_errors": False},
+    )
+    config = {"configurable": {"thread_id": "never-ran"}, "max_concurrency": 1}
+    with pytest.raises(RuntimeError, match="fails once"):
+        env.invoke(graph, {"messages": [("user", "close A")]}, config)
+    assert crm.effects == 0
+    assert [op.status for op in env.ops()] == [S.PREPARED] * 2  # given back: nothing sent
+    env.invoke(graph, None, config)
+    assert (crm.effects_for("A"), crm.effects_for("B")) == (1, 1)
+    assert [op.status for op in env.ops()] == [S.CONFIRMED] * 2
