@@ -759,3 +759,18 @@ def test_a_task_that_crashed_beside_a_deferred_review_is_resumed(
     assert providers.mail.effects == 1
     assert mail.status is S.CONFIRMED, report.problems
     assert (report.lost_receipts, report.mislabelled, report.duplicates) == (0, 0, 0)
+
+
+def test_a_resume_of_a_thread_killed_before_its_first_checkpoint_sends_the_request_again(
+    providers: Providers,
+) -> None:
+    """A kill case's resume (``fresh=False``) on a thread LangGraph saved nothing of (the
+    child died before the default durability's background write of the request): the
+    person sends the request again, and it acts once. Before, the resume invoked None and
+    failed with LangGraph's EmptyInputError, counted as a violation (seen in CI under
+    load: kills of sqlite-async ticketing before_prepare and after_claim)."""
+    ledger = _ledger(providers)
+    report = run_scenario(_scenario(providers, ProviderKind.CRM, fresh=False), ledger=ledger)
+    assert (report.errors, report.violations, report.effects, report.duplicates) == (0, 0, 1, 0)
+    assert [op.status for op in ledger.list(tenant_id="t")] == [S.CONFIRMED]
+    assert providers.crm.effects_for("case-t-0") == 1

@@ -288,6 +288,11 @@ def _story(sc: Scenario, tally: _Tally) -> Generator[_Request, Any, ScenarioRepo
                 yield from summarize(tally)
         again = {"messages": [HumanMessage(content="go again", id="human-2")]}
         yield from run(again)
+    elif not sc.fresh and (yield _GetState()).created_at is None:
+        # A resume after a kill that came before LangGraph saved the request (its default
+        # durability writes checkpoints in the background): the thread has nothing to
+        # resume, and the person sends the request again (LangGraph refuses None there).
+        yield from run({"messages": [HumanMessage(content="go", id="human")]})
     else:
         yield from run(*((None,) * max(1, sc.resumers)))
     finished = yield from answer_rounds()
