@@ -351,14 +351,14 @@ def _unsent(task: _Task | None, request: ToolCallRequest) -> Release | None:
 
 @contextmanager
 def _logged(release: Release) -> Iterator[None]:
-    """A release that fails is logged, not raised over the wrapper's own answer or error:
+    """A release that fails is logged, not raised over the call's own answer or error:
     the record then stays ``dispatching`` under this process's lease (``stuck`` lists it
     once the lease lapses, and a takeover settles it)."""
     try:
         yield
     except Exception as exc:
         logger.warning(
-            "operation %s: the claim of a call its wrapper never sent could not be given back (%r)",
+            "operation %s: the claim of a call never sent could not be given back (%r)",
             release.key.operation_id,
             exc,
         )

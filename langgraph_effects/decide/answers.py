@@ -48,6 +48,7 @@ __all__ = [
     "KEPT",
     "NOT_APPLIED",
     "REFUSED_NOTE",
+    "UNAPPLIED",
     "Answers",
     "agreed_note",
     "agrees",
@@ -455,6 +456,12 @@ def set_aside_note(op: Operation, answer: Answer) -> str:
         f"{answer.decision.value} of operation {op.operation_id}, given by interrupt id, "
         "decides."
     )[:2000]
+
+
+UNAPPLIED = (NOT_APPLIED, KEPT, EARLIER_REQUEST)
+"""How every log record of an answer logged with its mark and not applied begins: a late
+answer (``late_refusal``), a value kept at its place (``kept_unapplied``,
+``set_aside_note``), an answer to a request LangGraph still showed (``shown_earlier``)."""
 
 
 def refusals(events: Sequence[OperationEvent]) -> list[str]:

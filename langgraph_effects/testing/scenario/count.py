@@ -23,13 +23,7 @@ from langgraph_effects.core.model import (
     Resolution,
 )
 from langgraph_effects.core.plan import operator_decisions
-from langgraph_effects.decide.answers import (
-    EARLIER_REQUEST,
-    KEPT,
-    NOT_APPLIED,
-    REFUSED_NOTE,
-    answer_digest,
-)
+from langgraph_effects.decide.answers import REFUSED_NOTE, UNAPPLIED, answer_digest
 from langgraph_effects.decide.messages import TRACE_KEY
 from langgraph_effects.ledger.base import AsyncLedger, Ledger
 from langgraph_effects.review import APPROVAL_KIND, REVIEW_KIND
@@ -62,10 +56,7 @@ def _answer_applied(sc: Scenario, value: Any) -> Generator[_Request, Any, bool]:
             e.detail.get("answer")
             for e in events
             if isinstance(e.detail, dict)
-            and not (
-                e.evidence is not None
-                and e.evidence.summary.startswith((NOT_APPLIED, KEPT, EARLIER_REQUEST))
-            )
+            and not (e.evidence is not None and e.evidence.summary.startswith(UNAPPLIED))
         )
         if any(isinstance(mark, str) and digest in mark for mark in marks):
             return True
